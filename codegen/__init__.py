@@ -1,0 +1,1 @@
+"""Code generation: scheduled programs -> CUDA/HIP sources."""

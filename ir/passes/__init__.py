@@ -1,0 +1,1 @@
+"""Graph-to-graph passes and the pipeline that orders them."""
