@@ -91,7 +91,7 @@ def build_graph(cfg: LlamaConfig, name: str, dtype: str, max_seq_len: int) -> Gr
     x = b.emit(Embedding, "x", table="model.embed_tokens.weight", index=token)  # x: [D]
     for i in range(cfg.num_layers):
         p, L = f"model.layers.{i}.", f"L{i}."
-        cache = b.state(f"kv.{i}", TensorType((2, cfg.num_kv_heads, max_seq_len, cfg.head_dim), "f32"))
+        cache = b.state(f"kv.{i}", TensorType((2, cfg.num_kv_heads, max_seq_len, cfg.head_dim), dtype))
         h = b.emit(RMSNorm, L + "attn_in", x=x, weight=p + "input_layernorm.weight", eps=eps)
         qkv = {}
         for n in ("q", "k", "v"):

@@ -100,10 +100,9 @@ def tensor_loader(tensor, path: str, unpermute_heads: int = 0):
             raise KiecError(f"{path}: tensor '{tensor.name}' has type {kind}, which kiec cannot dequantize") from None
         if not np.issubdtype(w.dtype, np.floating):
             raise KiecError(f"{path}: tensor '{tensor.name}' has type {kind}; a weight must be float or quantized")
-        w = np.asarray(w, dtype=np.float32)
         if unpermute_heads:
             w = _unpermute(w, unpermute_heads)
-        return torch.from_numpy(np.ascontiguousarray(w))
+        return torch.from_numpy(np.array(w, dtype=np.float32))  # a writable copy, not a view of the mmap
 
     return load
 
