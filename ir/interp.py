@@ -1,5 +1,6 @@
-"""The interpreter: torch fp32 on the CPU, one function per op. It defines what every op means and is
-the oracle for every fusion and every kernel."""
+"""The interpreter: one torch function per op. It defines what every op means and is the oracle for every
+fusion and every kernel. It computes in the dtype of the tensors it is given: fp32 is the semantics of
+record; the same code in bf16 is the "torch in the same dtype" that error budgets compare against."""
 from __future__ import annotations
 
 import math
@@ -16,24 +17,24 @@ Get = Callable[[str], torch.Tensor]
 
 
 def _embedding(op: Embedding, get: Get):
-    return get(op.table)[int(get(op.index))].float()
+    return get(op.table)[int(get(op.index))]
 
 
 def _rmsnorm(op: RMSNorm, get: Get):
     x = get(op.x)
     g = x.view(-1, op.group or x.numel())
     y = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + op.eps)
-    return (y * get(op.weight).float()).view(-1)
+    return (y * get(op.weight)).view(-1)
 
 
 def _layernorm(op: LayerNorm, get: Get):
-    bias = get(op.bias).float() if op.bias is not None else None
-    return F.layer_norm(get(op.x), (get(op.x).numel(),), get(op.weight).float(), bias, op.eps)
+    bias = get(op.bias) if op.bias is not None else None
+    return F.layer_norm(get(op.x), (get(op.x).numel(),), get(op.weight), bias, op.eps)
 
 
 def _linear(op: Linear, get: Get):
-    y = get(op.weight).float() @ get(op.x)
-    return y + get(op.bias).float() if op.bias is not None else y
+    y = get(op.weight) @ get(op.x)
+    return y + get(op.bias) if op.bias is not None else y
 
 
 def rope_cos_sin(op: Rope, pos: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,7 +44,7 @@ def rope_cos_sin(op: Rope, pos: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _rope(op: Rope, get: Get):
     x = get(op.x).view(-1, op.head_dim)
-    cos, sin = rope_cos_sin(op, int(get(op.pos)))
+    cos, sin = (t.to(x.device, x.dtype) for t in rope_cos_sin(op, int(get(op.pos))))
     rot, rest = x[:, : op.rotary_dim], x[:, op.rotary_dim :]
     if op.interleaved:
         a, b = rot[:, 0::2], rot[:, 1::2]
@@ -59,8 +60,8 @@ def _kvappend(op: KVAppend, get: Get):
     kv_heads, head_dim = cache.shape[1], cache.shape[3]
     if not 0 <= pos < cache.shape[2]:
         raise IndexError(f"KVAppend -> %{op.out}: position {pos} is outside the cache (max_seq_len {cache.shape[2]})")
-    cache[0, :, pos] = get(op.k).view(kv_heads, head_dim)
-    cache[1, :, pos] = get(op.v).view(kv_heads, head_dim)
+    cache[0, :, pos] = get(op.k).view(kv_heads, head_dim).to(cache.dtype)
+    cache[1, :, pos] = get(op.v).view(kv_heads, head_dim).to(cache.dtype)
     return cache
 
 

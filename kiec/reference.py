@@ -10,20 +10,24 @@ from kiec.model import Model
 
 
 class Reference:
-    def __init__(self, model: Model):
+    """dtype=float32 on the CPU is the semantics of record; bfloat16 gives the same-dtype torch baseline
+    that error budgets compare kernels against; device="cuda" runs the interpreter on a GPU."""
+
+    def __init__(self, model: Model, dtype: torch.dtype = torch.float32, device: str = "cpu"):
         self.model = model
         self.graph = model.graph
-        self._env = {name: model.weights[name].float() for name in self.graph.params}
+        self.dtype, self.device = dtype, device
+        self._env = {name: model.weights[name].to(device=device, dtype=dtype) for name in self.graph.params}
         self.reset()
 
     def reset(self) -> None:
         # The cache past pos is NaN: anything that reads a row not yet written shows up in the logits.
         for s in self.graph.states.values():
-            self._env[s.name] = torch.full(s.type.shape, float("nan"), dtype=torch.float32)
+            self._env[s.name] = torch.full(s.type.shape, float("nan"), dtype=self.dtype, device=self.device)
 
     def step(self, token_id: int, pos: int) -> np.ndarray:
         """Run one decode step; returns the float32 logits [vocab]."""
-        return self._step(token_id, pos)["logits"].numpy()
+        return self._step(token_id, pos)["logits"].float().cpu().numpy()
 
     def _step(self, token_id: int, pos: int) -> dict[str, torch.Tensor]:
         vocab = self.model.config.vocab_size

@@ -1,0 +1,35 @@
+"""TargetParams: every tile and launch constant of one GPU, in one table (the rules hold none)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TargetParams:
+    arch: str  # nvcc's sm_XX / gfx...
+    sms: int  # multiprocessors
+    gemv_warps: int  # warps per GEMV block
+    gemv_rows: int  # outputs per warp pass
+    gemv_blocks_per_sm: int  # grid cap for GEMVs (a block recomputes its prologue; more blocks = more L2 reads)
+    attn_warps: int
+    attn_blocks: int  # target blocks per attention launch: splits = attn_blocks // kv_heads
+    gencode: str
+
+    def gemv_grid(self, n_out: int) -> int:
+        per_block = self.gemv_warps * self.gemv_rows
+        return max(1, min((n_out + per_block - 1) // per_block, self.sms * self.gemv_blocks_per_sm))
+
+    def attn_splits(self, kv_heads: int) -> int:
+        return max(1, min(64, self.attn_blocks // kv_heads))
+
+
+TARGETS: dict[str, TargetParams] = {
+    # H100/H200: 132 SMs; 4 warps x 2 rows per pass keeps 8 16-byte loads per lane in flight
+    "sm_90": TargetParams("sm_90", 132, 4, 2, 8, 4, 132, "-gencode=arch=compute_90a,code=sm_90a"),
+}
+
+
+def target(arch: str) -> TargetParams:
+    if arch not in TARGETS:
+        raise ValueError(f"no target parameters for {arch} (kiec has {', '.join(TARGETS)})")
+    return TARGETS[arch]

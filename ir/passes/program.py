@@ -1,0 +1,63 @@
+"""What the scheduler hands codegen: fused kernels as small dataclasses, in launch order."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..graph import Graph
+from ..ops import Attention, KVAppend, Op, RMSNorm, Rope
+
+
+@dataclass(frozen=True)
+class EmbedKernel:
+    name: str
+    table: str  # param [vocab, dim]
+    token: str  # graph input
+    out: str
+
+
+@dataclass(frozen=True)
+class GemvKernel:
+    """y = epilogue(W · prologue(x)); W is the row-concatenation of `weights` (packed at compile time)."""
+
+    name: str
+    x: str
+    weights: tuple[str, ...]
+    biases: tuple[str, ...]  # empty, or one per weight
+    norm: RMSNorm | None  # prologue
+    epilogue: str  # store | residual | silu_mul | argmax
+    out: str  # for residual: the Add's result, which aliases its residual input
+    n_out: int
+    k: int
+    residual: str | None = None  # the Add's other input (the residual stream)
+    silu: str | None = None  # for silu_mul: the activation function applied to the first half
+
+
+@dataclass(frozen=True)
+class AttentionKernel:
+    """q/k norm + RoPE + KV append + split-KV decode attention + combine, over the packed qkv vector."""
+
+    name: str
+    qkv: str
+    q_norm: RMSNorm | None
+    k_norm: RMSNorm | None
+    rope: Rope
+    append: KVAppend
+    attention: Attention
+    n_heads: int
+    kv_heads: int
+    head_dim: int
+
+
+Kernel = EmbedKernel | GemvKernel | AttentionKernel
+
+
+@dataclass
+class Program:
+    graph: Graph
+    kernels: list[Kernel] = field(default_factory=list)
+    covered: dict[str, str] = field(default_factory=dict)  # op result -> kernel name
+
+
+def ops_of(kernel: Kernel) -> list[Op]:
+    return [o for o in (getattr(kernel, "q_norm", None), getattr(kernel, "k_norm", None), getattr(kernel, "rope", None),
+                        getattr(kernel, "append", None), getattr(kernel, "attention", None)) if o is not None]

@@ -1,0 +1,147 @@
+"""kiec.compile: model -> artifact directory (sources, libkiec_model.so, kiec-run, weights.bin, manifest.json).
+
+The directory appears only when complete: everything is built in a sibling temp directory that replaces
+the old artifact at the end, so a failed or interrupted compile leaves the previous one intact.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from kiec.codegen.emit import INCLUDE_DIR, TEMPLATES, Sources, emit
+from kiec.codegen.targets import TARGETS, target as target_params
+from kiec.errors import KiecError
+from kiec.ir.passes import pipeline
+from kiec.ir.passes.fuse import Unscheduled
+from kiec.model import Model
+from kiec.summary import bytes_per_token
+
+ABI_VERSION = 1
+
+
+def _progress(msg: str) -> None:
+    print(f"[kiec] {msg}", file=sys.stderr, flush=True)
+
+
+def check_toolchain(target: str, arch: str) -> str:
+    if target != "cuda":
+        raise KiecError(f"target {target!r} is not built yet (kiec builds cuda)")
+    if arch not in TARGETS:
+        raise KiecError(f"arch {arch!r} has no target parameters (kiec has {', '.join(TARGETS)})")
+    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+    if nvcc is None:
+        raise KiecError("nvcc not found on PATH: kiec compile needs the CUDA toolkit")
+    archs = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True).stdout.split()
+    if f"compute_{arch.split('_')[1]}" not in archs:
+        raise KiecError(f"{nvcc} cannot build for {arch} (it lists {' '.join(archs)})")
+    return nvcc
+
+
+def write_weights(model: Model, src: Sources, path: str, dtype: str) -> None:
+    """Stream the packed tensors to weights.bin, one at a time (a model is never held whole in memory)."""
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+    done, t0, last = 0, time.time(), 0.0
+    with open(path, "wb") as fh:
+        for t in src.weights:
+            assert fh.tell() == t.offset, (t.name, fh.tell(), t.offset)
+            if t.values:
+                data = np.asarray(t.values, dtype=np.float32).tobytes()
+            else:
+                parts = [model.weights[s].to(tdt) for s in t.sources]
+                data = (parts[0] if len(parts) == 1 else torch.cat(parts)).contiguous().view(torch.int16).numpy().tobytes()
+            fh.write(data)
+            fh.write(b"\0" * ((-len(data)) % 256))
+            done += len(data)
+            if time.time() - last > 2:
+                last = time.time()
+                _progress(f"weights {done / 1e9:.2f} / {src.weight_bytes / 1e9:.2f} GB ({time.time() - t0:.0f} s)")
+        if fh.tell() != src.weight_bytes:
+            fh.write(b"\0" * (src.weight_bytes - fh.tell()))
+
+
+def nvcc_build(nvcc: str, src_dir: str, out_dir: str, gencode: str) -> None:
+    flags = ["-O3", "-std=c++17", *gencode.split(), "-Xcompiler", "-fPIC", "-I", INCLUDE_DIR, "-lineinfo"]
+    units = sorted(f for f in os.listdir(src_dir) if f.endswith(".cu"))
+
+    def compile_one(name):
+        obj = os.path.join(src_dir, name[:-3] + ".o")
+        r = subprocess.run([nvcc, *flags, "-c", os.path.join(src_dir, name), "-o", obj], capture_output=True, text=True)
+        if r.returncode:
+            raise KiecError(f"nvcc failed on {name}:\n{r.stderr[-4000:]}")
+        return obj
+
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        objs = list(pool.map(compile_one, units))
+    so = os.path.join(out_dir, "libkiec_model.so")
+    r = subprocess.run([nvcc, "-shared", "-o", so, *objs, "-lcudart"], capture_output=True, text=True)
+    if r.returncode:
+        raise KiecError(f"linking libkiec_model.so failed:\n{r.stderr[-4000:]}")
+    r = subprocess.run([nvcc, "-O2", "-std=c++17", os.path.join(TEMPLATES, "kiec_run.cpp"), "-o",
+                        os.path.join(out_dir, "kiec-run"), "-L", out_dir, "-lkiec_model", "-Xlinker", "-rpath='$ORIGIN'"],
+                       capture_output=True, text=True)
+    if r.returncode:
+        raise KiecError(f"building kiec-run failed:\n{r.stderr[-4000:]}")
+
+
+def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90", tp: int = 1,
+            mode: str = "graph", dtype: str = "bf16", dump_ir: bool = False) -> str:
+    """Build the artifact directory for `model`; returns its path."""
+    if mode != "graph":
+        raise KiecError(f"mode {mode!r} is not built yet (kiec builds graph mode)")
+    if tp != 1:
+        raise KiecError(f"tp={tp}: tensor parallel is not built yet (kiec builds tp=1)")
+    if dtype not in ("bf16", "f16"):
+        raise KiecError(f"dtype {dtype!r}: kiec builds bf16 or f16 weights")
+    nvcc = check_toolchain(target, arch)
+    tp_ = target_params(arch)
+    out_dir = os.path.abspath(out_dir)
+    tmp = f"{out_dir}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(os.path.join(tmp, "src"))
+    try:
+        try:
+            program = pipeline.run(model.graph, os.path.join(tmp, "ir") if dump_ir else None)
+        except Unscheduled as e:
+            raise KiecError(f"{model.source}: {e}") from None
+        header = f"kiec {model.name} {dtype} {arch} max_seq_len={model.max_seq_len} mode={mode} tp={tp}"
+        src = emit(program, dtype, model.max_seq_len, tp_, header)
+        for name, text in src.files.items():
+            with open(os.path.join(tmp, "src", name), "w") as fh:
+                fh.write(text)
+        _progress(f"{len(src.kernels)} kernels, {len(src.files)} source files; compiling with nvcc")
+        nvcc_build(nvcc, os.path.join(tmp, "src"), tmp, tp_.gencode)
+        _progress(f"writing weights.bin ({src.weight_bytes / 1e9:.2f} GB)")
+        write_weights(model, src, os.path.join(tmp, "weights.bin"), dtype)
+        counted = bytes_per_token(model.graph, 0)
+        manifest = dict(
+            abi=ABI_VERSION, model=model.name, source=model.source, dtype=dtype, target=target, arch=arch, tp=tp,
+            mode=mode, max_seq_len=model.max_seq_len, vocab_size=model.config.vocab_size,
+            eos_token_ids=list(model.config.eos_token_ids), bos_token_id=model.config.bos_token_id,
+            weight_bytes_per_token=counted.weights * (2 if model.graph.params["model.embed_tokens.weight"].type.dtype == "f32" else 1) // 1,
+            kv_bytes_per_row={k["cache"]: k["bytes_per_row"] for k in src.kernels if k["family"] == "attention"},
+            kernels=src.kernels,
+            weights=[dict(name=t.name, sources=list(t.sources), shape=list(t.shape), dtype=t.dtype, offset=t.offset)
+                     for t in src.weights],
+            tokenizer=None if model.tokenizer is None else dict(
+                kind=model.tokenizer.kind, path=os.path.abspath(model.tokenizer.path),
+                chat_template=model.tokenizer.chat_template),
+        )
+        with open(os.path.join(tmp, "manifest.json"), "w") as fh:
+            json.dump(manifest, fh, indent=1)
+        old = f"{out_dir}.old-{os.getpid()}"
+        if os.path.exists(out_dir):
+            os.rename(out_dir, old)
+        os.rename(tmp, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir

@@ -1,0 +1,91 @@
+"""kiec.Engine: a compiled artifact on a GPU, through libkiec_model.so's C ABI (ctypes)."""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import time
+from typing import Iterator
+
+import numpy as np
+
+from kiec.build import ABI_VERSION
+from kiec.errors import KiecError
+
+
+class Engine:
+    """Same step/generate API as kiec.Reference, plus stream(). Needs the GPU the artifact was built for."""
+
+    def __init__(self, artifact_dir: str, device: int = 0):
+        manifest_path = os.path.join(artifact_dir, "manifest.json")
+        if not os.path.isfile(manifest_path):
+            raise KiecError(f"{artifact_dir}: no manifest.json (not a kiec artifact, or an unfinished compile)")
+        with open(manifest_path) as fh:
+            self.manifest = json.load(fh)
+        if self.manifest.get("abi") != ABI_VERSION:
+            raise KiecError(f"{artifact_dir}: artifact ABI {self.manifest.get('abi')}, this kiec reads {ABI_VERSION}")
+        lib = ctypes.CDLL(os.path.join(artifact_dir, "libkiec_model.so"))
+        lib.kiec_create.restype = ctypes.c_void_p
+        lib.kiec_create.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        lib.kiec_last_error.restype = ctypes.c_char_p
+        lib.kiec_destroy.argtypes = [ctypes.c_void_p]
+        lib.kiec_step.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_float)]
+        lib.kiec_launch.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int]
+        lib.kiec_host_tokens.restype = ctypes.POINTER(ctypes.c_int)
+        lib.kiec_host_tokens.argtypes = [ctypes.c_void_p]
+        lib.kiec_sync.argtypes = [ctypes.c_void_p]
+        lib.kiec_time_steps.restype = ctypes.c_float
+        lib.kiec_time_steps.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        self._lib = lib
+        self.vocab_size = self.manifest["vocab_size"]
+        self.max_seq_len = self.manifest["max_seq_len"]
+        self._h = lib.kiec_create(os.path.join(artifact_dir, "weights.bin").encode(), device)
+        if not self._h:
+            raise KiecError(f"{artifact_dir}: {self._error()}")
+        self.last_ttft_s: float | None = None
+
+    def _error(self) -> str:
+        return self._lib.kiec_last_error().decode()
+
+    def _check(self, rc: int) -> None:
+        if rc != 0:
+            raise KiecError(self._error())
+
+    def close(self) -> None:
+        if getattr(self, "_h", None):
+            self._lib.kiec_destroy(self._h)
+            self._h = None
+
+    __del__ = close
+
+    def step(self, token_id: int, pos: int) -> np.ndarray:
+        """One decode step at (token, pos) on the current KV cache; float32 logits [vocab]."""
+        logits = np.empty(self.vocab_size, dtype=np.float32)
+        self._check(self._lib.kiec_step(self._h, int(token_id), int(pos),
+                                        logits.ctypes.data_as(ctypes.POINTER(ctypes.c_float))))
+        return logits
+
+    def stream(self, prompt_ids: list[int], max_new_tokens: int = 256) -> Iterator[int]:
+        """Greedy tokens as the GPU makes them; every step is queued at once, none waits for the host."""
+        arr = (ctypes.c_int * len(prompt_ids))(*prompt_ids)
+        t0 = time.perf_counter()
+        self._check(self._lib.kiec_launch(self._h, arr, len(prompt_ids), int(max_new_tokens)))
+        out = self._lib.kiec_host_tokens(self._h)
+        first = len(prompt_ids) - 1
+        for p in range(first, first + max_new_tokens):
+            while out[p] < 0:
+                pass
+            if p == first:
+                self.last_ttft_s = time.perf_counter() - t0
+            yield out[p]
+        self._check(self._lib.kiec_sync(self._h))
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int = 16) -> list[int]:
+        return list(self.stream(prompt_ids, max_new_tokens))
+
+    def time_steps(self, pos: int, steps: int, warmup: int = 8) -> float:
+        """Milliseconds per decode step (graph replays timed with CUDA events), starting at `pos`."""
+        ms = self._lib.kiec_time_steps(self._h, pos, warmup, steps)
+        if ms < 0:
+            raise KiecError(self._error())
+        return ms

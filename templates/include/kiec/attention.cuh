@@ -1,0 +1,186 @@
+// Decode attention for one layer, split over the KV length (flash-decoding), with the layer's q/k norm,
+// RoPE and KV-cache append folded in, and the combine done by the last block of each KV head.
+//
+// Grid (kv_heads, SPLITS). Block (g, s) takes the GROUP query heads of KV head g over the s-th slice of
+// rows [start, pos]. The block whose slice holds row `pos` writes the new k (normed, rotated) and v there
+// first. Lanes are grouped LPK = HEAD_DIM/8 to a key (16 bytes each), so a warp reads 32/LPK keys per pass.
+#pragma once
+#include "common.cuh"
+
+namespace kiec {
+
+struct SoftmaxState {
+  float m, l;
+};
+
+template <int ROTARY, bool INTERLEAVED>
+__device__ __forceinline__ void rope_inplace(float* v, const float* inv_freq, int pos, int tid, int nthreads) {
+  // v: one head in shared memory; pairs (i, i + ROTARY/2) or (2i, 2i+1)
+  for (int i = tid; i < ROTARY / 2; i += nthreads) {
+    float s, c;
+    sincosf(static_cast<float>(pos) * inv_freq[i], &s, &c);
+    const int a = INTERLEAVED ? 2 * i : i, b = INTERLEAVED ? 2 * i + 1 : i + ROTARY / 2;
+    const float x = v[a], y = v[b];
+    v[a] = x * c - y * s;
+    v[b] = y * c + x * s;
+  }
+}
+
+template <typename T, int HEAD_DIM>
+__device__ __forceinline__ void head_rmsnorm(float* v, const T* w, float eps, float* red) {
+  // one warp normalizes one head held in shared memory
+  const int lane = threadIdx.x & 31;
+  float ss = 0.f;
+  for (int i = lane; i < HEAD_DIM; i += 32) ss += v[i] * v[i];
+  const float scale = rsqrtf(warp_sum(ss) / HEAD_DIM + eps);
+  __syncwarp();
+  for (int i = lane; i < HEAD_DIM; i += 32) v[i] = v[i] * scale * to_float<T>(w[i]);
+  __syncwarp();
+}
+
+template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS>
+__global__ void __launch_bounds__(WARPS * 32)
+attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_seq, const float* __restrict__ inv_freq,
+                 const T* __restrict__ q_norm_w, const T* __restrict__ k_norm_w, float norm_eps, float scale,
+                 float softcap, int window, float* part_o, float* part_ml, unsigned int* counters, float* out,
+                 StepState* st) {
+  constexpr int LPK = HEAD_DIM / 8, KPW = 32 / LPK;
+  static_assert(HEAD_DIM % 8 == 0 && 32 % LPK == 0, "head_dim must be 64 or 128 (or another divisor layout)");
+  __shared__ float qs[GROUP][HEAD_DIM];
+  __shared__ float kn[HEAD_DIM];
+  __shared__ float wm[WARPS][GROUP], wl[WARPS][GROUP];
+  __shared__ float wo[WARPS][GROUP][HEAD_DIM];
+  __shared__ int last;
+  const int g = blockIdx.x, split = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int pos = st->pos, nq = kv_heads * GROUP;
+  const int start = window > 0 ? max(0, pos + 1 - window) : 0;
+  const int chunk = (pos + 1 - start + SPLITS - 1) / SPLITS;
+  const int lo = start + split * chunk, hi = min(lo + chunk, pos + 1);
+  T* kc = cache + (size_t)g * max_seq * HEAD_DIM;               // K rows of this KV head
+  T* vc = cache + ((size_t)kv_heads + g) * max_seq * HEAD_DIM;  // V rows
+
+  // q of this group: norm, rotate, scale
+  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) qs[i / HEAD_DIM][i % HEAD_DIM] = qkv[g * GROUP * HEAD_DIM + i];
+  const bool owns_pos = lo <= pos && pos < hi;
+  if (owns_pos)
+    for (int i = threadIdx.x; i < HEAD_DIM; i += WARPS * 32) kn[i] = qkv[(nq + g) * HEAD_DIM + i];
+  __syncthreads();
+  if (QK_NORM) {
+    for (int h = warp; h < GROUP; h += WARPS) head_rmsnorm<T, HEAD_DIM>(qs[h], q_norm_w, norm_eps, nullptr);
+    if (owns_pos && warp == WARPS - 1) head_rmsnorm<T, HEAD_DIM>(kn, k_norm_w, norm_eps, nullptr);
+    __syncthreads();
+  }
+  for (int h = 0; h < GROUP; ++h) rope_inplace<ROTARY, INTERLEAVED>(qs[h], inv_freq, pos, threadIdx.x, WARPS * 32);
+  if (owns_pos) rope_inplace<ROTARY, INTERLEAVED>(kn, inv_freq, pos, threadIdx.x, WARPS * 32);
+  __syncthreads();
+  if (owns_pos) {
+    for (int i = threadIdx.x; i < HEAD_DIM; i += WARPS * 32) {
+      kc[(size_t)pos * HEAD_DIM + i] = from_float<T>(kn[i]);
+      vc[(size_t)pos * HEAD_DIM + i] = from_float<T>(qkv[(nq + kv_heads + g) * HEAD_DIM + i]);
+    }
+  }
+  __syncthreads();  // the new row is visible to this block (plain loads below, not the read-only path)
+
+  const int sub = lane / LPK, part = lane % LPK;
+  float q[GROUP][8], acc[GROUP][8], m[GROUP], l[GROUP];
+#pragma unroll
+  for (int h = 0; h < GROUP; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      q[h][i] = qs[h][part * 8 + i] * scale;
+      acc[h][i] = 0.f;
+    }
+  }
+  for (int j0 = lo + warp * KPW; j0 < hi; j0 += WARPS * KPW) {
+    const int j = j0 + sub;
+    const bool valid = j < hi;
+    float k[8], v[8];
+    uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
+    if (valid) {
+      kr = *reinterpret_cast<const uint4*>(kc + (size_t)j * HEAD_DIM + part * 8);
+      vr = *reinterpret_cast<const uint4*>(vc + (size_t)j * HEAD_DIM + part * 8);
+    }
+    unpack8<T>(kr, k);
+    unpack8<T>(vr, v);
+#pragma unroll
+    for (int h = 0; h < GROUP; ++h) {
+      float s = 0.f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s = fmaf(q[h][i], k[i], s);
+#pragma unroll
+      for (int o = LPK / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+      if (valid) {
+        const float mn = fmaxf(m[h], s), corr = __expf(m[h] - mn), p = __expf(s - mn);
+        l[h] = l[h] * corr + p;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[h][i] = acc[h][i] * corr + p * v[i];
+        m[h] = mn;
+      }
+    }
+  }
+  // merge the KPW key slots of the warp (lanes with the same `part`)
+#pragma unroll
+  for (int off = LPK; off < 32; off <<= 1) {
+#pragma unroll
+    for (int h = 0; h < GROUP; ++h) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m[h], off), l2 = __shfl_xor_sync(0xffffffffu, l[h], off);
+      const float mn = fmaxf(m[h], m2);
+      const float c1 = mn == -INFINITY ? 0.f : __expf(m[h] - mn), c2 = mn == -INFINITY ? 0.f : __expf(m2 - mn);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[h][i] = acc[h][i] * c1 + __shfl_xor_sync(0xffffffffu, acc[h][i], off) * c2;
+      l[h] = l[h] * c1 + l2 * c2;
+      m[h] = mn;
+    }
+  }
+  if (lane < LPK) {
+#pragma unroll
+    for (int h = 0; h < GROUP; ++h) {
+      if (lane == 0) { wm[warp][h] = m[h]; wl[warp][h] = l[h]; }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) wo[warp][h][part * 8 + i] = acc[h][i];
+    }
+  }
+  __syncthreads();
+  // merge the warps; write this split's partial
+  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) {
+    const int h = i / HEAD_DIM, d = i % HEAD_DIM;
+    float mx = -INFINITY;
+    for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, wm[w][h]);
+    float lsum = 0.f, o = 0.f;
+    for (int w = 0; w < WARPS; ++w) {
+      const float c = mx == -INFINITY ? 0.f : __expf(wm[w][h] - mx);
+      lsum += wl[w][h] * c;
+      o += wo[w][h][d] * c;
+    }
+    const size_t slot = ((size_t)g * SPLITS + split) * GROUP + h;
+    part_o[slot * HEAD_DIM + d] = o;
+    if (d == 0) { part_ml[slot * 2] = mx; part_ml[slot * 2 + 1] = lsum; }
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&counters[g], 1u) == SPLITS - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // the last block of KV head g combines the SPLITS partials of its GROUP heads
+  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) {
+    const int h = i / HEAD_DIM, d = i % HEAD_DIM;
+    float mx = -INFINITY;
+    for (int s = 0; s < SPLITS; ++s) mx = fmaxf(mx, __ldcg(part_ml + (((size_t)g * SPLITS + s) * GROUP + h) * 2));
+    float lsum = 0.f, o = 0.f;
+    for (int s = 0; s < SPLITS; ++s) {
+      const size_t slot = ((size_t)g * SPLITS + s) * GROUP + h;
+      const float ms = __ldcg(part_ml + slot * 2);
+      const float c = ms == -INFINITY ? 0.f : __expf(ms - mx);
+      lsum += __ldcg(part_ml + slot * 2 + 1) * c;
+      o += __ldcg(part_o + slot * HEAD_DIM + d) * c;
+    }
+    out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
+  }
+  if (threadIdx.x == 0) counters[g] = 0;  // ready for the next layer
+}
+
+}  // namespace kiec

@@ -1,0 +1,71 @@
+// Shared device helpers and the step state every kernel of a decode step reads.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace kiec {
+
+// Lives in device memory; the step's kernels read pos and token from here, so that one captured CUDA
+// graph serves every position. The host writes it only between replays.
+struct StepState {
+  int pos;                       // position of the token being decoded
+  int n_prompt;                  // tokens[0 .. n_prompt) are the prompt
+  int n_steps;                   // steps requested in this generation (advance stops at the last)
+  int _pad;
+  unsigned long long argmax;     // packed (ordered float, ~index) of the LM head's maximum
+};
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the whole block; every thread gets the result. `scratch` holds one float per warp.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float t = 0.f;
+  for (int w = 0; w < nwarps; ++w) t += scratch[w];
+  return t;
+}
+
+template <typename T> __device__ __forceinline__ float to_float(T v);
+template <> __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_float(float v) { return v; }
+
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ __nv_bfloat16 from_float(float v) { return __float2bfloat16(v); }
+template <> __device__ __forceinline__ __half from_float(float v) { return __float2half(v); }
+
+// 8 consecutive 16-bit values (one 16-byte load) widened to float.
+template <typename T>
+__device__ __forceinline__ void unpack8(const uint4& raw, float* out) {
+  const T* v = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) out[i] = to_float<T>(v[i]);
+}
+
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+  // weights are read once per token: keep them out of L1
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+
+// Order-preserving map of a float to unsigned, packed with the inverted index so that a plain
+// max picks the largest value and, among equal values, the smallest index (torch.argmax's rule).
+__device__ __forceinline__ unsigned long long argmax_key(float v, int index) {
+  unsigned int u = __float_as_uint(v);
+  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<unsigned long long>(u) << 32) | static_cast<unsigned int>(~static_cast<unsigned int>(index));
+}
+
+__device__ __forceinline__ int argmax_index(unsigned long long key) {
+  return static_cast<int>(~static_cast<unsigned int>(key & 0xffffffffull));
+}
+
+}  // namespace kiec

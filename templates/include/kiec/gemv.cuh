@@ -1,0 +1,96 @@
+// GEMV y = W x for batch-1 decode, with the norm as prologue and elementwise work as epilogue.
+//
+// W is [rows, K] row-major in T (bf16/fp16). Each warp owns ROWS outputs at a time and streams their weight
+// rows with 16-byte loads, lane l taking chunks l, l+32, ...; U chunks per row are loaded before the first
+// use so that several loads are in flight. x (after the prologue) sits in shared memory as float.
+#pragma once
+#include "common.cuh"
+
+namespace kiec {
+
+enum Epilogue { EPI_STORE = 0, EPI_RESIDUAL = 1, EPI_SILU_MUL = 2, EPI_ARGMAX = 3 };
+
+template <typename T, int K, int WARPS, int ROWS, bool NORM, int EPI, bool BIAS>
+__global__ void __launch_bounds__(WARPS * 32)
+gemv_kernel(const T* __restrict__ W, const T* __restrict__ bias, const float* __restrict__ x,
+            const T* __restrict__ norm_w, float eps, float* __restrict__ y, int n_out, StepState* st) {
+  static_assert(K % 8 == 0, "K must be a multiple of 8 (16-byte loads)");
+  constexpr int CHUNKS = K / 8, ITERS = (CHUNKS + 31) / 32, U = 4;
+  constexpr int NR = EPI == EPI_SILU_MUL ? 2 * ROWS : ROWS;  // weight rows per warp pass
+  extern __shared__ float xs[];
+  __shared__ float red[WARPS];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < K; i += WARPS * 32) {
+    const float v = x[i];
+    xs[i] = v;
+    ss += v * v;
+  }
+  if (NORM) {
+    const float scale = rsqrtf(block_sum(ss, red) / K + eps);
+    for (int i = threadIdx.x; i < K; i += WARPS * 32) xs[i] = xs[i] * scale * to_float<T>(norm_w[i]);
+  }
+  __syncthreads();
+
+  unsigned long long best = 0ull;
+  for (int o0 = (blockIdx.x * WARPS + warp) * ROWS; o0 < n_out; o0 += gridDim.x * WARPS * ROWS) {
+    const T* wrow[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      const int o = min(o0 + (r % ROWS), n_out - 1);  // clamp the tail; its result is discarded
+      wrow[r] = W + (size_t)(r >= ROWS ? o + n_out : o) * K;
+    }
+    float acc[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) acc[r] = 0.f;
+#pragma unroll
+    for (int it0 = 0; it0 < ITERS; it0 += U) {
+      uint4 raw[U][NR];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = (it0 + u) * 32 + lane;
+#pragma unroll
+        for (int r = 0; r < NR; ++r)
+          raw[u][r] = (it0 + u < ITERS && c < CHUNKS) ? load_stream(wrow[r] + c * 8) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = (it0 + u) * 32 + lane;
+        if (it0 + u < ITERS && c < CHUNKS) {
+          const float4 xa = *reinterpret_cast<const float4*>(xs + c * 8);
+          const float4 xb = *reinterpret_cast<const float4*>(xs + c * 8 + 4);
+          const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+          for (int r = 0; r < NR; ++r) {
+            float w[8];
+            unpack8<T>(raw[u][r], w);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) acc[r] = fmaf(w[i], xv[i], acc[r]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < NR; ++r) acc[r] = warp_sum(acc[r]);
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        const int o = o0 + r;
+        if (o >= n_out) break;
+        float v = acc[r] + (BIAS ? to_float<T>(bias[o]) : 0.f);
+        if (EPI == EPI_STORE) y[o] = v;
+        if (EPI == EPI_RESIDUAL) y[o] += v;
+        if (EPI == EPI_SILU_MUL) y[o] = v / (1.f + expf(-v)) * acc[r + ROWS];
+        if (EPI == EPI_ARGMAX) {
+          y[o] = v;
+          const unsigned long long k = argmax_key(v, o);
+          best = k > best ? k : best;
+        }
+      }
+    }
+  }
+  if (EPI == EPI_ARGMAX && lane == 0 && best) atomicMax(&st->argmax, best);
+}
+
+}  // namespace kiec

@@ -1,0 +1,216 @@
+// Host side of a compiled model: the C ABI that libkiec_model.so exports. The generated model.cu defines
+// the model's constants and enqueue_step() (its kernel launches), then includes this file.
+#pragma once
+#include <cuda_runtime.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <string>
+
+#include "common.cuh"
+
+namespace kiec {
+
+struct Ctx {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  char* weights = nullptr;   // packed weights, layout of weights.bin
+  float* arena = nullptr;    // activations and scratch (planned offsets)
+  char* kv = nullptr;        // KV cache, [layers][2][kv_heads][max_seq][head_dim]
+  unsigned int* counters = nullptr;
+  StepState* st = nullptr;
+  int* tokens = nullptr;     // device: prompt, then the generated tokens fed back
+  int* host_tokens = nullptr;  // mapped pinned: the token produced at each position
+  int* host_tokens_dev = nullptr;
+  cudaGraphExec_t graph = nullptr;
+};
+
+static thread_local std::string g_error;
+
+static int fail(const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  g_error = buf;
+  return -1;
+}
+
+#define KIEC_CHECK(call)                                                                          \
+  do {                                                                                            \
+    cudaError_t e_ = (call);                                                                      \
+    if (e_ != cudaSuccess) return fail("%s failed: %s (%s:%d)", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+  } while (0)
+
+}  // namespace kiec
+
+static void enqueue_step(kiec::Ctx* c, cudaStream_t s);
+static int configure_kernels();
+
+extern "C" {
+
+const char* kiec_last_error() { return kiec::g_error.c_str(); }
+int kiec_abi_version() { return 1; }
+long long kiec_weight_bytes() { return KIEC_WEIGHT_BYTES; }
+int kiec_max_seq_len() { return KIEC_MAX_SEQ; }
+int kiec_vocab_size() { return KIEC_VOCAB; }
+
+static int load_weights(kiec::Ctx* c, const char* path) {
+  using namespace kiec;
+  FILE* f = fopen(path, "rb");
+  if (!f) return fail("%s: cannot open", path);
+  fseek(f, 0, SEEK_END);
+  long long size = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  if (size != KIEC_WEIGHT_BYTES) {
+    fclose(f);
+    return fail("%s: %lld bytes, this artifact's code expects %lld", path, size, (long long)KIEC_WEIGHT_BYTES);
+  }
+  const size_t chunk = 64ull << 20;
+  void* staging = nullptr;
+  if (cudaMallocHost(&staging, chunk) != cudaSuccess) { fclose(f); return fail("cannot allocate pinned staging memory"); }
+  for (long long off = 0; off < size; off += chunk) {
+    size_t n = (size_t)((size - off) < (long long)chunk ? (size - off) : chunk);
+    if (fread(staging, 1, n, f) != n) { fclose(f); cudaFreeHost(staging); return fail("%s: short read at %lld", path, off); }
+    cudaError_t e = cudaMemcpy(c->weights + off, staging, n, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) { fclose(f); cudaFreeHost(staging); return fail("copying weights: %s", cudaGetErrorString(e)); }
+  }
+  fclose(f);
+  cudaFreeHost(staging);
+  return 0;
+}
+
+static int check_device(int device) {
+  using namespace kiec;
+  int n = 0;
+  KIEC_CHECK(cudaGetDeviceCount(&n));
+  if (device < 0 || device >= n) return fail("device %d does not exist (%d GPUs)", device, n);
+  cudaDeviceProp p;
+  KIEC_CHECK(cudaGetDeviceProperties(&p, device));
+  if (p.major * 10 + p.minor != KIEC_ARCH)
+    return fail("GPU %d (%s) is sm_%d%d; this artifact was built for sm_%d", device, p.name, p.major, p.minor, KIEC_ARCH);
+  KIEC_CHECK(cudaSetDevice(device));
+  size_t free_b = 0, total_b = 0;
+  KIEC_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const unsigned long long need = KIEC_WEIGHT_BYTES + KIEC_KV_BYTES + KIEC_ARENA_FLOATS * 4ull + (64ull << 20);
+  if (need > free_b)
+    return fail("GPU %d: the model needs %llu bytes, %zu are free", device, need, free_b);
+  return 0;
+}
+
+void kiec_destroy(void* h);
+
+void* kiec_create(const char* weights_path, int device) {
+  using namespace kiec;
+  if (check_device(device)) return nullptr;
+  Ctx* c = new Ctx();
+  c->device = device;
+  auto bad = [&](int rc) { if (rc) { std::string e = g_error; kiec_destroy(c); g_error = e; } return rc; };
+#define TRY(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { fail("%s: %s", #call, cudaGetErrorString(e_)); bad(-1); return nullptr; } } while (0)
+  TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  TRY(cudaMalloc(&c->weights, KIEC_WEIGHT_BYTES));
+  TRY(cudaMalloc(&c->arena, KIEC_ARENA_FLOATS * sizeof(float)));
+  TRY(cudaMalloc(&c->kv, KIEC_KV_BYTES));
+  TRY(cudaMalloc(&c->counters, 1024 * sizeof(unsigned int)));
+  TRY(cudaMemset(c->counters, 0, 1024 * sizeof(unsigned int)));
+  TRY(cudaMalloc(&c->st, sizeof(StepState)));
+  TRY(cudaMalloc(&c->tokens, (KIEC_MAX_SEQ + 1) * sizeof(int)));
+  TRY(cudaHostAlloc(&c->host_tokens, (KIEC_MAX_SEQ + 1) * sizeof(int), cudaHostAllocMapped));
+  TRY(cudaHostGetDevicePointer(&c->host_tokens_dev, c->host_tokens, 0));
+  if (bad(load_weights(c, weights_path))) return nullptr;
+  // Poison: NaN activations and KV cache, so that a read of anything not yet written shows.
+  TRY(cudaMemset(c->arena, 0xff, KIEC_ARENA_FLOATS * sizeof(float)));
+  TRY(cudaMemset(c->kv, 0xff, KIEC_KV_BYTES));
+  if (configure_kernels()) { fail("cudaFuncSetAttribute failed for a kernel (shared memory above the device limit?)"); bad(-1); return nullptr; }
+  cudaGraph_t g;
+  TRY(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+  enqueue_step(c, c->stream);
+  TRY(cudaStreamEndCapture(c->stream, &g));
+  TRY(cudaGraphInstantiate(&c->graph, g, 0));
+  cudaGraphDestroy(g);
+#undef TRY
+  return c;
+}
+
+void kiec_destroy(void* h) {
+  kiec::Ctx* c = static_cast<kiec::Ctx*>(h);
+  if (!c) return;
+  if (c->graph) cudaGraphExecDestroy(c->graph);
+  cudaFree(c->weights); cudaFree(c->arena); cudaFree(c->kv); cudaFree(c->counters); cudaFree(c->st);
+  cudaFree(c->tokens);
+  if (c->host_tokens) cudaFreeHost(c->host_tokens);
+  if (c->stream) cudaStreamDestroy(c->stream);
+  delete c;
+}
+
+// Queue n_prompt + max_new - 1 replays of the step; returns at once. The token made at position p
+// appears in kiec_host_tokens(h)[p] (initialized to -1) as soon as its step ends.
+int kiec_launch(void* h, const int* prompt, int n_prompt, int max_new) {
+  using namespace kiec;
+  Ctx* c = static_cast<Ctx*>(h);
+  if (n_prompt < 1) return fail("the prompt is empty");
+  if (max_new < 1) return fail("max_new_tokens must be at least 1");
+  if (n_prompt + max_new > KIEC_MAX_SEQ)
+    return fail("prompt (%d) + max_new_tokens (%d) exceeds max_seq_len %d", n_prompt, max_new, KIEC_MAX_SEQ);
+  for (int i = 0; i < n_prompt; ++i)
+    if (prompt[i] < 0 || prompt[i] >= KIEC_VOCAB) return fail("prompt token %d at index %d is out of range [0, %d)", prompt[i], i, KIEC_VOCAB);
+  KIEC_CHECK(cudaStreamSynchronize(c->stream));
+  for (int i = 0; i <= KIEC_MAX_SEQ; ++i) c->host_tokens[i] = -1;
+  StepState s = {0, n_prompt, n_prompt + max_new - 1, 0, 0ull};
+  KIEC_CHECK(cudaMemcpyAsync(c->tokens, prompt, n_prompt * sizeof(int), cudaMemcpyHostToDevice, c->stream));
+  KIEC_CHECK(cudaMemcpyAsync(c->st, &s, sizeof s, cudaMemcpyHostToDevice, c->stream));
+  for (int i = 0; i < n_prompt + max_new - 1; ++i) KIEC_CHECK(cudaGraphLaunch(c->graph, c->stream));
+  return 0;
+}
+
+volatile int* kiec_host_tokens(void* h) { return static_cast<kiec::Ctx*>(h)->host_tokens; }
+
+int kiec_sync(void* h) {
+  using namespace kiec;
+  KIEC_CHECK(cudaStreamSynchronize(static_cast<kiec::Ctx*>(h)->stream));
+  KIEC_CHECK(cudaGetLastError());
+  return 0;
+}
+
+// One step at (token, pos) on the current cache; copies the logits out. For tests and Engine.step.
+int kiec_step(void* h, int token, int pos, float* logits) {
+  using namespace kiec;
+  Ctx* c = static_cast<Ctx*>(h);
+  if (token < 0 || token >= KIEC_VOCAB) return fail("token id %d is out of range [0, %d)", token, KIEC_VOCAB);
+  if (pos < 0 || pos >= KIEC_MAX_SEQ) return fail("position %d is past max_seq_len %d", pos, KIEC_MAX_SEQ);
+  StepState s = {pos, pos + 1, pos + 1, 0, 0ull};
+  KIEC_CHECK(cudaMemcpyAsync(c->tokens + pos, &token, sizeof(int), cudaMemcpyHostToDevice, c->stream));
+  KIEC_CHECK(cudaMemcpyAsync(c->st, &s, sizeof s, cudaMemcpyHostToDevice, c->stream));
+  KIEC_CHECK(cudaGraphLaunch(c->graph, c->stream));
+  if (logits)
+    KIEC_CHECK(cudaMemcpyAsync(logits, c->arena + KIEC_LOGITS_OFFSET, KIEC_VOCAB * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
+  KIEC_CHECK(cudaStreamSynchronize(c->stream));
+  return 0;
+}
+
+// Time `steps` replays of the step graph (after `warmup`), positions continuing from `pos`; ms per step.
+float kiec_time_steps(void* h, int pos, int warmup, int steps) {
+  using namespace kiec;
+  Ctx* c = static_cast<Ctx*>(h);
+  if (pos + warmup + steps > KIEC_MAX_SEQ) { fail("timing past max_seq_len"); return -1.f; }
+  StepState s = {pos, 0, 0, 0, 0ull};
+  const int token = 0;  // the first step's input; later ones feed back
+  cudaMemcpyAsync(c->tokens + pos, &token, sizeof token, cudaMemcpyHostToDevice, c->stream);
+  cudaMemcpyAsync(c->st, &s, sizeof s, cudaMemcpyHostToDevice, c->stream);
+  for (int i = 0; i < warmup; ++i) cudaGraphLaunch(c->graph, c->stream);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a); cudaEventCreate(&b);
+  cudaEventRecord(a, c->stream);
+  for (int i = 0; i < steps; ++i) cudaGraphLaunch(c->graph, c->stream);
+  cudaEventRecord(b, c->stream);
+  cudaEventSynchronize(b);
+  float ms = 0.f;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a); cudaEventDestroy(b);
+  if (cudaGetLastError() != cudaSuccess) { fail("timing failed"); return -1.f; }
+  return ms / steps;
+}
+
+}  // extern "C"
