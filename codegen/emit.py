@@ -118,6 +118,8 @@ def emit(program: Program, dtype: str, max_seq_len: int, target: TargetParams, h
                             f"(const {ctype}*){lay.param(k.table)}, {dim}, c->tokens, {buf(k.out)}, c->st)")
             src.kernels.append(dict(name=k.name, family="embed", bytes=dim * esize * 2))
         elif isinstance(k, GemvKernel):
+            if k.k % 8:
+                raise ValueError(f"{k.name}: K = {k.k} is not a multiple of 8 (the GEMV reads 16-byte vectors)")
             where[k.out] = {"store": "qkv", "silu_mul": "act", "argmax": "logits", "residual": "x"}[k.epilogue]
             if k.epilogue == "residual" and where.get(k.residual) != "x":
                 raise ValueError(f"{k.name}: the residual input %{k.residual} is not the residual stream")
@@ -142,6 +144,8 @@ def emit(program: Program, dtype: str, max_seq_len: int, target: TargetParams, h
             rows = k.n_out * (2 if k.epilogue == "silu_mul" else 1)
             src.kernels.append(dict(name=k.name, family="gemv", spec=spec, bytes=rows * k.k * esize))
         elif isinstance(k, AttentionKernel):
+            if k.head_dim % 8 or 32 % (k.head_dim // 8):
+                raise ValueError(f"{k.name}: head_dim {k.head_dim} has no attention kernel (kiec has 16, 32, 64, 128, 256)")
             where[k.attention.out] = "attn"
             a, r = k.attention, k.rope
             group = k.n_heads // k.kv_heads

@@ -112,7 +112,10 @@ def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90
         except Unscheduled as e:
             raise KiecError(f"{model.source}: {e}") from None
         header = f"kiec {model.name} {dtype} {arch} max_seq_len={model.max_seq_len} mode={mode} tp={tp}"
-        src = emit(program, dtype, model.max_seq_len, tp_, header)
+        try:
+            src = emit(program, dtype, model.max_seq_len, tp_, header)
+        except ValueError as e:
+            raise KiecError(f"{model.source}: {e}") from None
         for name, text in src.files.items():
             with open(os.path.join(tmp, "src", name), "w") as fh:
                 fh.write(text)

@@ -35,5 +35,115 @@ def inspect(model, as_json, context, bandwidth, dtype, max_seq_len):
     click.echo(json.dumps(s.to_dict(), indent=2) if as_json else format_summary(s))
 
 
+DTYPES = {"bf16": "bf16", "fp16": "f16"}
+
+
+@main.command()
+@click.argument("model")
+@click.option("-o", "--out", "out_dir", required=True, help="Artifact directory to write.")
+@click.option("--target", type=click.Choice(["cuda", "hip"]), default="cuda", show_default=True)
+@click.option("--arch", default="sm_90", show_default=True)
+@click.option("--tp", default=1, show_default=True, help="Tensor-parallel GPUs.")
+@click.option("--mode", type=click.Choice(["graph", "persistent"]), default="graph", show_default=True)
+@click.option("--dtype", type=click.Choice(list(DTYPES)), default="bf16", show_default=True)
+@click.option("--max-seq-len", type=int, default=None, help="KV-cache length (default: min(model's, 4096)).")
+@click.option("--dump-ir", is_flag=True, help="Write the IR after each pass to OUT/ir/NN_pass.kir.")
+def compile(model, out_dir, target, arch, tp, mode, dtype, max_seq_len, dump_ir):
+    """Compile MODEL into an artifact directory (needs nvcc; no GPU)."""
+    from kiec.build import check_toolchain, compile as build
+    from kiec.frontend import load
+
+    try:
+        check_toolchain(target, arch)  # before anything is loaded or written
+        m = load(model, max_seq_len=max_seq_len)
+        path = build(m, out_dir, target=target, arch=arch, tp=tp, mode=mode, dtype=DTYPES[dtype], dump_ir=dump_ir)
+    except KiecError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(path)
+
+
+def _tokenizer(manifest: dict):
+    tok = manifest.get("tokenizer")
+    if not tok:
+        raise click.ClickException("this artifact has no tokenizer (a registry model): use --prompt-ids")
+    try:
+        import transformers
+    except ImportError:
+        raise click.ClickException("text prompts need the transformers package; or use --prompt-ids") from None
+    if tok["kind"] == "gguf":
+        import os
+        return transformers.AutoTokenizer.from_pretrained(os.path.dirname(tok["path"]),
+                                                          gguf_file=os.path.basename(tok["path"]))
+    return transformers.AutoTokenizer.from_pretrained(tok["path"])
+
+
+@main.command()
+@click.argument("artifact")
+@click.option("--prompt", default=None, help="Text; the model's chat template is applied when it has one.")
+@click.option("--prompt-ids", default=None, help="Comma-separated token ids.")
+@click.option("--max-new-tokens", default=128, show_default=True)
+@click.option("--device", default=0, show_default=True)
+def run(artifact, prompt, prompt_ids, max_new_tokens, device):
+    """Generate from a compiled ARTIFACT, streaming the text as it comes."""
+    import time
+
+    from kiec.runtime import Engine
+
+    if (prompt is None) == (prompt_ids is None):
+        raise click.UsageError("give exactly one of --prompt and --prompt-ids")
+    try:
+        eng = Engine(artifact, device)
+        tok = None
+        if prompt is not None:
+            tok = _tokenizer(eng.manifest)
+            if tok.chat_template:
+                ids = list(tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                                   tokenize=True, return_dict=True)["input_ids"])
+            else:
+                ids = tok.encode(prompt)
+        else:
+            ids = [int(t) for t in prompt_ids.split(",")]
+        if len(ids) + max_new_tokens > eng.max_seq_len:
+            raise KiecError(f"prompt ({len(ids)} tokens) + --max-new-tokens {max_new_tokens} exceeds the artifact's "
+                            f"max_seq_len {eng.max_seq_len}")
+        eos = set(eng.manifest.get("eos_token_ids") or [])
+        out, t0 = [], time.perf_counter()
+        for t in eng.stream(ids, max_new_tokens):
+            out.append(t)
+            click.echo(tok.decode([t]) if tok else f"{t},", nl=False)
+            if t in eos:
+                break
+        dt = time.perf_counter() - t0
+    except KiecError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo("")
+    n = len(out)
+    click.echo(f"[{len(ids)} prompt tokens, {n} new; first token {eng.last_ttft_s * 1e3:.1f} ms; "
+               f"{(n - 1) / max(dt - eng.last_ttft_s, 1e-9):.0f} tok/s after it]", err=True)
+
+
+@main.command()
+@click.argument("target")
+@click.option("--vs", default="eager,torch-compile", show_default=True, help="Peers: eager, torch-compile.")
+@click.option("--prompt-len", default=32, show_default=True)
+@click.option("--new-tokens", default=256, show_default=True)
+@click.option("--context", default=0, show_default=True, help="Tokens already in the KV cache when timing starts.")
+@click.option("--json", "json_path", default=None, help="Also write the results to this JSON file.")
+@click.option("--work-dir", default="build/bench", show_default=True, help="Where a MODEL is compiled.")
+def bench(target, vs, prompt_len, new_tokens, context, json_path, work_dir):
+    """Side-by-side decode benchmark of an artifact DIR or a MODEL, with MBU against the measured ceiling."""
+    from kiec.bench import format_table, run_bench
+
+    peers = [p for p in vs.split(",") if p]
+    bad = [p for p in peers if p not in ("eager", "torch-compile")]
+    if bad:
+        raise click.UsageError(f"--vs: unknown peer {bad[0]!r} (eager, torch-compile)")
+    try:
+        rep = run_bench(target, peers, prompt_len, new_tokens, context, work_dir, json_path)
+    except KiecError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(format_table(rep))
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -13,7 +13,7 @@ FAMILIES = {
         "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
         "original_max_position_embeddings": 32})),
     "qwen2": ("Qwen2Config", dict(tie_word_embeddings=False, rope_theta=1000000.0)),
-    "qwen3": ("Qwen3Config", dict(tie_word_embeddings=True, head_dim=24, rope_theta=1000000.0)),
+    "qwen3": ("Qwen3Config", dict(tie_word_embeddings=True, head_dim=32, rope_theta=1000000.0)),
     "mistral": ("MistralConfig", dict(tie_word_embeddings=False, sliding_window=5, rope_theta=10000.0)),
 }
 

@@ -44,8 +44,8 @@ def test_cli_inspect_registry_and_hf_dir(tmp_path):
     r = runner.invoke(main, ["inspect", str(tmp_path), "--json", "--context", "10"])
     assert r.exit_code == 0, r.output
     s = json.loads(r.output)
-    assert s["arch"] == "qwen3" and s["head_dim"] == 24 and s["dtype"] == "f32"
-    assert s["kv_bytes"] == 2 * 2 * 2 * 24 * 11 * 4
+    assert s["arch"] == "qwen3" and s["head_dim"] == 32 and s["dtype"] == "f32"
+    assert s["kv_bytes"] == 2 * 2 * 2 * 32 * 11 * 4
     assert s["op_counts"]["RMSNorm"] == 2 * 4 + 1
 
 

@@ -1,0 +1,1 @@
+"""Baselines kiec is measured against (torch eager, torch.compile) and RESULTS.md."""

@@ -1,0 +1,198 @@
+"""`kiec bench`: kiec against torch eager and torch.compile on the same model, weights and GPU, in one
+process, with the memory ceilings measured in the same run. Prints ms/token (median, p10, p90), tok/s,
+MBU (bytes read per token / time / measured read ceiling), prefill time and the ratios."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Stats:
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+
+    @staticmethod
+    def of(samples_ms) -> "Stats":
+        a = np.asarray(samples_ms, dtype=np.float64)
+        if a.size == 0 or not np.isfinite(a).all():
+            raise ValueError("timing samples must be finite and non-empty")
+        return Stats(float(np.median(a)), float(np.percentile(a, 10)), float(np.percentile(a, 90)))
+
+
+@dataclass
+class Row:
+    name: str
+    stats: Stats
+    bytes_per_token: int
+    ceiling_tbps: float
+    prefill_ms: float | None = None
+
+    @property
+    def tok_s(self) -> float:
+        return 1e3 / self.stats.median_ms
+
+    @property
+    def mbu(self) -> float:
+        return self.bytes_per_token / (self.stats.median_ms * 1e-3) / (self.ceiling_tbps * 1e12)
+
+
+@dataclass
+class Report:
+    header: dict
+    ceilings: dict  # read_tbps, copy_tbps
+    rows: list[Row] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        base = self.rows[0] if self.rows else None
+        return dict(header=self.header, ceilings=self.ceilings, rows=[
+            dict(name=r.name, **asdict(r.stats), tok_s=r.tok_s, mbu=r.mbu, bytes_per_token=r.bytes_per_token,
+                 prefill_ms=r.prefill_ms, speedup_of_first=(r.stats.median_ms / base.stats.median_ms) if base else None)
+            for r in self.rows])
+
+
+def format_table(rep: Report) -> str:
+    h = rep.header
+    lines = [f"model {h['model']} | {h['dtype']} | context {h['context']} | prompt {h['prompt_len']} + "
+             f"{h['new_tokens']} new | {h['gpu']} | driver {h['driver']} | torch {h['torch']} | kiec {h['commit']}",
+             f"read ceiling {rep.ceilings['read_tbps']:.2f} TB/s, copy {rep.ceilings['copy_tbps']:.2f} TB/s; "
+             f"bytes/token {rep.rows[0].bytes_per_token / 1e9:.3f} GB" if rep.rows else "",
+             f"{'engine':<16}{'ms/tok med':>11}{'p10':>8}{'p90':>8}{'tok/s':>9}{'MBU':>7}{'prefill ms':>12}{'kiec is':>10}"]
+    first = rep.rows[0] if rep.rows else None
+    for r in rep.rows:
+        ratio = f"{r.stats.median_ms / first.stats.median_ms:.2f}x" if first and r is not first else ""
+        pre = f"{r.prefill_ms:.2f}" if r.prefill_ms is not None else "-"
+        lines.append(f"{r.name:<16}{r.stats.median_ms:>11.3f}{r.stats.p10_ms:>8.3f}{r.stats.p90_ms:>8.3f}"
+                     f"{r.tok_s:>9.0f}{r.mbu * 100:>6.1f}%{pre:>12}{ratio:>10}")
+    return "\n".join(lines)
+
+
+def git_commit() -> str:
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        return subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+# ---------------------------------------------------------------------------------------------- GPU side
+
+
+def _events_ms(fn, reps: int) -> list[float]:
+    import torch
+    out = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b))
+    return out
+
+
+def measure_ceilings(gb: float = 4.0) -> dict:
+    """Streaming read (a sum over `gb` GB, bytes read / time) and device-to-device copy (read + written)."""
+    import torch
+    n = int(gb * 1e9) // 4
+    x = torch.rand(n, device="cuda")
+    y = torch.empty_like(x)
+    for _ in range(3):
+        x.sum(); y.copy_(x)
+    read = float(np.median(_events_ms(lambda: x.sum(), 20)))
+    copy = float(np.median(_events_ms(lambda: y.copy_(x), 20)))
+    del x, y
+    torch.cuda.empty_cache()
+    return dict(read_tbps=n * 4 / (read * 1e-3) / 1e12, copy_tbps=2 * n * 4 / (copy * 1e-3) / 1e12, read_gb=n * 4 / 1e9)
+
+
+def time_kiec(artifact: str, prompt_len: int, new_tokens: int, context: int, chunk: int = 16) -> tuple[Stats, float]:
+    from kiec.runtime import Engine
+    eng = Engine(artifact)
+    prompt = list(np.random.default_rng(0).integers(0, eng.vocab_size, size=prompt_len))
+    for _ in eng.stream([int(t) for t in prompt], 2):  # warm-up and time to first token
+        pass
+    ttft_ms = eng.last_ttft_s * 1e3
+    start = max(context, prompt_len)
+    eng.time_steps(start, 8, warmup=8)
+    samples = [eng.time_steps(start + i * chunk, chunk, warmup=0) for i in range(max(1, new_tokens // chunk))]
+    eng.close()
+    return Stats.of(samples), ttft_ms
+
+
+def time_torch(model, compiled: bool, prompt_len: int, new_tokens: int, context: int, max_seq_len: int):
+    import torch
+
+    from kiec.baselines.torch_decoder import TorchDecoder, decode_fn
+    dec = TorchDecoder(model, max_seq_len)
+    step = decode_fn(dec, compiled)
+    prompt = torch.randint(0, model.config.vocab_size, (prompt_len,), device="cuda")
+    with torch.no_grad():
+        pre = _events_ms(lambda: dec(prompt, torch.arange(prompt_len, device="cuda")), 3)
+        tok = torch.zeros(1, dtype=torch.long, device="cuda")
+        start = max(context, prompt_len)
+        for i in range(8):  # warm-up (and compilation)
+            tok = step(tok, torch.tensor([start + i], device="cuda")).clone()
+        poss = [torch.tensor([start + i], device="cuda") for i in range(new_tokens)]
+        samples = []
+        for p in poss:
+            samples += _events_ms(lambda: step(tok, p), 1)
+    del dec, step
+    torch.cuda.empty_cache()
+    return Stats.of(samples), float(np.median(pre))
+
+
+def header(model_name: str, dtype: str, context: int, prompt_len: int, new_tokens: int) -> dict:
+    import torch
+    drv = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip().splitlines()
+    return dict(model=model_name, dtype=dtype, context=context, prompt_len=prompt_len, new_tokens=new_tokens,
+                gpu=torch.cuda.get_device_name(0), driver=drv[0] if drv else "?", torch=torch.__version__,
+                commit=git_commit(), python=platform.python_version())
+
+
+def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, context: int, work_dir: str,
+              json_path: str | None = None, log=lambda m: print(m, file=sys.stderr, flush=True)) -> Report:
+    import kiec
+    from kiec.summary import bytes_per_token
+
+    need = max(context, prompt_len) + new_tokens + 32
+    if os.path.isdir(target):
+        artifact = target
+        with open(os.path.join(target, "manifest.json")) as fh:
+            man = json.load(fh)
+        model = kiec.load(man["source"], dtype="bf16", max_seq_len=man["max_seq_len"])
+        if man["max_seq_len"] < need:
+            raise kiec.KiecError(f"{target}: max_seq_len {man['max_seq_len']} < the {need} positions this bench needs")
+    else:
+        model = kiec.load(target, dtype="bf16", max_seq_len=need)
+        artifact = os.path.join(work_dir, model.name)
+        log(f"compiling {target} -> {artifact}")
+        kiec.compile(model, artifact)
+    nbytes = bytes_per_token(model.graph, context=max(context, prompt_len) + new_tokens // 2).read
+    log("measuring the memory ceilings")
+    ceil = measure_ceilings()
+    rep = Report(header(model.name, "bf16", context, prompt_len, new_tokens), ceil)
+    log("timing kiec")
+    stats, ttft = time_kiec(artifact, prompt_len, new_tokens, context)
+    rep.rows.append(Row("kiec (graph)", stats, nbytes, ceil["read_tbps"], ttft))
+    for peer in vs:
+        log(f"timing {peer}")
+        try:
+            s, pre = time_torch(model, peer == "torch-compile", prompt_len, new_tokens, context, need)
+        except NotImplementedError as e:
+            log(f"{peer}: skipped ({e})")
+            continue
+        rep.rows.append(Row(peer, s, nbytes, ceil["read_tbps"], pre))
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(rep.to_dict(), fh, indent=1)
+    return rep

@@ -1,0 +1,49 @@
+"""kiec bench on the CPU side: statistics, the table and JSON, and the torch baseline's numerics."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import kiec
+from kiec.baselines.torch_decoder import TorchDecoder
+from kiec.bench import Report, Row, Stats, format_table
+
+
+def test_stats_are_median_p10_p90():
+    s = Stats.of([5.0, 1.0, 2.0, 4.0, 3.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0])
+    assert (s.median_ms, s.p10_ms, s.p90_ms) == (6.0, 2.0, 10.0)
+    with pytest.raises(ValueError):
+        Stats.of([1.0, float("nan")])
+
+
+def test_table_and_json_agree():
+    hdr = dict(model="llama-3.2-1b", dtype="bf16", context=0, prompt_len=32, new_tokens=256, gpu="NVIDIA H200",
+               driver="580", torch="2.11", commit="abc1234", python="3.12")
+    rep = Report(hdr, dict(read_tbps=4.6, copy_tbps=4.3))
+    nbytes = 2_471_632_896
+    rep.rows += [Row("kiec (graph)", Stats(1.0, 0.9, 1.1), nbytes, 4.6, 20.0),
+                 Row("torch-compile", Stats(2.0, 1.9, 2.2), nbytes, 4.6, 15.0)]
+    text = format_table(rep)
+    assert "llama-3.2-1b" in text and "NVIDIA H200" in text and "abc1234" in text
+    kiec_line = next(ln for ln in text.splitlines() if ln.startswith("kiec"))
+    assert "1000" in kiec_line and f"{nbytes / 1e-3 / 4.6e12 * 100:.1f}%" in kiec_line
+    assert "2.00x" in next(ln for ln in text.splitlines() if ln.startswith("torch-compile"))
+    d = json.loads(json.dumps(rep.to_dict()))
+    assert d["rows"][1]["speedup_of_first"] == 2.0
+    assert abs(d["rows"][0]["mbu"] - nbytes / 1e-3 / 4.6e12) < 1e-9
+    assert d["rows"][0]["tok_s"] == 1000.0
+
+
+def test_torch_baseline_equals_the_reference():
+    m = kiec.load("smollm2-135m", dtype="f32", max_seq_len=32)
+    dec = TorchDecoder(m, 32, device="cpu", dtype=torch.float32)
+    ref = kiec.Reference(m)
+    toks = np.random.default_rng().integers(0, m.config.vocab_size, size=6).tolist()
+    with torch.no_grad():
+        prefill = dec(torch.tensor(toks[:5]), torch.arange(5))[-1].numpy()
+        ours = [ref.step(t, p) for p, t in enumerate(toks)]
+        step = dec(torch.tensor(toks[5:]), torch.tensor([5]))[0].numpy()
+    scale = np.abs(ours[4]).max()
+    assert np.abs(prefill - ours[4]).max() <= 1e-4 * scale
+    assert np.abs(step - ours[5]).max() <= 1e-4 * scale

@@ -1,0 +1,88 @@
+"""Compiled artifacts on the GPU against the interpreter, within DESIGN.md's error budget:
+max|kiec - ref32| <= 2 * max|torch_bf16 - ref32| + floor, on fresh random tokens."""
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+import kiec
+from kiec.codegen import targets
+from tests.tiny_hf import FAMILIES, make_tiny_hf
+
+pytestmark = pytest.mark.gpu
+
+
+def budget_check(ours: np.ndarray, ref32: np.ndarray, same_dtype: np.ndarray, what: str, floor_rel: float = 1e-3):
+    err, base = np.abs(ours - ref32), np.abs(same_dtype - ref32).max()
+    bound = 2 * base + floor_rel * np.abs(ref32).max()
+    worst = np.unravel_index(err.argmax(), err.shape)
+    assert np.isfinite(ours).all(), f"{what}: non-finite output at {np.argwhere(~np.isfinite(ours))[:3].tolist()}"
+    assert err.max() <= bound, (f"{what}: max error {err.max():.4g} > budget {bound:.4g} (torch bf16 error {base:.4g}) "
+                                f"at {worst}: kiec {ours[worst]:.6g}, ref32 {ref32[worst]:.6g}")
+
+
+def check_against_interpreter(model, artifact, positions, device="cuda"):
+    eng = kiec.Engine(artifact)
+    ref32 = kiec.Reference(model, torch.float32, device)
+    ref16 = kiec.Reference(model, torch.bfloat16, device)
+    rng = np.random.default_rng()
+    tokens = rng.integers(0, model.config.vocab_size, size=positions).tolist()
+    ours, r32, r16 = [], [], []
+    for pos, tok in enumerate(tokens):
+        ours.append(eng.step(tok, pos))
+        r32.append(ref32.step(tok, pos))
+        r16.append(ref16.step(tok, pos))
+    return eng, np.stack(ours), np.stack(r32), np.stack(r16), tokens
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_tiny_family_logits_within_budget(tmp_path, family):
+    make_tiny_hf(tmp_path / "hf", family)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    art = kiec.compile(model, str(tmp_path / "art"))
+    eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
+    budget_check(ours, r32, r16, f"{family}: logits over 24 positions")
+    # the queued, fed-back path makes the same tokens as stepping one at a time
+    prompt = tokens[:5]
+    gen = eng.generate(prompt, max_new_tokens=12)
+    seq, expect = list(prompt), []
+    for pos in range(len(prompt) + 11):
+        logits = eng.step(seq[pos], pos)
+        if pos >= len(prompt) - 1:
+            expect.append(int(logits.argmax()))
+            seq.append(expect[-1])
+    assert gen == expect
+
+
+def test_llama_3_2_1b_random_weights_within_budget(tmp_path):
+    model = kiec.load("llama-3.2-1b", max_seq_len=512)
+    art = kiec.compile(model, str(tmp_path / "art"))
+    _, ours, r32, r16, _ = check_against_interpreter(model, art, positions=8)
+    budget_check(ours, r32, r16, "llama-3.2-1b: logits at 8 positions")
+
+
+def test_prompt_longer_than_max_seq_len_is_refused_before_gpu_work(tmp_path):
+    make_tiny_hf(tmp_path / "hf", "llama")
+    art = kiec.compile(kiec.load(str(tmp_path / "hf"), max_seq_len=16), str(tmp_path / "art"))
+    eng = kiec.Engine(art)
+    with pytest.raises(kiec.KiecError, match=r"prompt \(10\) \+ max_new_tokens \(8\) exceeds max_seq_len 16"):
+        eng.generate(list(range(10)), max_new_tokens=8)
+    with pytest.raises(kiec.KiecError, match=r"token id 256 is out of range"):
+        eng.step(256, 0)
+
+
+def test_artifact_for_another_arch_is_refused_at_load(tmp_path, monkeypatch):
+    sm89 = dataclasses.replace(targets.TARGETS["sm_90"], arch="sm_89", gencode="-gencode=arch=compute_89,code=sm_89")
+    monkeypatch.setitem(targets.TARGETS, "sm_89", sm89)
+    make_tiny_hf(tmp_path / "hf", "llama")
+    art = kiec.compile(kiec.load(str(tmp_path / "hf")), str(tmp_path / "art"), arch="sm_89")
+    with pytest.raises(kiec.KiecError, match=r"is sm_90; this artifact was built for sm_89"):
+        kiec.Engine(art)
+
+
+def test_not_enough_gpu_memory_names_the_bytes(tmp_path):
+    make_tiny_hf(tmp_path / "hf", "llama")
+    art = kiec.compile(kiec.load(str(tmp_path / "hf"), max_seq_len=1 << 30), str(tmp_path / "art"))
+    with pytest.raises(kiec.KiecError, match=r"the model needs \d+ bytes, \d+ are free"):
+        kiec.Engine(art)
