@@ -11,8 +11,8 @@ class TorchDecoder(torch.nn.Module):
     def __init__(self, model, max_seq_len: int, device="cuda", dtype=torch.bfloat16):
         super().__init__()
         cfg = self.cfg = model.config
-        if cfg.qk_norm or cfg.sliding_window or cfg.rope.partial_rotary_factor != 1.0:
-            raise NotImplementedError("the torch baseline covers Llama/Qwen2-style layers")
+        if cfg.sliding_window or cfg.rope.partial_rotary_factor != 1.0:
+            raise NotImplementedError("the torch baseline covers Llama/Qwen2/Qwen3-style layers")
         w = lambda n: model.weights[n].to(device=device, dtype=dtype)  # noqa: E731
         self.embed = w("model.embed_tokens.weight")
         self.lm_head = self.embed if cfg.tie_word_embeddings else w("lm_head.weight")
@@ -25,6 +25,8 @@ class TorchDecoder(torch.nn.Module):
             self.layers.append(dict(
                 ln1=w(p + "input_layernorm.weight"), qkv=qkv, qkv_bias=bias, o=w(p + "self_attn.o_proj.weight"),
                 ln2=w(p + "post_attention_layernorm.weight"),
+                q_norm=w(p + "self_attn.q_norm.weight") if cfg.qk_norm else None,
+                k_norm=w(p + "self_attn.k_norm.weight") if cfg.qk_norm else None,
                 gate_up=torch.cat([w(p + "mlp.gate_proj.weight"), w(p + "mlp.up_proj.weight")]),
                 down=w(p + "mlp.down_proj.weight")))
         shape = (cfg.num_kv_heads, max_seq_len, cfg.head_dim)
@@ -53,8 +55,11 @@ class TorchDecoder(torch.nn.Module):
             h = F.rms_norm(x, (x.shape[-1],), L["ln1"], cfg.rms_norm_eps)
             qkv = F.linear(h, L["qkv"], L["qkv_bias"])
             q, k, v = qkv.split([hq * dh, hkv * dh, hkv * dh], dim=-1)
-            q = self._rope(q.view(-1, hq, dh), pos)
-            k = self._rope(k.view(-1, hkv, dh), pos)
+            q, k = q.view(-1, hq, dh), k.view(-1, hkv, dh)
+            if cfg.qk_norm:
+                q = F.rms_norm(q, (dh,), L["q_norm"], cfg.rms_norm_eps)
+                k = F.rms_norm(k, (dh,), L["k_norm"], cfg.rms_norm_eps)
+            q, k = self._rope(q, pos), self._rope(k, pos)
             self.k_cache[i].index_copy_(1, pos, k.transpose(0, 1))
             self.v_cache[i].index_copy_(1, pos, v.view(-1, hkv, dh).transpose(0, 1))
             o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], self.k_cache[i][None], self.v_cache[i][None],

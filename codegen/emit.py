@@ -114,8 +114,9 @@ def emit(program: Program, dtype: str, max_seq_len: int, target: TargetParams, h
         if isinstance(k, EmbedKernel):
             where[k.out] = "x"
             dim = g.params[k.table].type.shape[1]
-            launches.append(f"kiec::embed_kernel<{ctype}><<<{(dim + 255) // 256}, 256, 0, s>>>("
-                            f"(const {ctype}*){lay.param(k.table)}, {dim}, c->tokens, {buf(k.out)}, c->st)")
+            vocab = g.params[k.table].type.shape[0]
+            launches.append(f"kiec::launch_pdl(kiec::embed_kernel<{ctype}>, dim3({(dim + 255) // 256}), dim3(256), 0, s, "
+                            f"(const {ctype}*){lay.param(k.table)}, {dim}, {vocab}, c->tokens, {buf(k.out)}, c->st)")
             src.kernels.append(dict(name=k.name, family="embed", bytes=dim * esize * 2))
         elif isinstance(k, GemvKernel):
             if k.k % 8:
@@ -132,7 +133,8 @@ def emit(program: Program, dtype: str, max_seq_len: int, target: TargetParams, h
                 src.files[f"{spec}_{target.arch.replace('_', '')}.cu"] = env.get_template("gemv.cu.j2").render(
                     spec=spec, ctype=ctype, k=k.k, warps=target.gemv_warps, rows=target.gemv_rows, norm=k.norm is not None,
                     epi_enum=EPILOGUES[k.epilogue], epilogue=k.epilogue, bias=bool(k.biases),
-                    threads=target.gemv_warps * 32, smem_bytes=k.k * 4)
+                    threads=target.gemv_warps * 32, smem_bytes=k.k * 4,
+                    prefetch=target.gemv_prefetch_iters(k.n_out, k.k, 2 if k.epilogue == "silu_mul" else 1))
                 decls[spec] = (f"void launch_{spec}(const void*, const void*, const float*, const void*, float, float*, "
                                f"int, kiec::StepState*, int, cudaStream_t)")
                 configures.append(f"configure_{spec}")
@@ -176,7 +178,8 @@ def emit(program: Program, dtype: str, max_seq_len: int, target: TargetParams, h
                 f"A({arena['part_ml']}), c->counters, {buf(a.out)}, c->st, s)")
             src.kernels.append(dict(name=k.name, family="attention", spec=spec, cache=cache,
                                     bytes_per_row=2 * k.kv_heads * k.head_dim * esize))
-    launches.append("kiec::advance_kernel<<<1, 1, 0, s>>>(c->st, c->tokens, c->host_tokens_dev)")
+    launches.append("kiec::launch_pdl(kiec::advance_kernel, dim3(1), dim3(1), 0, s, c->st, c->tokens, "
+                    "(volatile int*)c->host_tokens_dev)")
     src.weights = list(lay.entries.values())
     src.weight_bytes = lay.size
     src.files["model.cu"] = env.get_template("model.cu.j2").render(

@@ -5,12 +5,25 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PATH="$PATH:/usr/local/cuda/bin"
+[ -f .kiec_commit ] && export KIEC_COMMIT=$(cat .kiec_commit)  # the tree travels without .git
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv; git log -1 --oneline 2>/dev/null; } | tee "$OUT/env.txt"
-python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv; echo "kiec ${KIEC_COMMIT:-unknown}"; } | tee "$OUT/env.txt"
+# Carried extras: wheels (.whl/, e.g. gguf) and the real test model, which travels in parts (.carry/)
+# because one call carries at most 64 MB; `stage` only copies the parts it was given and exits.
+if ls .whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+mkdir -p /tmp/smol && cp .carry/smol.part* /tmp/smol/ 2> /dev/null
 mode=${1:-tests}; shift || true
+[ "$mode" = stage ] && { ls -la /tmp/smol; exit 0; }
+if [ -f /tmp/smol/smol.partaa ] && [ -f /tmp/smol/smol.partab ]; then
+  cat /tmp/smol/smol.parta? > /tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf
+  export KIEC_SMOLLM2_GGUF=/tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf
+fi
+python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
 if [ "$mode" = tests ]; then
-  timeout 420 python3 -m pytest -q -x -m gpu tests/gpu -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+  timeout 420 python3 -m pytest -q -x -s -m gpu tests/gpu -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" \
+    | grep -E "passed|failed|Error|error|assert|agreement|kiec:" | tail -30
 fi
 for spec in "$@"; do
   model=${spec%%:*}; ctx=0; [ "$spec" != "$model" ] && ctx=${spec##*:}
@@ -19,3 +32,10 @@ for spec in "$@"; do
   timeout 400 kiec bench "$model" --context "$ctx" --json "$OUT/bench_${name}_ctx${ctx}.json" --work-dir /tmp/kiec_bench 2>&1 \
     | tee "$OUT/bench_${name}_ctx${ctx}.log" | grep -v "^\[kiec\] weights"
 done
+# PROFILE=model: per-kernel times of two decode steps of a model benched above (ncu, clocks left alone)
+if [ -n "${PROFILE:-}" ]; then
+  art=/tmp/kiec_bench/$PROFILE; ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
+  timeout 240 "$ncu" --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+    "$art/kiec-run" "$art" 1 2 > "$OUT/ncu_$PROFILE.csv" 2> "$OUT/ncu_$PROFILE.err"
+  python3 scripts/ncu_summary.py "$OUT/ncu_$PROFILE.csv" | tee "$OUT/ncu_${PROFILE}_summary.txt"
+fi

@@ -35,8 +35,11 @@ def test_table_and_json_agree():
     assert d["rows"][0]["tok_s"] == 1000.0
 
 
-def test_torch_baseline_equals_the_reference():
-    m = kiec.load("smollm2-135m", dtype="f32", max_seq_len=32)
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
+def test_torch_baseline_equals_the_reference(tmp_path, family):
+    from tests.tiny_hf import make_tiny_hf
+    make_tiny_hf(tmp_path, family)
+    m = kiec.load(str(tmp_path), dtype="f32", max_seq_len=32)
     dec = TorchDecoder(m, 32, device="cpu", dtype=torch.float32)
     ref = kiec.Reference(m)
     toks = np.random.default_rng().integers(0, m.config.vocab_size, size=6).tolist()

@@ -51,6 +51,8 @@ attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_
   __shared__ float wm[WARPS][GROUP], wl[WARPS][GROUP];
   __shared__ float wo[WARPS][GROUP][HEAD_DIM];
   __shared__ int last;
+  pdl_launch_dependents();
+  pdl_wait();
   const int g = blockIdx.x, split = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int pos = st->pos, nq = kv_heads * GROUP;
   const int start = window > 0 ? max(0, pos + 1 - window) : 0;

@@ -10,7 +10,7 @@ namespace kiec {
 
 enum Epilogue { EPI_STORE = 0, EPI_RESIDUAL = 1, EPI_SILU_MUL = 2, EPI_ARGMAX = 3 };
 
-template <typename T, int K, int WARPS, int ROWS, bool NORM, int EPI, bool BIAS>
+template <typename T, int K, int WARPS, int ROWS, bool NORM, int EPI, bool BIAS, int PREFETCH>
 __global__ void __launch_bounds__(WARPS * 32)
 gemv_kernel(const T* __restrict__ W, const T* __restrict__ bias, const float* __restrict__ x,
             const T* __restrict__ norm_w, float eps, float* __restrict__ y, int n_out, StepState* st) {
@@ -20,6 +20,22 @@ gemv_kernel(const T* __restrict__ W, const T* __restrict__ bias, const float* __
   extern __shared__ float xs[];
   __shared__ float red[WARPS];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+  // Weights never depend on the previous kernel: pull the start of this warp's first rows into L2 while
+  // the previous kernel finishes, then wait for its results (x, the residual, st).
+  pdl_launch_dependents();
+  {
+    const int o0 = (blockIdx.x * WARPS + warp) * ROWS;
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      const int o = min(o0 + (r % ROWS), n_out - 1);
+      const T* row = W + (size_t)(r >= ROWS ? o + n_out : o) * K;
+#pragma unroll
+      for (int it = 0; it < PREFETCH; ++it)
+        if (it * 32 + lane < CHUNKS && o0 < n_out) prefetch_l2(row + (it * 32 + lane) * 8);
+    }
+  }
+  pdl_wait();
 
   float ss = 0.f;
   for (int i = threadIdx.x; i < K; i += WARPS * 32) {
