@@ -133,7 +133,7 @@ def emit(program: Program, dtype: str, max_seq_len: int, target: TargetParams, h
                 src.files[f"{spec}_{target.arch.replace('_', '')}.cu"] = env.get_template("gemv.cu.j2").render(
                     spec=spec, ctype=ctype, k=k.k, warps=target.gemv_warps, rows=target.gemv_rows, norm=k.norm is not None,
                     epi_enum=EPILOGUES[k.epilogue], epilogue=k.epilogue, bias=bool(k.biases),
-                    threads=target.gemv_warps * 32, smem_bytes=k.k * 4,
+                    threads=target.gemv_warps * 32, smem_bytes=k.k * 4, min_blocks=target.gemv_min_blocks,
                     prefetch=target.gemv_prefetch_iters(k.n_out, k.k, 2 if k.epilogue == "silu_mul" else 1))
                 decls[spec] = (f"void launch_{spec}(const void*, const void*, const float*, const void*, float, float*, "
                                f"int, kiec::StepState*, int, cudaStream_t)")

@@ -11,6 +11,7 @@ class TargetParams:
     gemv_warps: int  # warps per GEMV block
     gemv_rows: int  # outputs per warp pass
     gemv_blocks_per_sm: int  # grid cap for GEMVs (a block recomputes its prologue; more blocks = more L2 reads)
+    gemv_min_blocks: int  # __launch_bounds__ minimum blocks per SM: sets the register budget ptxas schedules for
     attn_warps: int
     attn_blocks: int  # target blocks per attention launch: splits = attn_blocks // kv_heads
     gencode: str
@@ -33,7 +34,9 @@ class TargetParams:
 TARGETS: dict[str, TargetParams] = {
     # H100/H200: 132 SMs; 4 warps x 2 rows per pass keeps 8 16-byte loads per lane in flight
     # 8 MB of prefetch covers ~2 us of launch gap at 4.6 TB/s and fits the 50 MB L2 with room to spare
-    "sm_90": TargetParams("sm_90", 132, 4, 2, 8, 4, 132, "-gencode=arch=compute_90a,code=sm_90a", 8 << 20),
+    "sm_90": TargetParams(arch="sm_90", sms=132, gemv_warps=4, gemv_rows=2, gemv_blocks_per_sm=8, gemv_min_blocks=4,
+                          attn_warps=4, attn_blocks=132, gencode="-gencode=arch=compute_90a,code=sm_90a",
+                          prefetch_bytes=8 << 20),
 }
 
 

@@ -20,22 +20,27 @@ if [ -f /tmp/smol/smol.partaa ] && [ -f /tmp/smol/smol.partab ]; then
   cat /tmp/smol/smol.parta? > /tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf
   export KIEC_SMOLLM2_GGUF=/tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf
 fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+python3 -m pip install -q --no-deps --no-build-isolation -e . > /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 1; }
 if [ "$mode" = tests ]; then
   timeout 420 python3 -m pytest -q -x -s -m gpu tests/gpu -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" \
     | grep -E "passed|failed|Error|error|assert|agreement|kiec:" | tail -30
+fi
+# VARIANTS="model v1 v2 ...": A/B of target-table variants (scripts/variants.py)
+if [ -n "${VARIANTS:-}" ]; then
+  timeout 300 python3 scripts/variants.py $VARIANTS 2>&1 | grep -v "^\[kiec\]" | tee "$OUT/variants.log"
 fi
 for spec in "$@"; do
   model=${spec%%:*}; ctx=0; [ "$spec" != "$model" ] && ctx=${spec##*:}
   name=$(echo "$model" | tr -c 'A-Za-z0-9.\n-' '_')
   echo "=== kiec bench $model --context $ctx"
   timeout 400 kiec bench "$model" --context "$ctx" --json "$OUT/bench_${name}_ctx${ctx}.json" --work-dir /tmp/kiec_bench 2>&1 \
-    | tee "$OUT/bench_${name}_ctx${ctx}.log" | grep -v "^\[kiec\] weights"
+    | grep -v "^\[kiec\] weights"
 done
 # PROFILE=model: per-kernel times of two decode steps of a model benched above (ncu, clocks left alone)
 if [ -n "${PROFILE:-}" ]; then
   art=/tmp/kiec_bench/$PROFILE; ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
   timeout 240 "$ncu" --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum \
-    "$art/kiec-run" "$art" 1 2 > "$OUT/ncu_$PROFILE.csv" 2> "$OUT/ncu_$PROFILE.err"
-  python3 scripts/ncu_summary.py "$OUT/ncu_$PROFILE.csv" | tee "$OUT/ncu_${PROFILE}_summary.txt"
+    "$art/kiec-run" "$art" 1 2 > "$OUT/ncu_$PROFILE.csv" 2>&1
+  grep -v '^"' "$OUT/ncu_$PROFILE.csv" | tail -5
+  python3 scripts/ncu_summary.py "$OUT/ncu_$PROFILE.csv"
 fi

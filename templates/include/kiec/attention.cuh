@@ -95,31 +95,40 @@ attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_
       acc[h][i] = 0.f;
     }
   }
-  for (int j0 = lo + warp * KPW; j0 < hi; j0 += WARPS * KPW) {
-    const int j = j0 + sub;
-    const bool valid = j < hi;
-    float k[8], v[8];
-    uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
-    if (valid) {
-      kr = *reinterpret_cast<const uint4*>(kc + (size_t)j * HEAD_DIM + part * 8);
-      vr = *reinterpret_cast<const uint4*>(vc + (size_t)j * HEAD_DIM + part * 8);
+  // U keys per lane group per pass: 2U 16-byte loads in flight per lane before the first use
+  constexpr int U = 4;
+  for (int j0 = lo + warp * KPW * U; j0 < hi; j0 += WARPS * KPW * U) {
+    uint4 kr[U], vr[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = j0 + u * KPW + sub;
+      kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+      if (j < hi) {
+        kr[u] = *reinterpret_cast<const uint4*>(kc + (size_t)j * HEAD_DIM + part * 8);
+        vr[u] = *reinterpret_cast<const uint4*>(vc + (size_t)j * HEAD_DIM + part * 8);
+      }
     }
-    unpack8<T>(kr, k);
-    unpack8<T>(vr, v);
 #pragma unroll
-    for (int h = 0; h < GROUP; ++h) {
-      float s = 0.f;
+    for (int u = 0; u < U; ++u) {
+      const bool valid = j0 + u * KPW + sub < hi;
+      float k[8], v[8];
+      unpack8<T>(kr[u], k);
+      unpack8<T>(vr[u], v);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) s = fmaf(q[h][i], k[i], s);
+      for (int h = 0; h < GROUP; ++h) {
+        float s = 0.f;
 #pragma unroll
-      for (int o = LPK / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      if (softcap > 0.f) s = softcap * tanhf(s / softcap);
-      if (valid) {
-        const float mn = fmaxf(m[h], s), corr = __expf(m[h] - mn), p = __expf(s - mn);
-        l[h] = l[h] * corr + p;
+        for (int i = 0; i < 8; ++i) s = fmaf(q[h][i], k[i], s);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[h][i] = acc[h][i] * corr + p * v[i];
-        m[h] = mn;
+        for (int o = LPK / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+        if (valid) {
+          const float mn = fmaxf(m[h], s), corr = __expf(m[h] - mn), p = __expf(s - mn);
+          l[h] = l[h] * corr + p;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[h][i] = acc[h][i] * corr + p * v[i];
+          m[h] = mn;
+        }
       }
     }
   }

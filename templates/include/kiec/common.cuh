@@ -19,8 +19,16 @@ struct StepState {
 // Programmatic dependent launch (Hopper): a kernel lets the next one start launching at once, and waits
 // for the previous one's results only where it first reads them. Work before the wait may touch nothing
 // the previous kernel writes (weights are fine). Without the launch attribute both are no-ops.
-__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
@@ -79,8 +87,13 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float* out) {
 }
 
 __device__ __forceinline__ uint4 load_stream(const void* p) {
-  // weights are read once per token: keep them out of L1
-  return __ldg(reinterpret_cast<const uint4*>(p));
+  // Weights are read once per token: keep them out of L1. volatile keeps ptxas from sinking each load
+  // next to its first use, which left only two 16-byte loads in flight per lane.
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
 }
 
 // Order-preserving map of a float to unsigned, packed with the inverted index so that a plain

@@ -10,13 +10,16 @@ namespace kiec {
 
 enum Epilogue { EPI_STORE = 0, EPI_RESIDUAL = 1, EPI_SILU_MUL = 2, EPI_ARGMAX = 3 };
 
-template <typename T, int K, int WARPS, int ROWS, bool NORM, int EPI, bool BIAS, int PREFETCH>
-__global__ void __launch_bounds__(WARPS * 32)
+// MIN_BLOCKS in the launch bounds matters: without it ptxas aims at full occupancy, keeps ~40 registers
+// and sinks each weight load next to its use (two loads in flight); with it, all U x NR loads issue first.
+template <typename T, int K, int WARPS, int ROWS, bool NORM, int EPI, bool BIAS, int PREFETCH, int MIN_BLOCKS>
+__global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 gemv_kernel(const T* __restrict__ W, const T* __restrict__ bias, const float* __restrict__ x,
             const T* __restrict__ norm_w, float eps, float* __restrict__ y, int n_out, StepState* st) {
   static_assert(K % 8 == 0, "K must be a multiple of 8 (16-byte loads)");
-  constexpr int CHUNKS = K / 8, ITERS = (CHUNKS + 31) / 32, U = 4;
   constexpr int NR = EPI == EPI_SILU_MUL ? 2 * ROWS : ROWS;  // weight rows per warp pass
+  // 16 loads of 16 bytes in flight per lane: U chunks of each of the NR rows
+  constexpr int CHUNKS = K / 8, ITERS = (CHUNKS + 31) / 32, U = NR >= 16 ? 1 : 16 / NR;
   extern __shared__ float xs[];
   __shared__ float red[WARPS];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -68,12 +71,13 @@ gemv_kernel(const T* __restrict__ W, const T* __restrict__ bias, const float* __
         const int c = (it0 + u) * 32 + lane;
 #pragma unroll
         for (int r = 0; r < NR; ++r)
-          raw[u][r] = (it0 + u < ITERS && c < CHUNKS) ? load_stream(wrow[r] + c * 8) : make_uint4(0, 0, 0, 0);
+          raw[u][r] = (it0 + u < ITERS && (CHUNKS % 32 == 0 || c < CHUNKS)) ? load_stream(wrow[r] + c * 8)
+                                                                            : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int c = (it0 + u) * 32 + lane;
-        if (it0 + u < ITERS && c < CHUNKS) {
+        if (it0 + u < ITERS && (CHUNKS % 32 == 0 || c < CHUNKS)) {
           const float4 xa = *reinterpret_cast<const float4*>(xs + c * 8);
           const float4 xb = *reinterpret_cast<const float4*>(xs + c * 8 + 4);
           const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};

@@ -1,0 +1,36 @@
+"""A/B of TargetParams variants on one model, in one process on one GPU (the tuning loop's measurement):
+    python3 scripts/variants.py llama-3.2-1b base prefetch_bytes=0 gemv_rows=1
+Each variant is the sm_90 table entry with the given fields replaced; prints ms/token and MBU per variant."""
+import dataclasses
+import sys
+
+import kiec
+from kiec.bench import measure_ceilings, time_kiec
+from kiec.codegen import targets
+from kiec.summary import bytes_per_token
+
+
+def main(model_name: str, variants: list[str]) -> None:
+    model = kiec.load(model_name, dtype="bf16", max_seq_len=512)
+    nbytes = bytes_per_token(model.graph, 160).read
+    base = targets.TARGETS["sm_90"]
+    arts = {}
+    for v in variants:
+        changes = dict(kv.split("=") for kv in v.split(",") if "=" in kv)
+        tp = dataclasses.replace(base, **{k: type(getattr(base, k))(val) for k, val in changes.items()})
+        targets.TARGETS["sm_90"] = tp
+        try:
+            arts[v] = kiec.compile(model, f"/tmp/kiec_variants/{model_name}-{len(arts)}")
+        finally:
+            targets.TARGETS["sm_90"] = base
+    ceil = measure_ceilings("/tmp/kiec_variants")["read_tbps"]
+    print(f"{model_name}: {nbytes / 1e9:.3f} GB/token, read ceiling {ceil:.2f} TB/s, floor {nbytes / ceil / 1e9:.3f} ms")
+    for rnd in range(2):  # two rounds, to see the spread between repeats of the same variant
+        for v, art in arts.items():
+            s, _ = time_kiec(art, 32, 256, 0)
+            print(f"  round {rnd} {v:<32} {s.median_ms:.3f} ms (p10 {s.p10_ms:.3f}, p90 {s.p90_ms:.3f}) "
+                  f"{1e3 / s.median_ms:.0f} tok/s MBU {nbytes / (s.median_ms * 1e-3) / (ceil * 1e12) * 100:.1f}%")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])
