@@ -85,7 +85,7 @@ def nvcc_build(nvcc: str, src_dir: str, out_dir: str, gencode: str) -> None:
     if r.returncode:
         raise KiecError(f"linking libkiec_model.so failed:\n{r.stderr[-4000:]}")
     r = subprocess.run([nvcc, "-O2", "-std=c++17", os.path.join(TEMPLATES, "kiec_run.cpp"), "-o",
-                        os.path.join(out_dir, "kiec-run"), "-L", out_dir, "-lkiec_model", "-Xlinker", "-rpath='$ORIGIN'"],
+                        os.path.join(out_dir, "kiec-run"), "-L", out_dir, "-lkiec_model", "-Xlinker", "-rpath=$ORIGIN"],  # no shell: $ORIGIN stays literal
                        capture_output=True, text=True)
     if r.returncode:
         raise KiecError(f"building kiec-run failed:\n{r.stderr[-4000:]}")
