@@ -70,9 +70,11 @@ def write_weights(model: Model, src: Sources, path: str, dtype: str) -> None:
 def nvcc_build(nvcc: str, src_dir: str, out_dir: str, gencode: str) -> None:
     flags = ["-O3", "-std=c++17", *gencode.split(), "-Xcompiler", "-fPIC", "-I", INCLUDE_DIR, "-lineinfo"]
     units = sorted(f for f in os.listdir(src_dir) if f.endswith(".cu"))
+    obj_dir = os.path.join(out_dir, "obj")
+    os.makedirs(obj_dir, exist_ok=True)
 
     def compile_one(name):
-        obj = os.path.join(src_dir, name[:-3] + ".o")
+        obj = os.path.join(obj_dir, name[:-3] + ".o")
         r = subprocess.run([nvcc, *flags, "-c", os.path.join(src_dir, name), "-o", obj], capture_output=True, text=True)
         if r.returncode:
             raise KiecError(f"nvcc failed on {name}:\n{r.stderr[-4000:]}")
@@ -84,6 +86,7 @@ def nvcc_build(nvcc: str, src_dir: str, out_dir: str, gencode: str) -> None:
     r = subprocess.run([nvcc, "-shared", "-o", so, *objs, "-lcudart"], capture_output=True, text=True)
     if r.returncode:
         raise KiecError(f"linking libkiec_model.so failed:\n{r.stderr[-4000:]}")
+    shutil.rmtree(obj_dir)
     r = subprocess.run([nvcc, "-O2", "-std=c++17", os.path.join(TEMPLATES, "kiec_run.cpp"), "-o",
                         os.path.join(out_dir, "kiec-run"), "-L", out_dir, "-lkiec_model", "-Xlinker", "-rpath=$ORIGIN"],  # no shell: $ORIGIN stays literal
                        capture_output=True, text=True)

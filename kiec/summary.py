@@ -68,14 +68,37 @@ class Summary:
     floor_tok_s: float
     floor_tok_s_h200: float
     op_counts: dict[str, int]
+    programs: dict[str, dict]  # kernel family -> {"count", "bytes"} after fusion
+    unscheduled: str  # why fusion stopped, when it did
     notes: list[str]
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
+def fused_programs(graph: Graph, context: int) -> tuple[dict[str, dict], str]:
+    from kiec.ir.passes import pipeline
+    from kiec.ir.passes.fuse import Unscheduled
+    from kiec.ir.passes.program import kernel_bytes
+
+    try:
+        prog = pipeline.run(graph)
+    except Unscheduled as e:
+        return {}, str(e)
+    out: dict[str, dict] = {}
+    for k in prog.kernels:
+        fam = type(k).__name__.removesuffix("Kernel").lower()
+        if getattr(k, "epilogue", None):
+            fam += f" ({'norm+' if k.norm else ''}{k.epilogue})"
+        f = out.setdefault(fam, {"count": 0, "bytes": 0})
+        f["count"] += 1
+        f["bytes"] += kernel_bytes(k, graph, context)
+    return out, ""
+
+
 def summarize(model: Model, context: int = 0, bandwidth_tbps: float = H200_TBPS) -> Summary:
     cfg, g = model.config, model.graph
+    programs, unscheduled = fused_programs(g, context)
     counted = bytes_per_token(g, context)
     dtype = g.params["model.embed_tokens.weight"].type.dtype
     return Summary(
@@ -85,7 +108,8 @@ def summarize(model: Model, context: int = 0, bandwidth_tbps: float = H200_TBPS)
         parameters=sum(p.type.numel for p in g.params.values()), context=context,
         weight_bytes=counted.weights, kv_bytes=counted.kv_cache, bytes_per_token=counted.read,
         bandwidth_tbps=bandwidth_tbps, floor_tok_s=bandwidth_tbps * 1e12 / counted.read,
-        floor_tok_s_h200=H200_TBPS * 1e12 / counted.read, op_counts=g.op_counts(), notes=list(model.notes),
+        floor_tok_s_h200=H200_TBPS * 1e12 / counted.read, op_counts=g.op_counts(), programs=programs,
+        unscheduled=unscheduled, notes=list(model.notes),
     )
 
 
@@ -103,5 +127,10 @@ def format_summary(s: Summary) -> str:
                   + ("" if s.bandwidth_tbps == H200_TBPS else f"; {s.floor_tok_s_h200:,.0f} tok/s at H200's {H200_TBPS} TB/s")),
         ("ops", ", ".join(f"{k} {v}" for k, v in sorted(s.op_counts.items(), key=lambda kv: -kv[1]))),
     ]
+    total = sum(p["count"] for p in s.programs.values())
+    rows.append(("programs", f"{total} fused kernels per token, reading "
+                             f"{sum(p['bytes'] for p in s.programs.values()) / 1e9:.4f} GB" if total else
+                 f"not schedulable: {s.unscheduled}"))
+    rows += [("", f"  {p['count']:>4} x {fam:<28} {p['bytes'] / 1e6:10.2f} MB") for fam, p in s.programs.items()]
     rows += [("note", n) for n in s.notes]
     return "\n".join(f"{k:<13}{v}" for k, v in rows)

@@ -61,3 +61,20 @@ class Program:
 def ops_of(kernel: Kernel) -> list[Op]:
     return [o for o in (getattr(kernel, "q_norm", None), getattr(kernel, "k_norm", None), getattr(kernel, "rope", None),
                         getattr(kernel, "append", None), getattr(kernel, "attention", None)) if o is not None]
+
+
+def kernel_bytes(kernel: Kernel, graph: Graph, context: int) -> int:
+    """Bytes the kernel reads from memory per token: its weights (the packed matrix once), the embedding
+    row, or the K/V rows attention reads at `context` tokens already cached."""
+    def nbytes(name: str) -> int:
+        return graph.params[name].type.nbytes
+
+    if isinstance(kernel, EmbedKernel):
+        return nbytes(kernel.table) // graph.params[kernel.table].type.shape[0]
+    if isinstance(kernel, GemvKernel):
+        norm = nbytes(kernel.norm.weight) if kernel.norm else 0
+        return sum(nbytes(w) for w in kernel.weights) + sum(nbytes(b) for b in kernel.biases) + norm
+    c = graph.type_of(kernel.append.cache)
+    rows = min(context + 1, kernel.attention.window or c.shape[2], c.shape[2])
+    norms = sum(nbytes(n.weight) for n in (kernel.q_norm, kernel.k_norm) if n is not None)
+    return 2 * c.shape[1] * c.shape[3] * rows * (c.nbytes // c.numel) + norms

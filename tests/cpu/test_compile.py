@@ -1,0 +1,80 @@
+"""kiec compile on the CPU machine (nvcc, no GPU): the artifact's contents, its weight layout, and that a
+failed or refused compile leaves nothing that looks complete."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+import kiec
+from kiec import build
+from kiec.cli import main
+from kiec.ir.text import parse_graph
+from tests.tiny_hf import make_tiny_hf
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny")
+    make_tiny_hf(d / "hf", "qwen2")  # qkv bias: the packed bias is laid out too
+    model = kiec.load(str(d / "hf"), dtype="bf16")
+    return d, model, kiec.compile(model, str(d / "art"), dump_ir=True)
+
+
+def test_artifact_contents(tiny):
+    _, model, art = tiny
+    for f in ("libkiec_model.so", "kiec-run", "weights.bin", "manifest.json", "ir/00_loaded.kir"):
+        assert os.path.isfile(os.path.join(art, f)), f
+    with open(os.path.join(art, "manifest.json")) as fh:
+        man = json.load(fh)
+    assert man["dtype"] == "bf16" and man["mode"] == "graph" and man["vocab_size"] == 256
+    srcs = os.listdir(os.path.join(art, "src"))
+    gemv = [s for s in srcs if s.startswith("gemv_bf16_k64_rmsnorm_store_bias")]
+    assert gemv and gemv[0].endswith("_sm90.cu")
+    with open(os.path.join(art, "src", gemv[0])) as fh:
+        assert fh.readline().startswith("// spec: gemv_bf16_k64_rmsnorm_store_bias")
+    with open(os.path.join(art, "ir", "00_loaded.kir")) as fh:
+        assert parse_graph(fh.read()) == model.graph
+
+
+def test_weights_bin_holds_the_packed_layout(tiny):
+    _, model, art = tiny
+    with open(os.path.join(art, "manifest.json")) as fh:
+        entries = {e["name"]: e for e in json.load(fh)["weights"]}
+    raw = np.fromfile(os.path.join(art, "weights.bin"), dtype=np.uint8)
+    p = "model.layers.1.self_attn."
+    for suffix in ("weight", "bias"):
+        name = "+".join(f"{p}{n}_proj.weight" for n in "qkv") + (".bias" if suffix == "bias" else "")
+        e = entries[name]
+        n = int(np.prod(e["shape"]))
+        got = torch.from_numpy(raw[e["offset"]: e["offset"] + 2 * n].copy().view(np.int16)).view(torch.bfloat16)
+        expect = torch.cat([model.weights[f"{p}{x}_proj.{suffix}"] for x in "qkv"]).flatten()
+        assert torch.equal(got, expect), name
+        assert e["offset"] % 256 == 0
+
+
+def test_a_failed_compile_keeps_the_previous_artifact(tiny, monkeypatch):
+    d, model, art = tiny
+    before = sorted(os.listdir(art))
+
+    def broken(*a, **k):
+        raise KeyboardInterrupt  # as if the user pressed ^C while weights were written
+
+    monkeypatch.setattr(build, "write_weights", broken)
+    with pytest.raises(KeyboardInterrupt):
+        kiec.compile(model, art)
+    assert sorted(os.listdir(art)) == before
+    assert not [f for f in os.listdir(d) if ".tmp-" in f or ".old-" in f]
+
+
+def test_refused_target_writes_nothing(tmp_path):
+    r = CliRunner().invoke(main, ["compile", "smollm2-135m", "-o", str(tmp_path / "out"), "--arch", "sm_75"])
+    assert r.exit_code != 0 and "arch 'sm_75' has no target parameters" in r.output
+    r = CliRunner().invoke(main, ["compile", "smollm2-135m", "-o", str(tmp_path / "out"), "--tp", "2"])
+    assert r.exit_code != 0 and "tensor parallel is not built yet" in r.output
+    assert not (tmp_path / "out").exists()
