@@ -34,6 +34,7 @@ class Row:
     bytes_per_token: int
     ceiling_tbps: float
     prefill_ms: float | None = None
+    context: int = 0
 
     @property
     def tok_s(self) -> float:
@@ -50,27 +51,35 @@ class Report:
     ceilings: dict  # read_tbps, copy_tbps
     rows: list[Row] = field(default_factory=list)
 
+    def contexts(self) -> list[int]:
+        return sorted({r.context for r in self.rows})
+
+    def first(self, context: int) -> Row:
+        return next(r for r in self.rows if r.context == context)
+
     def to_dict(self) -> dict:
-        base = self.rows[0] if self.rows else None
         return dict(header=self.header, ceilings=self.ceilings, rows=[
-            dict(name=r.name, **asdict(r.stats), tok_s=r.tok_s, mbu=r.mbu, bytes_per_token=r.bytes_per_token,
-                 prefill_ms=r.prefill_ms, speedup_of_first=(r.stats.median_ms / base.stats.median_ms) if base else None)
+            dict(name=r.name, context=r.context, **asdict(r.stats), tok_s=r.tok_s, mbu=r.mbu,
+                 bytes_per_token=r.bytes_per_token, prefill_ms=r.prefill_ms,
+                 speedup_of_first=r.stats.median_ms / self.first(r.context).stats.median_ms)
             for r in self.rows])
 
 
 def format_table(rep: Report) -> str:
     h = rep.header
-    lines = [f"model {h['model']} | {h['dtype']} | context {h['context']} | prompt {h['prompt_len']} + "
-             f"{h['new_tokens']} new | {h['gpu']} | driver {h['driver']} | torch {h['torch']} | kiec {h['commit']}",
-             f"read ceiling {rep.ceilings['read_tbps']:.2f} TB/s, copy {rep.ceilings['copy_tbps']:.2f} TB/s; "
-             f"bytes/token {rep.rows[0].bytes_per_token / 1e9:.3f} GB" if rep.rows else "",
-             f"{'engine':<16}{'ms/tok med':>11}{'p10':>8}{'p90':>8}{'tok/s':>9}{'MBU':>7}{'prefill ms':>12}{'kiec is':>10}"]
-    first = rep.rows[0] if rep.rows else None
-    for r in rep.rows:
-        ratio = f"{r.stats.median_ms / first.stats.median_ms:.2f}x" if first and r is not first else ""
-        pre = f"{r.prefill_ms:.2f}" if r.prefill_ms is not None else "-"
-        lines.append(f"{r.name:<16}{r.stats.median_ms:>11.3f}{r.stats.p10_ms:>8.3f}{r.stats.p90_ms:>8.3f}"
-                     f"{r.tok_s:>9.0f}{r.mbu * 100:>6.1f}%{pre:>12}{ratio:>10}")
+    lines = [f"model {h['model']} | {h['dtype']} | prompt {h['prompt_len']} + {h['new_tokens']} new | {h['gpu']} | "
+             f"driver {h['driver']} | torch {h['torch']} | kiec {h['commit']}",
+             f"read ceiling {rep.ceilings['read_tbps']:.2f} TB/s, copy {rep.ceilings['copy_tbps']:.2f} TB/s"]
+    for ctx in rep.contexts():
+        first = rep.first(ctx)
+        lines += ["", f"context {ctx}: {first.bytes_per_token / 1e9:.3f} GB read per token",
+                  f"{'engine':<16}{'ms/tok med':>11}{'p10':>8}{'p90':>8}{'tok/s':>9}{'MBU':>7}{'prefill ms':>12}"
+                  f"{'kiec is':>10}"]
+        for r in (r for r in rep.rows if r.context == ctx):
+            ratio = f"{r.stats.median_ms / first.stats.median_ms:.2f}x" if r is not first else ""
+            pre = f"{r.prefill_ms:.2f}" if r.prefill_ms is not None else "-"
+            lines.append(f"{r.name:<16}{r.stats.median_ms:>11.3f}{r.stats.p10_ms:>8.3f}{r.stats.p90_ms:>8.3f}"
+                         f"{r.tok_s:>9.0f}{r.mbu * 100:>6.1f}%{pre:>12}{ratio:>10}")
     return "\n".join(lines)
 
 
@@ -175,21 +184,22 @@ def time_torch(model, compiled: bool, prompt_len: int, new_tokens: int, context:
     return Stats.of(samples), float(np.median(pre))
 
 
-def header(model_name: str, dtype: str, context: int, prompt_len: int, new_tokens: int) -> dict:
+def header(model_name: str, dtype: str, prompt_len: int, new_tokens: int) -> dict:
     import torch
     drv = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip().splitlines()
-    return dict(model=model_name, dtype=dtype, context=context, prompt_len=prompt_len, new_tokens=new_tokens,
+    return dict(model=model_name, dtype=dtype, prompt_len=prompt_len, new_tokens=new_tokens,
                 gpu=torch.cuda.get_device_name(0), driver=drv[0] if drv else "?", torch=torch.__version__,
                 commit=git_commit(), python=platform.python_version())
 
 
-def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, context: int, work_dir: str,
+def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, contexts: list[int], work_dir: str,
               json_path: str | None = None, log=lambda m: print(m, file=sys.stderr, flush=True)) -> Report:
+    """Each context: kiec, then each peer, on the same weights; ceilings measured first, in this process."""
     import kiec
     from kiec.summary import bytes_per_token
 
-    need = max(context, prompt_len) + new_tokens + 32
+    need = max(max(contexts), prompt_len) + new_tokens + 32
     if os.path.isdir(target):
         artifact = target
         with open(os.path.join(target, "manifest.json")) as fh:
@@ -202,21 +212,22 @@ def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, cont
         artifact = os.path.join(work_dir, model.name)
         log(f"compiling {target} -> {artifact}")
         kiec.compile(model, artifact)
-    nbytes = bytes_per_token(model.graph, context=max(context, prompt_len) + new_tokens // 2).read
     log("measuring the memory ceilings")
     ceil = measure_ceilings(work_dir)
-    rep = Report(header(model.name, "bf16", context, prompt_len, new_tokens), ceil)
-    log("timing kiec")
-    stats, ttft = time_kiec(artifact, prompt_len, new_tokens, context)
-    rep.rows.append(Row("kiec (graph)", stats, nbytes, ceil["read_tbps"], ttft))
-    for peer in vs:
-        log(f"timing {peer}")
-        try:
-            s, pre = time_torch(model, peer == "torch-compile", prompt_len, new_tokens, context, need)
-        except NotImplementedError as e:
-            log(f"{peer}: skipped ({e})")
-            continue
-        rep.rows.append(Row(peer, s, nbytes, ceil["read_tbps"], pre))
+    rep = Report(header(model.name, "bf16", prompt_len, new_tokens), ceil)
+    for ctx in contexts:
+        nbytes = bytes_per_token(model.graph, context=max(ctx, prompt_len) + new_tokens // 2).read
+        log(f"context {ctx}: timing kiec")
+        stats, ttft = time_kiec(artifact, prompt_len, new_tokens, ctx)
+        rep.rows.append(Row("kiec (graph)", stats, nbytes, ceil["read_tbps"], ttft, ctx))
+        for peer in vs:
+            log(f"context {ctx}: timing {peer}")
+            try:
+                s, pre = time_torch(model, peer == "torch-compile", prompt_len, new_tokens, ctx, need)
+            except NotImplementedError as e:
+                log(f"{peer}: skipped ({e})")
+                continue
+            rep.rows.append(Row(peer, s, nbytes, ceil["read_tbps"], pre, ctx))
     if json_path:
         with open(json_path, "w") as fh:
             json.dump(rep.to_dict(), fh, indent=1)

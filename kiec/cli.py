@@ -127,10 +127,11 @@ def run(artifact, prompt, prompt_ids, max_new_tokens, device):
 @click.option("--vs", default="eager,torch-compile", show_default=True, help="Peers: eager, torch-compile.")
 @click.option("--prompt-len", default=32, show_default=True)
 @click.option("--new-tokens", default=256, show_default=True)
-@click.option("--context", default=0, show_default=True, help="Tokens already in the KV cache when timing starts.")
+@click.option("--context", "contexts", multiple=True, type=int, default=(0, 8192), show_default=True,
+              help="Tokens already in the KV cache when timing starts; repeat for several (default: short and 8k).")
 @click.option("--json", "json_path", default=None, help="Also write the results to this JSON file.")
 @click.option("--work-dir", default="build/bench", show_default=True, help="Where a MODEL is compiled.")
-def bench(target, vs, prompt_len, new_tokens, context, json_path, work_dir):
+def bench(target, vs, prompt_len, new_tokens, contexts, json_path, work_dir):
     """Side-by-side decode benchmark of an artifact DIR or a MODEL, with MBU against the measured ceiling."""
     from kiec.bench import format_table, run_bench
 
@@ -139,7 +140,7 @@ def bench(target, vs, prompt_len, new_tokens, context, json_path, work_dir):
     if bad:
         raise click.UsageError(f"--vs: unknown peer {bad[0]!r} (eager, torch-compile)")
     try:
-        rep = run_bench(target, peers, prompt_len, new_tokens, context, work_dir, json_path)
+        rep = run_bench(target, peers, prompt_len, new_tokens, list(contexts), work_dir, json_path)
     except KiecError as e:
         raise click.ClickException(str(e)) from None
     click.echo(format_table(rep))

@@ -30,10 +30,11 @@ if [ -n "${VARIANTS:-}" ]; then
   timeout 300 python3 scripts/variants.py $VARIANTS 2>&1 | grep -v "^\[kiec\]" | tee "$OUT/variants.log"
 fi
 for spec in "$@"; do
-  model=${spec%%:*}; ctx=0; [ "$spec" != "$model" ] && ctx=${spec##*:}
-  name=$(echo "$model" | tr -c 'A-Za-z0-9.\n-' '_')
-  echo "=== kiec bench $model --context $ctx"
-  timeout 400 kiec bench "$model" --context "$ctx" --json "$OUT/bench_${name}_ctx${ctx}.json" --work-dir /tmp/kiec_bench 2>&1 \
+  # MODEL runs both default contexts (0 and 8192); MODEL:N runs context N alone
+  model=${spec%%:*}; ctx=(); [ "$spec" != "$model" ] && ctx=(--context "${spec##*:}")
+  name=$(echo "$spec" | tr -c 'A-Za-z0-9.\n-' '_')
+  echo "=== kiec bench $model ${ctx[*]}"
+  timeout 500 kiec bench "$model" "${ctx[@]}" --json "$OUT/bench_${name}.json" --work-dir /tmp/kiec_bench 2>&1 \
     | grep -v "^\[kiec\] weights"
 done
 # PROFILE=model: per-kernel times of two decode steps of a model benched above (ncu, clocks left alone)

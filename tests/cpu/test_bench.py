@@ -18,19 +18,24 @@ def test_stats_are_median_p10_p90():
 
 
 def test_table_and_json_agree():
-    hdr = dict(model="llama-3.2-1b", dtype="bf16", context=0, prompt_len=32, new_tokens=256, gpu="NVIDIA H200",
+    hdr = dict(model="llama-3.2-1b", dtype="bf16", prompt_len=32, new_tokens=256, gpu="NVIDIA H200",
                driver="580", torch="2.11", commit="abc1234", python="3.12")
     rep = Report(hdr, dict(read_tbps=4.6, copy_tbps=4.3))
     nbytes = 2_471_632_896
-    rep.rows += [Row("kiec (graph)", Stats(1.0, 0.9, 1.1), nbytes, 4.6, 20.0),
-                 Row("torch-compile", Stats(2.0, 1.9, 2.2), nbytes, 4.6, 15.0)]
+    rep.rows += [Row("kiec (graph)", Stats(1.0, 0.9, 1.1), nbytes, 4.6, 20.0, 0),
+                 Row("torch-compile", Stats(2.0, 1.9, 2.2), nbytes, 4.6, 15.0, 0),
+                 Row("kiec (graph)", Stats(1.5, 1.4, 1.6), 2 * nbytes, 4.6, 20.0, 8192),
+                 Row("torch-compile", Stats(1.5, 1.4, 1.6), 2 * nbytes, 4.6, 15.0, 8192)]
     text = format_table(rep)
     assert "llama-3.2-1b" in text and "NVIDIA H200" in text and "abc1234" in text
     kiec_line = next(ln for ln in text.splitlines() if ln.startswith("kiec"))
     assert "1000" in kiec_line and f"{nbytes / 1e-3 / 4.6e12 * 100:.1f}%" in kiec_line
     assert "2.00x" in next(ln for ln in text.splitlines() if ln.startswith("torch-compile"))
+    assert "context 8192: 4.943 GB read per token" in text
+    assert [ln for ln in text.splitlines() if ln.startswith("torch-compile")][1].endswith("1.00x")
     d = json.loads(json.dumps(rep.to_dict()))
-    assert d["rows"][1]["speedup_of_first"] == 2.0
+    assert d["rows"][1]["speedup_of_first"] == 2.0 and d["rows"][3]["speedup_of_first"] == 1.0
+    assert d["rows"][2]["context"] == 8192
     assert abs(d["rows"][0]["mbu"] - nbytes / 1e-3 / 4.6e12) < 1e-9
     assert d["rows"][0]["tok_s"] == 1000.0
 
@@ -50,3 +55,32 @@ def test_torch_baseline_equals_the_reference(tmp_path, family):
     scale = np.abs(ours[4]).max()
     assert np.abs(prefill - ours[4]).max() <= 1e-4 * scale
     assert np.abs(step - ours[5]).max() <= 1e-4 * scale
+
+
+def test_run_bench_times_each_context_and_peer(tmp_path, monkeypatch):
+    import kiec.bench as kb
+
+    calls = []
+    monkeypatch.setattr(kiec, "compile", lambda model, out: calls.append(("compile", model.max_seq_len)) or out)
+    monkeypatch.setattr(kb, "measure_ceilings", lambda work_dir: dict(read_tbps=4.5, copy_tbps=4.2, read_gb=4.0))
+    monkeypatch.setattr(kb, "header", lambda *a: dict(model="smollm2-135m", dtype="bf16", prompt_len=32,
+                                                       new_tokens=64, gpu="-", driver="-", torch="-", commit="-"))
+
+    def fake_kiec(art, prompt_len, new_tokens, ctx):
+        calls.append(("kiec", ctx))
+        return Stats(1.0 + ctx / 8192, 0.9, 1.1), 25.0
+
+    def fake_torch(model, compiled, prompt_len, new_tokens, ctx, need):
+        calls.append(("torch-compile" if compiled else "eager", ctx))
+        return Stats(2.0, 1.9, 2.1), 10.0
+
+    monkeypatch.setattr(kb, "time_kiec", fake_kiec)
+    monkeypatch.setattr(kb, "time_torch", fake_torch)
+    rep = kb.run_bench("smollm2-135m", ["eager", "torch-compile"], 32, 64, [0, 8192], str(tmp_path),
+                       json_path=str(tmp_path / "r.json"), log=lambda m: None)
+    assert calls == [("compile", 8192 + 64 + 32), ("kiec", 0), ("eager", 0), ("torch-compile", 0),
+                     ("kiec", 8192), ("eager", 8192), ("torch-compile", 8192)]
+    rows = json.load(open(tmp_path / "r.json"))["rows"]
+    assert [r["context"] for r in rows] == [0, 0, 0, 8192, 8192, 8192]
+    assert rows[3]["bytes_per_token"] > rows[0]["bytes_per_token"]  # the 8k KV cache is counted
+    assert "context 8192" in format_table(rep)
