@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 
 import jinja2
 
-from kiec.ir.passes.program import AttentionKernel, EmbedKernel, GemvKernel, Program
+from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program
 
+from .buffers import plan_buffers
 from .targets import TargetParams
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
@@ -70,26 +71,9 @@ class _Layout:
         return "nullptr" if p is None else f"W({self.add(p, (p,))})"
 
 
-def _arena(program: Program, splits: dict) -> tuple[dict[str, int], int]:
-    """One float slot per role; every layer reuses them (the step runs its kernels in order)."""
-    g = program.graph
-    sizes = {"x": 0, "qkv": 0, "attn": 0, "act": 0, "logits": 0, "part_o": 0, "part_ml": 0}
-    for k in program.kernels:
-        if isinstance(k, EmbedKernel):
-            sizes["x"] = max(sizes["x"], g.types[k.out].shape[0])
-        elif isinstance(k, GemvKernel):
-            role = {"store": "qkv", "silu_mul": "act", "argmax": "logits", "residual": "x"}[k.epilogue]
-            sizes[role] = max(sizes[role], k.n_out)
-        elif isinstance(k, AttentionKernel):
-            s = splits[k.name]
-            sizes["attn"] = max(sizes["attn"], k.n_heads * k.head_dim)
-            sizes["part_o"] = max(sizes["part_o"], s * k.n_heads * k.head_dim)
-            sizes["part_ml"] = max(sizes["part_ml"], s * k.n_heads * 2)
-    offsets, off = {}, 0
-    for role, n in sizes.items():
-        offsets[role] = off
-        off += (n + 63) // 64 * 64
-    return offsets, off
+def structure_of(k) -> str:
+    from .tvm_kernels import structure
+    return structure(k)
 
 
 def emit(program: Program, dtype: str, max_seq_len: int, target: TargetParams, header: str) -> Sources:
@@ -98,9 +82,11 @@ def emit(program: Program, dtype: str, max_seq_len: int, target: TargetParams, h
                              keep_trailing_newline=True)
     lay = _Layout(g, dtype)
     src = Sources()
-    splits = {k.name: target.attn_splits(k.kv_heads) for k in program.kernels if isinstance(k, AttentionKernel)}
-    arena, arena_floats = _arena(program, splits)
-    where = {}  # value -> arena role
+    attn = [k for k in program.kernels if isinstance(k, AttentionKernel)]
+    splits = {k.name: target.attn_splits(k.kv_heads) for k in attn}
+    scratch = {"part_o": max([splits[k.name] * k.n_heads * k.head_dim for k in attn], default=0),
+               "part_ml": max([splits[k.name] * k.n_heads * 2 for k in attn], default=0)}
+    arena, arena_floats = plan_buffers(program, scratch)
     decls, configures, launches = {}, [], []
     layer_kv = {}
     kv_bytes = 0
@@ -108,11 +94,10 @@ def emit(program: Program, dtype: str, max_seq_len: int, target: TargetParams, h
     arch_number = int(target.arch.split("_")[1])
 
     def buf(value):
-        return f"A({arena[where[value]]})"
+        return f"A({arena[value]})"
 
     for k in program.kernels:
         if isinstance(k, EmbedKernel):
-            where[k.out] = "x"
             dim = g.params[k.table].type.shape[1]
             vocab = g.params[k.table].type.shape[0]
             launches.append(f"kiec::launch_pdl(kiec::embed_kernel<{ctype}>, dim3({(dim + 255) // 256}), dim3(256), 0, s, "
@@ -121,9 +106,6 @@ def emit(program: Program, dtype: str, max_seq_len: int, target: TargetParams, h
         elif isinstance(k, GemvKernel):
             if k.k % 8:
                 raise ValueError(f"{k.name}: K = {k.k} is not a multiple of 8 (the GEMV reads 16-byte vectors)")
-            where[k.out] = {"store": "qkv", "silu_mul": "act", "argmax": "logits", "residual": "x"}[k.epilogue]
-            if k.epilogue == "residual" and where.get(k.residual) != "x":
-                raise ValueError(f"{k.name}: the residual input %{k.residual} is not the residual stream")
             packed = "+".join(k.weights)
             w_off = lay.add(packed, k.weights)
             b_ptr = f"W({lay.add(packed + '.bias', k.biases)})" if k.biases else "nullptr"
@@ -148,7 +130,6 @@ def emit(program: Program, dtype: str, max_seq_len: int, target: TargetParams, h
         elif isinstance(k, AttentionKernel):
             if k.head_dim % 8 or 32 % (k.head_dim // 8):
                 raise ValueError(f"{k.name}: head_dim {k.head_dim} has no attention kernel (kiec has 16, 32, 64, 128, 256)")
-            where[k.attention.out] = "attn"
             a, r = k.attention, k.rope
             group = k.n_heads // k.kv_heads
             cache = a.cache
@@ -178,13 +159,25 @@ def emit(program: Program, dtype: str, max_seq_len: int, target: TargetParams, h
                 f"A({arena['part_ml']}), c->counters, {buf(a.out)}, c->st, s)")
             src.kernels.append(dict(name=k.name, family="attention", spec=spec, cache=cache,
                                     bytes_per_row=2 * k.kv_heads * k.head_dim * esize))
+        elif isinstance(k, ElementwiseKernel):
+            from .tvm_kernels import elementwise
+            tv = elementwise(k, target.arch)
+            if tv.spec not in decls:
+                args = ", ".join(f"float* {p}" for p in tv.params)
+                src.files[f"{tv.spec}_{target.arch.replace('_', '')}.cu"] = env.get_template("tvm.cu.j2").render(
+                    spec=tv.spec, structure=structure_of(k), source=tv.source, kernel=tv.kernel, args=args,
+                    params=", ".join(tv.params), grid=tv.grid, block=tv.block)
+                decls[tv.spec] = f"void launch_{tv.spec}({args}, cudaStream_t)"
+            named = {f"in{j}": v for j, v in enumerate(k.inputs)} | {"out": k.out}
+            launches.append(f"launch_{tv.spec}({', '.join(buf(named[p]) for p in tv.params)}, s)")
+            src.kernels.append(dict(name=k.name, family="tvm", spec=tv.spec, bytes=0))
     launches.append("kiec::launch_pdl(kiec::advance_kernel, dim3(1), dim3(1), 0, s, c->st, c->tokens, "
                     "(volatile int*)c->host_tokens_dev)")
     src.weights = list(lay.entries.values())
     src.weight_bytes = lay.size
     src.files["model.cu"] = env.get_template("model.cu.j2").render(
         header=header, launches=launches, declarations=list(decls.values()), configures=configures,
-        weight_bytes=lay.size, kv_bytes=kv_bytes, arena_floats=arena_floats, logits_offset=arena["logits"],
+        weight_bytes=lay.size, kv_bytes=kv_bytes, arena_floats=arena_floats, logits_offset=arena[g.outputs[0]],
         max_seq=max_seq_len, vocab=next(k.n_out for k in program.kernels if getattr(k, "epilogue", "") == "argmax"),
         arch_number=arch_number)
     return src

@@ -15,6 +15,8 @@ FAMILIES = {
     "qwen2": ("Qwen2Config", dict(tie_word_embeddings=False, rope_theta=1000000.0)),
     "qwen3": ("Qwen3Config", dict(tie_word_embeddings=True, head_dim=32, rope_theta=1000000.0)),
     "mistral": ("MistralConfig", dict(tie_word_embeddings=False, sliding_window=5, rope_theta=10000.0)),
+    # a variant no template covers: its gated MLP goes to plain GEMVs and a TVM-generated kernel
+    "llama-gelu": ("LlamaConfig", dict(tie_word_embeddings=True, rope_theta=10000.0, hidden_act="gelu_pytorch_tanh")),
 }
 
 
@@ -23,7 +25,7 @@ def make_tiny_hf(directory, family: str, seed: int = 0):
     import transformers
 
     cls_name, extra = FAMILIES[family]
-    kw = {**COMMON, **extra}
+    kw = {**COMMON, **extra}  # extra may override COMMON (hidden_act)
     rope = {k: kw.pop(k) for k in ("rope_theta", "rope_scaling") if k in kw}
     params = {"rope_type": "default", **(rope.get("rope_scaling") or {}), "rope_theta": rope["rope_theta"]}
     try:

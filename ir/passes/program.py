@@ -48,7 +48,19 @@ class AttentionKernel:
     head_dim: int
 
 
-Kernel = EmbedKernel | GemvKernel | AttentionKernel
+@dataclass(frozen=True)
+class ElementwiseKernel:
+    """A chain of elementwise ops (activations, products, sums of vectors) that no template covers,
+    lowered through TVM into one kernel. `ops` are in graph order; `inputs` are the values it reads."""
+
+    name: str
+    ops: tuple[Op, ...]
+    inputs: tuple[str, ...]
+    out: str
+    n: int
+
+
+Kernel = EmbedKernel | GemvKernel | AttentionKernel | ElementwiseKernel
 
 
 @dataclass
@@ -74,6 +86,8 @@ def kernel_bytes(kernel: Kernel, graph: Graph, context: int) -> int:
     if isinstance(kernel, GemvKernel):
         norm = nbytes(kernel.norm.weight) if kernel.norm else 0
         return sum(nbytes(w) for w in kernel.weights) + sum(nbytes(b) for b in kernel.biases) + norm
+    if isinstance(kernel, ElementwiseKernel):
+        return 0  # activations only: a few KB from L2, not weights
     c = graph.type_of(kernel.append.cache)
     rows = min(context + 1, kernel.attention.window or c.shape[2], c.shape[2])
     norms = sum(nbytes(n.weight) for n in (kernel.q_norm, kernel.k_norm) if n is not None)

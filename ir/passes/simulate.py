@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import interp
-from .program import AttentionKernel, EmbedKernel, GemvKernel, Program
+from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program
 
 
 def _gemv(k: GemvKernel, env: dict) -> None:
@@ -54,6 +54,11 @@ def simulate(program: Program, env: dict[str, torch.Tensor]) -> dict[str, torch.
             _gemv(k, env)
         elif isinstance(k, AttentionKernel):
             _attention(k, env)
+        elif isinstance(k, ElementwiseKernel):
+            local = {i: env[i] for i in k.inputs}
+            for op in k.ops:
+                local[op.out] = interp.IMPLS[type(op)](op, local.__getitem__)
+            env[k.out] = local[k.out]
         else:
             raise TypeError(f"simulate: unknown kernel {type(k).__name__}")
     return env

@@ -63,6 +63,11 @@ def _req(d: dict, key: str, where: str):
     return d[key]
 
 
+# HF hidden_act -> kiec Activation.fn
+ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
+               "gelu_new": "gelu_tanh", "relu": "relu"}
+
+
 def config_from_hf(cfg: dict, path: str) -> tuple[LlamaConfig, list[str]]:
     f, notes = _Fields(cfg, path), []
     model_type = cfg.get("model_type")
@@ -101,13 +106,19 @@ def config_from_hf(cfg: dict, path: str) -> tuple[LlamaConfig, list[str]]:
         qkv_bias=model_type == "qwen2",
         qk_norm=model_type == "qwen3",
         sliding_window=int(f.get("sliding_window", 0)) if model_type == "mistral" else 0,
-        hidden_act=f.need("hidden_act", str),
+        hidden_act=_activation(f.need("hidden_act", str), path),
         bos_token_id=cfg.get("bos_token_id"),
         eos_token_ids=eos,
     ), notes
 
 
 _ST_DTYPES = {"F32": "f32", "BF16": "bf16", "F16": "f16"}
+
+
+def _activation(name: str, path: str) -> str:
+    if name not in ACTIVATIONS:
+        raise KiecError(f"{path}: hidden_act '{name}' is not supported (kiec has {', '.join(ACTIVATIONS)})")
+    return ACTIVATIONS[name]
 
 
 def safetensors_index(directory: str) -> dict[str, tuple[str, tuple[int, ...], str]]:

@@ -78,3 +78,45 @@ def test_refused_target_writes_nothing(tmp_path):
     r = CliRunner().invoke(main, ["compile", "smollm2-135m", "-o", str(tmp_path / "out"), "--tp", "2"])
     assert r.exit_code != 0 and "tensor parallel is not built yet" in r.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_chain_no_template_covers_is_generated_by_tvm(tmp_path):
+    pytest.importorskip("tvm")
+    make_tiny_hf(tmp_path / "hf", "llama-gelu")
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    assert model.config.hidden_act == "gelu_tanh"
+    art = kiec.compile(model, str(tmp_path / "art"))
+    tvm_files = [f for f in os.listdir(os.path.join(art, "src")) if f.startswith("ew_")]
+    assert len(tvm_files) == 1  # one kernel, shared by both layers
+    with open(os.path.join(art, "src", tvm_files[0])) as fh:
+        text = fh.read()
+    assert text.startswith("// spec: ew_n96_") and "Activation(x=in0,fn=gelu_tanh)" in text and "tanhf" in text
+    with open(os.path.join(art, "src", "model.cu")) as fh:
+        assert fh.read().count(f"launch_{tvm_files[0][:-len('_sm90.cu')]}(") == 2 + 1  # declared once, called twice
+
+
+def test_buffer_plan_never_overlaps_live_values():
+    from kiec.codegen.buffers import kernel_io, plan_buffers
+    from kiec.ir.passes import pipeline
+    from tests.cpu.test_fusion import gelu_variant
+    for graph in (kiec.load("qwen3-1.7b").graph, gelu_variant().graph):
+        prog = pipeline.run(graph)
+        offsets, total = plan_buffers(prog, {"scratch": 100})
+        io = [kernel_io(k) for k in prog.kernels]
+        born, last, size = {}, {}, {}
+        for i, (reads, writes) in enumerate(io):
+            for v in reads:
+                last[v] = i
+            for v, n, alias in writes:
+                born[v], size[v] = i, n if n >= 0 else graph.types[v].shape[0]
+        for v in graph.outputs:
+            last[v] = len(io)
+        spans = {v: (offsets[v], offsets[v] + size[v]) for v in born}
+        alias = {v for _, writes in io for v, _, a in writes if a}
+        for a in spans:
+            for b in spans:
+                if a < b and born[a] <= last.get(b, born[b]) and born[b] <= last.get(a, born[a]):
+                    same_stream = a in alias or b in alias  # residual results share their input's slot by design
+                    overlap = spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
+                    assert not overlap or same_stream, (a, b, spans[a], spans[b])
+        assert offsets["scratch"] + 100 <= total

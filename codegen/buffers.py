@@ -1,0 +1,67 @@
+"""plan_buffers: every value a kernel writes gets a slot in one float arena; a slot is reused once its
+value has no later reader. A residual epilogue writes in place, so its result takes its input's slot."""
+from __future__ import annotations
+
+from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Kernel, Program
+
+ALIGN_FLOATS = 64  # 256-byte slots: every vector starts 16-byte (and L2-sector) aligned
+
+
+def kernel_io(k: Kernel) -> tuple[list[str], list[tuple[str, int, str | None]]]:
+    """(values read, [(value written, floats, the input it aliases or None)])."""
+    if isinstance(k, EmbedKernel):
+        return [], [(k.out, -1, None)]
+    if isinstance(k, GemvKernel):
+        if k.epilogue == "residual":
+            return [k.x, k.residual], [(k.out, k.n_out, k.residual)]
+        return [k.x], [(k.out, k.n_out, None)]
+    if isinstance(k, AttentionKernel):
+        return [k.qkv], [(k.attention.out, k.n_heads * k.head_dim, None)]
+    if isinstance(k, ElementwiseKernel):
+        return list(k.inputs), [(k.out, k.n, None)]
+    raise TypeError(f"plan_buffers: unknown kernel {type(k).__name__}")
+
+
+def plan_buffers(program: Program, extra: dict[str, int]) -> tuple[dict[str, int], int]:
+    """Offsets (in floats) of every kernel-written value and of each `extra` scratch region."""
+    g = program.graph
+    io = [kernel_io(k) for k in program.kernels]
+    last_read: dict[str, int] = {}
+    for i, (reads, _) in enumerate(io):
+        for v in reads:
+            last_read[v] = i
+    for v in g.outputs:
+        last_read[v] = len(io)
+    offsets: dict[str, int] = {}
+    size: dict[str, int] = {}
+    free: list[tuple[int, int]] = []  # (offset, floats) of slots nobody holds
+    live: dict[str, int] = {}  # value -> index of the kernel after which its slot frees
+    top = 0
+
+    def take(n: int) -> int:
+        nonlocal top
+        fits = [s for s in free if s[1] >= n]
+        if fits:
+            best = min(fits, key=lambda s: s[1])
+            free.remove(best)
+            return best[0]
+        off, top = top, top + (n + ALIGN_FLOATS - 1) // ALIGN_FLOATS * ALIGN_FLOATS
+        return off
+
+    for i, (reads, writes) in enumerate(io):
+        for v in [v for v, until in live.items() if until < i]:
+            free.append((offsets[v], size[v]))
+            del live[v]
+        for v, n, alias in writes:
+            if n < 0:
+                n = g.types[v].shape[0]
+            if alias is not None:
+                offsets[v], size[v] = offsets[alias], size[alias]
+                live.pop(alias, None)
+            else:
+                offsets[v], size[v] = take(n), (n + ALIGN_FLOATS - 1) // ALIGN_FLOATS * ALIGN_FLOATS
+            live[v] = last_read.get(v, i)
+    for name, n in extra.items():
+        offsets[name] = top
+        top += (n + ALIGN_FLOATS - 1) // ALIGN_FLOATS * ALIGN_FLOATS
+    return offsets, top
