@@ -25,9 +25,25 @@ def run(graph: Graph, dump_dir: str | None = None) -> Program:
         graph = fn(graph)
         verify(graph, after=name)
         stages.append((name, graph))
+    program = fuse(graph)
     if dump_dir:
         os.makedirs(dump_dir, exist_ok=True)
         for i, (name, g) in enumerate(stages):
             with open(os.path.join(dump_dir, f"{i:02d}_{name}.kir"), "w") as fh:
                 fh.write(print_graph(g))
-    return fuse(graph)
+        with open(os.path.join(dump_dir, f"{len(stages):02d}_fuse.txt"), "w") as fh:
+            fh.write(describe(program))
+    return program
+
+
+def describe(program: Program) -> str:
+    """The fused program, one kernel a line with the ops it covers (what `--dump-ir` writes after fuse)."""
+    covers: dict[str, list[str]] = {}
+    for value, kernel in program.covered.items():
+        covers.setdefault(kernel, []).append(value)
+    lines = []
+    for i, k in enumerate(program.kernels):
+        kind = type(k).__name__ + (f"[{k.epilogue}{', rmsnorm prologue' if k.norm else ''}]"
+                                   if getattr(k, "epilogue", None) else "")
+        lines.append(f"{i:4d} {kind:<40} -> %{k.name}   covers {', '.join('%' + v for v in covers.get(k.name, []))}")
+    return "\n".join(lines) + "\n"

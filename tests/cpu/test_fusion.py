@@ -28,6 +28,8 @@ def test_fused_program_equals_the_graph(tmp_path, family):
     m = kiec.load(str(tmp_path))
     prog = pipeline.run(m.graph, dump_dir=str(tmp_path / "ir"))
     assert (tmp_path / "ir" / "00_loaded.kir").exists()
+    listing = (tmp_path / "ir" / "01_fuse.txt").read_text().splitlines()
+    assert len(listing) == len(prog.kernels) and "GemvKernel[argmax, rmsnorm prologue]" in listing[-1]
     torch.manual_seed(0)
     weights = {n: m.weights[n].float() for n in m.graph.params}
     caches = lambda: {s.name: torch.randn(s.type.shape) for s in m.graph.states.values()}  # noqa: E731

@@ -86,3 +86,17 @@ def test_not_enough_gpu_memory_names_the_bytes(tmp_path):
     art = kiec.compile(kiec.load(str(tmp_path / "hf"), max_seq_len=1 << 30), str(tmp_path / "art"))
     with pytest.raises(kiec.KiecError, match=r"the model needs \d+ bytes, \d+ are free"):
         kiec.Engine(art)
+
+
+def test_standalone_kiec_run_matches_the_engine(tmp_path):
+    import os
+    import subprocess
+    make_tiny_hf(tmp_path / "hf", "qwen2")
+    art = kiec.compile(kiec.load(str(tmp_path / "hf"), dtype="bf16"), str(tmp_path / "art"))
+    prompt = [3, 1, 4, 1, 5, 9]
+    expect = kiec.Engine(art).generate(prompt, max_new_tokens=10)
+    r = subprocess.run([os.path.join(art, "kiec-run"), art, ",".join(map(str, prompt)), "10"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert [int(t) for t in r.stdout.strip().split(",")] == expect
+    assert "time to first token" in r.stderr and "tok/s" in r.stderr

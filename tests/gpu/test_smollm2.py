@@ -45,3 +45,15 @@ def test_smollm2_teacher_forced_agreement(tmp_path):
     print(f"teacher-forced argmax agreement: {agree}/{total}")
     assert total == 4 * 48
     assert agree >= 0.97 * total, f"kiec agrees with transformers fp32 at {agree}/{total} positions"
+
+
+def test_kiec_run_streams_text(tmp_path):
+    from click.testing import CliRunner
+
+    from kiec.cli import main
+    path = smollm2_gguf()
+    art = kiec.compile(kiec.load(path, dtype="bf16"), str(tmp_path / "art"))
+    r = CliRunner().invoke(main, ["run", art, "--prompt", "What is the capital of France?", "--max-new-tokens", "24"])
+    print(r.output)
+    assert r.exit_code == 0, r.output
+    assert "Paris" in r.output
