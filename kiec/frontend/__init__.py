@@ -29,7 +29,8 @@ def load(path: str, dtype: str | None = None, max_seq_len: int | None = None, se
         from kiec.frontend.gguf import load_gguf
         return load_gguf(path, dtype, max_seq_len)
     if path.endswith(".onnx"):
-        raise KiecError(f"{path}: the ONNX frontend is not built yet")
+        from kiec.frontend.onnx import load_onnx
+        return load_onnx(path, dtype, max_seq_len)
     if not os.path.exists(path):
         raise KiecError(f"{path}: no such file or directory, and not a registry name ({', '.join(REGISTRY)})")
     raise KiecError(f"{path}: not an HF directory, a .gguf or an .onnx file")
@@ -53,3 +54,11 @@ def assemble(name: str, source: str, cfg: LlamaConfig, loaders: dict[str, tuple[
     graph = build_graph(cfg, name, dtype, seq)
     weights = WeightStore(graph, {n: loaders[n][1] for n in graph.params})
     return Model(name, source, cfg, graph, weights, seq, tokenizer, list(notes or []))
+
+
+def assemble_graph(builder, loaders: dict[str, Loader], cfg: LlamaConfig, source: str, max_seq_len: int) -> Model:
+    """A frontend that built its graph op by op (ONNX): verify it and attach the weights."""
+    import os as _os
+    graph = builder.finish()
+    name = _os.path.splitext(_os.path.basename(source))[0]
+    return Model(name, source, cfg, graph, WeightStore(graph, loaders), max_seq_len, None, [])

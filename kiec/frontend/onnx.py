@@ -1,0 +1,326 @@
+"""ONNX decoders, op by op into model-level IR. This version reads the graphs onnxruntime-genai's model
+builder writes (com.microsoft GroupQueryAttention with packed QKV and RoPE caches,
+SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization, MatMul [+ Add bias], Sigmoid·Mul as SiLU)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import numpy as np
+import torch
+
+from kiec.errors import KiecError
+from kiec.ir.builder import Builder
+from kiec.ir.interp import attention_scale
+from kiec.ir.ops import Activation, Add, Argmax, Attention, Embedding, KVAppend, Linear, Mul, RMSNorm, Rope
+from kiec.ir.types import TensorType
+from kiec.models.llama import LlamaConfig, RopeConfig
+
+MS = "com.microsoft"
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", name)
+
+
+class _Initializers:
+    """Initializer name -> (shape, lazy float32 tensor); external data read from its file when asked for."""
+
+    def __init__(self, model, directory: str, path: str):
+        from onnx import TensorProto, numpy_helper
+
+        self.entries = {}
+        for t in model.graph.initializer:
+            shape = tuple(int(d) for d in t.dims)
+            if t.data_location == TensorProto.EXTERNAL:
+                ext = {e.key: e.value for e in t.external_data}
+                file = os.path.join(directory, ext["location"])
+                if not os.path.isfile(file):
+                    raise KiecError(f"{path}: initializer '{t.name}' needs external data file {ext['location']}, "
+                                    f"which is missing")
+                offset, length = int(ext.get("offset", 0)), int(ext.get("length", 0))
+                dtype = numpy_helper.helper.tensor_dtype_to_np_dtype(t.data_type)
+                if offset + length > os.path.getsize(file):
+                    raise KiecError(f"{path}: initializer '{t.name}' reaches past the end of {ext['location']} "
+                                    f"(truncated external data)")
+                self.entries[t.name] = (shape, self._external(file, offset, shape, dtype))
+            else:
+                self.entries[t.name] = (shape, self._inline(t))
+
+    @staticmethod
+    def _external(file, offset, shape, dtype):
+        def load():
+            n = int(np.prod(shape)) if shape else 1
+            return torch.from_numpy(np.fromfile(file, dtype=dtype, count=n, offset=offset).reshape(shape).astype(np.float32))
+        return load
+
+    @staticmethod
+    def _inline(t):
+        from onnx import numpy_helper
+        return lambda: torch.from_numpy(np.array(numpy_helper.to_array(t), dtype=np.float32))
+
+    def __contains__(self, name):
+        return name in self.entries
+
+    def shape(self, name):
+        return self.entries[name][0]
+
+    def array(self, name) -> torch.Tensor:
+        return self.entries[name][1]()
+
+
+def _attrs(node) -> dict:
+    from onnx import helper
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _where(node) -> str:
+    return f"node '{node.name}' ({node.op_type}, domain {node.domain or 'ai.onnx'})"
+
+
+def _theta(cos: torch.Tensor, sin: torch.Tensor, where: str) -> float:
+    """theta of an unscaled RoPE from the caches: angle(pos=1, i) = theta^(-2i/rotary_dim)."""
+    inv = torch.atan2(sin[1].double(), cos[1].double())
+    d = 2 * inv.numel()
+    theta = float(inv[1] ** (-d / 2)) if inv.numel() > 1 else 10000.0
+    expect = torch.tensor([theta ** (-2 * i / d) for i in range(inv.numel())], dtype=torch.float64)
+    if not torch.allclose(inv, expect, rtol=1e-4, atol=0):
+        raise KiecError(f"{where}: cos_cache/sin_cache do not follow an unscaled RoPE theta^(-2i/d); "
+                        f"scaled RoPE from ONNX is not supported yet")
+    return theta
+
+
+class _Lifter:
+    """Walks the nodes in order; one method per ONNX op turns a node into IR ops (or records it unlifted)."""
+
+    def __init__(self, model, inits: _Initializers, path: str, dtype: str, seq: int):
+        self.g, self.inits, self.path, self.dtype, self.seq = model.graph, inits, path, dtype, seq
+        self.nodes = list(model.graph.node)
+        self.consumers: dict[str, list] = {}
+        for n in self.nodes:
+            for i in n.input:
+                self.consumers.setdefault(i, []).append(n)
+        self.b = Builder(_safe(os.path.splitext(os.path.basename(path))[0]))
+        self.token = self.b.input("token", TensorType((), "i32"))
+        self.pos = self.b.input("pos", TensorType((), "i32"))
+        self.value: dict[str, str] = {}  # ONNX tensor -> IR value
+        self.loaders: dict[str, object] = {}  # IR param -> loader
+        self.sigmoid_of: dict[str, str] = {}  # Sigmoid output -> its input (a SiLU once a Mul pairs them)
+        self.transposed: dict[str, str] = {}  # Transpose output -> the 2-D initializer (a tied embedding)
+        self.found = dict(heads=0, kv_heads=0, head_dim=0, eps=None, theta=None, rotary=0, window=0, bias=False,
+                          hidden=0, inter=0, vocab=0, table=None)
+        self.unlifted: list[str] = []
+        self.layer = 0
+
+    # -- parameters
+    def param(self, name: str, shape, loader) -> str:
+        pname = _safe(name)
+        if pname not in self.loaders:
+            self.loaders[pname] = loader
+            self.b.param(pname, tuple(shape), self.dtype)
+        return pname
+
+    def init_param(self, name: str) -> str:
+        return self.param(name, self.inits.shape(name), lambda: self.inits.array(name))
+
+    def weight_t(self, init: str, lo: int = 0, hi: int | None = None) -> str:
+        """An ONNX MatMul weight [K, N] as Linear weight rows [lo, hi) of its transpose [N, K]."""
+        k, n = self.inits.shape(init)
+        hi = n if hi is None else hi
+        suffix = "" if (lo, hi) == (0, n) else f".rows{lo}-{hi}"
+        return self.param(init + ".T" + suffix, (hi - lo, k), lambda: self.inits.array(init)[:, lo:hi].t().contiguous())
+
+    def bias_of(self, matmul_out: str):
+        users = self.consumers.get(matmul_out, [])
+        if len(users) == 1 and users[0].op_type == "Add":
+            other = [i for i in users[0].input if i != matmul_out]
+            if len(other) == 1 and other[0] in self.inits and len(self.inits.shape(other[0])) == 1:
+                return users[0], other[0]
+        return None, None
+
+    # -- one method per op
+    def Transpose(self, n, a):
+        if n.input[0] not in self.inits or list(a.get("perm", [1, 0])) != [1, 0]:
+            return self.unlifted.append(_where(n))
+        self.transposed[n.output[0]] = n.input[0]
+
+    def Gather(self, n, a):
+        if n.input[1] != "input_ids" or not (n.input[0] in self.inits or n.input[0] in self.transposed):
+            return self.unlifted.append(_where(n))
+        # a tied model reads the LM head's matrix as the embedding: one parameter serves both
+        table = self.weight_t(self.transposed[n.input[0]]) if n.input[0] in self.transposed else self.init_param(n.input[0])
+        vocab, hidden = self.b.graph.params[table].type.shape
+        self.found.update(vocab=vocab, hidden=hidden, table=table)
+        self.value[n.output[0]] = self.b.emit(Embedding, "x", table=table, index=self.token)
+
+    def SimplifiedLayerNormalization(self, n, a):
+        self.found["eps"] = float(a.get("epsilon", 1e-5))
+        self.value[n.output[0]] = self.b.emit(RMSNorm, f"L{self.layer}.norm", x=self.value[n.input[0]],
+                                              weight=self.init_param(n.input[1]), eps=self.found["eps"])
+
+    def SkipSimplifiedLayerNormalization(self, n, a):
+        if len(n.input) != 3:
+            return self.unlifted.append(_where(n) + " with beta or bias inputs")
+        self.found["eps"] = float(a.get("epsilon", 1e-5))
+        s = self.b.emit(Add, f"L{self.layer}.x", a=self.value[n.input[0]], b=self.value[n.input[1]])
+        self.value[n.output[0]] = self.b.emit(RMSNorm, f"L{self.layer}.norm", x=s,
+                                              weight=self.init_param(n.input[2]), eps=self.found["eps"])
+        if len(n.output) > 3 and n.output[3]:
+            self.value[n.output[3]] = s
+
+    def MatMul(self, n, a):
+        if n.input[1] not in self.inits:
+            return self.unlifted.append(_where(n) + " whose weight is not an initializer")
+        add, bias = self.bias_of(n.output[0])
+        result = add.output[0] if add else n.output[0]
+        gqa = [c for c in self.consumers.get(result, []) if c.op_type == "GroupQueryAttention"]
+        x = self.value[n.input[0]]
+        if not gqa:
+            bp = self.init_param(bias) if bias else None
+            name = "logits" if result == "logits" else f"L{self.layer}.linear"
+            self.value[result] = self.b.emit(Linear, name, x=x, weight=self.weight_t(n.input[1]), bias=bp)
+            return
+        # packed q|k|v feeding GroupQueryAttention: three Linears on row slices, as the HF layout has them
+        ga = _attrs(gqa[0])
+        h, kvh = int(ga["num_heads"]), int(ga["kv_num_heads"])
+        dh = self.inits.shape(n.input[1])[1] // (h + 2 * kvh)
+        bounds = {"q": (0, h * dh), "k": (h * dh, (h + kvh) * dh), "v": ((h + kvh) * dh, (h + 2 * kvh) * dh)}
+        for part, (lo, hi) in bounds.items():
+            bp = None
+            if bias:
+                bp = self.param(f"{bias}.{part}", (hi - lo,), lambda lo=lo, hi=hi: self.inits.array(bias)[lo:hi])
+            self.value[f"{result}:{part}"] = self.b.emit(Linear, f"L{self.layer}.{part}", x=x,
+                                                         weight=self.weight_t(n.input[1], lo, hi), bias=bp)
+        self.found["bias"] = self.found["bias"] or bias is not None
+
+    def GroupQueryAttention(self, n, a):
+        q_in = self.value.get(f"{n.input[0]}:q")
+        if n.input[1] or n.input[2] or q_in is None:
+            return self.unlifted.append(_where(n) + ": its query is not one packed q|k|v MatMul")
+        if not a.get("do_rotary", 0):
+            return self.unlifted.append(_where(n) + " without do_rotary")
+        h, kvh = int(a["num_heads"]), int(a["kv_num_heads"])
+        dh = self.b.graph.type_of(q_in).shape[0] // h
+        cos, sin = self.inits.array(n.input[7]), self.inits.array(n.input[8])
+        rotary, theta = 2 * cos.shape[1], _theta(cos, sin, _where(n))
+        window = max(0, int(a.get("local_window_size", -1)))
+        self.found.update(heads=h, kv_heads=kvh, head_dim=dh, theta=theta, rotary=rotary, window=window)
+        rope = dict(pos=self.pos, head_dim=dh, rotary_dim=rotary, theta=theta,
+                    interleaved=bool(a.get("rotary_interleaved", 0)))
+        L, b = f"L{self.layer}.", self.b
+        q = b.emit(Rope, L + "q_rot", x=q_in, **rope)
+        k = b.emit(Rope, L + "k_rot", x=self.value[f"{n.input[0]}:k"], **rope)
+        cache = b.state(f"kv.{self.layer}", TensorType((2, kvh, self.seq, dh), self.dtype))
+        kv = b.emit(KVAppend, L + "kv", cache=cache, k=k, v=self.value[f"{n.input[0]}:v"], pos=self.pos)
+        self.value[n.output[0]] = b.emit(Attention, L + "attn", q=q, cache=kv, pos=self.pos, n_heads=h,
+                                         scale=float(a.get("scale", 0.0)) or attention_scale(dh), window=window,
+                                         softcap=float(a.get("softcap", 0.0)))
+        self.layer += 1
+
+    def Sigmoid(self, n, a):
+        self.sigmoid_of[n.output[0]] = n.input[0]
+
+    def Mul(self, n, a):
+        x, y = n.input
+        L = f"L{max(self.layer - 1, 0)}."
+        if self.sigmoid_of.get(y) == x or self.sigmoid_of.get(x) == y:  # x * sigmoid(x): SiLU
+            src = x if self.sigmoid_of.get(y) == x else y
+            self.value[n.output[0]] = self.b.emit(Activation, L + "act", x=self.value[src], fn="silu")
+            self.found["inter"] = self.b.graph.type_of(self.value[src]).shape[0]
+        else:
+            self.value[n.output[0]] = self.b.emit(Mul, L + "mul", a=self.value[x], b=self.value[y])
+
+    def Add(self, n, a):
+        if n.output[0] in self.value or f"{n.output[0]}:q" in self.value:  # a bias folded into its MatMul's Linear
+            return
+        self.value[n.output[0]] = self.b.emit(Add, f"L{self.layer}.add", a=self.value[n.input[0]],
+                                              b=self.value[n.input[1]])
+
+    def run(self, skip: set) -> None:
+        for n in self.nodes:
+            if n.name in skip or n.op_type == "Constant":
+                continue
+            method = getattr(self, n.op_type, None) if (n.domain or "") in ("", MS) else None
+            if method is None:
+                self.unlifted.append(_where(n))
+                continue
+            try:
+                method(n, _attrs(n))
+            except KeyError as e:  # an input whose producer was not lifted: the producer is the one to name
+                if not self.unlifted:
+                    self.unlifted.append(f"{_where(n)}: input {e} has no lifted producer")
+
+
+def _bookkeeping(nodes) -> set:
+    """Nodes that only turn attention_mask into GroupQueryAttention's sequence lengths (the KV state and
+    pos replace them)."""
+    producers = {o: n for n in nodes for o in n.output if o}
+    skip, stack = set(), [n.input[i] for n in nodes if n.op_type == "GroupQueryAttention" for i in (5, 6)
+                          if len(n.input) > i]
+    while stack:
+        t = stack.pop()
+        if t in producers and producers[t].name not in skip:
+            skip.add(producers[t].name)
+            stack += list(producers[t].input)
+    return skip
+
+
+def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
+    import onnx
+
+    from kiec.frontend import assemble_graph
+
+    if not os.path.isfile(path):
+        raise KiecError(f"{path}: no such file")
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except Exception as e:  # protobuf raises DecodeError and friends on a truncated or foreign file
+        raise KiecError(f"{path}: not a readable ONNX model: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    g = model.graph
+    inputs, outputs = {i.name for i in g.input}, [o.name for o in g.output]
+    layers = sorted(int(m.group(1)) for n in inputs if (m := re.fullmatch(r"past_key_values\.(\d+)\.key", n)))
+    if "input_ids" not in inputs or "logits" not in outputs or not layers:
+        raise KiecError(f"{path}: not a decoder with a KV cache (expected inputs input_ids and "
+                        f"past_key_values.N.key/value, output logits; found inputs {sorted(inputs)})")
+    inits = _Initializers(model, os.path.dirname(os.path.abspath(path)), path)
+    gqa = [n for n in g.node if n.op_type == "GroupQueryAttention" and len(n.input) > 8]
+    positions = inits.shape(gqa[0].input[7])[0] if gqa else 0
+    seq = max_seq_len or min(positions or 4096, 4096)
+    if positions and seq > positions:
+        raise KiecError(f"{path}: max_seq_len {seq} is past the {positions} positions of its RoPE caches")
+    embed = next((i for i in g.initializer if i.name in {n.input[0] for n in g.node if n.op_type in ("Gather", "Transpose")}), None)
+    native = {onnx.TensorProto.FLOAT16: "f16", onnx.TensorProto.BFLOAT16: "bf16"}.get(getattr(embed, "data_type", 0), "f32")
+
+    lift = _Lifter(model, inits, path, dtype or native, seq)
+    lift.run(_bookkeeping(list(g.node)))
+    if lift.unlifted:
+        more = f" (and {len(lift.unlifted) - 3} more)" if len(lift.unlifted) > 3 else ""
+        raise KiecError(f"{path}: no rule lifts " + "; ".join(lift.unlifted[:3]) + more)
+    if "logits" not in lift.value:
+        raise KiecError(f"{path}: the output 'logits' is not computed by a lifted MatMul")
+    if lift.layer != len(layers):
+        raise KiecError(f"{path}: {len(layers)} past_key_values inputs but {lift.layer} GroupQueryAttention nodes")
+    b, found = lift.b, lift.found
+    b.output(lift.value["logits"], b.emit(Argmax, "next", x=lift.value["logits"]))
+    found["tied"] = b.graph.producer()[lift.value["logits"]].weight == found["table"]  # the LM head reads the table
+    cfg = _config(found, lift.layer, os.path.dirname(os.path.abspath(path)))
+    return assemble_graph(b, lift.loaders, cfg, path, seq)
+
+
+def _config(found: dict, layers: int, directory: str) -> LlamaConfig:
+    eos, bos = (), None
+    gc = os.path.join(directory, "genai_config.json")
+    if os.path.isfile(gc):
+        with open(gc) as fh:
+            m = json.load(fh).get("model", {})
+        e = m.get("eos_token_id")
+        eos = tuple(e) if isinstance(e, list) else (() if e is None else (int(e),))
+        bos = m.get("bos_token_id")
+    return LlamaConfig(
+        arch="llama", vocab_size=found["vocab"], hidden_size=found["hidden"], intermediate_size=found["inter"],
+        num_layers=layers, num_heads=found["heads"], num_kv_heads=found["kv_heads"], head_dim=found["head_dim"],
+        rms_norm_eps=found["eps"], rope=RopeConfig(found["theta"], partial_rotary_factor=found["rotary"] / found["head_dim"]),
+        max_position_embeddings=1 << 20, tie_word_embeddings=found["tied"], qkv_bias=found["bias"],
+        sliding_window=found["window"], bos_token_id=bos, eos_token_ids=eos)
+

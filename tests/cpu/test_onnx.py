@@ -1,0 +1,133 @@
+"""The ONNX frontend against onnxruntime (the oracle), and against the HF frontend's graph of the same model."""
+
+import numpy as np
+import pytest
+import torch
+
+import kiec
+from kiec.errors import KiecError
+from tests.onnx_export import genai_export
+from tests.tiny_hf import make_tiny_hf
+
+GENAI_FAMILIES = ["llama", "llama-tied", "qwen2", "mistral"]
+
+
+def ort_steps(path, tokens, kv_heads, head_dim, layers):
+    """Logits of each step of onnxruntime decoding `tokens` one at a time, present fed back as past."""
+    import onnxruntime as ort
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    past = {f"past_key_values.{i}.{kv}": np.zeros((1, kv_heads, 0, head_dim), np.float32)
+            for i in range(layers) for kv in ("key", "value")}
+    out = []
+    for pos, tok in enumerate(tokens):
+        feeds = {"input_ids": np.array([[tok]], np.int64), "attention_mask": np.ones((1, pos + 1), np.int64), **past}
+        res = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+        out.append(res["logits"][0, -1])
+        past = {k: res[k.replace("past_key_values", "present")] for k in past}
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("family", GENAI_FAMILIES)
+def test_genai_export_matches_onnxruntime(tmp_path, family):
+    make_tiny_hf(tmp_path / "hf", family)
+    path = genai_export(tmp_path / "hf", tmp_path / "onnx")
+    m = kiec.load(path)
+    cfg = m.config
+    ref = kiec.Reference(m)
+    rng = np.random.default_rng()
+    prompt = rng.integers(0, cfg.vocab_size, size=9).tolist()
+    ids = ref.generate(prompt, max_new_tokens=16)
+    seq = prompt + ids
+    theirs = ort_steps(path, seq, cfg.num_kv_heads, cfg.head_dim, cfg.num_layers)
+    ref.reset()
+    ours = np.stack([ref.step(t, p) for p, t in enumerate(seq)])
+    diff = np.abs(ours - theirs)
+    worst = np.unravel_index(diff.argmax(), diff.shape)
+    assert diff.max() <= 1e-4 * np.abs(theirs).max(), f"{family}: max |diff| {diff.max():.3g} at {worst}"
+    assert ids == theirs[len(prompt) - 1:-1].argmax(-1).tolist()  # the same greedy tokens
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_lifted_graph_equals_the_hf_frontends_op_by_op(tmp_path, family):
+    make_tiny_hf(tmp_path / "hf", family)
+    ours = kiec.load(genai_export(tmp_path / "hf", tmp_path / "onnx"))
+    hf = kiec.load(str(tmp_path / "hf"))
+    assert len(ours.graph.ops) == len(hf.graph.ops)
+    for a, b in zip(ours.graph.ops, hf.graph.ops):
+        assert type(a) is type(b), (a, b)
+        attrs = lambda op: {f.name: getattr(op, f.name) for f in op.attr_fields()}  # noqa: E731
+        for (k, va), vb in zip(attrs(a).items(), attrs(b).values()):
+            assert va == pytest.approx(vb, rel=1e-6), (type(a).__name__, k, va, vb)
+        for fa, fb in zip(a.inputs(), b.inputs()):
+            if fa in ours.graph.params:  # the same weights, transposed and sliced from the packed MatMul
+                torch.testing.assert_close(ours.weights[fa], hf.weights[fb], rtol=0, atol=0)
+
+
+def test_not_a_decoder_names_what_is_missing(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    onnx.save(helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])),
+              str(tmp_path / "relu.onnx"))
+    with pytest.raises(KiecError, match="relu.onnx: not a decoder with a KV cache"):
+        kiec.load(str(tmp_path / "relu.onnx"))
+
+
+def test_unliftable_node_is_named_and_nothing_written(tmp_path):
+    import onnx
+    make_tiny_hf(tmp_path / "hf", "llama")
+    path = genai_export(tmp_path / "hf", tmp_path / "onnx")
+    m = onnx.load(path, load_external_data=False)
+    sig = next(n for n in m.graph.node if n.op_type == "Sigmoid")
+    sig.op_type = "HardSigmoid"
+    bad = tmp_path / "onnx" / "bad.onnx"
+    onnx.save(m, str(bad))
+    with pytest.raises(KiecError, match=r"no rule lifts node '/model/layers.0/mlp/act_fn/Sigmoid' \(HardSigmoid, "
+                                        r"domain ai.onnx\)"):
+        kiec.load(str(bad))
+    out = tmp_path / "art"
+    from click.testing import CliRunner
+
+    from kiec.cli import main
+    r = CliRunner().invoke(main, ["compile", str(bad), "-o", str(out)])
+    assert r.exit_code != 0 and "HardSigmoid" in r.output and not out.exists()
+
+
+def test_truncated_file_and_missing_external_data(tmp_path):
+    import os
+    make_tiny_hf(tmp_path / "hf", "llama")
+    path = genai_export(tmp_path / "hf", tmp_path / "onnx")
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(open(path, "rb").read()[:200])
+    with pytest.raises(KiecError, match="cut.onnx: not a readable ONNX model"):
+        kiec.load(str(cut))
+    os.rename(path + ".data", path + ".data.moved")
+    with pytest.raises(KiecError, match=r"needs external data file model.onnx.data, which is missing"):
+        kiec.load(path)
+
+
+def test_scaled_rope_caches_are_refused_by_name(tmp_path):
+    make_tiny_hf(tmp_path / "hf", "llama3-scaled")
+    path = genai_export(tmp_path / "hf", tmp_path / "onnx")
+    with pytest.raises(KiecError, match=r"GroupQueryAttention.*scaled RoPE from ONNX is not supported yet"):
+        kiec.load(path)
+
+
+
+
+def test_inspect_and_compile_accept_onnx_paths(tmp_path):
+    import shutil
+
+    from click.testing import CliRunner
+
+    from kiec.cli import main
+    make_tiny_hf(tmp_path / "hf", "llama")
+    path = genai_export(tmp_path / "hf", tmp_path / "onnx")
+    r = CliRunner().invoke(main, ["inspect", path])
+    assert r.exit_code == 0, r.output
+    assert "2 layers, hidden 64, 4 heads / 2 KV heads x 16" in r.output and "12 fused kernels per token" in r.output
+    if shutil.which("nvcc"):
+        r = CliRunner().invoke(main, ["compile", path, "-o", str(tmp_path / "art")])
+        assert r.exit_code == 0, r.output
+        assert (tmp_path / "art" / "libkiec_model.so").exists()
