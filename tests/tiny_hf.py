@@ -20,12 +20,12 @@ FAMILIES = {
 }
 
 
-def make_tiny_hf(directory, family: str, seed: int = 0):
+def make_tiny_hf(directory, family: str, seed: int = 0, **overrides):
     """Save a random tiny model of `family` to `directory` (fp32 safetensors); returns the HF model."""
     import transformers
 
     cls_name, extra = FAMILIES[family]
-    kw = {**COMMON, **extra}  # extra may override COMMON (hidden_act)
+    kw = {**COMMON, **extra, **overrides}  # extra may override COMMON (hidden_act)
     rope = {k: kw.pop(k) for k in ("rope_theta", "rope_scaling") if k in kw}
     params = {"rope_type": "default", **(rope.get("rope_scaling") or {}), "rope_theta": rope["rope_theta"]}
     try:

@@ -44,30 +44,44 @@ class _Initializers:
                 if offset + length > os.path.getsize(file):
                     raise KiecError(f"{path}: initializer '{t.name}' reaches past the end of {ext['location']} "
                                     f"(truncated external data)")
-                self.entries[t.name] = (shape, self._external(file, offset, shape, dtype))
+                def raw(file=file, offset=offset, shape=shape, dtype=dtype):
+                    n = int(np.prod(shape)) if shape else 1
+                    return np.fromfile(file, dtype=dtype, count=n, offset=offset).reshape(shape)
             else:
-                self.entries[t.name] = (shape, self._inline(t))
-
-    @staticmethod
-    def _external(file, offset, shape, dtype):
-        def load():
-            n = int(np.prod(shape)) if shape else 1
-            return torch.from_numpy(np.fromfile(file, dtype=dtype, count=n, offset=offset).reshape(shape).astype(np.float32))
-        return load
-
-    @staticmethod
-    def _inline(t):
-        from onnx import numpy_helper
-        return lambda: torch.from_numpy(np.array(numpy_helper.to_array(t), dtype=np.float32))
+                def raw(t=t):
+                    return numpy_helper.to_array(t)
+            self.entries[t.name] = (shape, lambda raw=raw: torch.from_numpy(np.array(raw(), dtype=np.float32)), raw)
 
     def __contains__(self, name):
         return name in self.entries
+
+    def raw(self, name) -> np.ndarray:
+        """The initializer in its own dtype (uint8 for packed 4-bit weights and zero points)."""
+        return self.entries[name][2]()
 
     def shape(self, name):
         return self.entries[name][0]
 
     def array(self, name) -> torch.Tensor:
         return self.entries[name][1]()
+
+
+def dequantize_4bit(packed: np.ndarray, scales: torch.Tensor, zero_points: np.ndarray | None, k: int,
+                    block: int) -> torch.Tensor:
+    """MatMulNBits' 4-bit layout -> float [N, K]: element 2i of a block in the low nibble of byte i, 2i+1 in
+    the high one; w = (q - zero_point) * scale per (row, block); zero point 8 when none is given."""
+    rows, blocks = packed.shape[0], packed.shape[1]
+    p = torch.from_numpy(np.ascontiguousarray(packed).reshape(rows, blocks, block // 2).astype(np.int16))
+    q = torch.stack([p & 0x0F, p >> 4], dim=-1).reshape(rows, blocks, block).float()
+    if zero_points is None:
+        z = torch.full((rows, blocks), 8.0)
+    elif zero_points.dtype == np.uint8:  # packed two to a byte, low nibble first
+        zp = torch.from_numpy(zero_points.reshape(rows, -1).astype(np.int16))
+        z = torch.stack([zp & 0x0F, zp >> 4], dim=-1).reshape(rows, -1)[:, :blocks].float()
+    else:
+        z = torch.from_numpy(np.asarray(zero_points, dtype=np.float32).reshape(rows, blocks))
+    w = (q - z[..., None]) * scales.reshape(rows, blocks)[..., None]
+    return w.reshape(rows, blocks * block)[:, :k].contiguous()
 
 
 def _attrs(node) -> dict:
@@ -172,6 +186,27 @@ class _Lifter:
     def MatMul(self, n, a):
         if n.input[1] not in self.inits:
             return self.unlifted.append(_where(n) + " whose weight is not an initializer")
+        self.linear(n, lambda lo=0, hi=None: self.weight_t(n.input[1], lo, hi))
+
+    def MatMulNBits(self, n, a):
+        """4-bit weights [N, blocks, block_size/2] with scales (and zero points), dequantized at load."""
+        if int(a.get("bits", 4)) != 4 or not all(i in self.inits for i in n.input[1:] if i) or len(n.input) > 4:
+            return self.unlifted.append(_where(n) + f" with bits={a.get('bits')} or inputs that are not initializers")
+        k, rows, block = int(a["K"]), int(a["N"]), int(a["block_size"])
+        q, scales = n.input[1], n.input[2]
+        zp = n.input[3] if len(n.input) > 3 and n.input[3] else None
+
+        def matrix(lo=0, hi=None):
+            hi = rows if hi is None else hi
+            loader = lambda: dequantize_4bit(self.inits.raw(q), self.inits.array(scales),  # noqa: E731
+                                             self.inits.raw(zp) if zp else None, k, block)[lo:hi]
+            return self.param(f"{q}.dq" + ("" if (lo, hi) == (0, rows) else f".rows{lo}-{hi}"), (hi - lo, k), loader)
+
+        self.linear(n, matrix, rows)
+
+    def linear(self, n, matrix, rows: int | None = None):
+        """A MatMul-like node: one Linear, or three on row slices when it is GroupQueryAttention's packed q|k|v.
+        matrix(lo, hi) names the parameter holding rows [lo, hi) of the weight as [N, K]."""
         add, bias = self.bias_of(n.output[0])
         result = add.output[0] if add else n.output[0]
         gqa = [c for c in self.consumers.get(result, []) if c.op_type == "GroupQueryAttention"]
@@ -179,19 +214,19 @@ class _Lifter:
         if not gqa:
             bp = self.init_param(bias) if bias else None
             name = "logits" if result == "logits" else f"L{self.layer}.linear"
-            self.value[result] = self.b.emit(Linear, name, x=x, weight=self.weight_t(n.input[1]), bias=bp)
+            self.value[result] = self.b.emit(Linear, name, x=x, weight=matrix(), bias=bp)
             return
         # packed q|k|v feeding GroupQueryAttention: three Linears on row slices, as the HF layout has them
         ga = _attrs(gqa[0])
         h, kvh = int(ga["num_heads"]), int(ga["kv_num_heads"])
-        dh = self.inits.shape(n.input[1])[1] // (h + 2 * kvh)
+        dh = (rows or self.inits.shape(n.input[1])[1]) // (h + 2 * kvh)
         bounds = {"q": (0, h * dh), "k": (h * dh, (h + kvh) * dh), "v": ((h + kvh) * dh, (h + 2 * kvh) * dh)}
         for part, (lo, hi) in bounds.items():
             bp = None
             if bias:
                 bp = self.param(f"{bias}.{part}", (hi - lo,), lambda lo=lo, hi=hi: self.inits.array(bias)[lo:hi])
             self.value[f"{result}:{part}"] = self.b.emit(Linear, f"L{self.layer}.{part}", x=x,
-                                                         weight=self.weight_t(n.input[1], lo, hi), bias=bp)
+                                                         weight=matrix(lo, hi), bias=bp)
         self.found["bias"] = self.found["bias"] or bias is not None
 
     def GroupQueryAttention(self, n, a):

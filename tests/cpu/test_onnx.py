@@ -27,10 +27,7 @@ def ort_steps(path, tokens, kv_heads, head_dim, layers):
     return np.stack(out)
 
 
-@pytest.mark.parametrize("family", GENAI_FAMILIES)
-def test_genai_export_matches_onnxruntime(tmp_path, family):
-    make_tiny_hf(tmp_path / "hf", family)
-    path = genai_export(tmp_path / "hf", tmp_path / "onnx")
+def check_against_onnxruntime(path, what):
     m = kiec.load(path)
     cfg = m.config
     ref = kiec.Reference(m)
@@ -43,8 +40,29 @@ def test_genai_export_matches_onnxruntime(tmp_path, family):
     ours = np.stack([ref.step(t, p) for p, t in enumerate(seq)])
     diff = np.abs(ours - theirs)
     worst = np.unravel_index(diff.argmax(), diff.shape)
-    assert diff.max() <= 1e-4 * np.abs(theirs).max(), f"{family}: max |diff| {diff.max():.3g} at {worst}"
+    assert diff.max() <= 1e-4 * np.abs(theirs).max(), f"{what}: max |diff| {diff.max():.3g} at {worst}"
     assert ids == theirs[len(prompt) - 1:-1].argmax(-1).tolist()  # the same greedy tokens
+
+
+@pytest.mark.parametrize("family", GENAI_FAMILIES)
+def test_genai_export_matches_onnxruntime(tmp_path, family):
+    make_tiny_hf(tmp_path / "hf", family)
+    check_against_onnxruntime(genai_export(tmp_path / "hf", tmp_path / "onnx"), family)
+
+
+# MatMulNBits: 4-bit weights, block sizes 32/64/128, symmetric (no zero points) and not. accuracy_level=1
+# keeps onnxruntime's product in fp32 over the dequantized weights, so the two must agree as in fp32.
+@pytest.mark.parametrize("block,symmetric", [(32, "true"), (64, "false"), (128, "false")])
+def test_genai_int4_export_matches_onnxruntime(tmp_path, block, symmetric):
+    import onnx
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=128, intermediate_size=256)
+    path = genai_export(tmp_path / "hf", tmp_path / "onnx", "int4", block_size=block, is_symmetric=symmetric,
+                       accuracy_level=1)
+    nbits = [n for n in onnx.load(path, load_external_data=False).graph.node if n.op_type == "MatMulNBits"]
+    assert nbits and all(onnx.helper.get_attribute_value(a) == block for n in nbits for a in n.attribute
+                         if a.name == "block_size")
+    assert all((len(n.input) > 3 and n.input[3] != "") == (symmetric == "false") for n in nbits)
+    check_against_onnxruntime(path, f"int4 block {block} symmetric={symmetric}")
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
