@@ -122,6 +122,9 @@ class _Lifter:
         self.loaders: dict[str, object] = {}  # IR param -> loader
         self.sigmoid_of: dict[str, str] = {}  # Sigmoid output -> its input (a SiLU once a Mul pairs them)
         self.transposed: dict[str, str] = {}  # Transpose output -> the 2-D initializer (a tied embedding)
+        self.constants: dict[str, np.ndarray] = {}  # Constant node outputs (split sizes, reshape targets)
+        self.lifted_splits: set[str] = set()
+        self.grouped: dict[str, int] = {}  # tensor viewed as [.., heads, D] by a Reshape -> D (the flat vector is the same)
         self.found = dict(heads=0, kv_heads=0, head_dim=0, eps=None, theta=None, rotary=0, window=0, bias=False,
                           hidden=0, inter=0, vocab=0, table=None)
         self.unlifted: list[str] = []
@@ -169,9 +172,36 @@ class _Lifter:
         self.value[n.output[0]] = self.b.emit(Embedding, "x", table=table, index=self.token)
 
     def SimplifiedLayerNormalization(self, n, a):
-        self.found["eps"] = float(a.get("epsilon", 1e-5))
-        self.value[n.output[0]] = self.b.emit(RMSNorm, f"L{self.layer}.norm", x=self.value[n.input[0]],
-                                              weight=self.init_param(n.input[1]), eps=self.found["eps"])
+        eps = float(a.get("epsilon", 1e-5))
+        group = self.grouped.get(n.input[0], 0)
+        if not group:
+            self.found["eps"] = eps
+        self.found["qk_norm"] = self.found.get("qk_norm", False) or bool(group)
+        self.value[n.output[0]] = self.b.emit(RMSNorm, f"L{self.layer}.{'head_norm' if group else 'norm'}",
+                                              x=self.value[n.input[0]], weight=self.init_param(n.input[1]), eps=eps,
+                                              group=group)
+        if group:
+            self.grouped[n.output[0]] = group
+
+    def Constant(self, n, a):
+        from onnx import numpy_helper
+        if "value" in a:
+            self.constants[n.output[0]] = numpy_helper.to_array(a["value"])
+
+    def Split(self, n, a):
+        if n.name not in self.lifted_splits:  # lifted with the MatMul it cuts, or not at all
+            self.unlifted.append(_where(n))
+
+    def Reshape(self, n, a):
+        """[.., H*D] <-> [.., H, D] views of one decode vector: the flat IR value is unchanged; a trailing D
+        is remembered so that a norm over the last axis becomes a per-group RMSNorm."""
+        shape = self.constants.get(n.input[1])
+        if shape is None or len(shape) < 2 or shape[0] != 0 or shape[-1] <= 0:
+            return self.unlifted.append(_where(n) + " with a shape that is not [0, .., last]")
+        src = self.value[n.input[0]]
+        self.value[n.output[0]] = src
+        if int(shape[-1]) != self.b.graph.type_of(src).shape[0]:
+            self.grouped[n.output[0]] = int(shape[-1])
 
     def SkipSimplifiedLayerNormalization(self, n, a):
         if len(n.input) != 3:
@@ -210,7 +240,17 @@ class _Lifter:
         add, bias = self.bias_of(n.output[0])
         result = add.output[0] if add else n.output[0]
         gqa = [c for c in self.consumers.get(result, []) if c.op_type == "GroupQueryAttention"]
+        split = [c for c in self.consumers.get(result, []) if c.op_type == "Split" and len(c.input) > 1]
         x = self.value[n.input[0]]
+        if len(split) == 1 and split[0].input[1] in self.constants and not bias:
+            # packed q|k|v cut by a Split (Qwen3's builder graph, q/k norms between): one Linear per piece
+            lo, sizes = 0, self.constants[split[0].input[1]].tolist()
+            for i, (out, size) in enumerate(zip(split[0].output, sizes)):
+                name = "qkv"[i] if len(sizes) == 3 else f"part{i}"
+                self.value[out] = self.b.emit(Linear, f"L{self.layer}.{name}", x=x, weight=matrix(lo, lo + size))
+                lo += size
+            self.lifted_splits.add(split[0].name)
+            return
         if not gqa:
             bp = self.init_param(bias) if bias else None
             name = "logits" if result == "logits" else f"L{self.layer}.linear"
@@ -230,8 +270,11 @@ class _Lifter:
         self.found["bias"] = self.found["bias"] or bias is not None
 
     def GroupQueryAttention(self, n, a):
-        q_in = self.value.get(f"{n.input[0]}:q")
-        if n.input[1] or n.input[2] or q_in is None:
+        if n.input[1] and n.input[2]:  # separate q, k, v
+            q_in, k_in, v_in = (self.value[i] for i in n.input[:3])
+        else:
+            q_in, k_in, v_in = (self.value.get(f"{n.input[0]}:{p}") for p in "qkv")
+        if q_in is None:
             return self.unlifted.append(_where(n) + ": its query is not one packed q|k|v MatMul")
         if not a.get("do_rotary", 0):
             return self.unlifted.append(_where(n) + " without do_rotary")
@@ -245,9 +288,9 @@ class _Lifter:
                     interleaved=bool(a.get("rotary_interleaved", 0)))
         L, b = f"L{self.layer}.", self.b
         q = b.emit(Rope, L + "q_rot", x=q_in, **rope)
-        k = b.emit(Rope, L + "k_rot", x=self.value[f"{n.input[0]}:k"], **rope)
+        k = b.emit(Rope, L + "k_rot", x=k_in, **rope)
         cache = b.state(f"kv.{self.layer}", TensorType((2, kvh, self.seq, dh), self.dtype))
-        kv = b.emit(KVAppend, L + "kv", cache=cache, k=k, v=self.value[f"{n.input[0]}:v"], pos=self.pos)
+        kv = b.emit(KVAppend, L + "kv", cache=cache, k=k, v=v_in, pos=self.pos)
         self.value[n.output[0]] = b.emit(Attention, L + "attn", q=q, cache=kv, pos=self.pos, n_heads=h,
                                          scale=float(a.get("scale", 0.0)) or attention_scale(dh), window=window,
                                          softcap=float(a.get("softcap", 0.0)))
@@ -273,6 +316,9 @@ class _Lifter:
                                               b=self.value[n.input[1]])
 
     def run(self, skip: set) -> None:
+        for n in self.nodes:  # constants first: a Split may come before the Constant holding its sizes
+            if n.op_type == "Constant":
+                self.Constant(n, _attrs(n))
         for n in self.nodes:
             if n.name in skip or n.op_type == "Constant":
                 continue
@@ -357,5 +403,6 @@ def _config(found: dict, layers: int, directory: str) -> LlamaConfig:
         num_layers=layers, num_heads=found["heads"], num_kv_heads=found["kv_heads"], head_dim=found["head_dim"],
         rms_norm_eps=found["eps"], rope=RopeConfig(found["theta"], partial_rotary_factor=found["rotary"] / found["head_dim"]),
         max_position_embeddings=1 << 20, tie_word_embeddings=found["tied"], qkv_bias=found["bias"],
+        qk_norm=found.get("qk_norm", False),
         sliding_window=found["window"], bos_token_id=bos, eos_token_ids=eos)
 

@@ -9,7 +9,7 @@ from kiec.errors import KiecError
 from tests.onnx_export import genai_export
 from tests.tiny_hf import make_tiny_hf
 
-GENAI_FAMILIES = ["llama", "llama-tied", "qwen2", "mistral"]
+GENAI_FAMILIES = ["llama", "llama-tied", "qwen2", "qwen3", "mistral"]
 
 
 def ort_steps(path, tokens, kv_heads, head_dim, layers):
@@ -65,7 +65,7 @@ def test_genai_int4_export_matches_onnxruntime(tmp_path, block, symmetric):
     check_against_onnxruntime(path, f"int4 block {block} symmetric={symmetric}")
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
 def test_lifted_graph_equals_the_hf_frontends_op_by_op(tmp_path, family):
     make_tiny_hf(tmp_path / "hf", family)
     ours = kiec.load(genai_export(tmp_path / "hf", tmp_path / "onnx"))
