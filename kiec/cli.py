@@ -27,9 +27,14 @@ def inspect(model, as_json, context, bandwidth, dtype, max_seq_len):
     from kiec.frontend import load
     from kiec.summary import format_summary, summarize
 
+    from kiec.errors import Unlifted
+
     try:
         m = load(model, dtype={"fp16": "f16"}.get(dtype, dtype), max_seq_len=max_seq_len)
         s = summarize(m, context=context, bandwidth_tbps=bandwidth)
+    except Unlifted as e:  # show every node left unlifted, not only the first few
+        listing = "\n".join(f"  {n}" for n in e.nodes)
+        raise click.ClickException(f"{e.source}: {len(e.nodes)} nodes no rule lifts:\n{listing}") from None
     except KiecError as e:
         raise click.ClickException(str(e)) from None
     click.echo(json.dumps(s.to_dict(), indent=2) if as_json else format_summary(s))

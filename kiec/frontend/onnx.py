@@ -10,7 +10,7 @@ import re
 import numpy as np
 import torch
 
-from kiec.errors import KiecError
+from kiec.errors import KiecError, Unlifted
 from kiec.ir.builder import Builder
 from kiec.ir.interp import attention_scale
 from kiec.ir.ops import Activation, Add, Argmax, Attention, Embedding, KVAppend, Linear, Mul, RMSNorm, Rope
@@ -275,7 +275,9 @@ class _Lifter:
         else:
             q_in, k_in, v_in = (self.value.get(f"{n.input[0]}:{p}") for p in "qkv")
         if q_in is None:
-            return self.unlifted.append(_where(n) + ": its query is not one packed q|k|v MatMul")
+            if not self.unlifted:  # otherwise a consequence of a node already named
+                self.unlifted.append(_where(n) + ": its query is not one packed q|k|v MatMul")
+            return
         if not a.get("do_rotary", 0):
             return self.unlifted.append(_where(n) + " without do_rotary")
         h, kvh = int(a["num_heads"]), int(a["kv_num_heads"])
@@ -376,8 +378,7 @@ def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
     lift = _Lifter(model, inits, path, dtype or native, seq)
     lift.run(_bookkeeping(list(g.node)))
     if lift.unlifted:
-        more = f" (and {len(lift.unlifted) - 3} more)" if len(lift.unlifted) > 3 else ""
-        raise KiecError(f"{path}: no rule lifts " + "; ".join(lift.unlifted[:3]) + more)
+        raise Unlifted(path, lift.unlifted)
     if "logits" not in lift.value:
         raise KiecError(f"{path}: the output 'logits' is not computed by a lifted MatMul")
     if lift.layer != len(layers):

@@ -110,6 +110,8 @@ def test_unliftable_node_is_named_and_nothing_written(tmp_path):
     from kiec.cli import main
     r = CliRunner().invoke(main, ["compile", str(bad), "-o", str(out)])
     assert r.exit_code != 0 and "HardSigmoid" in r.output and not out.exists()
+    r = CliRunner().invoke(main, ["inspect", str(bad)])
+    assert r.exit_code != 0 and "1 nodes no rule lifts:\n  node '/model/layers.0/mlp/act_fn/Sigmoid'" in r.output
 
 
 def test_truncated_file_and_missing_external_data(tmp_path):
