@@ -1,0 +1,110 @@
+"""The persistent (monokernel) schedule: every fused kernel cut into instructions, dealt to the SMs as
+per-SM lists. An instruction waits on counters in global memory and bumps one when it is done; counters
+only grow (token t waits for `tiles * (t + 1)`), so nothing is reset between tokens.
+
+Dependencies come from the dataflow, not from kernel order: an instruction waits for every kernel that
+wrote a value it reads (read after write) and for every kernel that still reads the buffer slot it is about
+to overwrite (write after read). The VM in vm.py checks both on any interleaving.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Kernel, Program
+
+# One source of truth for the device: the header generator reads these.
+OPCODES = {"embed": 1, "gemv": 2, "attention": 3, "elementwise": 4}
+
+
+@dataclass(frozen=True)
+class Wait:
+    counter: int  # index of the kernel whose completed-tile counter this waits on
+    tiles: int  # its tiles per token: the target is tiles * (token + 1), or tiles * token when `previous`
+    previous: bool = False  # on the previous token's run of that kernel
+
+
+@dataclass(frozen=True)
+class Instr:
+    opcode: str
+    kernel: int  # index into program.kernels; also the counter it bumps when done
+    tile: int
+    lo: int  # the slice of the kernel's output this instruction computes
+    hi: int
+    waits: tuple[Wait, ...]
+
+
+@dataclass
+class Schedule:
+    program: Program
+    sms: int
+    tiles: list[int]  # per kernel
+    lists: list[list[Instr]] = field(default_factory=list)  # per SM, in execution order
+
+
+def output_size(k: Kernel, program: Program) -> int:
+    if isinstance(k, EmbedKernel):
+        return program.graph.types[k.out].shape[0]
+    if isinstance(k, GemvKernel):
+        return k.n_out
+    if isinstance(k, AttentionKernel):
+        return k.kv_heads  # one tile a KV head (its GROUP query heads)
+    if isinstance(k, ElementwiseKernel):
+        return k.n
+    raise TypeError(type(k).__name__)
+
+
+def reads_writes(k: Kernel, program: Program) -> tuple[set[str], set[str]]:
+    """Values (and KV state) a kernel reads and writes. The embedding also reads the previous token's
+    logits (their argmax is its input once the prompt is consumed)."""
+    from kiec.codegen.buffers import kernel_io  # the same reader/writer sets the buffer plan uses
+    reads, writes = kernel_io(k)
+    r, w = set(reads), {v for v, _, _ in writes}
+    if isinstance(k, EmbedKernel):
+        r.add(program.graph.outputs[0])
+    if isinstance(k, AttentionKernel):
+        r.add(k.append.cache)
+        w.add(k.append.cache)
+    return r, w
+
+
+def _conflict(a: tuple[set, set], b: tuple[set, set], slot_of) -> bool:
+    """a after b: a reads what b writes, or a writes where b reads or writes (a shared arena slot counts)."""
+    slot = (lambda v: slot_of.get(v, v)) if slot_of else (lambda v: v)
+    ra, wa = {slot(v) for v in a[0]}, {slot(v) for v in a[1]}
+    rb, wb = {slot(v) for v in b[0]}, {slot(v) for v in b[1]}
+    return bool(ra & wb or wa & rb or wa & wb)
+
+
+def dependencies(program: Program, slot_of: dict[str, int] | None = None) -> list[list[Wait]]:
+    """For each kernel: the earlier kernels of the same token it conflicts with, and the kernels at or
+    after it of the previous token (their reads and writes of shared slots and state must be done)."""
+    io = [reads_writes(k, program) for k in program.kernels]
+    deps: list[list[Wait]] = []
+    for i in range(len(io)):
+        same = [Wait(j, 0) for j in range(i) if _conflict(io[i], io[j], slot_of)]
+        prev = [Wait(j, 0, True) for j in range(i, len(io)) if _conflict(io[i], io[j], slot_of)]
+        deps.append(same + prev)
+    return deps
+
+
+def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None) -> Schedule:
+    """Cut each kernel into tiles of `tile_rows` outputs (attention: one KV head a tile) and deal them to
+    the SMs round-robin in kernel order, so that every list is ordered by kernel (no deadlock)."""
+    sched = Schedule(program, sms, [], [[] for _ in range(sms)])
+    deps = dependencies(program, slot_of)
+    sm = 0
+    for i, k in enumerate(program.kernels):
+        n = output_size(k, program)
+        step = 1 if isinstance(k, AttentionKernel) else tile_rows
+        bounds = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+        sched.tiles.append(len(bounds))
+        opcode = {EmbedKernel: "embed", GemvKernel: "gemv", AttentionKernel: "attention",
+                  ElementwiseKernel: "elementwise"}[type(k)]
+        for t, (lo, hi) in enumerate(bounds):
+            waits = tuple(deps[i])  # tile counts filled in below
+            sched.lists[sm].append(Instr(opcode, i, t, lo, hi, waits))
+            sm = (sm + 1) % sms
+    for lst in sched.lists:
+        lst[:] = [Instr(x.opcode, x.kernel, x.tile, x.lo, x.hi,
+                        tuple(Wait(w.counter, sched.tiles[w.counter], w.previous) for w in x.waits)) for x in lst]
+    return sched
