@@ -87,11 +87,41 @@ def dependencies(program: Program, slot_of: dict[str, int] | None = None) -> lis
     return deps
 
 
+def reduce_waits(deps: list[list[Wait]]) -> list[list[Wait]]:
+    """Drop waits that others already imply. A counter reaching token t's target covers every earlier token,
+    and waiting for a whole kernel covers every kernel it waited for in its own token."""
+    done_before: list[set[tuple[int, int]]] = []  # kernel i -> {(kernel, tokens back)} finished once i may start
+
+    def implied(w: Wait) -> set[tuple[int, int]]:
+        d = int(w.previous)
+        return {(w.counter, d)} | {(k, back + d) for k, back in done_before[w.counter]}
+
+    def covered(have: set[tuple[int, int]], w: Wait) -> bool:
+        return any(k == w.counter and back <= int(w.previous) for k, back in have)
+
+    same = []  # first the same-token waits, kernel by kernel (they only name earlier kernels)
+    for waits in deps:
+        kept: list[Wait] = []
+        for w in sorted((w for w in waits if not w.previous), key=lambda w: -w.counter):
+            if not covered(set().union(set(), *(implied(k) for k in kept)), w):
+                kept.append(w)
+        same.append(kept)
+        done_before.append(set().union(set(), *(implied(k) for k in kept)))
+    out = []
+    for i, waits in enumerate(deps):  # then the previous token's: a later kernel of it covers more
+        kept = list(same[i])
+        for w in sorted((w for w in waits if w.previous), key=lambda w: -w.counter):
+            if not covered(set().union(set(), *(implied(k) for k in kept)), w):
+                kept.append(w)
+        out.append(kept)
+    return out
+
+
 def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None) -> Schedule:
     """Cut each kernel into tiles of `tile_rows` outputs (attention: one KV head a tile) and deal them to
     the SMs round-robin in kernel order, so that every list is ordered by kernel (no deadlock)."""
     sched = Schedule(program, sms, [], [[] for _ in range(sms)])
-    deps = dependencies(program, slot_of)
+    deps = reduce_waits(dependencies(program, slot_of))
     sm = 0
     for i, k in enumerate(program.kernels):
         n = output_size(k, program)

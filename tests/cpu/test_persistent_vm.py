@@ -75,3 +75,24 @@ def test_an_impossible_wait_deadlocks_by_name(tmp_path):
         VM(sched, weights, offsets, floats).run([5], 2, "random")
 
 
+
+
+def test_instruction_header_and_packing_agree(tmp_path):
+    import shutil
+    import struct
+    import subprocess
+
+    from kiec.codegen.persistent_abi import INSTR_FORMAT, header, pack_schedule
+    m, prog, sched, *_ = setup(tmp_path)
+    blob, starts = pack_schedule(sched)
+    size = struct.calcsize(INSTR_FORMAT)
+    assert len(blob) == size * sum(len(lst) for lst in sched.lists) and starts[0] == 0
+    first = struct.unpack_from(INSTR_FORMAT, blob, starts[1] * size)
+    ins = sched.lists[1][0]
+    assert first[:6] == (2 if ins.opcode == "gemv" else first[0], len(ins.waits), ins.kernel, ins.tile, ins.lo, ins.hi)
+    if shutil.which("nvcc"):  # the generated header's static_asserts hold for the C++ compiler too
+        (tmp_path / "abi.h").write_text(header())
+        (tmp_path / "t.cu").write_text('#include "abi.h"\nint main() { return sizeof(kiec::Instr) == %d ? 0 : 1; }\n' % size)
+        r = subprocess.run(["nvcc", "-o", str(tmp_path / "t"), str(tmp_path / "t.cu")], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert subprocess.run([str(tmp_path / "t")]).returncode == 0
