@@ -22,7 +22,6 @@ from kiec.errors import KiecError
 from kiec.ir.passes import pipeline
 from kiec.ir.passes.fuse import Unscheduled
 from kiec.model import Model
-from kiec.summary import bytes_per_token
 
 ABI_VERSION = 1
 
@@ -94,6 +93,21 @@ def nvcc_build(nvcc: str, src_dir: str, out_dir: str, gencode: str) -> None:
         raise KiecError(f"building kiec-run failed:\n{r.stderr[-4000:]}")
 
 
+def make_manifest(model: Model, src: Sources, dtype: str, target: str, arch: str, tp: int, mode: str) -> dict:
+    """manifest.json: what the artifact is, how its weights are laid out, and where its tokenizer lives."""
+    return dict(
+        abi=ABI_VERSION, model=model.name, source=model.source, dtype=dtype, target=target, arch=arch, tp=tp,
+        mode=mode, max_seq_len=model.max_seq_len, vocab_size=model.config.vocab_size,
+        eos_token_ids=list(model.config.eos_token_ids), bos_token_id=model.config.bos_token_id,
+        weight_bytes=src.weight_bytes, kernels=src.kernels,
+        weights=[dict(name=t.name, sources=list(t.sources), shape=list(t.shape), dtype=t.dtype, offset=t.offset)
+                 for t in src.weights],
+        tokenizer=None if model.tokenizer is None else dict(
+            kind=model.tokenizer.kind, path=os.path.abspath(model.tokenizer.path),
+            chat_template=model.tokenizer.chat_template),
+    )
+
+
 def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90", tp: int = 1,
             mode: str = "graph", dtype: str = "bf16", dump_ir: bool = False) -> str:
     """Build the artifact directory for `model`; returns its path."""
@@ -126,20 +140,7 @@ def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90
         nvcc_build(nvcc, os.path.join(tmp, "src"), tmp, tp_.gencode)
         _progress(f"writing weights.bin ({src.weight_bytes / 1e9:.2f} GB)")
         write_weights(model, src, os.path.join(tmp, "weights.bin"), dtype)
-        counted = bytes_per_token(model.graph, 0)
-        manifest = dict(
-            abi=ABI_VERSION, model=model.name, source=model.source, dtype=dtype, target=target, arch=arch, tp=tp,
-            mode=mode, max_seq_len=model.max_seq_len, vocab_size=model.config.vocab_size,
-            eos_token_ids=list(model.config.eos_token_ids), bos_token_id=model.config.bos_token_id,
-            weight_bytes_per_token=counted.weights * (2 if model.graph.params["model.embed_tokens.weight"].type.dtype == "f32" else 1) // 1,
-            kv_bytes_per_row={k["cache"]: k["bytes_per_row"] for k in src.kernels if k["family"] == "attention"},
-            kernels=src.kernels,
-            weights=[dict(name=t.name, sources=list(t.sources), shape=list(t.shape), dtype=t.dtype, offset=t.offset)
-                     for t in src.weights],
-            tokenizer=None if model.tokenizer is None else dict(
-                kind=model.tokenizer.kind, path=os.path.abspath(model.tokenizer.path),
-                chat_template=model.tokenizer.chat_template),
-        )
+        manifest = make_manifest(model, src, dtype, target, arch, tp, mode)
         with open(os.path.join(tmp, "manifest.json"), "w") as fh:
             json.dump(manifest, fh, indent=1)
         old = f"{out_dir}.old-{os.getpid()}"
