@@ -2,24 +2,9 @@
 value has no later reader. A residual epilogue writes in place, so its result takes its input's slot."""
 from __future__ import annotations
 
-from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Kernel, Program
+from kiec.ir.passes.program import Program, kernel_io
 
 ALIGN_FLOATS = 64  # 256-byte slots: every vector starts 16-byte (and L2-sector) aligned
-
-
-def kernel_io(k: Kernel) -> tuple[list[str], list[tuple[str, int, str | None]]]:
-    """(values read, [(value written, floats, the input it aliases or None)])."""
-    if isinstance(k, EmbedKernel):
-        return [], [(k.out, -1, None)]
-    if isinstance(k, GemvKernel):
-        if k.epilogue == "residual":
-            return [k.x, k.residual], [(k.out, k.n_out, k.residual)]
-        return [k.x], [(k.out, k.n_out, None)]
-    if isinstance(k, AttentionKernel):
-        return [k.qkv], [(k.attention.out, k.n_heads * k.head_dim, None)]
-    if isinstance(k, ElementwiseKernel):
-        return list(k.inputs), [(k.out, k.n, None)]
-    raise TypeError(f"plan_buffers: unknown kernel {type(k).__name__}")
 
 
 def plan_buffers(program: Program, extra: dict[str, int]) -> tuple[dict[str, int], int]:

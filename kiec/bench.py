@@ -143,7 +143,7 @@ def measure_ceilings(work_dir: str, gb: float = 4.0) -> dict:
     for _ in range(3):
         y.copy_(x)
     copy = float(np.median(_events_ms(lambda: y.copy_(x), 20)))
-    del x, y
+    x = y = None  # free the 8 GB before the next measurement
     torch.cuda.empty_cache()
     return dict(read_tbps=read, copy_tbps=2 * n * 4 / (copy * 1e-3) / 1e12, read_gb=gb)
 
@@ -179,7 +179,7 @@ def time_torch(model, compiled: bool, prompt_len: int, new_tokens: int, context:
         samples = []
         for p in poss:
             samples += _events_ms(lambda: step(tok, p), 1)
-    del dec, step
+    dec = step = None  # free the weights before the next engine loads its own
     torch.cuda.empty_cache()
     return Stats.of(samples), float(np.median(pre))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Kernel, Program
+from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Kernel, Program, kernel_io
 
 # One source of truth for the device: the header generator reads these.
 OPCODES = {"embed": 1, "gemv": 2, "attention": 3, "elementwise": 4}
@@ -56,7 +56,6 @@ def output_size(k: Kernel, program: Program) -> int:
 def reads_writes(k: Kernel, program: Program) -> tuple[set[str], set[str]]:
     """Values (and KV state) a kernel reads and writes. The embedding also reads the previous token's
     logits (their argmax is its input once the prompt is consumed)."""
-    from kiec.codegen.buffers import kernel_io  # the same reader/writer sets the buffer plan uses
     reads, writes = kernel_io(k)
     r, w = set(reads), {v for v, _, _ in writes}
     if isinstance(k, EmbedKernel):

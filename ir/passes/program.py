@@ -92,3 +92,18 @@ def kernel_bytes(kernel: Kernel, graph: Graph, context: int) -> int:
     rows = min(context + 1, kernel.attention.window or c.shape[2], c.shape[2])
     norms = sum(nbytes(n.weight) for n in (kernel.q_norm, kernel.k_norm) if n is not None)
     return 2 * c.shape[1] * c.shape[3] * rows * (c.nbytes // c.numel) + norms
+
+
+def kernel_io(k: Kernel) -> tuple[list[str], list[tuple[str, int, str | None]]]:
+    """(values read, [(value written, floats, the input it aliases or None)])."""
+    if isinstance(k, EmbedKernel):
+        return [], [(k.out, -1, None)]
+    if isinstance(k, GemvKernel):
+        if k.epilogue == "residual":
+            return [k.x, k.residual], [(k.out, k.n_out, k.residual)]
+        return [k.x], [(k.out, k.n_out, None)]
+    if isinstance(k, AttentionKernel):
+        return [k.qkv], [(k.attention.out, k.n_heads * k.head_dim, None)]
+    if isinstance(k, ElementwiseKernel):
+        return list(k.inputs), [(k.out, k.n, None)]
+    raise TypeError(f"plan_buffers: unknown kernel {type(k).__name__}")

@@ -96,7 +96,8 @@ def test_a_chain_no_template_covers_is_generated_by_tvm(tmp_path):
 
 
 def test_buffer_plan_never_overlaps_live_values():
-    from kiec.codegen.buffers import kernel_io, plan_buffers
+    from kiec.codegen.buffers import plan_buffers
+    from kiec.ir.passes.program import kernel_io
     from kiec.ir.passes import pipeline
     from tests.cpu.test_fusion import gelu_variant
     for graph in (kiec.load("qwen3-1.7b").graph, gelu_variant().graph):

@@ -26,7 +26,8 @@ def test_smollm2_gguf_greedy_matches_transformers():
     ref = kiec.Reference(model)
     ids = ref.generate(prompt, max_new_tokens=32)
     with torch.no_grad():
-        hf_ids = hf.generate(torch.tensor([prompt]), max_new_tokens=32, min_new_tokens=32, do_sample=False,
+        hf_ids = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             max_new_tokens=32, min_new_tokens=32, do_sample=False,
                              eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
     print("kiec:", repr(tok.decode(ids)))
     assert ids == hf_ids, f"greedy ids differ\nkiec: {ids}\nhf:   {hf_ids}"

@@ -25,7 +25,8 @@ def test_reference_matches_transformers(tmp_path, family):
     prompt = rng.integers(0, model.config.vocab_size, size=9).tolist()
 
     with torch.no_grad():
-        hf_ids = hf.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, min_new_tokens=16,
+        hf_ids = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             max_new_tokens=16, do_sample=False, min_new_tokens=16,
                              pad_token_id=0, eos_token_id=None)[0, len(prompt):].tolist()
     ids = ref.generate(prompt, max_new_tokens=16)
     assert ids == hf_ids, f"{family}: greedy ids differ\nkiec:         {ids}\ntransformers: {hf_ids}"

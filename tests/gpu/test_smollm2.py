@@ -32,7 +32,8 @@ def test_smollm2_teacher_forced_agreement(tmp_path):
         prompt = list(tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
                                               tokenize=True, return_dict=True)["input_ids"])
         with torch.no_grad():
-            seq = hf.generate(torch.tensor([prompt]).cuda(), max_new_tokens=48, min_new_tokens=48, do_sample=False,
+            seq = hf.generate(torch.tensor([prompt]).cuda(), attention_mask=torch.ones(1, len(prompt), dtype=torch.long).cuda(),
+                              max_new_tokens=48, min_new_tokens=48, do_sample=False,
                               eos_token_id=None, pad_token_id=0)[0].tolist()
             hf_next = hf(torch.tensor([seq]).cuda()).logits[0].argmax(-1).tolist()
         for pos in range(len(seq) - 1):
