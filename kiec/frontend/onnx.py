@@ -298,6 +298,53 @@ class _Lifter:
                                          softcap=float(a.get("softcap", 0.0)))
         self.layer += 1
 
+    # -- the standard opset-23 ops
+    def RMSNormalization(self, n, a):
+        if int(a.get("axis", -1)) != -1:
+            return self.unlifted.append(_where(n) + f" over axis {a.get('axis')} (kiec normalizes the last axis)")
+        self.SimplifiedLayerNormalization(n, a)
+
+    def RotaryEmbedding(self, n, a):
+        """Standard (X, cos_cache, sin_cache, position_ids); com.microsoft's is (X, position_ids, cos, sin)."""
+        x, cos_name, sin_name = (n.input[0], n.input[2], n.input[3]) if n.domain == MS else n.input[:3]
+        if cos_name not in self.inits or sin_name not in self.inits:
+            return self.unlifted.append(_where(n) + " whose cos/sin caches are computed in the graph")
+        heads = int(a.get("num_heads", 0))
+        if not heads:
+            return self.unlifted.append(_where(n) + " without num_heads")
+        cos, sin = self.inits.array(cos_name), self.inits.array(sin_name)
+        if n.domain == MS and a.get("is_packed_batching", 0):
+            return self.unlifted.append(_where(n) + " with packed batching")
+        rotary = int(a.get("rotary_embedding_dim", 0)) or 2 * cos.shape[1]
+        src = self.value[x]
+        dh = self.b.graph.type_of(src).shape[0] // heads
+        theta = _theta(cos, sin, _where(n))
+        self.found.update(theta=theta, rotary=rotary, head_dim=dh)
+        self.value[n.output[0]] = self.b.emit(Rope, f"L{self.layer}.rot", x=src, pos=self.pos, head_dim=dh,
+                                              rotary_dim=rotary, theta=theta, interleaved=bool(a.get("interleaved", 0)))
+
+    def Attention(self, n, a):
+        """opset-23 Attention over (Q, K, V, mask, past_key, past_value) -> (Y, present_key, present_value)."""
+        ins = list(n.input) + [""] * (6 - len(n.input))
+        if ins[3]:
+            return self.unlifted.append(_where(n) + " with an explicit attn_mask (kiec attends causally over 0..pos)")
+        m = re.fullmatch(r"past_key_values\.(\d+)\.key", ins[4])
+        if m is None:
+            return self.unlifted.append(_where(n) + " whose past_key is not a past_key_values.N.key input")
+        h, kvh = int(a.get("q_num_heads", 0)), int(a.get("kv_num_heads", 0))
+        if not h or not kvh:
+            return self.unlifted.append(_where(n) + " without q_num_heads/kv_num_heads (3-D inputs expected)")
+        q, k, v = (self.value[i] for i in ins[:3])
+        dh = self.b.graph.type_of(q).shape[0] // h
+        self.found.update(heads=h, kv_heads=kvh, head_dim=dh)
+        L, b = f"L{self.layer}.", self.b
+        cache = b.state(f"kv.{m.group(1)}", TensorType((2, kvh, self.seq, dh), self.dtype))
+        kv = b.emit(KVAppend, L + "kv", cache=cache, k=k, v=v, pos=self.pos)
+        self.value[n.output[0]] = b.emit(Attention, L + "attn", q=q, cache=kv, pos=self.pos, n_heads=h,
+                                         scale=float(a.get("scale", 0.0)) or attention_scale(dh),
+                                         softcap=float(a.get("softcap", 0.0)))
+        self.layer += 1
+
     def Sigmoid(self, n, a):
         self.sigmoid_of[n.output[0]] = n.input[0]
 
@@ -367,8 +414,10 @@ def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
         raise KiecError(f"{path}: not a decoder with a KV cache (expected inputs input_ids and "
                         f"past_key_values.N.key/value, output logits; found inputs {sorted(inputs)})")
     inits = _Initializers(model, os.path.dirname(os.path.abspath(path)), path)
-    gqa = [n for n in g.node if n.op_type == "GroupQueryAttention" and len(n.input) > 8]
-    positions = inits.shape(gqa[0].input[7])[0] if gqa else 0
+    caches = [n.input[7] for n in g.node if n.op_type == "GroupQueryAttention" and len(n.input) > 8]
+    caches += [n.input[2 if n.domain == MS else 1] for n in g.node if n.op_type == "RotaryEmbedding"]
+    caches = [c for c in caches if c in inits]
+    positions = inits.shape(caches[0])[0] if caches else 0
     seq = max_seq_len or min(positions or 4096, 4096)
     if positions and seq > positions:
         raise KiecError(f"{path}: max_seq_len {seq} is past the {positions} positions of its RoPE caches")
@@ -382,7 +431,7 @@ def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
     if "logits" not in lift.value:
         raise KiecError(f"{path}: the output 'logits' is not computed by a lifted MatMul")
     if lift.layer != len(layers):
-        raise KiecError(f"{path}: {len(layers)} past_key_values inputs but {lift.layer} GroupQueryAttention nodes")
+        raise KiecError(f"{path}: {len(layers)} past_key_values inputs but {lift.layer} attention nodes")
     b, found = lift.b, lift.found
     b.output(lift.value["logits"], b.emit(Argmax, "next", x=lift.value["logits"]))
     found["tied"] = b.graph.producer()[lift.value["logits"]].weight == found["table"]  # the LM head reads the table

@@ -151,3 +151,22 @@ def test_inspect_and_compile_accept_onnx_paths(tmp_path):
         r = CliRunner().invoke(main, ["compile", path, "-o", str(tmp_path / "art")])
         assert r.exit_code == 0, r.output
         assert (tmp_path / "art" / "libkiec_model.so").exists()
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_standard_opset23_ops_match_onnxruntime(tmp_path, family):
+    from tests.onnx_opset23 import build_opset23, ort_steps_opset23
+    make_tiny_hf(tmp_path / "hf", family)
+    path = str(tmp_path / "m.onnx")
+    build_opset23(str(tmp_path / "hf"), path)
+    m = kiec.load(path)
+    assert m.graph.op_counts() == kiec.load(str(tmp_path / "hf")).graph.op_counts()
+    ref = kiec.Reference(m)
+    rng = np.random.default_rng()
+    prompt = rng.integers(0, m.config.vocab_size, size=7).tolist()
+    seq = prompt + ref.generate(prompt, max_new_tokens=16)
+    theirs = ort_steps_opset23(path, seq, m.config.num_kv_heads, m.config.head_dim, m.config.num_layers)
+    ref.reset()
+    ours = np.stack([ref.step(t, p) for p, t in enumerate(seq)])
+    assert np.abs(ours - theirs).max() <= 1e-4 * np.abs(theirs).max()
+    assert seq[len(prompt):] == theirs[len(prompt) - 1:-1].argmax(-1).tolist()
