@@ -7,6 +7,23 @@ import torch
 import torch.nn.functional as F
 
 
+def _layer_kernels(graph):
+    """The parameters of each layer, read off the fused program (so any frontend's names work): per layer
+    the QKV GEMV, the attention, the O GEMV, the gate/up GEMV and the down GEMV."""
+    from kiec.ir.passes import pipeline
+    from kiec.ir.passes.program import AttentionKernel, EmbedKernel, GemvKernel
+
+    ks = pipeline.run(graph).kernels
+    pattern = [GemvKernel, AttentionKernel, GemvKernel, GemvKernel, GemvKernel]
+    body = ks[1:-1]
+    if not (isinstance(ks[0], EmbedKernel) and getattr(ks[-1], "epilogue", "") == "argmax" and len(body) % 5 == 0
+            and all(isinstance(k, pattern[i % 5]) for i, k in enumerate(body))
+            and all(body[i + 3].epilogue == "silu_mul" for i in range(0, len(body), 5))):
+        raise NotImplementedError("the torch baseline covers Llama-style layers (RMSNorm, GQA, SwiGLU)")
+    layers = [tuple(body[i:i + 5]) for i in range(0, len(body), 5)]
+    return layers, dict(embed=ks[0].table, head=ks[-1].weights[0], norm=ks[-1].norm.weight)
+
+
 class TorchDecoder(torch.nn.Module):
     def __init__(self, model, max_seq_len: int, device="cuda", dtype=torch.bfloat16):
         super().__init__()
@@ -14,21 +31,18 @@ class TorchDecoder(torch.nn.Module):
         if cfg.sliding_window or cfg.rope.partial_rotary_factor != 1.0:
             raise NotImplementedError("the torch baseline covers Llama/Qwen2/Qwen3-style layers")
         w = lambda n: model.weights[n].to(device=device, dtype=dtype)  # noqa: E731
-        self.embed = w("model.embed_tokens.weight")
-        self.lm_head = self.embed if cfg.tie_word_embeddings else w("lm_head.weight")
-        self.norm = w("model.norm.weight")
+        layers, final = _layer_kernels(model.graph)
+        self.embed = w(final["embed"])
+        self.lm_head = self.embed if final["head"] == final["embed"] else w(final["head"])
+        self.norm = w(final["norm"])
         self.layers = []
-        for i in range(cfg.num_layers):
-            p = f"model.layers.{i}."
-            qkv = torch.cat([w(p + f"self_attn.{n}_proj.weight") for n in "qkv"])
-            bias = torch.cat([w(p + f"self_attn.{n}_proj.bias") for n in "qkv"]) if cfg.qkv_bias else None
+        for qkv, attn, o, mlp, down in layers:
             self.layers.append(dict(
-                ln1=w(p + "input_layernorm.weight"), qkv=qkv, qkv_bias=bias, o=w(p + "self_attn.o_proj.weight"),
-                ln2=w(p + "post_attention_layernorm.weight"),
-                q_norm=w(p + "self_attn.q_norm.weight") if cfg.qk_norm else None,
-                k_norm=w(p + "self_attn.k_norm.weight") if cfg.qk_norm else None,
-                gate_up=torch.cat([w(p + "mlp.gate_proj.weight"), w(p + "mlp.up_proj.weight")]),
-                down=w(p + "mlp.down_proj.weight")))
+                ln1=w(qkv.norm.weight), qkv=torch.cat([w(n) for n in qkv.weights]),
+                qkv_bias=torch.cat([w(n) for n in qkv.biases]) if qkv.biases else None, o=w(o.weights[0]),
+                ln2=w(mlp.norm.weight), q_norm=w(attn.q_norm.weight) if attn.q_norm else None,
+                k_norm=w(attn.k_norm.weight) if attn.k_norm else None,
+                gate_up=torch.cat([w(n) for n in mlp.weights]), down=w(down.weights[0])))
         shape = (cfg.num_kv_heads, max_seq_len, cfg.head_dim)
         self.k_cache = [torch.zeros(shape, device=device, dtype=dtype) for _ in self.layers]
         self.v_cache = [torch.zeros(shape, device=device, dtype=dtype) for _ in self.layers]

@@ -84,3 +84,17 @@ def test_run_bench_times_each_context_and_peer(tmp_path, monkeypatch):
     assert [r["context"] for r in rows] == [0, 0, 0, 8192, 8192, 8192]
     assert rows[3]["bytes_per_token"] > rows[0]["bytes_per_token"]  # the 8k KV cache is counted
     assert "context 8192" in format_table(rep)
+
+
+def test_torch_baseline_reads_an_onnx_models_parameters(tmp_path):
+    from tests.onnx_export import genai_export
+    from tests.tiny_hf import make_tiny_hf
+    make_tiny_hf(tmp_path / "hf", "llama-tied")
+    m = kiec.load(genai_export(tmp_path / "hf", tmp_path / "onnx"), max_seq_len=32)
+    dec = TorchDecoder(m, 32, device="cpu", dtype=torch.float32)
+    ref = kiec.Reference(m)
+    with torch.no_grad():
+        got = dec(torch.tensor([5, 9]), torch.arange(2))[-1].numpy()
+    ref.step(5, 0)
+    want = ref.step(9, 1)
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
