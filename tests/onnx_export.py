@@ -30,3 +30,43 @@ def genai_export(hf_dir, out_dir, precision: str = "fp32", **extra) -> str:
     if r.returncode:
         raise RuntimeError(f"the genai builder failed:\n{r.stderr[-3000:]}")
     return os.path.join(str(out_dir), "model.onnx")
+
+
+def torch_export(hf_dir, path, opset: int = 23) -> str:
+    """torch.onnx.export (the dynamo exporter) of an HF model with its KV cache, dynamic in sequence and past
+    lengths; inputs input_ids, attention_mask, position_ids, past_key_values.N.key/value."""
+    pytest.importorskip("onnxscript")
+    import torch
+    import transformers
+    from transformers.cache_utils import DynamicCache
+
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32,
+                                                           attn_implementation="sdpa").eval()
+    layers = hf.config.num_hidden_layers
+
+    class Step(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask, position_ids, *kv):
+            cache = DynamicCache()
+            for i in range(layers):
+                cache.update(kv[2 * i], kv[2 * i + 1], i)
+            o = self.m(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                       past_key_values=cache, use_cache=True)
+            return (o.logits, *[t for layer in o.past_key_values.layers for t in (layer.keys, layer.values)])
+
+    with torch.no_grad():
+        past = hf(torch.tensor([[1, 2, 3]]), use_cache=True).past_key_values
+    kv = [t for layer in past.layers for t in (layer.keys, layer.values)]
+    args = (torch.tensor([[5, 6]]), torch.ones(1, 5, dtype=torch.long), torch.tensor([[3, 4]]), *kv)
+    names = ["input_ids", "attention_mask", "position_ids"] + [f"past_key_values.{i}.{k}" for i in range(layers)
+                                                               for k in ("key", "value")]
+    outs = ["logits"] + [f"present.{i}.{k}" for i in range(layers) for k in ("key", "value")]
+    seq, total, past_len = torch.export.Dim("seq"), torch.export.Dim("total"), torch.export.Dim("past")
+    dyn = ({1: seq}, {1: total}, {1: seq}, tuple([{2: past_len}] * (2 * layers)))
+    with torch.no_grad():
+        torch.onnx.export(Step(hf), args, str(path), dynamo=True, opset_version=opset, input_names=names,
+                          output_names=outs, dynamic_shapes=dyn, verbose=False)
+    return str(path)

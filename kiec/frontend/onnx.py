@@ -95,12 +95,16 @@ def _where(node) -> str:
 
 def _theta(cos: torch.Tensor, sin: torch.Tensor, where: str) -> float:
     """theta of an unscaled RoPE from the caches: angle(pos=1, i) = theta^(-2i/rotary_dim)."""
-    inv = torch.atan2(sin[1].double(), cos[1].double())
+    return _theta_of(torch.atan2(sin[1].double(), cos[1].double()), where)
+
+
+def _theta_of(inv: torch.Tensor, where: str) -> float:
+    """theta such that inv_freq[i] = theta^(-2i/d); an error where the frequencies follow no such theta."""
     d = 2 * inv.numel()
     theta = float(inv[1] ** (-d / 2)) if inv.numel() > 1 else 10000.0
     expect = torch.tensor([theta ** (-2 * i / d) for i in range(inv.numel())], dtype=torch.float64)
     if not torch.allclose(inv, expect, rtol=1e-4, atol=0):
-        raise KiecError(f"{where}: cos_cache/sin_cache do not follow an unscaled RoPE theta^(-2i/d); "
+        raise KiecError(f"{where}: its rotary frequencies do not follow an unscaled RoPE theta^(-2i/d); "
                         f"scaled RoPE from ONNX is not supported yet")
     return theta
 
@@ -123,7 +127,10 @@ class _Lifter:
         self.sigmoid_of: dict[str, str] = {}  # Sigmoid output -> its input (a SiLU once a Mul pairs them)
         self.transposed: dict[str, str] = {}  # Transpose output -> the 2-D initializer (a tied embedding)
         self.constants: dict[str, np.ndarray] = {}  # Constant node outputs (split sizes, reshape targets)
+        self.kv_new: dict[str, tuple[int, str, str]] = {}  # past ++ new row (and its GQA repeats) -> (layer, key|value, new)
         self.lifted_splits: set[str] = set()
+        self.causal_masks: set[str] = set()  # attention masks computed only from attention_mask and positions
+        self.producer = {o: nd for nd in self.nodes for o in nd.output if o}
         self.grouped: dict[str, int] = {}  # tensor viewed as [.., heads, D] by a Reshape -> D (the flat vector is the same)
         self.found = dict(heads=0, kv_heads=0, head_dim=0, eps=None, theta=None, rotary=0, window=0, bias=False,
                           hidden=0, inter=0, vocab=0, table=None)
@@ -156,11 +163,29 @@ class _Lifter:
                 return users[0], other[0]
         return None, None
 
+    def const(self, name: str):
+        """An integer constant: a Constant node's value or an integer initializer (shapes, split sizes)."""
+        if name in self.constants:
+            return self.constants[name]
+        if name in self.inits:
+            raw = self.inits.raw(name)
+            if np.issubdtype(raw.dtype, np.integer):
+                return raw
+        return None
+
     # -- one method per op
     def Transpose(self, n, a):
-        if n.input[0] not in self.inits or list(a.get("perm", [1, 0])) != [1, 0]:
-            return self.unlifted.append(_where(n))
-        self.transposed[n.output[0]] = n.input[0]
+        perm = list(a.get("perm", [1, 0]))
+        if n.input[0] in self.inits and perm == [1, 0]:
+            self.transposed[n.output[0]] = n.input[0]
+        elif n.input[0] in self.kv_new:
+            self.kv_new[n.output[0]] = self.kv_new[n.input[0]]
+        elif perm == [0, 2, 1, 3]:  # [B, S, H, D] <-> [B, H, S, D] with S = 1: the same flat vector
+            self.value[n.output[0]] = self.value[n.input[0]]
+            if n.input[0] in self.grouped:
+                self.grouped[n.output[0]] = self.grouped[n.input[0]]
+        else:
+            self.unlifted.append(_where(n) + f" with perm {perm}")
 
     def Gather(self, n, a):
         if n.input[1] != "input_ids" or not (n.input[0] in self.inits or n.input[0] in self.transposed):
@@ -195,9 +220,12 @@ class _Lifter:
     def Reshape(self, n, a):
         """[.., H*D] <-> [.., H, D] views of one decode vector: the flat IR value is unchanged; a trailing D
         is remembered so that a norm over the last axis becomes a per-group RMSNorm."""
-        shape = self.constants.get(n.input[1])
-        if shape is None or len(shape) < 2 or shape[0] != 0 or shape[-1] <= 0:
-            return self.unlifted.append(_where(n) + " with a shape that is not [0, .., last]")
+        if n.input[0] in self.kv_new:  # the GQA repeat of past ++ new: attention reads the cache itself
+            self.kv_new[n.output[0]] = self.kv_new[n.input[0]]
+            return
+        shape = self.const(n.input[1])
+        if shape is None or len(shape) < 2 or shape[0] not in (0, 1) or shape[-1] <= 0:
+            return self.unlifted.append(_where(n) + " with a shape that is not [batch, .., last]")
         src = self.value[n.input[0]]
         self.value[n.output[0]] = src
         if int(shape[-1]) != self.b.graph.type_of(src).shape[0]:
@@ -214,6 +242,13 @@ class _Lifter:
             self.value[n.output[3]] = s
 
     def MatMul(self, n, a):
+        if n.input[1] in self.transposed:  # x @ E^T with E [N, K] an initializer (a tied LM head): E itself
+            src = self.transposed[n.input[1]]
+            rows = self.inits.shape(src)[0]
+            self.linear(n, lambda lo=0, hi=None: self.init_param(src) if (lo, hi or rows) == (0, rows) else
+                        self.param(f"{src}.rows{lo}-{hi}", (hi - lo, self.inits.shape(src)[1]),
+                                   lambda: self.inits.array(src)[lo:hi]), rows)
+            return
         if n.input[1] not in self.inits:
             return self.unlifted.append(_where(n) + " whose weight is not an initializer")
         self.linear(n, lambda lo=0, hi=None: self.weight_t(n.input[1], lo, hi))
@@ -307,38 +342,79 @@ class _Lifter:
     def RotaryEmbedding(self, n, a):
         """Standard (X, cos_cache, sin_cache, position_ids); com.microsoft's is (X, position_ids, cos, sin)."""
         x, cos_name, sin_name = (n.input[0], n.input[2], n.input[3]) if n.domain == MS else n.input[:3]
-        if cos_name not in self.inits or sin_name not in self.inits:
-            return self.unlifted.append(_where(n) + " whose cos/sin caches are computed in the graph")
         heads = int(a.get("num_heads", 0))
+        src = self.value[x]
+        if not heads and x in self.grouped:
+            heads = self.b.graph.type_of(src).shape[0] // self.grouped[x]
         if not heads:
             return self.unlifted.append(_where(n) + " without num_heads")
-        cos, sin = self.inits.array(cos_name), self.inits.array(sin_name)
         if n.domain == MS and a.get("is_packed_batching", 0):
             return self.unlifted.append(_where(n) + " with packed batching")
-        rotary = int(a.get("rotary_embedding_dim", 0)) or 2 * cos.shape[1]
-        src = self.value[x]
+        if cos_name in self.inits and sin_name in self.inits:
+            cos, sin = self.inits.array(cos_name), self.inits.array(sin_name)
+            half, theta = cos.shape[1], _theta(cos, sin, _where(n))
+        else:  # cos/sin computed in the graph from position x inv_freq (torch.onnx): read inv_freq
+            inv = self.traced_inv_freq(cos_name)
+            if inv is None:
+                return self.unlifted.append(_where(n) + ": its cos/sin are neither caches nor Cos/Sin of "
+                                                        "positions x an inv_freq initializer")
+            half, theta = inv.numel(), _theta_of(inv.double(), _where(n))
+        rotary = int(a.get("rotary_embedding_dim", 0)) or 2 * half
         dh = self.b.graph.type_of(src).shape[0] // heads
-        theta = _theta(cos, sin, _where(n))
         self.found.update(theta=theta, rotary=rotary, head_dim=dh)
         self.value[n.output[0]] = self.b.emit(Rope, f"L{self.layer}.rot", x=src, pos=self.pos, head_dim=dh,
                                               rotary_dim=rotary, theta=theta, interleaved=bool(a.get("interleaved", 0)))
+        self.grouped[n.output[0]] = dh
+
+    def traced_inv_freq(self, cos_name: str):
+        cos = self.producer.get(cos_name)
+        mul = self.producer.get(cos.input[0]) if cos is not None and cos.op_type == "Cos" else None
+        if mul is None or mul.op_type != "Mul":
+            return None
+        inv = [i for i in mul.input if i in self.inits and len(self.inits.shape(i)) == 1]
+        return self.inits.array(inv[0]) if inv else None
+
+    def Concat(self, n, a):
+        """past_key_values.N.key|value ++ the new row (axis -2): the cache append, done by KVAppend."""
+        m = re.fullmatch(r"past_key_values\.(\d+)\.(key|value)", n.input[0]) if len(n.input) == 2 else None
+        if m is None or int(a.get("axis", 0)) not in (-2, 2):
+            return self.unlifted.append(_where(n))
+        self.kv_new[n.output[0]] = (int(m.group(1)), m.group(2), self.value[n.input[1]])
+
+    def Unsqueeze(self, n, a):
+        if n.input[0] not in self.kv_new:
+            return self.unlifted.append(_where(n))
+        self.kv_new[n.output[0]] = self.kv_new[n.input[0]]
+
+    Expand = Unsqueeze
 
     def Attention(self, n, a):
         """opset-23 Attention over (Q, K, V, mask, past_key, past_value) -> (Y, present_key, present_value)."""
         ins = list(n.input) + [""] * (6 - len(n.input))
-        if ins[3]:
-            return self.unlifted.append(_where(n) + " with an explicit attn_mask (kiec attends causally over 0..pos)")
-        m = re.fullmatch(r"past_key_values\.(\d+)\.key", ins[4])
-        if m is None:
-            return self.unlifted.append(_where(n) + " whose past_key is not a past_key_values.N.key input")
-        h, kvh = int(a.get("q_num_heads", 0)), int(a.get("kv_num_heads", 0))
-        if not h or not kvh:
-            return self.unlifted.append(_where(n) + " without q_num_heads/kv_num_heads (3-D inputs expected)")
-        q, k, v = (self.value[i] for i in ins[:3])
-        dh = self.b.graph.type_of(q).shape[0] // h
+        if ins[3] and ins[3] not in self.causal_masks:
+            return self.unlifted.append(_where(n) + " with an attn_mask that is not the plain causal mask "
+                                                    "(kiec attends over 0..pos; a sliding window is not read from masks)")
+        if ins[1] in self.kv_new and ins[2] in self.kv_new:  # 4-D: K, V are past ++ new (torch.onnx)
+            layer, _, k = self.kv_new[ins[1]]
+            v = self.kv_new[ins[2]][2]
+            q = self.value[ins[0]]
+            dh = self.grouped.get(ins[0], 0)
+            if not dh:
+                return self.unlifted.append(_where(n) + ": cannot tell the head size of its query")
+            h, kvh = self.b.graph.type_of(q).shape[0] // dh, self.b.graph.type_of(k).shape[0] // dh
+        else:
+            m = re.fullmatch(r"past_key_values\.(\d+)\.key", ins[4])
+            if m is None:
+                return self.unlifted.append(_where(n) + " whose past_key is not a past_key_values.N.key input")
+            layer = int(m.group(1))
+            h, kvh = int(a.get("q_num_heads", 0)), int(a.get("kv_num_heads", 0))
+            if not h or not kvh:
+                return self.unlifted.append(_where(n) + " without q_num_heads/kv_num_heads (3-D inputs expected)")
+            q, k, v = (self.value[i] for i in ins[:3])
+            dh = self.b.graph.type_of(q).shape[0] // h
         self.found.update(heads=h, kv_heads=kvh, head_dim=dh)
         L, b = f"L{self.layer}.", self.b
-        cache = b.state(f"kv.{m.group(1)}", TensorType((2, kvh, self.seq, dh), self.dtype))
+        cache = b.state(f"kv.{layer}", TensorType((2, kvh, self.seq, dh), self.dtype))
         kv = b.emit(KVAppend, L + "kv", cache=cache, k=k, v=v, pos=self.pos)
         self.value[n.output[0]] = b.emit(Attention, L + "attn", q=q, cache=kv, pos=self.pos, n_heads=h,
                                          scale=float(a.get("scale", 0.0)) or attention_scale(dh),
@@ -382,18 +458,41 @@ class _Lifter:
                     self.unlifted.append(f"{_where(n)}: input {e} has no lifted producer")
 
 
-def _bookkeeping(nodes) -> set:
-    """Nodes that only turn attention_mask into GroupQueryAttention's sequence lengths (the KV state and
-    pos replace them)."""
+CAUSAL_MASK_OPS = {"Shape", "Squeeze", "Unsqueeze", "Range", "Add", "LessOrEqual", "And", "Max", "Expand", "Concat",
+                   "GatherND", "Gather", "Cast", "Reshape", "Constant"}
+
+
+def _bookkeeping(nodes) -> tuple[set, set]:
+    """Nodes that only turn attention_mask, position_ids and shapes into sequence lengths, masks, cos/sin and
+    target shapes: the KV state and pos replace them. Returns (their names, the attention masks among their
+    outputs that are plainly causal)."""
     producers = {o: n for n in nodes for o in n.output if o}
-    skip, stack = set(), [n.input[i] for n in nodes if n.op_type == "GroupQueryAttention" for i in (5, 6)
-                          if len(n.input) > i]
-    while stack:
-        t = stack.pop()
-        if t in producers and producers[t].name not in skip:
-            skip.add(producers[t].name)
-            stack += list(producers[t].input)
-    return skip
+    seeds, masks = [], []
+    for n in nodes:
+        if n.op_type == "GroupQueryAttention":
+            seeds += [n.input[i] for i in (5, 6) if len(n.input) > i]
+        elif n.op_type == "Attention" and len(n.input) > 3 and n.input[3]:
+            seeds.append(n.input[3])
+            masks.append(n.input[3])
+        elif n.op_type in ("Expand", "Reshape") and len(n.input) > 1:
+            seeds.append(n.input[1])
+        elif n.op_type == "RotaryEmbedding":
+            seeds += list(n.input[1:4])  # cos, sin and position ids, in either op's order
+
+    def upstream(t: str) -> set:
+        seen, stack = set(), [t]
+        while stack:
+            name = stack.pop()
+            if name in producers and producers[name].name not in seen:
+                seen.add(producers[name].name)
+                stack += list(producers[name].input)
+        return seen
+
+    skip = set().union(*(upstream(t) for t in seeds)) if seeds else set()
+    by_name = {n.name: n for n in nodes}
+    causal = {m for m in masks if all(by_name[x].op_type in CAUSAL_MASK_OPS for x in upstream(m))}
+
+    return skip, causal
 
 
 def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
@@ -425,7 +524,8 @@ def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
     native = {onnx.TensorProto.FLOAT16: "f16", onnx.TensorProto.BFLOAT16: "bf16"}.get(getattr(embed, "data_type", 0), "f32")
 
     lift = _Lifter(model, inits, path, dtype or native, seq)
-    lift.run(_bookkeeping(list(g.node)))
+    skip, lift.causal_masks = _bookkeeping(list(g.node))
+    lift.run(skip)
     if lift.unlifted:
         raise Unlifted(path, lift.unlifted)
     if "logits" not in lift.value:

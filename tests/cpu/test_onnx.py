@@ -16,11 +16,14 @@ def ort_steps(path, tokens, kv_heads, head_dim, layers):
     """Logits of each step of onnxruntime decoding `tokens` one at a time, present fed back as past."""
     import onnxruntime as ort
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    wanted = {i.name for i in sess.get_inputs()}
     past = {f"past_key_values.{i}.{kv}": np.zeros((1, kv_heads, 0, head_dim), np.float32)
             for i in range(layers) for kv in ("key", "value")}
     out = []
     for pos, tok in enumerate(tokens):
-        feeds = {"input_ids": np.array([[tok]], np.int64), "attention_mask": np.ones((1, pos + 1), np.int64), **past}
+        feeds = {"input_ids": np.array([[tok]], np.int64), "attention_mask": np.ones((1, pos + 1), np.int64),
+                 "position_ids": np.array([[pos]], np.int64), **past}
+        feeds = {k: v for k, v in feeds.items() if k in wanted}
         res = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
         out.append(res["logits"][0, -1])
         past = {k: res[k.replace("past_key_values", "present")] for k in past}
@@ -170,3 +173,20 @@ def test_standard_opset23_ops_match_onnxruntime(tmp_path, family):
     ours = np.stack([ref.step(t, p) for p, t in enumerate(seq)])
     assert np.abs(ours - theirs).max() <= 1e-4 * np.abs(theirs).max()
     assert seq[len(prompt):] == theirs[len(prompt) - 1:-1].argmax(-1).tolist()
+
+
+@pytest.mark.parametrize("family", ["llama", "llama-tied", "qwen2", "qwen3"])
+def test_torch_onnx_opset23_export_matches_onnxruntime(tmp_path, family):
+    from tests.onnx_export import torch_export
+    make_tiny_hf(tmp_path / "hf", family)
+    path = torch_export(tmp_path / "hf", tmp_path / "m.onnx")
+    assert kiec.load(path).graph.op_counts() == kiec.load(str(tmp_path / "hf")).graph.op_counts()
+    check_against_onnxruntime(path, f"torch.onnx {family}")
+
+
+def test_torch_onnx_sliding_window_mask_is_refused(tmp_path):
+    from tests.onnx_export import torch_export
+    make_tiny_hf(tmp_path / "hf", "mistral")
+    path = torch_export(tmp_path / "hf", tmp_path / "m.onnx")
+    with pytest.raises(KiecError, match="not the plain causal mask"):
+        kiec.load(path)
