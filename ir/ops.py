@@ -316,7 +316,3 @@ MODEL_OPS: tuple[type[Op], ...] = (
     Embedding, RMSNorm, LayerNorm, Linear, Rope, KVAppend, Attention, Activation, Mul, Add, Argmax, AllReduce,
 )
 ALL_OPS: dict[str, type[Op]] = {cls.__name__: cls for cls in MODEL_OPS}
-
-ELEMENTWISE = frozenset(c for c in MODEL_OPS if c.kind == "elementwise")
-NORMS = frozenset(c for c in MODEL_OPS if c.kind == "norm")
-GEMV = frozenset(c for c in MODEL_OPS if c.kind == "gemv")

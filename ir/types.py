@@ -20,13 +20,6 @@ def torch_dtype(name: str) -> torch.dtype:
     return DTYPES[name][1]
 
 
-def dtype_of_torch(dt: torch.dtype) -> str:
-    for name, (_, t) in DTYPES.items():
-        if t == dt:
-            return name
-    raise ValueError(f"torch dtype {dt} has no kiec dtype (kiec has {', '.join(DTYPES)})")
-
-
 @dataclass(frozen=True)
 class TensorType:
     shape: tuple[int, ...]

@@ -70,11 +70,6 @@ class Program:
     covered: dict[str, str] = field(default_factory=dict)  # op result -> kernel name
 
 
-def ops_of(kernel: Kernel) -> list[Op]:
-    return [o for o in (getattr(kernel, "q_norm", None), getattr(kernel, "k_norm", None), getattr(kernel, "rope", None),
-                        getattr(kernel, "append", None), getattr(kernel, "attention", None)) if o is not None]
-
-
 def kernel_bytes(kernel: Kernel, graph: Graph, context: int) -> int:
     """Bytes the kernel reads from memory per token: its weights (the packed matrix once), the embedding
     row, or the K/V rows attention reads at `context` tokens already cached."""
