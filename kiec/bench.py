@@ -50,6 +50,7 @@ class Report:
     header: dict
     ceilings: dict  # read_tbps, copy_tbps
     rows: list[Row] = field(default_factory=list)
+    kernels: list[dict] = field(default_factory=list)  # per kernel spec: count, us_each, bytes_each, gbps
 
     def contexts(self) -> list[int]:
         return sorted({r.context for r in self.rows})
@@ -58,7 +59,7 @@ class Report:
         return next(r for r in self.rows if r.context == context)
 
     def to_dict(self) -> dict:
-        return dict(header=self.header, ceilings=self.ceilings, rows=[
+        return dict(header=self.header, ceilings=self.ceilings, kernels=self.kernels, rows=[
             dict(name=r.name, context=r.context, **asdict(r.stats), tok_s=r.tok_s, mbu=r.mbu,
                  bytes_per_token=r.bytes_per_token, prefill_ms=r.prefill_ms,
                  speedup_of_first=r.stats.median_ms / self.first(r.context).stats.median_ms)
@@ -80,6 +81,13 @@ def format_table(rep: Report) -> str:
             pre = f"{r.prefill_ms:.2f}" if r.prefill_ms is not None else "-"
             lines.append(f"{r.name:<16}{r.stats.median_ms:>11.3f}{r.stats.p10_ms:>8.3f}{r.stats.p90_ms:>8.3f}"
                          f"{r.tok_s:>9.0f}{r.mbu * 100:>6.1f}%{pre:>12}{ratio:>10}")
+    if rep.kernels:
+        read = rep.ceilings["read_tbps"] * 1e3
+        lines += ["", f"kiec's kernels (each spec's launches back to back, all layers; context {rep.kernels[0]['context']})",
+                  f"{'kernel':<48}{'count':>6}{'us each':>9}{'MB each':>9}{'GB/s':>8}{'of read':>9}"]
+        for k in rep.kernels:
+            lines.append(f"{k['spec'][:47]:<48}{k['count']:>6}{k['us_each']:>9.2f}{k['bytes_each'] / 1e6:>9.2f}"
+                         f"{k['gbps']:>8.0f}{k['gbps'] / read * 100:>8.1f}%")
     return "\n".join(lines)
 
 
@@ -162,6 +170,27 @@ def time_kiec(artifact: str, prompt_len: int, new_tokens: int, context: int, chu
     return Stats.of(samples), ttft_ms
 
 
+def time_kernels(artifact: str, context: int, reps: int = 20) -> list[dict]:
+    """Each kernel spec alone: all its launches (every layer's copy, so weights do not stay in L2) timed back
+    to back; GB/s from the bytes the manifest says each launch reads (attention: its K/V rows at `context`)."""
+    from kiec.runtime import Engine
+    eng = Engine(artifact)
+    eng.time_steps(context, 4, warmup=0)  # a real cache up to `context` + 4 for the attention launches
+    pos = context + 4
+    groups: dict[str, list[int]] = {}
+    for i, k in enumerate(eng.manifest["kernels"]):
+        groups.setdefault(k.get("spec", k["family"]), []).append(i)
+    out = []
+    for spec, idx in groups.items():
+        k = eng.manifest["kernels"][idx[0]]
+        nbytes = k.get("bytes", 0) if "bytes_per_row" not in k else k["bytes_per_row"] * (pos + 1)
+        us = eng.time_launches(idx, reps) * 1e3 / len(idx)
+        out.append(dict(spec=spec, family=k["family"], count=len(idx), us_each=us, bytes_each=nbytes,
+                        gbps=nbytes / (us * 1e-6) / 1e9 if us > 0 else 0.0, context=context))
+    eng.close()
+    return sorted(out, key=lambda r: -r["us_each"] * r["count"])
+
+
 def time_torch(model, compiled: bool, prompt_len: int, new_tokens: int, context: int, max_seq_len: int):
     import torch
 
@@ -220,6 +249,9 @@ def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, cont
         log(f"context {ctx}: timing kiec")
         stats, ttft = time_kiec(artifact, prompt_len, new_tokens, ctx)
         rep.rows.append(Row("kiec (graph)", stats, nbytes, ceil["read_tbps"], ttft, ctx))
+        if ctx == contexts[0]:
+            log(f"context {ctx}: timing each kernel")
+            rep.kernels = time_kernels(artifact, max(ctx, prompt_len))
         for peer in vs:
             log(f"context {ctx}: timing {peer}")
             try:

@@ -36,6 +36,8 @@ class Engine:
         lib.kiec_sync.argtypes = [ctypes.c_void_p]
         lib.kiec_time_steps.restype = ctypes.c_float
         lib.kiec_time_steps.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        lib.kiec_time_launches.restype = ctypes.c_float
+        lib.kiec_time_launches.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int]
         self._lib = lib
         self.vocab_size = self.manifest["vocab_size"]
         self.max_seq_len = self.manifest["max_seq_len"]
@@ -82,6 +84,14 @@ class Engine:
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int = 16) -> list[int]:
         return list(self.stream(prompt_ids, max_new_tokens))
+
+    def time_launches(self, indices: list[int], reps: int = 20) -> float:
+        """Milliseconds per pass of the given launches (indices into manifest["kernels"]), run back to back."""
+        arr = (ctypes.c_int * len(indices))(*indices)
+        ms = self._lib.kiec_time_launches(self._h, arr, len(indices), reps)
+        if ms < 0:
+            raise KiecError(self._error())
+        return ms
 
     def time_steps(self, pos: int, steps: int, warmup: int = 8) -> float:
         """Milliseconds per decode step (graph replays timed with CUDA events), starting at `pos`."""

@@ -26,7 +26,11 @@ def test_table_and_json_agree():
                  Row("torch-compile", Stats(2.0, 1.9, 2.2), nbytes, 4.6, 15.0, 0),
                  Row("kiec (graph)", Stats(1.5, 1.4, 1.6), 2 * nbytes, 4.6, 20.0, 8192),
                  Row("torch-compile", Stats(1.5, 1.4, 1.6), 2 * nbytes, 4.6, 15.0, 8192)]
+    rep.kernels = [dict(spec="gemv_bf16_k2048_rmsnorm_silu_mul_w4r2", family="gemv", count=16, us_each=25.0,
+                        bytes_each=67_108_864, gbps=67_108_864 / 25e-6 / 1e9, context=0)]
     text = format_table(rep)
+    gemv_line = next(ln for ln in text.splitlines() if ln.startswith("gemv_bf16_k2048"))
+    assert "2684" in gemv_line and "58.4%" in gemv_line  # 67.1 MB in 25 us = 2684 GB/s = 58.4% of 4.6 TB/s
     assert "llama-3.2-1b" in text and "NVIDIA H200" in text and "abc1234" in text
     kiec_line = next(ln for ln in text.splitlines() if ln.startswith("kiec"))
     assert "1000" in kiec_line and f"{nbytes / 1e-3 / 4.6e12 * 100:.1f}%" in kiec_line
@@ -75,10 +79,11 @@ def test_run_bench_times_each_context_and_peer(tmp_path, monkeypatch):
         return Stats(2.0, 1.9, 2.1), 10.0
 
     monkeypatch.setattr(kb, "time_kiec", fake_kiec)
+    monkeypatch.setattr(kb, "time_kernels", lambda art, ctx: calls.append(("kernels", ctx)) or [])
     monkeypatch.setattr(kb, "time_torch", fake_torch)
     rep = kb.run_bench("smollm2-135m", ["eager", "torch-compile"], 32, 64, [0, 8192], str(tmp_path),
                        json_path=str(tmp_path / "r.json"), log=lambda m: None)
-    assert calls == [("compile", 8192 + 64 + 32), ("kiec", 0), ("eager", 0), ("torch-compile", 0),
+    assert calls == [("compile", 8192 + 64 + 32), ("kiec", 0), ("kernels", 32), ("eager", 0), ("torch-compile", 0),
                      ("kiec", 8192), ("eager", 8192), ("torch-compile", 8192)]
     rows = json.load(open(tmp_path / "r.json"))["rows"]
     assert [r["context"] for r in rows] == [0, 0, 0, 8192, 8192, 8192]

@@ -100,3 +100,13 @@ def test_standalone_kiec_run_matches_the_engine(tmp_path):
     assert r.returncode == 0, r.stderr
     assert [int(t) for t in r.stdout.strip().split(",")] == expect
     assert "time to first token" in r.stderr and "tok/s" in r.stderr
+
+
+def test_time_launches_covers_every_kernel(tmp_path):
+    make_tiny_hf(tmp_path / "hf", "llama")
+    art = kiec.compile(kiec.load(str(tmp_path / "hf"), dtype="bf16"), str(tmp_path / "art"))
+    eng = kiec.Engine(art)
+    n = len(eng.manifest["kernels"])
+    assert eng.time_launches(list(range(n)), reps=5) > 0
+    with pytest.raises(kiec.KiecError, match=f"launch {n + 5} does not exist"):
+        eng.time_launches([n + 5])

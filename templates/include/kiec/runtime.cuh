@@ -48,6 +48,8 @@ static int fail(const char* fmt, ...) {
 
 static void enqueue_step(kiec::Ctx* c, cudaStream_t s);
 static int configure_kernels();
+static int n_launches();
+static void run_launch(kiec::Ctx* c, int i, cudaStream_t s);
 
 extern "C" {
 
@@ -211,6 +213,29 @@ float kiec_time_steps(void* h, int pos, int warmup, int steps) {
   cudaEventDestroy(a); cudaEventDestroy(b);
   if (cudaGetLastError() != cudaSuccess) { fail("timing failed"); return -1.f; }
   return ms / steps;
+}
+
+// Milliseconds per pass of the launches idx[0..n) run back to back (no graph), `reps` passes after one
+// warm-up, at the current position. Launching every layer's copy of one kernel keeps its weights out of L2
+// between repeats, so bytes / time is the kernel's streaming rate.
+float kiec_time_launches(void* h, const int* idx, int n, int reps) {
+  using namespace kiec;
+  Ctx* c = static_cast<Ctx*>(h);
+  for (int i = 0; i < n; ++i)
+    if (idx[i] < 0 || idx[i] >= n_launches()) { fail("launch %d does not exist (%d launches)", idx[i], n_launches()); return -1.f; }
+  for (int i = 0; i < n; ++i) run_launch(c, idx[i], c->stream);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a); cudaEventCreate(&b);
+  cudaEventRecord(a, c->stream);
+  for (int r = 0; r < reps; ++r)
+    for (int i = 0; i < n; ++i) run_launch(c, idx[i], c->stream);
+  cudaEventRecord(b, c->stream);
+  cudaEventSynchronize(b);
+  float ms = 0.f;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a); cudaEventDestroy(b);
+  if (cudaGetLastError() != cudaSuccess) { fail("timing launches failed"); return -1.f; }
+  return ms / reps;
 }
 
 }  // extern "C"
