@@ -398,7 +398,8 @@ def _bookkeeping(nodes) -> tuple[set, set]:
             name = stack.pop()
             if name in producers and producers[name].name not in seen:
                 seen.add(producers[name].name)
-                stack += list(producers[name].input)
+                if producers[name].op_type != "Shape":  # a shape reads no values: do not walk into the compute
+                    stack += list(producers[name].input)
         return seen
 
     skip = set().union(*(upstream(t) for t in seeds)) if seeds else set()
