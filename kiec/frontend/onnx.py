@@ -375,7 +375,7 @@ CAUSAL_MASK_OPS = {"Shape", "Squeeze", "Unsqueeze", "Range", "Add", "LessOrEqual
                    "GatherND", "Gather", "Cast", "Reshape", "Constant"}
 
 
-def _bookkeeping(nodes) -> tuple[set, set]:
+def _bookkeeping(nodes, outputs: set) -> tuple[set, set]:
     """Nodes that only turn attention_mask, position_ids and shapes into sequence lengths, masks, cos/sin and
     target shapes: the KV state and pos replace them. Returns (their names, the attention masks among their
     outputs that are plainly causal)."""
@@ -403,6 +403,19 @@ def _bookkeeping(nodes) -> tuple[set, set]:
         return seen
 
     skip = set().union(*(upstream(t) for t in seeds)) if seeds else set()
+    # and whatever feeds only those (what a Shape read): nothing else consumes it
+    consumers: dict[str, list] = {}
+    for n in nodes:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n.name)
+    grew = True
+    while grew:
+        grew = False
+        for n in nodes:
+            users = [u for o in n.output if o for u in consumers.get(o, [])]
+            if n.name not in skip and users and all(u in skip for u in users) and not set(n.output) & outputs:
+                skip.add(n.name)
+                grew = True
     by_name = {n.name: n for n in nodes}
     causal = {m for m in masks if all(by_name[x].op_type in CAUSAL_MASK_OPS for x in upstream(m))}
 
@@ -438,7 +451,7 @@ def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
     native = {onnx.TensorProto.FLOAT16: "f16", onnx.TensorProto.BFLOAT16: "bf16"}.get(getattr(embed, "data_type", 0), "f32")
 
     lift = _Lifter(model, inits, path, dtype or native, seq)
-    skip, lift.causal_masks = _bookkeeping(list(g.node))
+    skip, lift.causal_masks = _bookkeeping(list(g.node), set(outputs))
     lift.run(skip)
     if lift.unlifted:
         raise Unlifted(path, lift.unlifted)
