@@ -44,6 +44,25 @@ static int fail(const char* fmt, ...) {
     if (e_ != cudaSuccess) return fail("%s failed: %s (%s:%d)", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
   } while (0)
 
+// Milliseconds the work `enqueue` puts on `s` takes, by CUDA events; -1 (and the error set) on a CUDA error.
+template <typename F>
+static float timed(cudaStream_t s, F enqueue) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaEventRecord(a, s);
+  enqueue();
+  cudaEventRecord(b, s);
+  cudaEventSynchronize(b);
+  float ms = 0.f;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) { fail("timing failed: %s", cudaGetErrorString(e)); return -1.f; }
+  return ms;
+}
+
 }  // namespace kiec
 
 static void enqueue_step(kiec::Ctx* c, cudaStream_t s);
@@ -202,17 +221,8 @@ float kiec_time_steps(void* h, int pos, int warmup, int steps) {
   cudaMemcpyAsync(c->tokens + pos, &token, sizeof token, cudaMemcpyHostToDevice, c->stream);
   cudaMemcpyAsync(c->st, &s, sizeof s, cudaMemcpyHostToDevice, c->stream);
   for (int i = 0; i < warmup; ++i) cudaGraphLaunch(c->graph, c->stream);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a); cudaEventCreate(&b);
-  cudaEventRecord(a, c->stream);
-  for (int i = 0; i < steps; ++i) cudaGraphLaunch(c->graph, c->stream);
-  cudaEventRecord(b, c->stream);
-  cudaEventSynchronize(b);
-  float ms = 0.f;
-  cudaEventElapsedTime(&ms, a, b);
-  cudaEventDestroy(a); cudaEventDestroy(b);
-  if (cudaGetLastError() != cudaSuccess) { fail("timing failed"); return -1.f; }
-  return ms / steps;
+  const float ms = timed(c->stream, [&] { for (int i = 0; i < steps; ++i) cudaGraphLaunch(c->graph, c->stream); });
+  return ms < 0 ? ms : ms / steps;
 }
 
 // Milliseconds per pass of the launches idx[0..n) run back to back (no graph), `reps` passes after one
@@ -224,18 +234,11 @@ float kiec_time_launches(void* h, const int* idx, int n, int reps) {
   for (int i = 0; i < n; ++i)
     if (idx[i] < 0 || idx[i] >= n_launches()) { fail("launch %d does not exist (%d launches)", idx[i], n_launches()); return -1.f; }
   for (int i = 0; i < n; ++i) run_launch(c, idx[i], c->stream);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a); cudaEventCreate(&b);
-  cudaEventRecord(a, c->stream);
-  for (int r = 0; r < reps; ++r)
-    for (int i = 0; i < n; ++i) run_launch(c, idx[i], c->stream);
-  cudaEventRecord(b, c->stream);
-  cudaEventSynchronize(b);
-  float ms = 0.f;
-  cudaEventElapsedTime(&ms, a, b);
-  cudaEventDestroy(a); cudaEventDestroy(b);
-  if (cudaGetLastError() != cudaSuccess) { fail("timing launches failed"); return -1.f; }
-  return ms / reps;
+  const float ms = timed(c->stream, [&] {
+    for (int r = 0; r < reps; ++r)
+      for (int i = 0; i < n; ++i) run_launch(c, idx[i], c->stream);
+  });
+  return ms < 0 ? ms : ms / reps;
 }
 
 }  // extern "C"
