@@ -156,9 +156,43 @@ def measure_ceilings(work_dir: str, gb: float = 4.0) -> dict:
     return dict(read_tbps=read, copy_tbps=2 * n * 4 / (copy * 1e-3) / 1e12, read_gb=gb)
 
 
-def time_kiec(artifact: str, prompt_len: int, new_tokens: int, context: int, chunk: int = 16) -> tuple[Stats, float]:
+# What one run_bench keeps loaded across its contexts: the kiec Engine and the torch decoder (with its
+# compiled step), each built once; an 8B model's weights are then read from disk or generated once, not
+# once per context and peer. _release() frees them at the end.
+_OPEN: dict = {}
+
+
+def _engine(artifact: str):
     from kiec.runtime import Engine
-    eng = Engine(artifact)
+    if ("engine", artifact) not in _OPEN:
+        _OPEN[("engine", artifact)] = Engine(artifact)
+    return _OPEN[("engine", artifact)]
+
+
+def _torch_step(model, compiled: bool, max_seq_len: int):
+    from kiec.baselines.torch_decoder import TorchDecoder, decode_fn
+    key = ("decoder", id(model), max_seq_len)
+    if key not in _OPEN:
+        _OPEN[key] = TorchDecoder(model, max_seq_len)
+    if key + (compiled,) not in _OPEN:
+        _OPEN[key + (compiled,)] = decode_fn(_OPEN[key], compiled)
+    return _OPEN[key], _OPEN[key + (compiled,)]
+
+
+def _release() -> None:
+    for v in _OPEN.values():
+        if hasattr(v, "close"):
+            v.close()
+    _OPEN.clear()
+    try:
+        import torch
+        torch.cuda.empty_cache()
+    except Exception:  # no torch or no GPU: nothing to free
+        pass
+
+
+def time_kiec(artifact: str, prompt_len: int, new_tokens: int, context: int, chunk: int = 16) -> tuple[Stats, float]:
+    eng = _engine(artifact)
     prompt = list(np.random.default_rng(0).integers(0, eng.vocab_size, size=prompt_len))
     for _ in eng.stream([int(t) for t in prompt], 2):  # warm-up and time to first token
         pass
@@ -166,15 +200,13 @@ def time_kiec(artifact: str, prompt_len: int, new_tokens: int, context: int, chu
     start = max(context, prompt_len)
     eng.time_steps(start, 8, warmup=8)
     samples = [eng.time_steps(start + i * chunk, chunk, warmup=0) for i in range(max(1, new_tokens // chunk))]
-    eng.close()
     return Stats.of(samples), ttft_ms
 
 
 def time_kernels(artifact: str, context: int, reps: int = 20) -> list[dict]:
     """Each kernel spec alone: all its launches (every layer's copy, so weights do not stay in L2) timed back
     to back; GB/s from the bytes the manifest says each launch reads (attention: its K/V rows at `context`)."""
-    from kiec.runtime import Engine
-    eng = Engine(artifact)
+    eng = _engine(artifact)
     eng.time_steps(context, 4, warmup=0)  # a real cache up to `context` + 4 for the attention launches
     pos = context + 4
     groups: dict[str, list[int]] = {}
@@ -187,16 +219,13 @@ def time_kernels(artifact: str, context: int, reps: int = 20) -> list[dict]:
         us = eng.time_launches(idx, reps) * 1e3 / len(idx)
         out.append(dict(spec=spec, family=k["family"], count=len(idx), us_each=us, bytes_each=nbytes,
                         gbps=nbytes / (us * 1e-6) / 1e9 if us > 0 else 0.0, context=context))
-    eng.close()
     return sorted(out, key=lambda r: -r["us_each"] * r["count"])
 
 
 def time_torch(model, compiled: bool, prompt_len: int, new_tokens: int, context: int, max_seq_len: int):
     import torch
 
-    from kiec.baselines.torch_decoder import TorchDecoder, decode_fn
-    dec = TorchDecoder(model, max_seq_len)
-    step = decode_fn(dec, compiled)
+    dec, step = _torch_step(model, compiled, max_seq_len)
     prompt = torch.randint(0, model.config.vocab_size, (prompt_len,), device="cuda")
     with torch.no_grad():
         pre = _events_ms(lambda: dec(prompt, torch.arange(prompt_len, device="cuda")), 3)
@@ -208,8 +237,6 @@ def time_torch(model, compiled: bool, prompt_len: int, new_tokens: int, context:
         samples = []
         for p in poss:
             samples += _events_ms(lambda: step(tok, p), 1)
-    dec = step = None  # free the weights before the next engine loads its own
-    torch.cuda.empty_cache()
     return Stats.of(samples), float(np.median(pre))
 
 
@@ -226,7 +253,6 @@ def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, cont
               json_path: str | None = None, log=lambda m: print(m, file=sys.stderr, flush=True)) -> Report:
     """Each context: kiec, then each peer, on the same weights; ceilings measured first, in this process."""
     import kiec
-    from kiec.summary import bytes_per_token
 
     need = max(max(contexts), prompt_len) + new_tokens + 32
     if os.path.isdir(target):
@@ -244,6 +270,20 @@ def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, cont
     log("measuring the memory ceilings")
     ceil = measure_ceilings(work_dir)
     rep = Report(header(model.name, "bf16", prompt_len, new_tokens), ceil)
+    try:
+        _time_contexts(rep, model, artifact, vs, prompt_len, new_tokens, contexts, need, log)
+    finally:
+        _release()
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(rep.to_dict(), fh, indent=1)
+    return rep
+
+
+def _time_contexts(rep: Report, model, artifact, vs, prompt_len, new_tokens, contexts, need, log) -> None:
+    from kiec.summary import bytes_per_token
+
+    ceil = rep.ceilings
     for ctx in contexts:
         nbytes = bytes_per_token(model.graph, context=max(ctx, prompt_len) + new_tokens // 2).read
         log(f"context {ctx}: timing kiec")
@@ -260,7 +300,3 @@ def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, cont
                 log(f"{peer}: skipped ({e})")
                 continue
             rep.rows.append(Row(peer, s, nbytes, ceil["read_tbps"], pre, ctx))
-    if json_path:
-        with open(json_path, "w") as fh:
-            json.dump(rep.to_dict(), fh, indent=1)
-    return rep

@@ -6,6 +6,7 @@ the stamp the dataflow promises (its producer, this token or the previous one), 
 ran in; a missing or wrong wait shows as a stamp mismatch (or a deadlock), named with the instruction."""
 from __future__ import annotations
 
+import collections
 import random
 
 import torch
@@ -13,7 +14,7 @@ import torch
 from .. import interp
 from .persistent import Instr, Schedule, reads_writes
 from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel
-from .simulate import _gemv
+from .simulate import attention_heads, gemv_rows
 
 
 class ScheduleError(AssertionError):
@@ -69,14 +70,13 @@ class VM:
                 tok = int(self.read(ins, token, last, self.p.graph.types[last].shape[0]).argmax())
             self.write(ins, token, k.out, ins.lo, self.w[k.table][tok][ins.lo:ins.hi].float())
         elif isinstance(k, GemvKernel):
-            env = dict(self.w)
-            env[k.x] = self.read(ins, token, k.x, self.p.graph.types[k.x].shape[0])
-            if k.residual:
+            env = {k.x: self.read(ins, token, k.x, self.p.graph.types[k.x].shape[0])}
+            if k.residual:  # this tile reads (and then overwrites) only its own rows of the residual stream
                 full = torch.zeros(k.n_out)
                 full[ins.lo:ins.hi] = self.read(ins, token, k.residual, k.n_out, ins.lo, ins.hi)
                 env[k.residual] = full
-            _gemv(k, env)
-            self.write(ins, token, k.out, ins.lo, env[k.out][ins.lo:ins.hi])
+            out = gemv_rows(k, collections.ChainMap(env, self.w), ins.lo, ins.hi)
+            self.write(ins, token, k.out, ins.lo, out)
         elif isinstance(k, AttentionKernel):
             self._attention_tile(ins, token, k)
         elif isinstance(k, ElementwiseKernel):
@@ -86,32 +86,17 @@ class VM:
             self.write(ins, token, k.out, ins.lo, local[k.out][ins.lo:ins.hi])
 
     def _attention_tile(self, ins: Instr, token: int, k: AttentionKernel) -> None:
-        """KV head g = ins.lo: its new K/V row, then its GROUP query heads over rows 0..token."""
-        g, dh, group = ins.lo, k.head_dim, k.n_heads // k.kv_heads
+        """KV head g = ins.lo: its new K/V row, then its query heads over rows 0..token (or the window)."""
+        g, group, dh = ins.lo, k.n_heads // k.kv_heads, k.head_dim
         qkv = self.read(ins, token, k.qkv, (k.n_heads + 2 * k.kv_heads) * dh)
-        q = qkv[g * group * dh:(g + 1) * group * dh]
-        kk = qkv[(k.n_heads + g) * dh:(k.n_heads + g + 1) * dh]
-        v = qkv[(k.n_heads + k.kv_heads + g) * dh:(k.n_heads + k.kv_heads + g + 1) * dh]
-        pos = torch.tensor(token)
-        if k.q_norm is not None:
-            q = interp.IMPLS[type(k.q_norm)](k.q_norm, {k.q_norm.x: q, k.q_norm.weight: self.w[k.q_norm.weight]}.__getitem__)
-            kk = interp.IMPLS[type(k.k_norm)](k.k_norm, {k.k_norm.x: kk, k.k_norm.weight: self.w[k.k_norm.weight]}.__getitem__)
-        rope = lambda x: interp.IMPLS[type(k.rope)](k.rope, {k.rope.x: x, k.rope.pos: pos}.__getitem__)  # noqa: E731
-        q, kk = rope(q), rope(kk)
-        name = k.append.cache
-        cache, stamps = self.cache[name], self.cache_stamp[name]
-        cache[0, g, token], cache[1, g, token] = kk, v
+        stamps = self.cache_stamp[k.append.cache]
         stamps[g, token] = token
         start = max(0, token + 1 - k.attention.window) if k.attention.window else 0
         rows = stamps[g, start:token + 1]
         if not bool((rows == torch.arange(start, token + 1)).all()):
             raise ScheduleError(f"attention kernel {ins.kernel} head {g} at token {token}: a KV row is missing "
                                 f"or from the wrong token ({rows.tolist()})")
-        keys, vals = cache[0, g, start:token + 1], cache[1, g, start:token + 1]
-        scores = (q.view(group, dh) @ keys.T) * k.attention.scale
-        if k.attention.softcap:
-            scores = k.attention.softcap * torch.tanh(scores / k.attention.softcap)
-        out = (scores.softmax(-1) @ vals).reshape(-1)
+        out = attention_heads(k, qkv, self.w, self.cache[k.append.cache], token, g, g + 1)
         self.write(ins, token, k.attention.out, g * group * dh, out)
 
     # -- the machine
