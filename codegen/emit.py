@@ -145,11 +145,12 @@ class _Emitter:
                 f"{r.high_freq_factor!r}.{r.original_max_pos}"
         f_off = self.lay.add(freqs, (), (r.rotary_dim // 2,), "f32", tuple(r.inv_freq()))
         spec = (f"attention_{self.dtype}_d{k.head_dim}_g{group}_r{r.rotary_dim}{'i' if r.interleaved else ''}"
-                f"{'_qknorm' if k.q_norm else ''}_w{t.attn_warps}s{splits}")
+                f"{'_qknorm' if k.q_norm else ''}_w{t.attn_warps}s{splits}u{t.attn_unroll(group)}m{t.attn_min_keys}")
         self.spec_file(spec, "attention.cu.j2", "const float*, void*, int, int, const float*, const void*, const void*, "
                        "float, float, float, int, float*, float*, unsigned int*, float*, kiec::StepState*, cudaStream_t",
                        True, head_dim=k.head_dim, group=group, rotary=r.rotary_dim, interleaved=r.interleaved,
-                       qk_norm=k.q_norm is not None, warps=t.attn_warps, splits=splits, threads=t.attn_warps * 32)
+                       qk_norm=k.q_norm is not None, warps=t.attn_warps, splits=splits, threads=t.attn_warps * 32,
+                       unroll=t.attn_unroll(group), min_keys=t.attn_min_keys)
         qn = self.lay.param(k.q_norm.weight) if k.q_norm else "nullptr"
         kn = self.lay.param(k.k_norm.weight) if k.k_norm else "nullptr"
         eps = f"{k.q_norm.eps!r}f" if k.q_norm else "0.f"

@@ -14,6 +14,8 @@ class TargetParams:
     gemv_min_blocks: int  # __launch_bounds__ minimum blocks per SM: sets the register budget ptxas schedules for
     attn_warps: int
     attn_blocks: int  # target blocks per attention launch: splits = attn_blocks // kv_heads
+    attn_keys: int  # keys each lane group loads before the first use (halved per doubling of the group above 4)
+    attn_min_keys: int  # rows per split at least: a short context uses one block per KV head and no combine
     gencode: str
     prefetch_bytes: int  # weights a GEMV pulls into L2 before waiting on the previous kernel
 
@@ -30,12 +32,21 @@ class TargetParams:
     def attn_splits(self, kv_heads: int) -> int:
         return max(1, min(64, self.attn_blocks // kv_heads))
 
+    def attn_unroll(self, group: int) -> int:
+        """Keys in flight per lane group: q and the accumulators take 16 registers per query head, so larger
+        groups load fewer keys at once (keeps one block of attn_warps under the register file without spills)."""
+        u = self.attn_keys
+        while group > 4 and u > 2:
+            group, u = group // 2, u // 2
+        return u
+
 
 TARGETS: dict[str, TargetParams] = {
     # H100/H200: 132 SMs; 4 warps x 2 rows per pass, 16 16-byte loads per lane in flight (gemv.cuh)
     # 8 MB of prefetch covers ~2 us of launch gap at 4.6 TB/s and fits the 50 MB L2 with room to spare
     "sm_90": TargetParams(arch="sm_90", sms=132, gemv_warps=4, gemv_rows=2, gemv_blocks_per_sm=8, gemv_min_blocks=4,
-                          attn_warps=4, attn_blocks=132, gencode="-gencode=arch=compute_90a,code=sm_90a",
+                          attn_warps=8, attn_blocks=132, attn_keys=8, attn_min_keys=64,
+                           gencode="-gencode=arch=compute_90a,code=sm_90a",
                           prefetch_bytes=8 << 20),
 }
 

@@ -62,6 +62,18 @@ def test_llama_3_2_1b_random_weights_within_budget(tmp_path):
     budget_check(ours, r32, r16, "llama-3.2-1b: logits at 8 positions")
 
 
+@pytest.mark.parametrize("family,window", [("llama", None), ("mistral", 200)])
+def test_long_context_spreads_attention_over_splits_within_budget(tmp_path, family, window):
+    # 600 positions: attention goes from one block per KV head (no combine) to many splits merged by the last
+    # block (>= 64 rows each); with a window of 200 the rows in use start past 0
+    extra = {"sliding_window": window} if window else {}
+    make_tiny_hf(tmp_path / "hf", family, max_position_embeddings=1024, **extra)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=1024)
+    art = kiec.compile(model, str(tmp_path / "art"))
+    _, ours, r32, r16, _ = check_against_interpreter(model, art, positions=600)
+    budget_check(ours, r32, r16, f"{family} (window {window}): logits over 600 positions")
+
+
 def test_prompt_longer_than_max_seq_len_is_refused_before_gpu_work(tmp_path):
     make_tiny_hf(tmp_path / "hf", "llama")
     art = kiec.compile(kiec.load(str(tmp_path / "hf"), max_seq_len=16), str(tmp_path / "art"))

@@ -2,8 +2,8 @@
 // RoPE and KV-cache append folded in, and the combine done by the last block of each KV head.
 //
 // Grid (kv_heads, SPLITS). Block (g, s) takes the GROUP query heads of KV head g over the s-th slice of
-// rows [start, pos]. The block whose slice holds row `pos` writes the new k (normed, rotated) and v there
-// first. Lanes are grouped LPK = HEAD_DIM/8 to a key (16 bytes each), so a warp reads 32/LPK keys per pass.
+// rows [start, pos]; how many slices are in use depends on the context (at least MIN_KEYS rows each). The
+// block whose slice holds row `pos` writes the new k (normed, rotated) and v there first. Lanes are grouped LPK = HEAD_DIM/8 to a key (16 bytes each), so a warp reads 32/LPK keys per pass.
 #pragma once
 #include "common.cuh"
 
@@ -38,7 +38,8 @@ __device__ __forceinline__ void head_rmsnorm(float* v, const T* w, float eps, fl
   __syncwarp();
 }
 
-template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS>
+template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
+          int MIN_KEYS>
 __global__ void __launch_bounds__(WARPS * 32)
 attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_seq, const float* __restrict__ inv_freq,
                  const T* __restrict__ q_norm_w, const T* __restrict__ k_norm_w, float norm_eps, float scale,
@@ -55,15 +56,18 @@ attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_
   pdl_wait();
   const int g = blockIdx.x, split = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int pos = st->pos, nq = kv_heads * GROUP;
-  const int start = window > 0 ? max(0, pos + 1 - window) : 0;
-  const int chunk = (pos + 1 - start + SPLITS - 1) / SPLITS;
+  // Splits in use grow with the context: each takes at least MIN_KEYS rows, so a short context is one block per
+  // KV head that writes its output directly, and a long one spreads over all SPLITS. The rest exit at once.
+  const int start = window > 0 ? max(0, pos + 1 - window) : 0, n = pos + 1 - start;
+  const int chunk = max(MIN_KEYS, (n + SPLITS - 1) / SPLITS), active = (n + chunk - 1) / chunk;
+  if (split >= active) return;
   const int lo = start + split * chunk, hi = min(lo + chunk, pos + 1);
   T* kc = cache + (size_t)g * max_seq * HEAD_DIM;               // K rows of this KV head
   T* vc = cache + ((size_t)kv_heads + g) * max_seq * HEAD_DIM;  // V rows
 
   // q of this group: norm, rotate, scale
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) qs[i / HEAD_DIM][i % HEAD_DIM] = qkv[g * GROUP * HEAD_DIM + i];
-  const bool owns_pos = lo <= pos && pos < hi;
+  const bool owns_pos = hi == pos + 1;  // the last active split holds row pos
   if (owns_pos)
     for (int i = threadIdx.x; i < HEAD_DIM; i += WARPS * 32) kn[i] = qkv[(nq + g) * HEAD_DIM + i];
   __syncthreads();
@@ -96,7 +100,6 @@ attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_
     }
   }
   // U keys per lane group per pass: 2U 16-byte loads in flight per lane before the first use
-  constexpr int U = 4;
   for (int j0 = lo + warp * KPW * U; j0 < hi; j0 += WARPS * KPW * U) {
     uint4 kr[U], vr[U];
 #pragma unroll
@@ -155,39 +158,48 @@ attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_
     }
   }
   __syncthreads();
-  // merge the warps; write this split's partial
+  // merge the warps; one split in use writes the output, several write this split's partial
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) {
     const int h = i / HEAD_DIM, d = i % HEAD_DIM;
     float mx = -INFINITY;
+#pragma unroll
     for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, wm[w][h]);
     float lsum = 0.f, o = 0.f;
+#pragma unroll
     for (int w = 0; w < WARPS; ++w) {
       const float c = mx == -INFINITY ? 0.f : __expf(wm[w][h] - mx);
       lsum += wl[w][h] * c;
       o += wo[w][h][d] * c;
     }
+    if (active == 1) {
+      out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
+      continue;
+    }
     const size_t slot = ((size_t)g * SPLITS + split) * GROUP + h;
     part_o[slot * HEAD_DIM + d] = o;
     if (d == 0) { part_ml[slot * 2] = mx; part_ml[slot * 2 + 1] = lsum; }
   }
+  if (active == 1) return;
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&counters[g], 1u) == SPLITS - 1;
+  if (threadIdx.x == 0) last = atomicAdd(&counters[g], 1u) == (unsigned)active - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();
-  // the last block of KV head g combines the SPLITS partials of its GROUP heads
+  // the last block of KV head g merges the partials of its GROUP heads in one pass (loads independent of the math)
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) {
     const int h = i / HEAD_DIM, d = i % HEAD_DIM;
-    float mx = -INFINITY;
-    for (int s = 0; s < SPLITS; ++s) mx = fmaxf(mx, __ldcg(part_ml + (((size_t)g * SPLITS + s) * GROUP + h) * 2));
-    float lsum = 0.f, o = 0.f;
-    for (int s = 0; s < SPLITS; ++s) {
+    float mx = -INFINITY, lsum = 0.f, o = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < active; ++s) {
       const size_t slot = ((size_t)g * SPLITS + s) * GROUP + h;
-      const float ms = __ldcg(part_ml + slot * 2);
-      const float c = ms == -INFINITY ? 0.f : __expf(ms - mx);
-      lsum += __ldcg(part_ml + slot * 2 + 1) * c;
-      o += __ldcg(part_o + slot * HEAD_DIM + d) * c;
+      const float ms = __ldcg(part_ml + slot * 2), ls = __ldcg(part_ml + slot * 2 + 1);
+      const float os = __ldcg(part_o + slot * HEAD_DIM + d);
+      const float mn = fmaxf(mx, ms);
+      const float c_old = mx == -INFINITY ? 0.f : __expf(mx - mn), c_new = ms == -INFINITY ? 0.f : __expf(ms - mn);
+      lsum = lsum * c_old + ls * c_new;
+      o = o * c_old + os * c_new;
+      mx = mn;
     }
     out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
   }

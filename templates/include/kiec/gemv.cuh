@@ -24,19 +24,39 @@ gemv_kernel(const T* __restrict__ W, const T* __restrict__ bias, const float* __
   __shared__ float red[WARPS];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
-  // Weights never depend on the previous kernel: pull the start of this warp's first rows into L2 while
-  // the previous kernel finishes, then wait for its results (x, the residual, st).
-  pdl_launch_dependents();
-  {
-    const int o0 = (blockIdx.x * WARPS + warp) * ROWS;
+  const int stride = gridDim.x * WARPS * ROWS, first = (blockIdx.x * WARPS + warp) * ROWS;
+  auto rows_of = [&](int o0, const T* (&wrow)[NR]) {
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
-      const int o = min(o0 + (r % ROWS), n_out - 1);
-      const T* row = W + (size_t)(r >= ROWS ? o + n_out : o) * K;
-#pragma unroll
-      for (int it = 0; it < PREFETCH; ++it)
-        if (it * 32 + lane < CHUNKS && o0 < n_out) prefetch_l2(row + (it * 32 + lane) * 8);
+      const int o = min(o0 + (r % ROWS), n_out - 1);  // clamp the tail; its result is discarded
+      wrow[r] = W + (size_t)(r >= ROWS ? o + n_out : o) * K;
     }
+  };
+  auto load_batch = [&](const T* const (&wrow)[NR], int it0, uint4 (&raw)[U][NR]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = (it0 + u) * 32 + lane;
+#pragma unroll
+      for (int r = 0; r < NR; ++r)
+        raw[u][r] = (it0 + u < ITERS && (CHUNKS % 32 == 0 || c < CHUNKS)) ? load_stream(wrow[r] + c * 8)
+                                                                          : make_uint4(0, 0, 0, 0);
+    }
+  };
+
+  // Weights never depend on the previous kernel: load this warp's first batch into registers and pull the
+  // rest of its first rows into L2 while the previous kernel finishes, then wait for its results (x, the
+  // residual, st) and run the prologue with those loads in flight.
+  pdl_launch_dependents();
+  const T* wrow[NR];
+  uint4 raw[U][NR];
+  rows_of(first, wrow);
+  if (first < n_out) {
+    load_batch(wrow, 0, raw);
+#pragma unroll
+    for (int r = 0; r < NR; ++r)
+#pragma unroll
+      for (int it = U; it < PREFETCH; ++it)
+        if (it * 32 + lane < CHUNKS) prefetch_l2(wrow[r] + (it * 32 + lane) * 8);
   }
   pdl_wait();
 
@@ -53,27 +73,14 @@ gemv_kernel(const T* __restrict__ W, const T* __restrict__ bias, const float* __
   __syncthreads();
 
   unsigned long long best = 0ull;
-  for (int o0 = (blockIdx.x * WARPS + warp) * ROWS; o0 < n_out; o0 += gridDim.x * WARPS * ROWS) {
-    const T* wrow[NR];
-#pragma unroll
-    for (int r = 0; r < NR; ++r) {
-      const int o = min(o0 + (r % ROWS), n_out - 1);  // clamp the tail; its result is discarded
-      wrow[r] = W + (size_t)(r >= ROWS ? o + n_out : o) * K;
-    }
+  for (int o0 = first; o0 < n_out; o0 += stride) {
+    if (o0 != first) rows_of(o0, wrow);
     float acc[NR];
 #pragma unroll
     for (int r = 0; r < NR; ++r) acc[r] = 0.f;
 #pragma unroll
     for (int it0 = 0; it0 < ITERS; it0 += U) {
-      uint4 raw[U][NR];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int c = (it0 + u) * 32 + lane;
-#pragma unroll
-        for (int r = 0; r < NR; ++r)
-          raw[u][r] = (it0 + u < ITERS && (CHUNKS % 32 == 0 || c < CHUNKS)) ? load_stream(wrow[r] + c * 8)
-                                                                            : make_uint4(0, 0, 0, 0);
-      }
+      if (o0 != first || it0 != 0) load_batch(wrow, it0, raw);  // the first batch was loaded before the wait
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int c = (it0 + u) * 32 + lane;
