@@ -17,10 +17,11 @@ class TargetParams:
     attn_keys: int  # keys each lane group loads before the first use (halved per doubling of the group above 4)
     attn_min_keys: int  # rows per split at least: a short context uses one block per KV head and no combine
     gencode: str
-    prefetch_bytes: int  # weights a GEMV pulls into L2 before waiting on the previous kernel
+    prefetch_bytes: int  # weights a GEMV pulls into L2 (beyond its register batch) before waiting on the previous kernel
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
-        """16-byte chunks per lane per weight row to prefetch: the first `prefetch_bytes` of the first pass."""
+        """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
+        into registers: up to `prefetch_bytes` of the first pass."""
         per_pass = min(n_out, self.gemv_grid(n_out) * self.gemv_warps * self.gemv_rows) * rows_per_output
         iters = (k // 8 + 31) // 32
         return max(0, min(iters, self.prefetch_bytes // max(1, per_pass * 512)))

@@ -14,15 +14,19 @@ struct SoftmaxState {
 };
 
 template <int ROTARY, bool INTERLEAVED>
-__device__ __forceinline__ void rope_inplace(float* v, const float* inv_freq, int pos, int tid, int nthreads) {
-  // v: one head in shared memory; pairs (i, i + ROTARY/2) or (2i, 2i+1)
-  for (int i = tid; i < ROTARY / 2; i += nthreads) {
+__device__ __forceinline__ void rope_inplace(float* v, int heads, int stride, const float* inv_freq, int pos, int tid,
+                                             int nthreads) {
+  // v: `heads` heads in shared memory, `stride` floats apart; pairs (i, i + ROTARY/2) or (2i, 2i+1); all
+  // threads take (head, pair) items at once
+  for (int t = tid; t < heads * (ROTARY / 2); t += nthreads) {
+    const int h = t / (ROTARY / 2), i = t % (ROTARY / 2);
     float s, c;
     sincosf(static_cast<float>(pos) * inv_freq[i], &s, &c);
     const int a = INTERLEAVED ? 2 * i : i, b = INTERLEAVED ? 2 * i + 1 : i + ROTARY / 2;
-    const float x = v[a], y = v[b];
-    v[a] = x * c - y * s;
-    v[b] = y * c + x * s;
+    float* hv = v + h * stride;
+    const float x = hv[a], y = hv[b];
+    hv[a] = x * c - y * s;
+    hv[b] = y * c + x * s;
   }
 }
 
@@ -76,8 +80,8 @@ attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_
     if (owns_pos && warp == WARPS - 1) head_rmsnorm<T, HEAD_DIM>(kn, k_norm_w, norm_eps, nullptr);
     __syncthreads();
   }
-  for (int h = 0; h < GROUP; ++h) rope_inplace<ROTARY, INTERLEAVED>(qs[h], inv_freq, pos, threadIdx.x, WARPS * 32);
-  if (owns_pos) rope_inplace<ROTARY, INTERLEAVED>(kn, inv_freq, pos, threadIdx.x, WARPS * 32);
+  rope_inplace<ROTARY, INTERLEAVED>(&qs[0][0], GROUP, HEAD_DIM, inv_freq, pos, threadIdx.x, WARPS * 32);
+  if (owns_pos) rope_inplace<ROTARY, INTERLEAVED>(kn, 1, HEAD_DIM, inv_freq, pos, threadIdx.x, WARPS * 32);
   __syncthreads();
   if (owns_pos) {
     for (int i = threadIdx.x; i < HEAD_DIM; i += WARPS * 32) {
@@ -99,12 +103,14 @@ attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_
       acc[h][i] = 0.f;
     }
   }
-  // U keys per lane group per pass: 2U 16-byte loads in flight per lane before the first use
-  for (int j0 = lo + warp * KPW * U; j0 < hi; j0 += WARPS * KPW * U) {
+  // U keys per lane group per pass: 2U 16-byte loads in flight per lane before the first use. Key groups go
+  // round the warps first (warp w, slot u takes rows j0 + (u * WARPS + w) * KPW ...), so a short slice
+  // spreads over all warps instead of making one warp's online softmax a long serial chain.
+  for (int j0 = lo + warp * KPW; j0 < hi; j0 += WARPS * KPW * U) {
     uint4 kr[U], vr[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int j = j0 + u * KPW + sub;
+      const int j = j0 + u * WARPS * KPW + sub;
       kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
       if (j < hi) {
         kr[u] = *reinterpret_cast<const uint4*>(kc + (size_t)j * HEAD_DIM + part * 8);
@@ -113,7 +119,8 @@ attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const bool valid = j0 + u * KPW + sub < hi;
+      if (j0 + u * WARPS * KPW >= hi) break;  // warp-uniform: no key of this slot is in the slice
+      const bool valid = j0 + u * WARPS * KPW + sub < hi;
       float k[8], v[8];
       unpack8<T>(kr[u], k);
       unpack8<T>(vr[u], v);

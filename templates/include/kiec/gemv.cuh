@@ -55,8 +55,8 @@ gemv_kernel(const T* __restrict__ W, const T* __restrict__ bias, const float* __
 #pragma unroll
     for (int r = 0; r < NR; ++r)
 #pragma unroll
-      for (int it = U; it < PREFETCH; ++it)
-        if (it * 32 + lane < CHUNKS) prefetch_l2(wrow[r] + (it * 32 + lane) * 8);
+      for (int it = U; it < U + PREFETCH; ++it)
+        if (it < ITERS && it * 32 + lane < CHUNKS) prefetch_l2(wrow[r] + (it * 32 + lane) * 8);
   }
   pdl_wait();
 
