@@ -126,7 +126,7 @@ class _Emitter:
                        "kiec::StepState*, int, cudaStream_t", True, k=k.k, warps=t.gemv_warps, rows=t.gemv_rows,
                        norm=k.norm is not None, epi_enum=EPILOGUES[k.epilogue], epilogue=k.epilogue,
                        bias=bool(k.biases), threads=t.gemv_warps * 32, smem_bytes=k.k * 4, min_blocks=t.gemv_min_blocks,
-                       prefetch=t.gemv_prefetch_iters(k.n_out, k.k, rows_per_output))
+                       prefetch=t.gemv_prefetch_iters(k.n_out, k.k, rows_per_output), early=bool(t.gemv_early_loads))
         norm_w = self.lay.param(k.norm.weight) if k.norm else "nullptr"
         eps = f"{k.norm.eps!r}f" if k.norm else "0.f"
         self.launches.append(f"launch_{spec}(W({w_off}), {b_ptr}, {self.buf(k.x)}, {norm_w}, {eps}, {self.buf(k.out)}, "

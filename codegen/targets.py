@@ -12,6 +12,7 @@ class TargetParams:
     gemv_rows: int  # outputs per warp pass
     gemv_blocks_per_sm: int  # grid cap for GEMVs (a block recomputes its prologue; more blocks = more L2 reads)
     gemv_min_blocks: int  # __launch_bounds__ minimum blocks per SM: sets the register budget ptxas schedules for
+    gemv_early_loads: int  # 1: a GEMV's first weight batch loads into registers before waiting on the previous kernel
     attn_warps: int
     attn_blocks: int  # target blocks per attention launch: splits = attn_blocks // kv_heads
     attn_keys: int  # keys each lane group loads before the first use (halved per doubling of the group above 4)
@@ -46,6 +47,7 @@ TARGETS: dict[str, TargetParams] = {
     # H100/H200: 132 SMs; 4 warps x 2 rows per pass, 16 16-byte loads per lane in flight (gemv.cuh)
     # 8 MB of prefetch covers ~2 us of launch gap at 4.6 TB/s and fits the 50 MB L2 with room to spare
     "sm_90": TargetParams(arch="sm_90", sms=132, gemv_warps=4, gemv_rows=2, gemv_blocks_per_sm=8, gemv_min_blocks=4,
+                          gemv_early_loads=1,
                           attn_warps=8, attn_blocks=132, attn_keys=8, attn_min_keys=64,
                            gencode="-gencode=arch=compute_90a,code=sm_90a",
                           prefetch_bytes=8 << 20),

@@ -28,7 +28,8 @@ if [ -f /tmp/smol/smol.partaa ] && [ -f /tmp/smol/smol.partab ]; then
 fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . > /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 1; }
 if [ "$mode" = tests ]; then
-  timeout 420 python3 -m pytest -q -x -s -m gpu tests/gpu -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" \
+  # TESTS="expr": only the GPU tests pytest -k selects (a short call)
+  timeout 420 python3 -m pytest -q -x -s -m gpu tests/gpu -p no:cacheprovider ${TESTS:+-k "$TESTS"} 2>&1 | tee "$OUT/gpu_tests.log" \
     | grep -E "passed|failed|Error|error|assert|agreement|kiec:" | tail -30
 fi
 # VARIANTS="model v1 v2 ...": A/B of target-table variants (scripts/variants.py)

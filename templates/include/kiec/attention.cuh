@@ -117,28 +117,52 @@ attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_
         vr[u] = *reinterpret_cast<const uint4*>(vc + (size_t)j * HEAD_DIM + part * 8);
       }
     }
+    // Scores of all U slots first (their dot products and shuffles are independent), then one rescale per
+    // head, then the weighted V sum: the serial online-softmax chain is one step per pass, not per key.
+    float sc[GROUP][U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (j0 + u * WARPS * KPW >= hi) break;  // warp-uniform: no key of this slot is in the slice
-      const bool valid = j0 + u * WARPS * KPW + sub < hi;
-      float k[8], v[8];
-      unpack8<T>(kr[u], k);
+      const int j = j0 + u * WARPS * KPW + sub;
+      if (j0 + u * WARPS * KPW < hi) {  // warp-uniform: the shuffles below run on all lanes or none
+        float k[8];
+        unpack8<T>(kr[u], k);
+#pragma unroll
+        for (int h = 0; h < GROUP; ++h) {
+          float sv = 0.f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) sv = fmaf(q[h][i], k[i], sv);
+#pragma unroll
+          for (int o = LPK / 2; o > 0; o >>= 1) sv += __shfl_xor_sync(0xffffffffu, sv, o);
+          if (softcap > 0.f) sv = softcap * tanhf(sv / softcap);
+          sc[h][u] = j < hi ? sv : -INFINITY;
+        }
+      } else {
+#pragma unroll
+        for (int h = 0; h < GROUP; ++h) sc[h][u] = -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < GROUP; ++h) {
+      float mx = m[h];
+#pragma unroll
+      for (int u = 0; u < U; ++u) mx = fmaxf(mx, sc[h][u]);
+      const float corr = m[h] == -INFINITY ? 0.f : __expf(m[h] - mx);  // m = -inf: l and acc are still 0
+      l[h] *= corr;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[h][i] *= corr;
+      m[h] = mx;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (j0 + u * WARPS * KPW >= hi) break;
+      float v[8];
       unpack8<T>(vr[u], v);
 #pragma unroll
       for (int h = 0; h < GROUP; ++h) {
-        float s = 0.f;
+        const float p = sc[h][u] == -INFINITY ? 0.f : __expf(sc[h][u] - m[h]);
+        l[h] += p;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) s = fmaf(q[h][i], k[i], s);
-#pragma unroll
-        for (int o = LPK / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (softcap > 0.f) s = softcap * tanhf(s / softcap);
-        if (valid) {
-          const float mn = fmaxf(m[h], s), corr = __expf(m[h] - mn), p = __expf(s - mn);
-          l[h] = l[h] * corr + p;
-#pragma unroll
-          for (int i = 0; i < 8; ++i) acc[h][i] = acc[h][i] * corr + p * v[i];
-          m[h] = mn;
-        }
+        for (int i = 0; i < 8; ++i) acc[h][i] = fmaf(p, v[i], acc[h][i]);
       }
     }
   }

@@ -12,7 +12,8 @@ enum Epilogue { EPI_STORE = 0, EPI_RESIDUAL = 1, EPI_SILU_MUL = 2, EPI_ARGMAX = 
 
 // MIN_BLOCKS in the launch bounds matters: without it ptxas aims at full occupancy, keeps ~40 registers
 // and sinks each weight load next to its use (two loads in flight); with it, all U x NR loads issue first.
-template <typename T, int K, int WARPS, int ROWS, bool NORM, int EPI, bool BIAS, int PREFETCH, int MIN_BLOCKS>
+template <typename T, int K, int WARPS, int ROWS, bool NORM, int EPI, bool BIAS, int PREFETCH, int MIN_BLOCKS,
+          bool EARLY>
 __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 gemv_kernel(const T* __restrict__ W, const T* __restrict__ bias, const float* __restrict__ x,
             const T* __restrict__ norm_w, float eps, float* __restrict__ y, int n_out, StepState* st) {
@@ -43,19 +44,20 @@ gemv_kernel(const T* __restrict__ W, const T* __restrict__ bias, const float* __
     }
   };
 
-  // Weights never depend on the previous kernel: load this warp's first batch into registers and pull the
-  // rest of its first rows into L2 while the previous kernel finishes, then wait for its results (x, the
+  // Weights never depend on the previous kernel: load this warp's first batch into registers (EARLY) and pull
+  // more of its first rows into L2 while the previous kernel finishes, then wait for its results (x, the
   // residual, st) and run the prologue with those loads in flight.
   pdl_launch_dependents();
   const T* wrow[NR];
   uint4 raw[U][NR];
   rows_of(first, wrow);
+  constexpr int P0 = EARLY ? U : 0;  // chunks already on their way into registers
   if (first < n_out) {
-    load_batch(wrow, 0, raw);
+    if (EARLY) load_batch(wrow, 0, raw);
 #pragma unroll
     for (int r = 0; r < NR; ++r)
 #pragma unroll
-      for (int it = U; it < U + PREFETCH; ++it)
+      for (int it = P0; it < P0 + PREFETCH; ++it)
         if (it < ITERS && it * 32 + lane < CHUNKS) prefetch_l2(wrow[r] + (it * 32 + lane) * 8);
   }
   pdl_wait();
@@ -80,7 +82,7 @@ gemv_kernel(const T* __restrict__ W, const T* __restrict__ bias, const float* __
     for (int r = 0; r < NR; ++r) acc[r] = 0.f;
 #pragma unroll
     for (int it0 = 0; it0 < ITERS; it0 += U) {
-      if (o0 != first || it0 != 0) load_batch(wrow, it0, raw);  // the first batch was loaded before the wait
+      if (!EARLY || o0 != first || it0 != 0) load_batch(wrow, it0, raw);  // EARLY: batch 0 came before the wait
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int c = (it0 + u) * 32 + lane;
