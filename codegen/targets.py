@@ -49,7 +49,7 @@ TARGETS: dict[str, TargetParams] = {
     "sm_90": TargetParams(arch="sm_90", sms=132, gemv_warps=4, gemv_rows=2, gemv_blocks_per_sm=8, gemv_min_blocks=4,
                           gemv_early_loads=1,
                           attn_warps=8, attn_blocks=132, attn_keys=8, attn_min_keys=64,
-                           gencode="-gencode=arch=compute_90a,code=sm_90a",
+                          gencode="-gencode=arch=compute_90a,code=sm_90a",
                           prefetch_bytes=8 << 20),
 }
 

@@ -13,6 +13,27 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 
+class Bar:
+    """A progress bar on stderr: redrawn in place on a terminal, one line when done elsewhere (CI logs)."""
+
+    def __init__(self, label: str, total: int, stream=None, width: int = 30):
+        self.label, self.total, self.done, self.width = label, max(1, total), 0, width
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def line(self) -> str:
+        filled = self.width * self.done // self.total
+        return f"{self.label} [{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total}"
+
+    def step(self, n: int = 1) -> None:
+        self.done = min(self.total, self.done + n)
+        if self.tty:
+            self.stream.write("\r" + self.line() + ("\n" if self.done == self.total else ""))
+        elif self.done == self.total:
+            self.stream.write(self.line() + "\n")
+        self.stream.flush()
+
+
 @dataclass(frozen=True)
 class Stats:
     median_ms: float
@@ -199,7 +220,12 @@ def time_kiec(artifact: str, prompt_len: int, new_tokens: int, context: int, chu
     ttft_ms = eng.last_ttft_s * 1e3
     start = max(context, prompt_len)
     eng.time_steps(start, 8, warmup=8)
-    samples = [eng.time_steps(start + i * chunk, chunk, warmup=0) for i in range(max(1, new_tokens // chunk))]
+    chunks = max(1, new_tokens // chunk)
+    bar = Bar(f"  kiec, {chunks} x {chunk} steps", chunks)
+    samples = []
+    for i in range(chunks):
+        samples.append(eng.time_steps(start + i * chunk, chunk, warmup=0))
+        bar.step()
     return Stats.of(samples), ttft_ms
 
 
@@ -213,12 +239,14 @@ def time_kernels(artifact: str, context: int, reps: int = 20) -> list[dict]:
     for i, k in enumerate(eng.manifest["kernels"]):
         groups.setdefault(k.get("spec", k["family"]), []).append(i)
     out = []
+    bar = Bar(f"  {len(groups)} kernel specs", len(groups))
     for spec, idx in groups.items():
         k = eng.manifest["kernels"][idx[0]]
         nbytes = k.get("bytes", 0) if "bytes_per_row" not in k else k["bytes_per_row"] * (pos + 1)
         us = eng.time_launches(idx, reps) * 1e3 / len(idx)
         out.append(dict(spec=spec, family=k["family"], count=len(idx), us_each=us, bytes_each=nbytes,
                         gbps=nbytes / (us * 1e-6) / 1e9 if us > 0 else 0.0, context=context))
+        bar.step()
     return sorted(out, key=lambda r: -r["us_each"] * r["count"])
 
 
@@ -231,12 +259,16 @@ def time_torch(model, compiled: bool, prompt_len: int, new_tokens: int, context:
         pre = _events_ms(lambda: dec(prompt, torch.arange(prompt_len, device="cuda")), 3)
         tok = torch.zeros(1, dtype=torch.long, device="cuda")
         start = max(context, prompt_len)
-        for i in range(8):  # warm-up (and compilation)
+        name = "torch.compile" if compiled else "eager"
+        warm = Bar(f"  {name} warm-up{' (the first step compiles)' if compiled else ''}", 8)
+        for i in range(8):
             tok = step(tok, torch.tensor([start + i], device="cuda")).clone()
+            warm.step()
         poss = [torch.tensor([start + i], device="cuda") for i in range(new_tokens)]
-        samples = []
+        samples, bar = [], Bar(f"  {name}, {new_tokens} steps", new_tokens)
         for p in poss:
             samples += _events_ms(lambda: step(tok, p), 1)
+            bar.step()
     return Stats.of(samples), float(np.median(pre))
 
 

@@ -103,3 +103,24 @@ def test_torch_baseline_reads_an_onnx_models_parameters(tmp_path):
     ref.step(5, 0)
     want = ref.step(9, 1)
     assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
+def test_progress_bar_redraws_on_a_terminal_and_prints_one_line_elsewhere():
+    import io
+    from kiec.bench import Bar
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    log = io.StringIO()
+    bar = Bar("steps", 4, stream=log, width=8)
+    for _ in range(4):
+        bar.step()
+    assert log.getvalue() == "steps [########] 4/4\n"
+    tty = Tty()
+    bar = Bar("steps", 4, stream=tty, width=8)
+    bar.step(2)
+    assert tty.getvalue() == "\rsteps [####....] 2/4"
+    bar.step(5)  # clamps at the total, finishes the line
+    assert tty.getvalue() == "\rsteps [####....] 2/4\rsteps [########] 4/4\n"
