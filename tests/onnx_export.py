@@ -32,15 +32,16 @@ def genai_export(hf_dir, out_dir, precision: str = "fp32", **extra) -> str:
     return os.path.join(str(out_dir), "model.onnx")
 
 
-def torch_export(hf_dir, path, opset: int = 23) -> str:
+def torch_export(hf_dir, path, opset: int = 23, dtype: str = "float32") -> str:
     """torch.onnx.export (the dynamo exporter) of an HF model with its KV cache, dynamic in sequence and past
-    lengths; inputs input_ids, attention_mask, position_ids, past_key_values.N.key/value."""
+    lengths; inputs input_ids, attention_mask, position_ids, past_key_values.N.key/value. dtype float16: the
+    model's RMSNorm computes in fp32 between Casts, as HF writes it."""
     pytest.importorskip("onnxscript")
     import torch
     import transformers
     from transformers.cache_utils import DynamicCache
 
-    hf = transformers.AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32,
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=getattr(torch, dtype),
                                                            attn_implementation="sdpa").eval()
     layers = hf.config.num_hidden_layers
 

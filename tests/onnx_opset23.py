@@ -1,12 +1,15 @@
-"""A decoder written with the standard opset-23 ops (RMSNormalization, RotaryEmbedding, Attention with past and
-present), built with onnx.helper from a tiny HF model's weights: no producer installable here writes these."""
+"""Decoders built with onnx.helper from a tiny HF model's weights, for what no producer installable here writes:
+- the standard opset-23 ops (RMSNormalization, RotaryEmbedding, Attention with past and present);
+- the same decoder decomposed into primitive ops (style "decomposed"): RMSNorm between fp32 Casts, RoPE as
+  Slice/Neg/Concat with cos/sin from the positions, optionally on the first `rotary_dim` features only
+  (partial rotary), attention as MatMul/Softmax/MatMul over the GQA-repeated past ++ new."""
 from __future__ import annotations
 
 import numpy as np
 
 
 
-def build_opset23(hf_dir: str, path: str, max_pos: int = 64) -> None:
+def build_opset23(hf_dir: str, path: str, max_pos: int = 64, style: str = "opset23", rotary_dim: int = 0) -> None:
     import onnx
     from onnx import TensorProto as TP
     from onnx import helper, numpy_helper
@@ -30,31 +33,78 @@ def build_opset23(hf_dir: str, path: str, max_pos: int = 64) -> None:
         return outs[0]
 
     rope_op = next(o for o in m.graph.ops if type(o).__name__ == "Rope")
-    ang = np.arange(max_pos)[:, None] * np.asarray(rope_op.inv_freq(), np.float32)[None, :]
+    rot = rotary_dim or dh
+    inv_freq = np.asarray(rope_op.theta ** (-np.arange(0, rot, 2) / rot), np.float32)
+    ang = np.arange(max_pos)[:, None] * inv_freq[None, :]
     cos, sin = init("cos_cache", np.cos(ang)), init("sin_cache", np.sin(ang))
     x = node("Gather", [init("embed", m.weights["model.embed_tokens.weight"].numpy()), "input_ids"])
     eps = cfg.rms_norm_eps
+
+    def ints(name, values):
+        inits.append(numpy_helper.from_array(np.asarray(values, np.int64), name))
+        return name
+
+    def rmsnorm(x, weight):
+        if style == "opset23":
+            return node("RMSNormalization", [x, weight], epsilon=eps)
+        xc = node("Cast", [x], to=TP.FLOAT)
+        var = node("ReduceMean", [node("Pow", [xc, init(f"two_{len(nodes)}", 2.0)]), ints(f"ax_{len(nodes)}", [-1])])
+        r = node("Reciprocal", [node("Sqrt", [node("Add", [var, init(f"eps_{len(nodes)}", eps)])])])
+        return node("Mul", [weight, node("Cast", [node("Mul", [xc, r])], to=TP.FLOAT)])
+
+    if style == "decomposed":  # cos/sin [1, 1, S, rot] from the positions, as torch.onnx computes them
+        freqs = node("Mul", [node("Unsqueeze", [node("Cast", ["position_ids"], to=TP.FLOAT), ints("ax_last", [-1])]),
+                             init("inv_freq", inv_freq)])
+        emb = node("Concat", [freqs, freqs], axis=-1)
+        cos4 = node("Unsqueeze", [node("Cos", [emb]), ints("ax_1", [1])])
+        sin4 = node("Unsqueeze", [node("Sin", [emb]), ints("ax_1b", [1])])
+
+    def heads(t, n):  # [1, S, n*dh] -> [1, n, S, dh]
+        return node("Transpose", [node("Reshape", [t, ints(f"shape_{len(nodes)}", [1, -1, n, dh])])], perm=[0, 2, 1, 3])
+
+    def last(t, lo, hi):
+        return node("Slice", [t, ints(f"s_{len(nodes)}", [lo]), ints(f"e_{len(nodes)}", [hi]), ints(f"a_{len(nodes)}", [-1])])
+
+    def rope(t):  # x * cos + rotate_half(x) * sin on the first `rot` features, the rest passed through
+        xr = last(t, 0, rot) if rot < dh else t
+        half = node("Concat", [node("Neg", [last(xr, rot // 2, 1 << 30)]), last(xr, 0, rot // 2)], axis=-1)
+        out = node("Add", [node("Mul", [xr, cos4]), node("Mul", [half, sin4])])
+        return node("Concat", [out, last(t, rot, 1 << 30)], axis=-1) if rot < dh else out
+
+    def repeat(t):  # [1, kvh, T, dh] -> [1, h, T, dh]: each KV head once per query head of its group
+        e = node("Expand", [node("Unsqueeze", [t, ints(f"u_{len(nodes)}", [2])]), ints(f"x_{len(nodes)}", [1, 1, h // kvh, 1, 1])])
+        return node("Reshape", [e, ints(f"r_{len(nodes)}", [1, h, -1, dh])])
+
     for i in range(cfg.num_layers):
         p = f"model.layers.{i}."
-        hn = node("RMSNormalization", [x, init(p + "ln1", m.weights[p + "input_layernorm.weight"].numpy())], epsilon=eps)
+        hn = rmsnorm(x, init(p + "ln1", m.weights[p + "input_layernorm.weight"].numpy()))
         proj = {}
         for n in "qkv":
             proj[n] = node("MatMul", [hn, w(p + f"self_attn.{n}_proj.weight")])
             if cfg.qkv_bias:
                 proj[n] = node("Add", [proj[n], init(p + f"{n}.bias", m.weights[p + f"self_attn.{n}_proj.bias"].numpy())])
-        q = node("RotaryEmbedding", [proj["q"], cos, sin, "position_ids"], num_heads=h)
-        k = node("RotaryEmbedding", [proj["k"], cos, sin, "position_ids"], num_heads=kvh)
-        a = node("Attention", [q, k, proj["v"], "", f"past_key_values.{i}.key", f"past_key_values.{i}.value"],
-                 [f"attn_{i}", f"present.{i}.key", f"present.{i}.value"], q_num_heads=h, kv_num_heads=kvh,
-                 scale=1.0 / np.sqrt(dh))
+        if style == "opset23":
+            q = node("RotaryEmbedding", [proj["q"], cos, sin, "position_ids"], num_heads=h)
+            k = node("RotaryEmbedding", [proj["k"], cos, sin, "position_ids"], num_heads=kvh)
+            a = node("Attention", [q, k, proj["v"], "", f"past_key_values.{i}.key", f"past_key_values.{i}.value"],
+                     [f"attn_{i}", f"present.{i}.key", f"present.{i}.value"], q_num_heads=h, kv_num_heads=kvh,
+                     scale=1.0 / np.sqrt(dh))
+        else:
+            q, k = rope(heads(proj["q"], h)), rope(heads(proj["k"], kvh))
+            kc = node("Concat", [f"past_key_values.{i}.key", k], [f"present.{i}.key"], axis=-2)
+            vc = node("Concat", [f"past_key_values.{i}.value", heads(proj["v"], kvh)], [f"present.{i}.value"], axis=-2)
+            s = init(f"qk_scale_{i}", dh ** -0.25)  # split between q and K^T, as torch writes it
+            kt = node("Transpose", [repeat(kc)], perm=[0, 1, 3, 2])
+            probs = node("Softmax", [node("MatMul", [node("Mul", [q, s]), node("Mul", [kt, s])])], axis=-1)
+            o = node("MatMul", [probs, repeat(vc)])
+            a = node("Reshape", [node("Transpose", [o], perm=[0, 2, 1, 3]), ints(f"o_{i}", [1, -1, h * dh])])
         x = node("Add", [x, node("MatMul", [a, w(p + "self_attn.o_proj.weight")])])
-        hn = node("RMSNormalization", [x, init(p + "ln2", m.weights[p + "post_attention_layernorm.weight"].numpy())],
-                  epsilon=eps)
+        hn = rmsnorm(x, init(p + "ln2", m.weights[p + "post_attention_layernorm.weight"].numpy()))
         gate = node("MatMul", [hn, w(p + "mlp.gate_proj.weight")])
         act = node("Mul", [gate, node("Sigmoid", [gate])])
         x = node("Add", [x, node("MatMul", [node("Mul", [act, node("MatMul", [hn, w(p + "mlp.up_proj.weight")])]),
                                            w(p + "mlp.down_proj.weight")])])
-    hn = node("RMSNormalization", [x, init("norm", m.weights["model.norm.weight"].numpy())], epsilon=eps)
+    hn = rmsnorm(x, init("norm", m.weights["model.norm.weight"].numpy()))
     head = "model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
     node("MatMul", [hn, w(head)], ["logits"])
     ins = [helper.make_tensor_value_info("input_ids", TP.INT64, [1, "s"]),

@@ -2,8 +2,10 @@
 - onnxruntime-genai's model builder: com.microsoft GroupQueryAttention (packed or split QKV, RoPE caches),
   (Skip)SimplifiedLayerNormalization, MatMul [+ Add bias] or MatMulNBits (4-bit), Sigmoid·Mul as SiLU;
 - the standard opset-23 RMSNormalization, RotaryEmbedding and Attention (past/present);
-- torch.onnx (dynamo, opset 23): the same ops on 4-D views, cos/sin computed from position_ids x inv_freq,
-  past ++ new through Concat and the GQA repeat through Unsqueeze/Expand/Reshape, the causal mask in-graph.
+- torch.onnx (dynamo) at opset 23: the same ops on 4-D views, cos/sin computed from position_ids x inv_freq,
+  past ++ new through Concat and the GQA repeat through Unsqueeze/Expand/Reshape, the causal mask in-graph;
+  below opset 23 (torch.onnx's default is 18) RMSNorm, RoPE and attention are decomposed: onnx_fold.py folds
+  them back into those ops first.
 Shape, mask and position bookkeeping is dropped (the KV state and pos replace it); anything else is named."""
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import re
 import numpy as np
 
 from kiec.errors import KiecError, Unlifted
+from kiec.frontend.onnx_fold import fold_decompositions
 from kiec.frontend.onnx_read import MS, _attrs, _Initializers, _safe, _theta, _theta_of, _where, dequantize_4bit
 from kiec.ir.builder import Builder
 from kiec.ir.interp import attention_scale
@@ -25,9 +28,9 @@ from kiec.models.llama import LlamaConfig, RopeConfig
 class _Lifter:
     """Walks the nodes in order; one method per ONNX op turns a node into IR ops (or records it unlifted)."""
 
-    def __init__(self, model, inits: _Initializers, path: str, dtype: str, seq: int):
+    def __init__(self, model, inits: _Initializers, path: str, dtype: str, seq: int, nodes: list | None = None):
         self.g, self.inits, self.path, self.dtype, self.seq = model.graph, inits, path, dtype, seq
-        self.nodes = list(model.graph.node)
+        self.nodes = list(model.graph.node) if nodes is None else nodes
         self.consumers: dict[str, list] = {}
         for n in self.nodes:
             for i in n.input:
@@ -282,6 +285,8 @@ class _Lifter:
     def traced_inv_freq(self, cos_name: str):
         cos = self.producer.get(cos_name)
         mul = self.producer.get(cos.input[0]) if cos is not None and cos.op_type == "Cos" else None
+        if mul is not None and mul.op_type == "Concat" and len(set(mul.input)) == 1:  # cat(freqs, freqs)
+            mul = self.producer.get(mul.input[0])
         if mul is None or mul.op_type != "Mul":
             return None
         inv = [i for i in mul.input if i in self.inits and len(self.inits.shape(i)) == 1]
@@ -372,7 +377,7 @@ class _Lifter:
 
 
 CAUSAL_MASK_OPS = {"Shape", "Squeeze", "Unsqueeze", "Range", "Add", "LessOrEqual", "And", "Max", "Expand", "Concat",
-                   "GatherND", "Gather", "Cast", "Reshape", "Constant"}
+                   "GatherND", "Gather", "Cast", "Reshape", "Constant", "Where"}  # Where: the bool mask -> 0/-inf
 
 
 def _bookkeeping(nodes, outputs: set) -> tuple[set, set]:
@@ -450,8 +455,12 @@ def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
     embed = next((i for i in g.initializer if i.name in {n.input[0] for n in g.node if n.op_type in ("Gather", "Transpose")}), None)
     native = {onnx.TensorProto.FLOAT16: "f16", onnx.TensorProto.BFLOAT16: "bf16"}.get(getattr(embed, "data_type", 0), "f32")
 
-    lift = _Lifter(model, inits, path, dtype or native, seq)
-    skip, lift.causal_masks = _bookkeeping(list(g.node), set(outputs))
+    from onnx import numpy_helper
+    constants = {n.output[0]: numpy_helper.to_array(a.t) for n in g.node if n.op_type == "Constant"
+                 for a in n.attribute if a.name == "value"}
+    nodes, folded = fold_decompositions(list(g.node), inits, constants, set(outputs))
+    lift = _Lifter(model, inits, path, dtype or native, seq, nodes)
+    skip, lift.causal_masks = _bookkeeping(nodes, set(outputs))
     lift.run(skip)
     if lift.unlifted:
         raise Unlifted(path, lift.unlifted)
@@ -463,7 +472,10 @@ def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
     b.output(lift.value["logits"], b.emit(Argmax, "next", x=lift.value["logits"]))
     found["tied"] = b.graph.producer()[lift.value["logits"]].weight == found["table"]  # the LM head reads the table
     cfg = _config(found, lift.layer, os.path.dirname(os.path.abspath(path)))
-    return assemble_graph(b, lift.loaders, cfg, path, seq)
+    model = assemble_graph(b, lift.loaders, cfg, path, seq)
+    if any(folded.values()):
+        model.notes.append("folded from primitive ops: " + ", ".join(f"{n} {op}" for op, n in folded.items() if n))
+    return model
 
 
 def _config(found: dict, layers: int, directory: str) -> LlamaConfig:

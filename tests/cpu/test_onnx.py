@@ -156,14 +156,20 @@ def test_inspect_and_compile_accept_onnx_paths(tmp_path):
         assert (tmp_path / "art" / "libkiec_model.so").exists()
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2"])
-def test_standard_opset23_ops_match_onnxruntime(tmp_path, family):
+@pytest.mark.parametrize("family,style,rotary", [("llama", "opset23", 0), ("qwen2", "opset23", 0),
+                                                  ("llama", "decomposed", 0), ("qwen2", "decomposed", 0),
+                                                  ("llama", "decomposed", 8)])  # 8 of head_dim 16: partial rotary
+def test_hand_built_decoders_match_onnxruntime(tmp_path, family, style, rotary):
     from tests.onnx_opset23 import build_opset23, ort_steps_opset23
     make_tiny_hf(tmp_path / "hf", family)
     path = str(tmp_path / "m.onnx")
-    build_opset23(str(tmp_path / "hf"), path)
+    build_opset23(str(tmp_path / "hf"), path, style=style, rotary_dim=rotary)
     m = kiec.load(path)
     assert m.graph.op_counts() == kiec.load(str(tmp_path / "hf")).graph.op_counts()
+    assert ("folded from primitive ops: 5 RMSNormalization, 4 RotaryEmbedding, 2 Attention" in m.notes) == \
+        (style == "decomposed")
+    ropes = [op for op in m.graph.ops if type(op).__name__ == "Rope"]
+    assert {op.rotary_dim for op in ropes} == {rotary or m.config.head_dim}
     ref = kiec.Reference(m)
     rng = np.random.default_rng()
     prompt = rng.integers(0, m.config.vocab_size, size=7).tolist()
@@ -175,18 +181,54 @@ def test_standard_opset23_ops_match_onnxruntime(tmp_path, family):
     assert seq[len(prompt):] == theirs[len(prompt) - 1:-1].argmax(-1).tolist()
 
 
+def test_a_decomposition_that_does_not_match_is_named_not_folded(tmp_path):
+    import onnx
+    from onnx import numpy_helper
+    from tests.onnx_opset23 import build_opset23
+    make_tiny_hf(tmp_path / "hf", "llama")
+    path = str(tmp_path / "m.onnx")
+    build_opset23(str(tmp_path / "hf"), path, style="decomposed")
+    model = onnx.load(path)
+    mean = next(n for n in model.graph.node if n.op_type == "ReduceMean")
+    axes = next(i for i in model.graph.initializer if i.name == mean.input[1])
+    axes.CopyFrom(numpy_helper.from_array(np.array([0], np.int64), axes.name))  # the norm over another axis
+    onnx.save(model, path)
+    with pytest.raises(KiecError, match=r"node '/(Pow|ReduceMean)_\d+' \((Pow|ReduceMean), domain ai.onnx\)"):
+        kiec.load(path)
+
+
+@pytest.mark.parametrize("opset", [23, 18])  # 18: torch.onnx's default, RMSNorm/RoPE/attention decomposed
 @pytest.mark.parametrize("family", ["llama", "llama-tied", "qwen2", "qwen3"])
-def test_torch_onnx_opset23_export_matches_onnxruntime(tmp_path, family):
+def test_torch_onnx_export_matches_onnxruntime(tmp_path, family, opset):
     from tests.onnx_export import torch_export
     make_tiny_hf(tmp_path / "hf", family)
-    path = torch_export(tmp_path / "hf", tmp_path / "m.onnx")
+    path = torch_export(tmp_path / "hf", tmp_path / "m.onnx", opset=opset)
     assert kiec.load(path).graph.op_counts() == kiec.load(str(tmp_path / "hf")).graph.op_counts()
-    check_against_onnxruntime(path, f"torch.onnx {family}")
+    check_against_onnxruntime(path, f"torch.onnx opset {opset} {family}")
 
 
-def test_torch_onnx_sliding_window_mask_is_refused(tmp_path):
+def test_torch_onnx_fp16_export_folds_rmsnorm_with_its_fp32_casts(tmp_path):
+    from kiec.frontend.onnx_fold import fold_decompositions
+    from tests.onnx_export import torch_export
+    make_tiny_hf(tmp_path / "hf", "llama")
+    path = torch_export(tmp_path / "hf", tmp_path / "m.onnx", opset=18, dtype="float16")
+    m = kiec.load(path)
+    assert {p.type.dtype for p in m.graph.params.values()} == {"f16"}  # the export's own dtype
+    assert m.graph.op_counts() == kiec.load(str(tmp_path / "hf")).graph.op_counts()
+    import onnx
+    from kiec.frontend.onnx_read import _Initializers
+    model = onnx.load(path)
+    nodes, counts = fold_decompositions(list(model.graph.node), _Initializers(model, str(tmp_path), path), {},
+                                        {o.name for o in model.graph.output})
+    assert counts == {"RMSNormalization": 5, "RotaryEmbedding": 4, "Attention": 2}
+    left = {n.op_type for n in nodes}
+    assert not left & {"Pow", "ReduceMean", "Sqrt", "Reciprocal", "Neg", "Softmax", "IsNaN"}  # nothing of them left
+
+
+@pytest.mark.parametrize("opset", [23, 18])
+def test_torch_onnx_sliding_window_mask_is_refused(tmp_path, opset):
     from tests.onnx_export import torch_export
     make_tiny_hf(tmp_path / "hf", "mistral")
-    path = torch_export(tmp_path / "hf", tmp_path / "m.onnx")
+    path = torch_export(tmp_path / "hf", tmp_path / "m.onnx", opset=opset)
     with pytest.raises(KiecError, match="not the plain causal mask"):
         kiec.load(path)
