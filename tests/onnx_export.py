@@ -71,3 +71,37 @@ def torch_export(hf_dir, path, opset: int = 23, dtype: str = "float32") -> str:
         torch.onnx.export(Step(hf), args, str(path), dynamo=True, opset_version=opset, input_names=names,
                           output_names=outs, dynamic_shapes=dyn, verbose=False)
     return str(path)
+
+
+OPTIMUM_VENV = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv-optimum")
+
+
+def optimum_python() -> str:
+    """The interpreter of the venv holding optimum-onnx (it pins transformers < 4.58, older than the main
+    environment's): KIEC_OPTIMUM_PYTHON, or .venv-optimum/ that scripts/optimum_venv.sh makes (.ci/run calls
+    it). Missing: a skip on a developer machine, a failure in CI."""
+    py = os.environ.get("KIEC_OPTIMUM_PYTHON") or os.path.join(OPTIMUM_VENV, "bin", "python")
+    if not os.path.exists(py):
+        msg = f"no optimum-onnx venv at {py}: run scripts/optimum_venv.sh"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return py
+
+
+def optimum_export(family: str, directory) -> tuple[str, str]:
+    """A tiny `family` model made and exported (text-generation-with-past) inside the optimum venv, by its
+    transformers: returns (the HF directory, model.onnx)."""
+    hf, out = os.path.join(str(directory), "hf"), os.path.join(str(directory), "onnx")
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "from tests.tiny_hf import make_tiny_hf\n"
+        "make_tiny_hf(sys.argv[2], sys.argv[3])\n"
+        "from optimum.exporters.onnx import main_export\n"
+        "main_export(sys.argv[2], output=sys.argv[4], task='text-generation-with-past', device='cpu')\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([optimum_python(), "-c", script, root, hf, family, out], capture_output=True, text=True,
+                       timeout=600)
+    if r.returncode:
+        raise RuntimeError(f"optimum export of {family} failed:\n{r.stderr[-3000:]}")
+    return hf, os.path.join(out, "model.onnx")

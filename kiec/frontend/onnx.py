@@ -14,9 +14,10 @@ import os
 import re
 
 import numpy as np
+import torch
 
 from kiec.errors import KiecError, Unlifted
-from kiec.frontend.onnx_fold import fold_decompositions
+from kiec.frontend.onnx_fold import ShapeValues, fold_decompositions, static_shapes
 from kiec.frontend.onnx_read import MS, _attrs, _Initializers, _safe, _theta, _theta_of, _where, dequantize_4bit
 from kiec.ir.builder import Builder
 from kiec.ir.interp import attention_scale
@@ -52,6 +53,7 @@ class _Lifter:
                           hidden=0, inter=0, vocab=0, table=None)
         self.unlifted: list[str] = []
         self.layer = 0
+        self.shape_values = None  # onnx_fold's evaluator of integer tensors computed from static dimensions
 
     # -- parameters
     def param(self, name: str, shape, loader) -> str:
@@ -140,11 +142,14 @@ class _Lifter:
             self.kv_new[n.output[0]] = self.kv_new[n.input[0]]
             return
         shape = self.const(n.input[1])
-        if shape is None or len(shape) < 2 or shape[0] not in (0, 1) or shape[-1] <= 0:
+        if shape is None and self.shape_values is not None:  # computed from shapes (TorchScript exports)
+            shape = self.shape_values.ints(n.input[1])
+        if shape is None or len(shape) < 2 or shape[0] not in (0, 1, None) or shape[-1] is None or shape[-1] < -1 \
+                or shape[-1] == 0:
             return self.unlifted.append(_where(n) + " with a shape that is not [batch, .., last]")
         src = self.value[n.input[0]]
         self.value[n.output[0]] = src
-        if int(shape[-1]) != self.b.graph.type_of(src).shape[0]:
+        if shape[-1] != -1 and int(shape[-1]) != self.b.graph.type_of(src).shape[0]:  # -1 last: flat again
             self.grouped[n.output[0]] = int(shape[-1])
 
     def SkipSimplifiedLayerNormalization(self, n, a):
@@ -283,14 +288,33 @@ class _Lifter:
         self.grouped[n.output[0]] = dh
 
     def traced_inv_freq(self, cos_name: str):
+        """The inv_freq initializer behind an in-graph cos: the one float vector upstream of the angle
+        (positions x inv_freq through Mul or MatMul, Cast/Unsqueeze/Expand/Transpose/Concat(f, f) around)."""
         cos = self.producer.get(cos_name)
-        mul = self.producer.get(cos.input[0]) if cos is not None and cos.op_type == "Cos" else None
-        if mul is not None and mul.op_type == "Concat" and len(set(mul.input)) == 1:  # cat(freqs, freqs)
-            mul = self.producer.get(mul.input[0])
-        if mul is None or mul.op_type != "Mul":
+        if cos is None or cos.op_type != "Cos":
             return None
-        inv = [i for i in mul.input if i in self.inits and len(self.inits.shape(i)) == 1]
-        return self.inits.array(inv[0]) if inv else None
+        found, stack, seen = set(), [cos.input[0]], set()
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            value = self.constants.get(name)
+            if value is None and name in self.inits and int(np.prod(self.inits.shape(name) or (1,))) <= 1 << 16:
+                value = self.inits.raw(name)
+            if value is not None:
+                if value.size > 1 and np.issubdtype(value.dtype, np.floating):
+                    found.add(name)
+                continue
+            n = self.producer.get(name)
+            if n is not None and n.op_type in ("Mul", "MatMul", "Cast", "Unsqueeze", "Expand", "Transpose",
+                                               "Concat", "Reshape"):
+                stack += [n.input[0]] if n.op_type in ("Expand", "Reshape", "Unsqueeze") else list(n.input)
+        if len(found) != 1:
+            return None
+        name = found.pop()
+        value = self.constants[name] if name in self.constants else self.inits.raw(name)
+        return torch.from_numpy(np.asarray(value, np.float32).reshape(-1).copy())
 
     def Concat(self, n, a):
         """past_key_values.N.key|value ++ the new row (axis -2): the cache append, done by KVAppend."""
@@ -339,6 +363,17 @@ class _Lifter:
                                          softcap=float(a.get("softcap", 0.0)))
         self.layer += 1
 
+    def Cast(self, n, a):
+        """A cast between float types on the compute path (fp32 around a norm, TorchScript's residual): kiec
+        computes in its own precision, so the value passes through."""
+        from onnx import TensorProto
+        if a.get("to") not in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE):
+            return self.unlifted.append(_where(n) + f" to type {a.get('to')} (only float casts are lifted)")
+        self.value[n.output[0]] = self.value[n.input[0]]
+        for table in (self.grouped, self.kv_new):
+            if n.input[0] in table:
+                table[n.output[0]] = table[n.input[0]]
+
     def Sigmoid(self, n, a):
         self.sigmoid_of[n.output[0]] = n.input[0]
 
@@ -376,8 +411,10 @@ class _Lifter:
                     self.unlifted.append(f"{_where(n)}: input {e} has no lifted producer")
 
 
+# what builds a plain causal (and padding) mask; a sliding window needs Sub/Greater/Less, which are not here
 CAUSAL_MASK_OPS = {"Shape", "Squeeze", "Unsqueeze", "Range", "Add", "LessOrEqual", "And", "Max", "Expand", "Concat",
-                   "GatherND", "Gather", "Cast", "Reshape", "Constant", "Where"}  # Where: the bool mask -> 0/-inf
+                   "GatherND", "Gather", "Cast", "Reshape", "Constant", "Where", "Slice", "ConstantOfShape",
+                   "Flatten", "Mul", "Equal"}
 
 
 def _bookkeeping(nodes, outputs: set) -> tuple[set, set]:
@@ -458,8 +495,11 @@ def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
     from onnx import numpy_helper
     constants = {n.output[0]: numpy_helper.to_array(a.t) for n in g.node if n.op_type == "Constant"
                  for a in n.attribute if a.name == "value"}
-    nodes, folded = fold_decompositions(list(g.node), inits, constants, set(outputs))
+    plain = {"Pow", "Softmax", "Neg"} & {n.op_type for n in g.node}  # decomposed ops: worth shape inference
+    shapes = static_shapes(model) if plain else {}
+    nodes, folded = fold_decompositions(list(g.node), inits, constants, set(outputs), shapes)
     lift = _Lifter(model, inits, path, dtype or native, seq, nodes)
+    lift.shape_values = ShapeValues(nodes, inits, constants, shapes)
     skip, lift.causal_masks = _bookkeeping(nodes, set(outputs))
     lift.run(skip)
     if lift.unlifted:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 
-class _Nodes:
-    def __init__(self, nodes, inits, constants: dict):
-        self.nodes, self.inits, self.constants = nodes, inits, constants
+class ShapeValues:
+    def __init__(self, nodes, inits, constants: dict, shapes: dict):
+        self.nodes, self.inits, self.constants, self.shapes = nodes, inits, constants, shapes
         self.producer = {o: n for n in nodes for o in n.output if o}
 
     def prod(self, name: str, *ops):
@@ -35,9 +35,36 @@ class _Nodes:
         v = self.value(name)
         return float(v.reshape(-1)[0]) if v is not None and v.size == 1 else None
 
-    def ints(self, name: str):
+    def ints(self, name: str, depth: int = 0):
+        """An integer vector: a constant, or computed from static dimensions (Shape, Gather, arithmetic,
+        Concat, Cast, Unsqueeze, as TorchScript exports compute slice bounds); None where unknown."""
         v = self.value(name)
-        return [int(x) for x in v.reshape(-1)] if v is not None and np.issubdtype(v.dtype, np.integer) else None
+        if v is not None:
+            return [int(x) for x in v.reshape(-1)] if np.issubdtype(v.dtype, np.integer) else None
+        n = self.producer.get(name)
+        if n is None or n.domain or depth > 32:
+            return None
+        ins = [self.ints(i, depth + 1) if n.op_type != "Shape" else None for i in n.input]
+        if n.op_type == "Shape":
+            dims = self.shapes.get(n.input[0])
+            return None if dims is None else list(dims)[_attr(n, "start", 0):_attr(n, "end", None)]
+        if n.op_type in ("Cast", "Unsqueeze", "Squeeze", "Reshape", "Identity"):
+            return ins[0]
+        if any(i is None for i in ins):
+            return None
+        if n.op_type == "Gather" and _attr(n, "axis", 0) == 0:
+            return [ins[0][j] if -len(ins[0]) <= j < len(ins[0]) else None for j in ins[1]]
+        if n.op_type == "Concat":
+            return [x for i in ins for x in i]
+        if n.op_type in ("Add", "Sub", "Mul", "Div") and len(ins) == 2:
+            a, b = ins
+            if len(a) != len(b) and 1 not in (len(a), len(b)):
+                return None
+            a, b = (a * len(b) if len(a) == 1 else a), (b * len(a) if len(b) == 1 else b)
+            f = {"Add": lambda x, y: x + y, "Sub": lambda x, y: x - y, "Mul": lambda x, y: x * y,
+                 "Div": lambda x, y: int(x / y) if y else None}[n.op_type]
+            return [None if x is None or y is None else f(x, y) for x, y in zip(a, b)]
+        return None
 
     def through(self, name: str, *ops):
         """Follow single-input producers of the given types (Cast, Unsqueeze, ...) upstream."""
@@ -59,7 +86,7 @@ def _pairs(node):
     return ((a, b), (b, a))
 
 
-def _rmsnorm(g: _Nodes, m):
+def _rmsnorm(g: ShapeValues, m):
     """m = Mul(w, [Cast](Mul(xc, Reciprocal(Sqrt(Add(ReduceMean(Pow(xc, 2)), eps)))))) -> (x, w, eps)."""
     for w, inner in _pairs(m):
         if w not in g.inits or len(g.inits.shape(w)) != 1:
@@ -68,8 +95,10 @@ def _rmsnorm(g: _Nodes, m):
         if mul is None:
             continue
         for xc, r in _pairs(mul):
-            rec = g.prod(r, "Reciprocal")
-            sqrt = g.prod(rec.input[0], "Sqrt") if rec is not None else None
+            rec = g.prod(r, "Reciprocal", "Div")  # 1 / sqrt: Reciprocal (torch.onnx) or Div(1, .) (TorchScript)
+            if rec is not None and rec.op_type == "Div" and g.scalar(rec.input[0]) != 1.0:
+                rec = None
+            sqrt = g.prod(rec.input[-1], "Sqrt") if rec is not None else None
             add = g.prod(sqrt.input[0], "Add") if sqrt is not None else None
             if add is None:
                 continue
@@ -85,19 +114,19 @@ def _rmsnorm(g: _Nodes, m):
     return None
 
 
-def _slice(g: _Nodes, name: str):
+def _slice(g: ShapeValues, name: str):
     """(source, start, end) of a Slice along the last axis with step 1, or None."""
     s = g.prod(name, "Slice")
     if s is None or len(s.input) < 4:
         return None
     starts, ends, axes = (g.ints(s.input[i]) for i in (1, 2, 3))
     steps = g.ints(s.input[4]) if len(s.input) > 4 and s.input[4] else [1]
-    if not starts or not ends or axes not in ([-1], [3]) or steps != [1]:
+    if not starts or not ends or None in starts + ends or axes not in ([-1], [3]) or steps != [1]:
         return None
     return s.input[0], starts[0], ends[0]
 
 
-def _rope(g: _Nodes, add):
+def _rope(g: ShapeValues, add):
     """add = Add(Mul(x, cos), Mul(Concat(Neg(x[.., h:]), x[.., :h]), sin)) -> (x, cos, sin, h)."""
     for a, b in _pairs(add):
         m1, m2 = g.prod(a, "Mul"), g.prod(b, "Mul")
@@ -110,7 +139,7 @@ def _rope(g: _Nodes, add):
                     continue
                 neg = g.prod(cat.input[0], "Neg")
                 hi, lo = _slice(g, neg.input[0]) if neg is not None else None, _slice(g, cat.input[1])
-                c, s = g.prod(g.through(cos, "Unsqueeze", "Cast"), "Cos"), g.prod(g.through(sin, "Unsqueeze", "Cast"), "Sin")
+                c, s = _trig(g, cos, "Cos"), _trig(g, sin, "Sin")
                 if hi is None or lo is None or c is None or s is None or hi[0] != x or lo[0] != x:
                     continue
                 half = lo[2]
@@ -120,7 +149,18 @@ def _rope(g: _Nodes, add):
     return None
 
 
-def _kv_source(g: _Nodes, name: str, kind: str):
+def _trig(g: ShapeValues, name: str, op: str):
+    """The Cos/Sin node behind a RoPE operand: through Unsqueeze/Cast and a Mul by an attention scaling of 1
+    (a scaling other than 1, as YaRN writes, is not folded)."""
+    name = g.through(name, "Unsqueeze", "Cast")
+    m = g.prod(name, "Mul")
+    if m is not None:
+        one = [t for t, c in _pairs(m) if g.scalar(c) == 1.0]
+        name = g.through(one[0], "Cast") if one else name
+    return g.prod(name, op)
+
+
+def _kv_source(g: ShapeValues, name: str, kind: str):
     """Walk from an attention operand back through the GQA repeat and K's transposition to the past ++ new
     Concat of past_key_values.N.<kind>. Returns (present tensor, whether a last-two-axes transpose was seen)."""
     transposed = False
@@ -141,7 +181,7 @@ def _kv_source(g: _Nodes, name: str, kind: str):
         name = n.input[0]
 
 
-def _scaled(g: _Nodes, name: str):
+def _scaled(g: ShapeValues, name: str):
     """name = Mul(t, c) or Div(t, c) with c a scalar constant -> (t, factor); else (name, 1.0)."""
     n = g.prod(name, "Mul", "Div")
     if n is not None:
@@ -152,7 +192,7 @@ def _scaled(g: _Nodes, name: str):
     return name, 1.0
 
 
-def _attention(g: _Nodes, consumers: dict, sm):
+def _attention(g: ShapeValues, consumers: dict, sm):
     """sm = Softmax(axis -1) of q·k scores -> (q, present_key, present_value, mask, scale, the output MatMul)."""
     if _attr(sm, "axis", -1) not in (-1, 3):
         return None
@@ -187,12 +227,29 @@ def _attention(g: _Nodes, consumers: dict, sm):
     return q, key, value, mask, s0 * s1 * s2, mm2[0]
 
 
-def fold_decompositions(nodes: list, inits, constants: dict, outputs: set) -> tuple[list, dict]:
+def static_shapes(model) -> dict:
+    """Tensor name -> dims (int, or None where symbolic) from ONNX shape inference with data propagation
+    (which carries Reshape targets computed from shapes); {} where inference fails."""
+    import onnx
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # inference is a help for slice bounds, not a requirement
+        return {}
+    out = {}
+    for v in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        dims = v.type.tensor_type.shape.dim
+        out[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+    return out
+
+
+def fold_decompositions(nodes: list, inits, constants: dict, outputs: set, shapes: dict | None = None) \
+        -> tuple[list, dict]:
     """The node list with decomposed RMSNorm/RoPE/attention replaced by fused nodes and unused nodes removed;
-    returns (nodes, counts of each fold) so that `kiec inspect` can say what was folded."""
+    returns (nodes, counts of each fold) so that `kiec inspect` can say what was folded. shapes: static
+    dimensions (static_shapes) for slice bounds computed from shapes."""
     from onnx import helper
 
-    g = _Nodes(nodes, inits, constants)
+    g = ShapeValues(nodes, inits, constants, shapes or {})
     consumers: dict[str, list] = {}
     for n in nodes:
         for i in n.input:

@@ -181,6 +181,25 @@ def test_hand_built_decoders_match_onnxruntime(tmp_path, family, style, rotary):
     assert seq[len(prompt):] == theirs[len(prompt) - 1:-1].argmax(-1).tolist()
 
 
+@pytest.mark.parametrize("family", ["llama", "llama-tied", "qwen2", "qwen3"])
+def test_optimum_export_matches_onnxruntime(tmp_path, family):
+    # Optimum's text-generation-with-past (TorchScript exporter, opset 18): RMSNorm with Div(1, Sqrt), slice
+    # bounds and reshape targets computed from shapes, cos/sin from a MatMul of inv_freq and the positions
+    from tests.onnx_export import optimum_export
+    hf, path = optimum_export(family, tmp_path)
+    m = kiec.load(path)
+    assert m.graph.op_counts() == kiec.load(hf).graph.op_counts()
+    assert any(n.startswith("folded from primitive ops") for n in m.notes)
+    check_against_onnxruntime(path, f"optimum {family}")
+
+
+def test_optimum_sliding_window_mask_is_refused(tmp_path):
+    from tests.onnx_export import optimum_export
+    _, path = optimum_export("mistral", tmp_path)
+    with pytest.raises(KiecError, match="not the plain causal mask"):
+        kiec.load(path)
+
+
 def test_a_decomposition_that_does_not_match_is_named_not_folded(tmp_path):
     import onnx
     from onnx import numpy_helper
