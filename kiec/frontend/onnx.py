@@ -46,7 +46,7 @@ class _Lifter:
         self.constants: dict[str, np.ndarray] = {}  # Constant node outputs (split sizes, reshape targets)
         self.kv_new: dict[str, tuple[int, str, str]] = {}  # past ++ new row (and its GQA repeats) -> (layer, key|value, new)
         self.lifted_splits: set[str] = set()
-        self.causal_masks: set[str] = set()  # attention masks computed only from attention_mask and positions
+        self.causal_masks: dict[str, int] = {}  # causal attention masks (from attention_mask and positions) -> window
         self.producer = {o: nd for nd in self.nodes for o in nd.output if o}
         self.grouped: dict[str, int] = {}  # tensor viewed as [.., heads, D] by a Reshape -> D (the flat vector is the same)
         self.found = dict(heads=0, kv_heads=0, head_dim=0, eps=None, theta=None, rotary=0, window=0, bias=False,
@@ -335,7 +335,8 @@ class _Lifter:
         ins = list(n.input) + [""] * (6 - len(n.input))
         if ins[3] and ins[3] not in self.causal_masks:
             return self.unlifted.append(_where(n) + " with an attn_mask that is not the plain causal mask "
-                                                    "(kiec attends over 0..pos; a sliding window is not read from masks)")
+                                                    "or a causal mask with one sliding window (key > query - W)")
+        window = self.causal_masks.get(ins[3], 0)
         if ins[1] in self.kv_new and ins[2] in self.kv_new:  # 4-D: K, V are past ++ new (torch.onnx)
             layer, _, k = self.kv_new[ins[1]]
             v = self.kv_new[ins[2]][2]
@@ -360,7 +361,8 @@ class _Lifter:
         kv = b.emit(KVAppend, L + "kv", cache=cache, k=k, v=v, pos=self.pos)
         self.value[n.output[0]] = b.emit(Attention, L + "attn", q=q, cache=kv, pos=self.pos, n_heads=h,
                                          scale=float(a.get("scale", 0.0)) or attention_scale(dh),
-                                         softcap=float(a.get("softcap", 0.0)))
+                                         softcap=float(a.get("softcap", 0.0)), window=window)
+        self.found["window"] = max(self.found["window"], window)
         self.layer += 1
 
     def Cast(self, n, a):
@@ -411,16 +413,35 @@ class _Lifter:
                     self.unlifted.append(f"{_where(n)}: input {e} has no lifted producer")
 
 
-# what builds a plain causal (and padding) mask; a sliding window needs Sub/Greater/Less, which are not here
+# what builds a plain causal (and padding) mask; a sliding window adds Greater(key, Sub(query, W))
 CAUSAL_MASK_OPS = {"Shape", "Squeeze", "Unsqueeze", "Range", "Add", "LessOrEqual", "And", "Max", "Expand", "Concat",
                    "GatherND", "Gather", "Cast", "Reshape", "Constant", "Where", "Slice", "ConstantOfShape",
                    "Flatten", "Mul", "Equal"}
 
 
-def _bookkeeping(nodes, outputs: set) -> tuple[set, set]:
+def _mask_window(ups: list, producers: dict, values) -> int | None:
+    """The sliding window of a mask built by `ups` (its upstream nodes): 0 for a plain causal mask, W where it
+    also keeps key > query - W (and key <= query), None for anything else (not read as a mask)."""
+    if not {n.op_type for n in ups} <= CAUSAL_MASK_OPS | {"Sub", "Greater"}:
+        return None
+    subs, gts = [n for n in ups if n.op_type == "Sub"], [n for n in ups if n.op_type == "Greater"]
+    causal = {(n.input[0], n.input[1]) for n in ups if n.op_type == "LessOrEqual"}  # key <= query
+    windows = set()
+    for gt in gts:
+        sub = producers.get(gt.input[1])
+        w = values.scalar(sub.input[1]) if sub is not None and sub.op_type == "Sub" and values is not None else None
+        if w is None or w != int(w) or w < 1 or (gt.input[0], sub.input[0]) not in causal:
+            return None
+        windows.add(int(w))
+    if len(windows) > 1 or len(subs) != len(gts):
+        return None
+    return windows.pop() if windows else 0
+
+
+def _bookkeeping(nodes, outputs: set, values=None) -> tuple[set, dict]:
     """Nodes that only turn attention_mask, position_ids and shapes into sequence lengths, masks, cos/sin and
     target shapes: the KV state and pos replace them. Returns (their names, the attention masks among their
-    outputs that are plainly causal)."""
+    outputs that are causal, each with its sliding window or 0). values: onnx_fold.ShapeValues, for W."""
     producers = {o: n for n in nodes for o in n.output if o}
     seeds, masks = [], []
     for n in nodes:
@@ -459,7 +480,11 @@ def _bookkeeping(nodes, outputs: set) -> tuple[set, set]:
                 skip.add(n.name)
                 grew = True
     by_name = {n.name: n for n in nodes}
-    causal = {m for m in masks if all(by_name[x].op_type in CAUSAL_MASK_OPS for x in upstream(m))}
+    causal = {}
+    for m in masks:
+        window = _mask_window([by_name[x] for x in upstream(m)], producers, values)
+        if window is not None:
+            causal[m] = window
 
     return skip, causal
 
@@ -500,7 +525,7 @@ def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
     nodes, folded = fold_decompositions(list(g.node), inits, constants, set(outputs), shapes)
     lift = _Lifter(model, inits, path, dtype or native, seq, nodes)
     lift.shape_values = ShapeValues(nodes, inits, constants, shapes)
-    skip, lift.causal_masks = _bookkeeping(nodes, set(outputs))
+    skip, lift.causal_masks = _bookkeeping(nodes, set(outputs), lift.shape_values)
     lift.run(skip)
     if lift.unlifted:
         raise Unlifted(path, lift.unlifted)

@@ -181,7 +181,7 @@ def test_hand_built_decoders_match_onnxruntime(tmp_path, family, style, rotary):
     assert seq[len(prompt):] == theirs[len(prompt) - 1:-1].argmax(-1).tolist()
 
 
-@pytest.mark.parametrize("family", ["llama", "llama-tied", "qwen2", "qwen3"])
+@pytest.mark.parametrize("family", ["llama", "llama-tied", "qwen2", "qwen3"])  # mistral: below
 def test_optimum_export_matches_onnxruntime(tmp_path, family):
     # Optimum's text-generation-with-past (TorchScript exporter, opset 18): RMSNorm with Div(1, Sqrt), slice
     # bounds and reshape targets computed from shapes, cos/sin from a MatMul of inv_freq and the positions
@@ -193,11 +193,12 @@ def test_optimum_export_matches_onnxruntime(tmp_path, family):
     check_against_onnxruntime(path, f"optimum {family}")
 
 
-def test_optimum_sliding_window_mask_is_refused(tmp_path):
+def test_optimum_sliding_window_is_read_from_the_mask(tmp_path):
     from tests.onnx_export import optimum_export
-    _, path = optimum_export("mistral", tmp_path)
-    with pytest.raises(KiecError, match="not the plain causal mask"):
-        kiec.load(path)
+    hf, path = optimum_export("mistral", tmp_path)
+    m = kiec.load(path)
+    assert m.config.sliding_window == 5 and m.graph.op_counts() == kiec.load(hf).graph.op_counts()
+    check_against_onnxruntime(path, "optimum mistral")
 
 
 def test_a_decomposition_that_does_not_match_is_named_not_folded(tmp_path):
@@ -245,9 +246,25 @@ def test_torch_onnx_fp16_export_folds_rmsnorm_with_its_fp32_casts(tmp_path):
 
 
 @pytest.mark.parametrize("opset", [23, 18])
-def test_torch_onnx_sliding_window_mask_is_refused(tmp_path, opset):
+def test_torch_onnx_sliding_window_is_read_from_the_mask(tmp_path, opset):
+    # Mistral's window (5 rows here) exists only as key > query - 5 in the mask; 25 positions cross it
     from tests.onnx_export import torch_export
     make_tiny_hf(tmp_path / "hf", "mistral")
     path = torch_export(tmp_path / "hf", tmp_path / "m.onnx", opset=opset)
-    with pytest.raises(KiecError, match="not the plain causal mask"):
+    m = kiec.load(path)
+    assert m.config.sliding_window == 5
+    assert m.graph.op_counts() == kiec.load(str(tmp_path / "hf")).graph.op_counts()
+    assert {op.window for op in m.graph.ops if type(op).__name__ == "Attention"} == {5}
+    check_against_onnxruntime(path, f"torch.onnx opset {opset} mistral")
+
+
+def test_a_mask_kiec_cannot_read_is_refused_by_name(tmp_path):
+    import onnx
+    from tests.onnx_export import torch_export
+    make_tiny_hf(tmp_path / "hf", "mistral")
+    path = torch_export(tmp_path / "hf", tmp_path / "m.onnx", opset=18)
+    model = onnx.load(path)
+    next(n for n in model.graph.node if n.op_type == "Greater").op_type = "Less"  # key < query - 5: no window
+    onnx.save(model, path)
+    with pytest.raises(KiecError, match=r"Attention, domain ai.onnx\) with an attn_mask that is not the plain causal"):
         kiec.load(path)
