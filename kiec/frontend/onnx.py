@@ -242,6 +242,9 @@ class _Lifter:
         rotary, theta = 2 * cos.shape[1], _theta(cos, sin, _where(n))
         window = max(0, int(a.get("local_window_size", -1)))
         self.found.update(heads=h, kv_heads=kvh, head_dim=dh, theta=theta, rotary=rotary, window=window)
+        if int(a.get("rotary_interleaved", 0)) not in (0, 1):
+            return self.unlifted.append(_where(n) + f" with rotary_interleaved={a['rotary_interleaved']} "
+                                                    "(expected 0: halves, or 1: interleaved pairs)")
         rope = dict(pos=self.pos, head_dim=dh, rotary_dim=rotary, theta=theta,
                     interleaved=bool(a.get("rotary_interleaved", 0)))
         L, b = f"L{self.layer}.", self.b
@@ -280,6 +283,9 @@ class _Lifter:
                 return self.unlifted.append(_where(n) + ": its cos/sin are neither caches nor Cos/Sin of "
                                                         "positions x an inv_freq initializer")
             half, theta = inv.numel(), _theta_of(inv.double(), _where(n))
+        if int(a.get("interleaved", 0)) not in (0, 1):
+            return self.unlifted.append(_where(n) + f" with interleaved={a['interleaved']} (expected 0: halves, or "
+                                                    "1: interleaved pairs)")
         rotary = int(a.get("rotary_embedding_dim", 0)) or 2 * half
         dh = self.b.graph.type_of(src).shape[0] // heads
         self.found.update(theta=theta, rotary=rotary, head_dim=dh)
@@ -501,6 +507,7 @@ def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
     except Exception as e:  # protobuf raises DecodeError and friends on a truncated or foreign file
         raise KiecError(f"{path}: not a readable ONNX model: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     g = model.graph
+    _canonical_kv_names(g)
     inputs, outputs = {i.name for i in g.input}, [o.name for o in g.output]
     layers = sorted(int(m.group(1)) for n in inputs if (m := re.fullmatch(r"past_key_values\.(\d+)\.key", n)))
     if "input_ids" not in inputs or "logits" not in outputs or not layers:
@@ -534,6 +541,7 @@ def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
     if lift.layer != len(layers):
         raise KiecError(f"{path}: {len(layers)} past_key_values inputs but {lift.layer} attention nodes")
     b, found = lift.b, lift.found
+    _check_kv_inputs(g, found, path)
     b.output(lift.value["logits"], b.emit(Argmax, "next", x=lift.value["logits"]))
     found["tied"] = b.graph.producer()[lift.value["logits"]].weight == found["table"]  # the LM head reads the table
     cfg = _config(found, lift.layer, os.path.dirname(os.path.abspath(path)))
@@ -541,6 +549,45 @@ def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
     if any(folded.values()):
         model.notes.append("folded from primitive ops: " + ", ".join(f"{n} {op}" for op, n in folded.items() if n))
     return model
+
+
+# KV-cache input names other exporters write -> past_key_values.N.key|value (torch.export's flattening of a
+# DynamicCache: past_key_values_key_cache_N; some tools: past_key_values_N_key)
+_KV_NAMES = [(re.compile(r"past_key_values_(key|value)_cache_(\d+)"), lambda m: (m.group(2), m.group(1))),
+             (re.compile(r"past_key_values_(\d+)_(key|value)"), lambda m: (m.group(1), m.group(2)))]
+
+
+def _canonical_kv_names(g) -> None:
+    """Rename the graph's KV-cache inputs to past_key_values.N.key|value, in place, everywhere they are read."""
+    rename = {}
+    for i in g.input:
+        for pattern, parts in _KV_NAMES:
+            if m := pattern.fullmatch(i.name):
+                layer, kind = parts(m)
+                rename[i.name] = f"past_key_values.{int(layer)}.{kind}"
+    if not rename:
+        return
+    for i in g.input:
+        i.name = rename.get(i.name, i.name)
+    for n in g.node:
+        for j, name in enumerate(n.input):
+            if name in rename:
+                n.input[j] = rename[name]
+
+
+def _check_kv_inputs(g, found: dict, path: str) -> None:
+    """The declared past_key_values shapes [batch, kv_heads, past, head_dim] against what the graph's
+    projections and attention nodes say: a mismatch is an inconsistent file, named."""
+    for i in g.input:
+        if not i.name.startswith("past_key_values."):
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim]
+        if len(dims) != 4:
+            raise KiecError(f"{path}: input {i.name} has {len(dims)} dims; expected [batch, kv_heads, past, head_dim]")
+        for axis, key, what in ((1, "kv_heads", "KV heads"), (3, "head_dim", "head_dim")):
+            if dims[axis] is not None and dims[axis] != found[key]:
+                raise KiecError(f"{path}: input {i.name} declares {dims[axis]} on axis {axis} ({what}), but the "
+                                f"graph's attention uses {found[key]}: inconsistent KV shapes")
 
 
 def _config(found: dict, layers: int, directory: str) -> LlamaConfig:

@@ -201,6 +201,47 @@ def test_optimum_sliding_window_is_read_from_the_mask(tmp_path):
     check_against_onnxruntime(path, "optimum mistral")
 
 
+def test_kv_inputs_named_as_torch_export_flattens_a_dynamic_cache_load_the_same(tmp_path):
+    # past_key_values_key_cache_N / _value_cache_N: the names torch.export gives a flattened DynamicCache
+    # (exporting an HF model that way fails with this torch; the names are applied to a torch.onnx export)
+    import onnx
+    from tests.onnx_export import torch_export
+    make_tiny_hf(tmp_path / "hf", "llama")
+    path = torch_export(tmp_path / "hf", tmp_path / "m.onnx", opset=18)
+    model = onnx.load(path)
+    rename = {f"past_key_values.{i}.{k}": f"past_key_values_{k}_cache_{i}" for i in range(2) for k in ("key", "value")}
+    for i in model.graph.input:
+        i.name = rename.get(i.name, i.name)
+    for n in model.graph.node:
+        for j, name in enumerate(n.input):
+            n.input[j] = rename.get(name, name)
+    onnx.save(model, str(tmp_path / "renamed.onnx"))
+    a, b = kiec.Reference(kiec.load(path)), kiec.Reference(kiec.load(str(tmp_path / "renamed.onnx")))
+    assert [a.step(t, p) for p, t in enumerate([3, 1, 4])][-1].tolist() == \
+        [b.step(t, p) for p, t in enumerate([3, 1, 4])][-1].tolist()
+
+
+def test_inconsistent_kv_shapes_and_unknown_rotary_modes_are_named(tmp_path):
+    import onnx
+    from tests.onnx_opset23 import build_opset23
+    make_tiny_hf(tmp_path / "hf", "llama")
+    path = str(tmp_path / "m.onnx")
+    build_opset23(str(tmp_path / "hf"), path)
+    model = onnx.load(path)
+    key = next(i for i in model.graph.input if i.name == "past_key_values.1.key")
+    key.type.tensor_type.shape.dim[1].dim_value = 3  # the graph's attention has 2 KV heads
+    onnx.save(model, str(tmp_path / "kv.onnx"))
+    with pytest.raises(KiecError, match=r"input past_key_values.1.key declares 3 on axis 1 \(KV heads\), but the "
+                                        r"graph's attention uses 2: inconsistent KV shapes"):
+        kiec.load(str(tmp_path / "kv.onnx"))
+    model = onnx.load(path)
+    rope = next(n for n in model.graph.node if n.op_type == "RotaryEmbedding")
+    rope.attribute.append(onnx.helper.make_attribute("interleaved", 2))
+    onnx.save(model, str(tmp_path / "rot.onnx"))
+    with pytest.raises(KiecError, match=rf"node '{rope.name}' \(RotaryEmbedding, domain ai.onnx\) with interleaved=2"):
+        kiec.load(str(tmp_path / "rot.onnx"))
+
+
 def test_a_decomposition_that_does_not_match_is_named_not_folded(tmp_path):
     import onnx
     from onnx import numpy_helper
