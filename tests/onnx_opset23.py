@@ -83,6 +83,11 @@ def build_opset23(hf_dir: str, path: str, max_pos: int = 64, style: str = "opset
             proj[n] = node("MatMul", [hn, w(p + f"self_attn.{n}_proj.weight")])
             if cfg.qkv_bias:
                 proj[n] = node("Add", [proj[n], init(p + f"{n}.bias", m.weights[p + f"self_attn.{n}_proj.bias"].numpy())])
+        if cfg.qk_norm:  # Qwen3: RMSNorm over each head, on a [1, S, heads, dh] view
+            for n, nh in (("q", h), ("k", kvh)):
+                view = node("Reshape", [proj[n], ints(f"qk_{len(nodes)}", [1, -1, nh, dh])])
+                normed = rmsnorm(view, init(p + f"{n}_norm", m.weights[p + f"self_attn.{n}_norm.weight"].numpy()))
+                proj[n] = node("Reshape", [normed, ints(f"flat_{len(nodes)}", [1, -1, nh * dh])])
         if style == "opset23":
             q = node("RotaryEmbedding", [proj["q"], cos, sin, "position_ids"], num_heads=h)
             k = node("RotaryEmbedding", [proj["k"], cos, sin, "position_ids"], num_heads=kvh)

@@ -156,9 +156,9 @@ def test_inspect_and_compile_accept_onnx_paths(tmp_path):
         assert (tmp_path / "art" / "libkiec_model.so").exists()
 
 
-@pytest.mark.parametrize("family,style,rotary", [("llama", "opset23", 0), ("qwen2", "opset23", 0),
-                                                  ("llama", "decomposed", 0), ("qwen2", "decomposed", 0),
-                                                  ("llama", "decomposed", 8)])  # 8 of head_dim 16: partial rotary
+@pytest.mark.parametrize("family,style,rotary", [(f, s, 0) for s in ("opset23", "decomposed")
+                                                  for f in ("llama", "llama-tied", "qwen2", "qwen3")]
+                         + [("llama", "decomposed", 8)])  # 8 of head_dim 16: partial rotary
 def test_hand_built_decoders_match_onnxruntime(tmp_path, family, style, rotary):
     from tests.onnx_opset23 import build_opset23, ort_steps_opset23
     make_tiny_hf(tmp_path / "hf", family)
@@ -166,7 +166,8 @@ def test_hand_built_decoders_match_onnxruntime(tmp_path, family, style, rotary):
     build_opset23(str(tmp_path / "hf"), path, style=style, rotary_dim=rotary)
     m = kiec.load(path)
     assert m.graph.op_counts() == kiec.load(str(tmp_path / "hf")).graph.op_counts()
-    assert ("folded from primitive ops: 5 RMSNormalization, 4 RotaryEmbedding, 2 Attention" in m.notes) == \
+    norms = 9 if family == "qwen3" else 5
+    assert (f"folded from primitive ops: {norms} RMSNormalization, 4 RotaryEmbedding, 2 Attention" in m.notes) == \
         (style == "decomposed")
     ropes = [op for op in m.graph.ops if type(op).__name__ == "Rope"]
     assert {op.rotary_dim for op in ropes} == {rotary or m.config.head_dim}
