@@ -88,15 +88,20 @@ def _tokenizer(manifest: dict):
 @click.option("--prompt-ids", default=None, help="Comma-separated token ids.")
 @click.option("--max-new-tokens", default=128, show_default=True)
 @click.option("--device", default=0, show_default=True)
-def run(artifact, prompt, prompt_ids, max_new_tokens, device):
+@click.option("--temperature", default=0.0, show_default=True, help="0: greedy.")
+@click.option("--top-p", default=1.0, show_default=True, help="Sample from the smallest set with this mass.")
+@click.option("--seed", default=0, show_default=True)
+def run(artifact, prompt, prompt_ids, max_new_tokens, device, temperature, top_p, seed):
     """Generate from a compiled ARTIFACT, streaming the text as it comes."""
     import time
 
     from kiec.runtime import Engine
+    from kiec.sampling import SamplingParams
 
     if (prompt is None) == (prompt_ids is None):
         raise click.UsageError("give exactly one of --prompt and --prompt-ids")
     try:
+        sampling = SamplingParams(temperature, top_p, seed)  # checked before any GPU work
         eng = Engine(artifact, device)
         tok = None
         if prompt is not None:
@@ -113,7 +118,7 @@ def run(artifact, prompt, prompt_ids, max_new_tokens, device):
                             f"max_seq_len {eng.max_seq_len}")
         eos = set(eng.manifest.get("eos_token_ids") or [])
         out, t0 = [], time.perf_counter()
-        for t in eng.stream(ids, max_new_tokens):
+        for t in eng.stream(ids, max_new_tokens, sampling):
             out.append(t)
             click.echo(tok.decode([t]) if tok else f"{t},", nl=False)
             if t in eos:

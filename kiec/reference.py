@@ -7,6 +7,7 @@ import torch
 from kiec.errors import KiecError
 from kiec.ir import interp
 from kiec.model import Model
+from kiec.sampling import SamplingParams, sample
 
 
 class Reference:
@@ -41,8 +42,10 @@ class Reference:
         with torch.no_grad():
             return interp.run(self.graph, env)
 
-    def generate(self, prompt_ids: list[int], max_new_tokens: int = 16, stop_at_eos: bool = False) -> list[int]:
-        """Greedy decoding; returns the new ids. The prompt goes through the decode step token by token."""
+    def generate(self, prompt_ids: list[int], max_new_tokens: int = 16, stop_at_eos: bool = False,
+                 sampling: SamplingParams | None = None) -> list[int]:
+        """Greedy decoding, or sampling (kiec.sampling); returns the new ids. The prompt goes through the
+        decode step token by token."""
         if not prompt_ids:
             raise KiecError("the prompt is empty")
         if len(prompt_ids) + max_new_tokens > self.model.max_seq_len:
@@ -54,7 +57,11 @@ class Reference:
         new: list[int] = []
         eos = set(self.model.config.eos_token_ids) if stop_at_eos else set()
         for i in range(max_new_tokens):
-            nxt = int(out["next"])
+            pos = len(prompt_ids) - 1 + i  # the step that predicts this token
+            if sampling is None or sampling.greedy:
+                nxt = int(out["next"])
+            else:
+                nxt = sample(out["logits"].float().cpu().numpy(), sampling, pos)
             new.append(nxt)
             if nxt in eos or i == max_new_tokens - 1:
                 break

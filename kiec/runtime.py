@@ -11,6 +11,7 @@ import numpy as np
 
 from kiec.build import ABI_VERSION
 from kiec.errors import KiecError
+from kiec.sampling import SamplingParams, sample
 
 
 class Engine:
@@ -67,8 +68,14 @@ class Engine:
                                         logits.ctypes.data_as(ctypes.POINTER(ctypes.c_float))))
         return logits
 
-    def stream(self, prompt_ids: list[int], max_new_tokens: int = 256) -> Iterator[int]:
-        """Greedy tokens as the GPU makes them; every step is queued at once, none waits for the host."""
+    def stream(self, prompt_ids: list[int], max_new_tokens: int = 256,
+               sampling: SamplingParams | None = None) -> Iterator[int]:
+        """Tokens as the GPU makes them. Greedy: every step is queued at once, none waits for the host.
+        Sampling (temperature > 0): each step's logits come back and the host draws (kiec.sampling), one
+        synchronization per token; the persistent kernel is to sample on the GPU."""
+        if sampling is not None and not sampling.greedy:
+            yield from self._sampled(prompt_ids, max_new_tokens, sampling)
+            return
         arr = (ctypes.c_int * len(prompt_ids))(*prompt_ids)
         t0 = time.perf_counter()
         self._check(self._lib.kiec_launch(self._h, arr, len(prompt_ids), int(max_new_tokens)))
@@ -82,8 +89,27 @@ class Engine:
             yield out[p]
         self._check(self._lib.kiec_sync(self._h))
 
-    def generate(self, prompt_ids: list[int], max_new_tokens: int = 16) -> list[int]:
-        return list(self.stream(prompt_ids, max_new_tokens))
+    def _sampled(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams) -> Iterator[int]:
+        if not prompt_ids:
+            raise KiecError("the prompt is empty")
+        if len(prompt_ids) + max_new_tokens > self.max_seq_len:
+            raise KiecError(f"prompt ({len(prompt_ids)}) + max_new_tokens ({max_new_tokens}) exceeds max_seq_len "
+                            f"{self.max_seq_len}")
+        t0 = time.perf_counter()
+        for pos, tok in enumerate(prompt_ids):
+            logits = self.step(tok, pos)
+        for i in range(max_new_tokens):
+            pos = len(prompt_ids) - 1 + i
+            nxt = sample(logits, sampling, pos)
+            if i == 0:
+                self.last_ttft_s = time.perf_counter() - t0
+            yield nxt
+            if i < max_new_tokens - 1:
+                logits = self.step(nxt, pos + 1)
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int = 16,
+                 sampling: SamplingParams | None = None) -> list[int]:
+        return list(self.stream(prompt_ids, max_new_tokens, sampling))
 
     def time_launches(self, indices: list[int], reps: int = 20) -> float:
         """Milliseconds per pass of the given launches (indices into manifest["kernels"]), run back to back."""

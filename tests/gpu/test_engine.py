@@ -74,6 +74,24 @@ def test_long_context_spreads_attention_over_splits_within_budget(tmp_path, fami
     budget_check(ours, r32, r16, f"{family} (window {window}): logits over 600 positions")
 
 
+def test_engine_sampling_is_the_seeded_draw_over_its_own_logits(tmp_path):
+    from kiec.sampling import SamplingParams, sample
+    make_tiny_hf(tmp_path / "hf", "llama")
+    art = kiec.compile(kiec.load(str(tmp_path / "hf"), dtype="bf16"), str(tmp_path / "art"))
+    eng = kiec.Engine(art)
+    prompt, params = [3, 1, 4, 1, 5], SamplingParams(1.0, 0.9, seed=11)
+    got = eng.generate(prompt, 10, sampling=params)
+    assert got == eng.generate(prompt, 10, sampling=params)
+    seq = list(prompt)
+    for pos in range(len(prompt) + 9):
+        logits = eng.step(seq[pos], pos)
+        if pos >= len(prompt) - 1:
+            seq.append(sample(logits, params, pos))
+    assert seq[len(prompt):] == got
+    # a temperature near 0 draws the greedy tokens the GPU's own argmax picks
+    assert eng.generate(prompt, 10, sampling=SamplingParams(1e-4)) == eng.generate(prompt, 10)
+
+
 def test_prompt_longer_than_max_seq_len_is_refused_before_gpu_work(tmp_path):
     make_tiny_hf(tmp_path / "hf", "llama")
     art = kiec.compile(kiec.load(str(tmp_path / "hf"), max_seq_len=16), str(tmp_path / "art"))
