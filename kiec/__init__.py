@@ -11,5 +11,6 @@ from kiec.frontend import load
 from kiec.model import Model, TokenizerInfo
 from kiec.reference import Reference
 from kiec.runtime import Engine
+from kiec.sampling import SamplingParams
 
-__all__ = ["Engine", "KiecError", "Model", "Reference", "TokenizerInfo", "compile", "load"]
+__all__ = ["Engine", "KiecError", "Model", "Reference", "SamplingParams", "TokenizerInfo", "compile", "load"]

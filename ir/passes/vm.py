@@ -11,6 +11,8 @@ import random
 
 import torch
 
+from kiec.sampling import SamplingParams, sample
+
 from .. import interp
 from .persistent import Instr, Schedule, reads_writes
 from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel
@@ -65,9 +67,14 @@ class VM:
         if isinstance(k, EmbedKernel):
             if token < len(prompt):
                 tok = prompt[token]
-            else:
+            else:  # the token the previous step predicts: its argmax, or the seeded draw (kiec.sampling)
                 last = self.p.graph.outputs[0]
-                tok = int(self.read(ins, token, last, self.p.graph.types[last].shape[0]).argmax())
+                logits = self.read(ins, token, last, self.p.graph.types[last].shape[0])
+                tok = sample(logits.numpy(), self.sampling, token - 1)
+                if ins.tile == 0:
+                    self.generated.append(tok)
+                    if tok in self.eos:  # the end: no SM starts a token past this one
+                        self.stop = token
             self.write(ins, token, k.out, ins.lo, self.w[k.table][tok][ins.lo:ins.hi].float())
         elif isinstance(k, GemvKernel):
             env = {k.x: self.read(ins, token, k.x, self.p.graph.types[k.x].shape[0])}
@@ -103,17 +110,20 @@ class VM:
     def ready(self, ins: Instr, token: int) -> bool:
         return all(self.counters[w.counter] >= w.tiles * (token if w.previous else token + 1) for w in ins.waits)
 
-    def run(self, prompt: list[int], steps: int, policy: str = "eager", seed: int = 0) -> list[torch.Tensor]:
-        """Decode `steps` tokens (the prompt first, then greedy); returns the logits of each step.
+    def run(self, prompt: list[int], steps: int, policy: str = "eager", seed: int = 0,
+            sampling: SamplingParams | None = None, eos: tuple[int, ...] = ()) -> list[torch.Tensor]:
+        """Decode `steps` tokens (the prompt first, then greedy or sampled; an id in `eos` ends the run);
+        returns the logits of each step, and leaves the chosen tokens in self.generated.
         policy "eager" always advances the SM that is furthest ahead (it exposes waits that are too weak);
         "random" picks any ready SM."""
         rng = random.Random(seed)
+        self.sampling, self.eos, self.stop, self.generated = sampling or SamplingParams(), set(eos), steps, []
         lists = self.s.lists
         pc = [0] * len(lists)
         tok = [0] * len(lists)
         last = len(self.p.kernels) - 1
         while True:
-            live = [i for i in range(len(lists)) if lists[i] and tok[i] < steps]
+            live = [i for i in range(len(lists)) if lists[i] and tok[i] < min(steps, self.stop)]
             if not live:
                 return self.logits
             ready = [i for i in live if self.ready(lists[i][pc[i]], tok[i])]

@@ -96,3 +96,18 @@ def test_instruction_header_and_packing_agree(tmp_path):
         r = subprocess.run(["nvcc", "-o", str(tmp_path / "t"), str(tmp_path / "t.cu")], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         assert subprocess.run([str(tmp_path / "t")]).returncode == 0
+
+
+def test_the_vm_samples_like_the_reference_and_stops_at_eos(tmp_path):
+    from kiec.sampling import SamplingParams
+    m, prog, sched, weights, offsets, floats = setup(tmp_path, "llama")
+    prompt, params = [5, 17, 99], SamplingParams(0.8, 0.9, seed=3)
+    expect = kiec.Reference(m).generate(prompt, 8, sampling=params)
+    vm = VM(sched, weights, offsets, floats)
+    vm.run(prompt, len(prompt) + 7, "random", 4, sampling=params)
+    assert vm.generated == expect[:7]  # the 8th is drawn from the logits of a step the VM was not asked for
+    eos = expect[3]
+    first = expect.index(eos)
+    vm = VM(sched, weights, offsets, floats)
+    logits = vm.run(prompt, len(prompt) + 7, "eager", sampling=params, eos=(eos,))
+    assert vm.generated == expect[:first + 1] and len(logits) == len(prompt) + first
