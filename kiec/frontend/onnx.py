@@ -283,6 +283,9 @@ class _Lifter:
                 return self.unlifted.append(_where(n) + ": its cos/sin are neither caches nor Cos/Sin of "
                                                         "positions x an inv_freq initializer")
             half, theta = inv.numel(), _theta_of(inv.double(), _where(n))
+            if a.get("rotary_embedding_dim") and int(a["rotary_embedding_dim"]) != 2 * half:
+                return self.unlifted.append(_where(n) + f": it rotates {a['rotary_embedding_dim']} features but its "
+                                                        f"cos/sin come from {half} frequencies")
         if int(a.get("interleaved", 0)) not in (0, 1):
             return self.unlifted.append(_where(n) + f" with interleaved={a['interleaved']} (expected 0: halves, or "
                                                     "1: interleaved pairs)")
@@ -527,8 +530,8 @@ def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
     from onnx import numpy_helper
     constants = {n.output[0]: numpy_helper.to_array(a.t) for n in g.node if n.op_type == "Constant"
                  for a in n.attribute if a.name == "value"}
-    plain = {"Pow", "Softmax", "Neg"} & {n.op_type for n in g.node}  # decomposed ops: worth shape inference
-    shapes = static_shapes(model) if plain else {}
+    decomposed = {"Pow", "Softmax", "Neg"} & {n.op_type for n in g.node}  # worth a shape inference
+    shapes = static_shapes(model) if decomposed else {}
     nodes, folded = fold_decompositions(list(g.node), inits, constants, set(outputs), shapes)
     lift = _Lifter(model, inits, path, dtype or native, seq, nodes)
     lift.shape_values = ShapeValues(nodes, inits, constants, shapes)

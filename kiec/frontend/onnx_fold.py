@@ -16,6 +16,9 @@ import numpy as np
 
 
 class ShapeValues:
+    """Producers, small constants and static dimensions of an ONNX node list: what the pattern matchers and
+    the lifter ask of a tensor that is not a compute value (a scale, an epsilon, a slice bound, a shape)."""
+
     def __init__(self, nodes, inits, constants: dict, shapes: dict):
         self.nodes, self.inits, self.constants, self.shapes = nodes, inits, constants, shapes
         self.producer = {o: n for n in nodes for o in n.output if o}
@@ -264,14 +267,14 @@ def fold_decompositions(nodes: list, inits, constants: dict, outputs: set, shape
                                               epsilon=eps, axis=-1)
         elif n.op_type == "Add" and (r := _rope(g, n)):
             x, cos, sin, half = r
-            at, out, extra = n, n.output[0], {}
+            at, out, extra = n, n.output[0], {"rotary_embedding_dim": 2 * half}  # the lifter checks it
             whole, users = _slice(g, x), consumers.get(out, [])
             if whole and whole[1] == 0 and whole[2] == 2 * half and len(users) == 1 and users[0].op_type == "Concat" \
                     and list(users[0].input[:1]) == [out] and len(users[0].input) == 2:
                 rest = _slice(g, users[0].input[1])  # partial rotary: x = X[.., :r], then Concat(rotated, X[.., r:])
                 if rest and rest[0] == whole[0] and rest[1] == 2 * half:
                     replace[id(n)] = None
-                    at, x, out, extra = users[0], whole[0], users[0].output[0], {"rotary_embedding_dim": 2 * half}
+                    at, x, out = users[0], whole[0], users[0].output[0]
             replace[id(at)] = helper.make_node("RotaryEmbedding", [x, cos, sin, "position_ids"], [out],
                                                name=at.name + ".rope", interleaved=0, **extra)
         elif n.op_type == "Softmax" and (r := _attention(g, consumers, n)):
