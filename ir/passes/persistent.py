@@ -116,24 +116,59 @@ def reduce_waits(deps: list[list[Wait]]) -> list[list[Wait]]:
     return out
 
 
+def gemv_shares(n: int, sms: int, first_sm: int = 0, align: int = 2) -> list[tuple[int, int, int]]:
+    """(sm, lo, hi): a GEMV's n output rows in equal shares, one tile per SM (to `align`, the rows a warp
+    computes together). Between two waits a kernel takes as long as its busiest SM, so the shares are equal
+    per kernel, not only over the whole token; the device streams a share's weights in pages of its own
+    size. A kernel with fewer rows than SMs starts at `first_sm`, so that small kernels spread out."""
+    units = -(-n // align)
+    tiles, lo = [], 0
+    for j in range(min(sms, units)):
+        share = min((units // sms + (1 if j < units % sms else 0)) * align, n - lo)
+        tiles.append(((first_sm + j) % sms, lo, lo + share))
+        lo += share
+    return tiles
+
+
 def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None) -> Schedule:
-    """Cut each kernel into tiles of `tile_rows` outputs (attention: one KV head a tile) and deal them to
-    the SMs round-robin in kernel order, so that every list is ordered by kernel (no deadlock)."""
+    """Cut each kernel into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
+    attention one tile a KV head, the rest `tile_rows` outputs a tile, round-robin. Every SM's list is in
+    kernel order (no deadlock)."""
     sched = Schedule(program, sms, [], [[] for _ in range(sms)])
     deps = reduce_waits(dependencies(program, slot_of))
     sm = 0
     for i, k in enumerate(program.kernels):
         n = output_size(k, program)
-        step = 1 if isinstance(k, AttentionKernel) else tile_rows
-        bounds = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
-        sched.tiles.append(len(bounds))
         opcode = {EmbedKernel: "embed", GemvKernel: "gemv", AttentionKernel: "attention",
                   ElementwiseKernel: "elementwise"}[type(k)]
-        for t, (lo, hi) in enumerate(bounds):
-            waits = tuple(deps[i])  # tile counts filled in below
-            sched.lists[sm].append(Instr(opcode, i, t, lo, hi, waits))
-            sm = (sm + 1) % sms
+        if isinstance(k, GemvKernel):
+            placed = gemv_shares(n, sms, sm)
+        else:
+            step = 1 if isinstance(k, AttentionKernel) else tile_rows
+            placed = [((sm + t) % sms, lo, min(lo + step, n)) for t, lo in enumerate(range(0, n, step))]
+        sched.tiles.append(len(placed))
+        for t, (where, lo, hi) in enumerate(placed):
+            sched.lists[where].append(Instr(opcode, i, t, lo, hi, tuple(deps[i])))  # tile counts filled in below
+        sm = (sm + len({where for where, _, _ in placed})) % sms
     for lst in sched.lists:
         lst[:] = [Instr(x.opcode, x.kernel, x.tile, x.lo, x.hi,
                         tuple(Wait(w.counter, sched.tiles[w.counter], w.previous) for w in x.waits)) for x in lst]
     return sched
+
+
+def balance(sched: Schedule, esize: int = 2) -> dict:
+    """How evenly the weight bytes are dealt. phase_bound: the share of the memory ceiling the schedule can
+    reach if each kernel ends when its busiest SM does (sum of per-kernel means / sum of per-kernel maxima);
+    token_bound: the same over the whole token (only if SMs ran ahead across kernels freely)."""
+    per = [[0] * sched.sms for _ in sched.program.kernels]
+    for where, lst in enumerate(sched.lists):
+        for ins in lst:
+            k = sched.program.kernels[ins.kernel]
+            if isinstance(k, GemvKernel):
+                per[ins.kernel][where] += (ins.hi - ins.lo) * (2 if k.epilogue == "silu_mul" else 1) * k.k * esize
+    busy = [row for row in per if any(row)]
+    total = [sum(row[j] for row in busy) for j in range(sched.sms)]
+    return dict(phase_bound=sum(sum(r) / sched.sms for r in busy) / sum(max(r) for r in busy),
+                token_bound=(sum(total) / sched.sms) / max(total),
+                instructions=sum(len(lst) for lst in sched.lists),
+                max_waits=max((len(i.waits) for lst in sched.lists for i in lst), default=0))
