@@ -71,20 +71,28 @@ class Summary:
     programs: dict[str, dict]  # kernel family -> {"count", "bytes"} after fusion
     unscheduled: str  # why fusion stopped, when it did
     notes: list[str]
+    window: int = 0  # sliding window (rows), 0 for full attention
+    persistent: dict | None = None  # the persistent schedule's balance on an H200's SMs (persistent.balance)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def fused_programs(graph: Graph, context: int) -> tuple[dict[str, dict], str]:
+def fused_programs(graph: Graph, context: int) -> tuple[dict[str, dict], str, dict | None]:
+    """Kernel families with their counts and bytes, why fusion stopped (when it did), and the persistent
+    schedule's balance over an H200's SMs."""
+    from kiec.codegen.targets import TARGETS
     from kiec.ir.passes import pipeline
     from kiec.ir.passes.fuse import Unscheduled
+    from kiec.ir.passes.persistent import balance, schedule
     from kiec.ir.passes.program import kernel_bytes
 
     try:
         prog = pipeline.run(graph)
     except Unscheduled as e:
-        return {}, str(e)
+        return {}, str(e), None
+    sms = TARGETS["sm_90"].sms
+    persistent = {"sms": sms, **balance(schedule(prog, sms))}  # bounds are ratios: the element size cancels
     out: dict[str, dict] = {}
     for k in prog.kernels:
         fam = type(k).__name__.removesuffix("Kernel").lower()
@@ -93,12 +101,12 @@ def fused_programs(graph: Graph, context: int) -> tuple[dict[str, dict], str]:
         f = out.setdefault(fam, {"count": 0, "bytes": 0})
         f["count"] += 1
         f["bytes"] += kernel_bytes(k, graph, context)
-    return out, ""
+    return out, "", persistent
 
 
 def summarize(model: Model, context: int = 0, bandwidth_tbps: float = H200_TBPS) -> Summary:
     cfg, g = model.config, model.graph
-    programs, unscheduled = fused_programs(g, context)
+    programs, unscheduled, persistent = fused_programs(g, context)
     counted = bytes_per_token(g, context)
     dtype = g.params["model.embed_tokens.weight"].type.dtype
     return Summary(
@@ -109,7 +117,7 @@ def summarize(model: Model, context: int = 0, bandwidth_tbps: float = H200_TBPS)
         weight_bytes=counted.weights, kv_bytes=counted.kv_cache, bytes_per_token=counted.read,
         bandwidth_tbps=bandwidth_tbps, floor_tok_s=bandwidth_tbps * 1e12 / counted.read,
         floor_tok_s_h200=H200_TBPS * 1e12 / counted.read, op_counts=g.op_counts(), programs=programs,
-        unscheduled=unscheduled, notes=list(model.notes),
+        unscheduled=unscheduled, notes=list(model.notes), window=cfg.sliding_window or 0, persistent=persistent,
     )
 
 
@@ -118,7 +126,8 @@ def format_summary(s: Summary) -> str:
         ("model", f"{s.name}  ({s.source})"),
         ("architecture", f"{s.arch}: {s.layers} layers, hidden {s.hidden}, {s.heads} heads / {s.kv_heads} KV heads"
                          f" x {s.head_dim}, MLP {s.intermediate}, vocab {s.vocab}"
-                         f"{', tied embeddings' if s.tied_embeddings else ''}"),
+                         f"{', tied embeddings' if s.tied_embeddings else ''}"
+                         f"{f', sliding window {s.window}' if s.window else ''}"),
         ("parameters", f"{s.parameters / 1e6:,.1f} M ({s.dtype})"),
         ("max_seq_len", f"{s.max_seq_len}"),
         ("bytes/token", f"{s.bytes_per_token / 1e9:.4f} GB = weights {s.weight_bytes / 1e9:.4f} GB"
@@ -132,5 +141,10 @@ def format_summary(s: Summary) -> str:
                              f"{sum(p['bytes'] for p in s.programs.values()) / 1e9:.4f} GB" if total else
                  f"not schedulable: {s.unscheduled}"))
     rows += [("", f"  {p['count']:>4} x {fam:<28} {p['bytes'] / 1e6:10.2f} MB") for fam, p in s.programs.items()]
+    if s.persistent:
+        p = s.persistent
+        rows.append(("persistent", f"{p['sms']} SMs: {p['instructions']:,} instructions a token, <= {p['max_waits']} "
+                                   f"waits each; weights dealt for {p['phase_bound']:.1%} of the ceiling kernel by "
+                                   f"kernel ({p['token_bound']:.1%} over the token)"))
     rows += [("note", n) for n in s.notes]
     return "\n".join(f"{k:<13}{v}" for k, v in rows)

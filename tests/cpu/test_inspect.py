@@ -40,6 +40,7 @@ def test_cli_inspect_registry_and_hf_dir(tmp_path):
     assert "30 layers, hidden 576, 9 heads / 3 KV heads x 64" in r.output
     assert "bytes/token" in r.output and "tok/s at 4.8 TB/s" in r.output
     assert "152 fused kernels per token" in r.output  # embed + 5 per layer x 30 + LM head
+    assert "persistent   132 SMs:" in r.output and "<= 2 waits each" in r.output
     make_tiny_hf(tmp_path, "qwen3")
     r = runner.invoke(main, ["inspect", str(tmp_path), "--json", "--context", "10"])
     assert r.exit_code == 0, r.output
@@ -48,6 +49,7 @@ def test_cli_inspect_registry_and_hf_dir(tmp_path):
     assert s["kv_bytes"] == 2 * 2 * 2 * 32 * 11 * 4
     assert s["op_counts"]["RMSNorm"] == 2 * 4 + 1
     assert s["programs"]["attention"]["count"] == 2 and s["unscheduled"] == ""
+    assert s["persistent"]["sms"] == 132 and 0 < s["persistent"]["phase_bound"] <= 1 and s["window"] == 0
     # the fused programs read exactly what the byte count says a token needs
     assert sum(p["bytes"] for p in s["programs"].values()) == s["bytes_per_token"]
 
