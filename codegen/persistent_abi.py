@@ -10,7 +10,8 @@ MAX_WAITS = 8
 # (name, C type, struct code): a Wait is (counter, target per token, previous?) packed in 8 bytes
 WAIT_FIELDS = [("counter", "uint16_t", "H"), ("previous", "uint16_t", "H"), ("tiles", "uint32_t", "I")]
 INSTR_FIELDS = [("opcode", "uint16_t", "H"), ("n_waits", "uint16_t", "H"), ("kernel", "uint32_t", "I"),
-                ("tile", "uint32_t", "I"), ("lo", "int32_t", "i"), ("hi", "int32_t", "i")]
+                ("tile", "uint32_t", "I"), ("lo", "int32_t", "i"), ("hi", "int32_t", "i"),
+                ("counter", "uint32_t", "I")]  # the phase counter it bumps
 WAIT_FORMAT = "<" + "".join(c for _, _, c in WAIT_FIELDS)
 INSTR_FORMAT = "<" + "".join(c for _, _, c in INSTR_FIELDS) + WAIT_FORMAT[1:] * MAX_WAITS
 
@@ -37,7 +38,7 @@ def pack(ins: Instr) -> bytes:
     waits = [(w.counter, int(w.previous), w.tiles) for w in ins.waits]
     waits += [(0, 0, 0)] * (MAX_WAITS - len(waits))
     return struct.pack(INSTR_FORMAT, OPCODES[ins.opcode], len(ins.waits), ins.kernel, ins.tile, ins.lo, ins.hi,
-                       *[x for w in waits for x in w])
+                       ins.counter, *[x for w in waits for x in w])
 
 
 def pack_schedule(sched: Schedule) -> tuple[bytes, list[int]]:

@@ -2,43 +2,67 @@
 per-SM lists. An instruction waits on counters in global memory and bumps one when it is done; counters
 only grow (token t waits for `tiles * (t + 1)`), so nothing is reset between tokens.
 
+A counter belongs to a phase: one per kernel, two for attention (its splits over the KV length, each
+writing a partial, then one combine per KV head), so that attention at long context spreads over the SMs.
+
 Dependencies come from the dataflow, not from kernel order: an instruction waits for every kernel that
 wrote a value it reads (read after write) and for every kernel that still reads the buffer slot it is about
 to overwrite (write after read). The VM in vm.py checks both on any interleaving.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Kernel, Program, kernel_io
 
 # One source of truth for the device: the header generator reads these.
-OPCODES = {"embed": 1, "gemv": 2, "attention": 3, "elementwise": 4}
+OPCODES = {"embed": 1, "gemv": 2, "attention": 3, "elementwise": 4, "combine": 5}
 
 
 @dataclass(frozen=True)
 class Wait:
-    counter: int  # index of the kernel whose completed-tile counter this waits on
+    counter: int  # index of the phase whose completed-tile counter this waits on
     tiles: int  # its tiles per token: the target is tiles * (token + 1), or tiles * token when `previous`
-    previous: bool = False  # on the previous token's run of that kernel
+    previous: bool = False  # on the previous token's run of that phase
 
 
 @dataclass(frozen=True)
 class Instr:
     opcode: str
-    kernel: int  # index into program.kernels; also the counter it bumps when done
-    tile: int
-    lo: int  # the slice of the kernel's output this instruction computes
+    kernel: int  # index into program.kernels
+    tile: int  # attention: KV head * splits + split
+    lo: int  # the slice of the kernel's output this instruction computes (attention, combine: KV head lo)
     hi: int
     waits: tuple[Wait, ...]
+    counter: int = -1  # the phase whose counter it bumps when done
 
 
 @dataclass
 class Schedule:
     program: Program
     sms: int
-    tiles: list[int]  # per kernel
+    tiles: list[int]  # per phase (counter)
     lists: list[list[Instr]] = field(default_factory=list)  # per SM, in execution order
+    phases: list[tuple[int, str]] = field(default_factory=list)  # counter -> (kernel, opcode)
+    splits: dict[int, int] = field(default_factory=dict)  # attention kernel -> splits over the KV length
+    min_keys: int = 64  # rows a split takes at least (simulate.split_rows)
+
+
+def phases(program: Program) -> list[tuple[int, str]]:
+    """(kernel, opcode) per counter, in execution order: attention has its splits and then its combine."""
+    out = []
+    for i, k in enumerate(program.kernels):
+        if isinstance(k, AttentionKernel):
+            out += [(i, "attention"), (i, "combine")]
+        else:
+            out.append((i, {EmbedKernel: "embed", GemvKernel: "gemv", ElementwiseKernel: "elementwise"}[type(k)]))
+    return out
+
+
+def partials(k: AttentionKernel) -> str:
+    """The name of an attention kernel's per-split partial results (its own buffer, one per layer)."""
+    return k.name + ".partials"
 
 
 def output_size(k: Kernel, program: Program) -> int:
@@ -53,16 +77,18 @@ def output_size(k: Kernel, program: Program) -> int:
     raise TypeError(type(k).__name__)
 
 
-def reads_writes(k: Kernel, program: Program) -> tuple[set[str], set[str]]:
-    """Values (and KV state) a kernel reads and writes. The embedding also reads the previous token's
-    logits (their argmax is its input once the prompt is consumed)."""
+def reads_writes(k: Kernel, program: Program, opcode: str | None = None) -> tuple[set[str], set[str]]:
+    """Values (and KV state, and attention partials) a kernel's phase reads and writes. The embedding also
+    reads the previous token's logits (their argmax is its input once the prompt is consumed)."""
     reads, writes = kernel_io(k)
     r, w = set(reads), {v for v, _, _ in writes}
     if isinstance(k, EmbedKernel):
         r.add(program.graph.outputs[0])
     if isinstance(k, AttentionKernel):
+        if opcode == "combine":
+            return {partials(k)}, w
         r.add(k.append.cache)
-        w.add(k.append.cache)
+        return r, {k.append.cache, partials(k)}
     return r, w
 
 
@@ -75,9 +101,9 @@ def _conflict(a: tuple[set, set], b: tuple[set, set], slot_of) -> bool:
 
 
 def dependencies(program: Program, slot_of: dict[str, int] | None = None) -> list[list[Wait]]:
-    """For each kernel: the earlier kernels of the same token it conflicts with, and the kernels at or
-    after it of the previous token (their reads and writes of shared slots and state must be done)."""
-    io = [reads_writes(k, program) for k in program.kernels]
+    """For each phase: the earlier phases of the same token it conflicts with, and the phases at or after
+    it of the previous token (their reads and writes of shared slots and state must be done)."""
+    io = [reads_writes(program.kernels[i], program, op) for i, op in phases(program)]
     deps: list[list[Wait]] = []
     for i in range(len(io)):
         same = [Wait(j, 0) for j in range(i) if _conflict(io[i], io[j], slot_of)]
@@ -130,29 +156,33 @@ def gemv_shares(n: int, sms: int, first_sm: int = 0, align: int = 2) -> list[tup
     return tiles
 
 
-def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None) -> Schedule:
-    """Cut each kernel into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
-    attention one tile a KV head, the rest `tile_rows` outputs a tile, round-robin. Every SM's list is in
-    kernel order (no deadlock)."""
-    sched = Schedule(program, sms, [], [[] for _ in range(sms)])
+def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None,
+             min_keys: int = 64, max_splits: int = 64) -> Schedule:
+    """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
+    attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads) and then one combine a
+    KV head, the rest `tile_rows` outputs a tile, round-robin. Every SM's list is in phase order (no
+    deadlock)."""
+    sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys)
     deps = reduce_waits(dependencies(program, slot_of))
     sm = 0
-    for i, k in enumerate(program.kernels):
+    for c, (i, opcode) in enumerate(sched.phases):
+        k = program.kernels[i]
         n = output_size(k, program)
-        opcode = {EmbedKernel: "embed", GemvKernel: "gemv", AttentionKernel: "attention",
-                  ElementwiseKernel: "elementwise"}[type(k)]
-        if isinstance(k, GemvKernel):
+        if opcode == "gemv":
             placed = gemv_shares(n, sms, sm)
+        elif opcode == "attention":
+            splits = sched.splits.setdefault(i, max(1, min(max_splits, sms // k.kv_heads)))
+            placed = [((sm + t) % sms, g, g + 1) for t, g in enumerate(g for g in range(n) for _ in range(splits))]
         else:
-            step = 1 if isinstance(k, AttentionKernel) else tile_rows
+            step = 1 if opcode == "combine" else tile_rows
             placed = [((sm + t) % sms, lo, min(lo + step, n)) for t, lo in enumerate(range(0, n, step))]
         sched.tiles.append(len(placed))
         for t, (where, lo, hi) in enumerate(placed):
-            sched.lists[where].append(Instr(opcode, i, t, lo, hi, tuple(deps[i])))  # tile counts filled in below
+            sched.lists[where].append(Instr(opcode, i, t, lo, hi, tuple(deps[c]), c))  # tile counts below
         sm = (sm + len({where for where, _, _ in placed})) % sms
     for lst in sched.lists:
-        lst[:] = [Instr(x.opcode, x.kernel, x.tile, x.lo, x.hi,
-                        tuple(Wait(w.counter, sched.tiles[w.counter], w.previous) for w in x.waits)) for x in lst]
+        lst[:] = [dataclasses.replace(x, waits=tuple(Wait(w.counter, sched.tiles[w.counter], w.previous)
+                                                      for w in x.waits)) for x in lst]
     return sched
 
 

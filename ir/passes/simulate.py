@@ -33,11 +33,10 @@ def gemv_rows(k: GemvKernel, env, lo: int = 0, hi: int | None = None) -> torch.T
     return y
 
 
-def attention_heads(k: AttentionKernel, qkv: torch.Tensor, weights, cache: torch.Tensor, pos: int,
-                    g0: int = 0, g1: int | None = None) -> torch.Tensor:
-    """KV heads [g0, g1) of a fused attention kernel: their q/k norms and RoPE, the new K/V row written into
-    `cache` at `pos`, then their query heads over the cache, all through the interpreter's ops."""
-    g1 = k.kv_heads if g1 is None else g1
+def _prepared(k: AttentionKernel, qkv: torch.Tensor, weights, cache: torch.Tensor, pos: int, g0: int, g1: int,
+              append: bool):
+    """KV heads [g0, g1): their queries normed and rotated, and (append) the new K/V row written into `cache`
+    at `pos`. Returns (q [group * (g1 - g0) * dh], the cache view of those heads)."""
     group, dh = k.n_heads // k.kv_heads, k.head_dim
     q, kk, v = qkv.split([k.n_heads * dh, k.kv_heads * dh, k.kv_heads * dh])
     q, kk, v = q[g0 * group * dh:g1 * group * dh], kk[g0 * dh:g1 * dh], v[g0 * dh:g1 * dh]
@@ -50,10 +49,50 @@ def attention_heads(k: AttentionKernel, qkv: torch.Tensor, weights, cache: torch
         return interp.IMPLS[Rope](k.rope, {k.rope.x: x, k.rope.pos: p}.__getitem__)
 
     part = cache[:, g0:g1]  # a view: the append lands in `cache`
-    a = k.append
-    interp.IMPLS[KVAppend](a, {a.cache: part, a.k: rope(norm(k.k_norm, kk)), a.v: v, a.pos: p}.__getitem__)
-    att = dataclasses.replace(k.attention, n_heads=group * (g1 - g0))
-    return interp.IMPLS[Attention](att, {att.q: rope(norm(k.q_norm, q)), att.cache: part, att.pos: p}.__getitem__)
+    if append:
+        a = k.append
+        interp.IMPLS[KVAppend](a, {a.cache: part, a.k: rope(norm(k.k_norm, kk)), a.v: v, a.pos: p}.__getitem__)
+    return rope(norm(k.q_norm, q)), part
+
+
+def attention_heads(k: AttentionKernel, qkv: torch.Tensor, weights, cache: torch.Tensor, pos: int,
+                    g0: int = 0, g1: int | None = None) -> torch.Tensor:
+    """KV heads [g0, g1) of a fused attention kernel: their q/k norms and RoPE, the new K/V row written into
+    `cache` at `pos`, then their query heads over the cache, all through the interpreter's ops."""
+    g1 = k.kv_heads if g1 is None else g1
+    q, part = _prepared(k, qkv, weights, cache, pos, g0, g1, True)
+    att = dataclasses.replace(k.attention, n_heads=k.n_heads // k.kv_heads * (g1 - g0))
+    return interp.IMPLS[Attention](att, {att.q: q, att.cache: part, att.pos: torch.tensor(pos)}.__getitem__)
+
+
+def split_rows(k: AttentionKernel, pos: int, splits: int, min_keys: int) -> list[tuple[int, int]]:
+    """The cache rows [lo, hi) each split in use takes at `pos` (flash-decoding): at least min_keys rows a
+    split, so a short context uses fewer splits. The last one holds row pos."""
+    start = max(0, pos + 1 - k.attention.window) if k.attention.window else 0
+    n = pos + 1 - start
+    chunk = max(min_keys, -(-n // splits))
+    return [(lo, min(lo + chunk, pos + 1)) for lo in range(start, pos + 1, chunk)]
+
+
+def attention_split(k: AttentionKernel, qkv: torch.Tensor, weights, cache: torch.Tensor, pos: int, g: int,
+                    lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """KV head g's query heads over cache rows [lo, hi): (o [group, dh] not yet divided by l, m [group], l
+    [group]), the running max and sum of exp(score - m). The split holding row pos appends it first."""
+    q, part = _prepared(k, qkv, weights, cache, pos, g, g + 1, hi == pos + 1)
+    a, group = k.attention, k.n_heads // k.kv_heads
+    scores = (q.view(group, k.head_dim) @ part[0, 0, lo:hi].T) * a.scale  # [group, rows]
+    if a.softcap:
+        scores = a.softcap * torch.tanh(scores / a.softcap)
+    m = scores.max(-1).values
+    e = torch.exp(scores - m[:, None])
+    return e @ part[1, 0, lo:hi], m, e.sum(-1)
+
+
+def merge_splits(o: torch.Tensor, m: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
+    """The attention output [group * dh] from per-split (o [S, group, dh], m [S, group], l [S, group])."""
+    mx = m.max(0).values
+    c = torch.exp(m - mx)
+    return ((o * c[..., None]).sum(0) / (l * c).sum(0)[:, None]).reshape(-1)
 
 
 def _gemv(k: GemvKernel, env: dict) -> None:

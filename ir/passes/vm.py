@@ -16,7 +16,7 @@ from kiec.sampling import SamplingParams, sample
 from .. import interp
 from .persistent import Instr, Schedule, reads_writes
 from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel
-from .simulate import attention_heads, gemv_rows
+from .simulate import attention_split, gemv_rows, merge_splits, split_rows
 
 
 class ScheduleError(AssertionError):
@@ -33,33 +33,42 @@ class VM:
         self.cache = {n: torch.full(st.type.shape, float("nan")) for n, st in g.states.items()}
         self.cache_stamp = {n: torch.full((st.type.shape[1], st.type.shape[2]), -1, dtype=torch.int64)
                             for n, st in g.states.items()}
-        self.producer = {}
-        for i, k in enumerate(self.p.kernels):
-            for v in reads_writes(k, self.p)[1]:
-                self.producer[v] = i
-        self.counters = [0] * len(self.p.kernels)
+        self.producer = {}  # value -> the phase (counter) that writes it
+        for c, (i, opcode) in enumerate(sched.phases):
+            for v in reads_writes(self.p.kernels[i], self.p, opcode)[1]:
+                self.producer[v] = c
+        self.counters = [0] * len(sched.phases)
+        # attention partials per layer: o [kv_heads, splits, group, dh], m and l [kv_heads, splits, group]
+        self.parts = {}
+        for i, s in sched.splits.items():
+            k = self.p.kernels[i]
+            group = k.n_heads // k.kv_heads
+            self.parts[i] = dict(o=torch.full((k.kv_heads, s, group, k.head_dim), float("nan")),
+                                 m=torch.full((k.kv_heads, s, group), float("nan")),
+                                 l=torch.full((k.kv_heads, s, group), float("nan")),
+                                 stamp=torch.full((k.kv_heads, s), -1, dtype=torch.int64))
         self.logits: list[torch.Tensor] = []
 
     # -- stamps
     def read(self, ins: Instr, token: int, v: str, n: int, lo: int = 0, hi: int | None = None) -> torch.Tensor:
         hi = n if hi is None else hi
         prod = self.producer[v]  # written earlier in this token, or (the logits the embedding reads) in the last
-        want = prod * 1_000_000 + (token if prod < ins.kernel else token - 1)
+        want = prod * 1_000_000 + (token if prod < ins.counter else token - 1)
         a, b = self.off[v] + lo, self.off[v] + hi
         got = self.stamp[a:b]
         if not bool((got == want).all()):
             bad = int((got != want).nonzero()[0])
             found = int(got[bad])
-            what = (f"written by kernel {found // 1_000_000} at token {found % 1_000_000}" if found >= 0
+            what = (f"written by phase {found // 1_000_000} at token {found % 1_000_000}" if found >= 0
                     else "before anything wrote it")
             raise ScheduleError(f"{ins.opcode} kernel {ins.kernel} tile {ins.tile} (token {token}) read %{v}[{lo + bad}] "
-                                f"{what}; the dataflow wants kernel {prod} at token {want % 1_000_000}")
+                                f"{what}; the dataflow wants phase {prod} at token {want % 1_000_000}")
         return self.arena[a:b].clone()
 
     def write(self, ins: Instr, token: int, v: str, lo: int, values: torch.Tensor) -> None:
         a = self.off[v] + lo
         self.arena[a:a + values.numel()] = values
-        self.stamp[a:a + values.numel()] = ins.kernel * 1_000_000 + token
+        self.stamp[a:a + values.numel()] = ins.counter * 1_000_000 + token
 
     # -- instructions
     def execute(self, ins: Instr, token: int, prompt: list[int]) -> None:
@@ -84,26 +93,48 @@ class VM:
                 env[k.residual] = full
             out = gemv_rows(k, collections.ChainMap(env, self.w), ins.lo, ins.hi)
             self.write(ins, token, k.out, ins.lo, out)
-        elif isinstance(k, AttentionKernel):
-            self._attention_tile(ins, token, k)
+        elif ins.opcode == "attention":
+            self._attention_split(ins, token, k)
+        elif ins.opcode == "combine":
+            self._combine(ins, token, k)
         elif isinstance(k, ElementwiseKernel):
             local = {v: self.read(ins, token, v, k.n) for v in k.inputs}
             for op in k.ops:
                 local[op.out] = interp.IMPLS[type(op)](op, local.__getitem__)
             self.write(ins, token, k.out, ins.lo, local[k.out][ins.lo:ins.hi])
 
-    def _attention_tile(self, ins: Instr, token: int, k: AttentionKernel) -> None:
-        """KV head g = ins.lo: its new K/V row, then its query heads over rows 0..token (or the window)."""
-        g, group, dh = ins.lo, k.n_heads // k.kv_heads, k.head_dim
-        qkv = self.read(ins, token, k.qkv, (k.n_heads + 2 * k.kv_heads) * dh)
+    def _attention_split(self, ins: Instr, token: int, k: AttentionKernel) -> None:
+        """KV head g = ins.lo, split s: its rows of the context (none when the context is too short for s);
+        the split that holds row `token` appends the new K/V row first."""
+        splits = self.s.splits[ins.kernel]
+        g, s = ins.lo, ins.tile % splits
+        rows = split_rows(k, token, splits, self.s.min_keys)
+        if s >= len(rows):
+            return
+        lo, hi = rows[s]
+        qkv = self.read(ins, token, k.qkv, (k.n_heads + 2 * k.kv_heads) * k.head_dim)
         stamps = self.cache_stamp[k.append.cache]
-        stamps[g, token] = token
-        start = max(0, token + 1 - k.attention.window) if k.attention.window else 0
-        rows = stamps[g, start:token + 1]
-        if not bool((rows == torch.arange(start, token + 1)).all()):
-            raise ScheduleError(f"attention kernel {ins.kernel} head {g} at token {token}: a KV row is missing "
-                                f"or from the wrong token ({rows.tolist()})")
-        out = attention_heads(k, qkv, self.w, self.cache[k.append.cache], token, g, g + 1)
+        if hi == token + 1:
+            stamps[g, token] = token
+        if not bool((stamps[g, lo:hi] == torch.arange(lo, hi)).all()):
+            raise ScheduleError(f"attention kernel {ins.kernel} head {g} split {s} at token {token}: a KV row is "
+                                f"missing or from the wrong token ({stamps[g, lo:hi].tolist()})")
+        o, m, l = attention_split(k, qkv, self.w, self.cache[k.append.cache], token, g, lo, hi)
+        part = self.parts[ins.kernel]
+        part["o"][g, s], part["m"][g, s], part["l"][g, s] = o, m, l
+        part["stamp"][g, s] = ins.counter * 1_000_000 + token
+
+    def _combine(self, ins: Instr, token: int, k: AttentionKernel) -> None:
+        """KV head g: the partials of the splits in use at this token, merged into its heads' outputs."""
+        g, group, dh = ins.lo, k.n_heads // k.kv_heads, k.head_dim
+        used = len(split_rows(k, token, self.s.splits[ins.kernel], self.s.min_keys))
+        part = self.parts[ins.kernel]
+        want = (ins.counter - 1) * 1_000_000 + token  # the attention phase, just before this one
+        got = part["stamp"][g, :used]
+        if not bool((got == want).all()):
+            raise ScheduleError(f"combine kernel {ins.kernel} head {g} (token {token}) read partials stamped "
+                                f"{got.tolist()}; the dataflow wants {want}")
+        out = merge_splits(part["o"][g, :used], part["m"][g, :used], part["l"][g, :used])
         self.write(ins, token, k.attention.out, g * group * dh, out)
 
     # -- the machine
@@ -121,7 +152,7 @@ class VM:
         lists = self.s.lists
         pc = [0] * len(lists)
         tok = [0] * len(lists)
-        last = len(self.p.kernels) - 1
+        last = len(self.s.phases) - 1
         while True:
             live = [i for i in range(len(lists)) if lists[i] and tok[i] < min(steps, self.stop)]
             if not live:
@@ -134,11 +165,11 @@ class VM:
                            if self.counters[w.counter] < w.tiles * (tok[i] if w.previous else tok[i] + 1)]
                 raise ScheduleError(f"deadlock: SM {i} at token {tok[i]} waits in {ins.opcode} kernel {ins.kernel} "
                                     f"tile {ins.tile} on counter {blocked[0].counter}")
-            i = max(ready, key=lambda j: (tok[j], lists[j][pc[j]].kernel)) if policy == "eager" else rng.choice(ready)
+            i = max(ready, key=lambda j: (tok[j], lists[j][pc[j]].counter)) if policy == "eager" else rng.choice(ready)
             ins = lists[i][pc[i]]
             self.execute(ins, tok[i], prompt)
-            self.counters[ins.kernel] += 1
-            if ins.kernel == last and self.counters[last] == self.s.tiles[last] * (tok[i] + 1):
+            self.counters[ins.counter] += 1
+            if ins.counter == last and self.counters[last] == self.s.tiles[last] * (tok[i] + 1):
                 out = self.p.graph.outputs[0]
                 self.logits.append(self.arena[self.off[out]:self.off[out] + self.p.graph.types[out].shape[0]].clone())
             pc[i] += 1

@@ -55,7 +55,7 @@ def test_persistent_schedule_on_a_random_interleaving(cfg, seed, sms):
     prog = pipeline.run(g)
     offsets, floats = plan_buffers(prog, {})
     w = weights_of(g, seed)
-    got = VM(schedule(prog, sms, tile_rows=8, slot_of=offsets), w, offsets, floats).run([1, 2], 4, "random", seed)
+    got = VM(schedule(prog, sms, tile_rows=8, slot_of=offsets, min_keys=1), w, offsets, floats).run([1, 2], 4, "random", seed)
     env = {s.name: torch.full(s.type.shape, float("nan")) for s in g.states.values()}
     tokens = [1, 2]
     for t in range(4):

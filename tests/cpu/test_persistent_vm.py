@@ -12,13 +12,14 @@ from kiec.ir.passes.vm import VM, ScheduleError
 from tests.tiny_hf import make_tiny_hf
 
 
-def setup(tmp_path, family="qwen3", sms=7):
+def setup(tmp_path, family="qwen3", sms=7, min_keys=2):
+    # min_keys 2: from the 4th token on, attention spreads over 2-3 splits per KV head and a combine
     make_tiny_hf(tmp_path, family)
     m = kiec.load(str(tmp_path), max_seq_len=16)
     prog = pipeline.run(m.graph)
     offsets, floats = plan_buffers(prog, {})
     slots = {v: o for v, o in offsets.items()}
-    sched = schedule(prog, sms, tile_rows=32, slot_of=slots)
+    sched = schedule(prog, sms, tile_rows=32, slot_of=slots, min_keys=min_keys)
     weights = {n: m.weights[n].float() for n in m.graph.params}
     return m, prog, sched, weights, offsets, floats
 
@@ -33,9 +34,11 @@ def reference_logits(m, prompt, steps):
     return out
 
 
-@pytest.mark.parametrize("policy,seed", [("eager", 0), ("random", 1), ("random", 2)])
-def test_schedule_computes_the_graph_on_any_interleaving(tmp_path, policy, seed):
-    m, prog, sched, weights, offsets, floats = setup(tmp_path)
+@pytest.mark.parametrize("policy,seed,min_keys", [("eager", 0, 2), ("random", 1, 2), ("random", 2, 2),
+                                                  ("random", 3, 64)])
+def test_schedule_computes_the_graph_on_any_interleaving(tmp_path, policy, seed, min_keys):
+    m, prog, sched, weights, offsets, floats = setup(tmp_path, min_keys=min_keys)
+    assert set(sched.splits.values()) == {3}  # 7 SMs / 2 KV heads
     prompt, steps = [5, 17, 99], 6
     got = VM(sched, weights, offsets, floats).run(prompt, steps, policy, seed)
     want = reference_logits(m, prompt, steps)
@@ -56,6 +59,16 @@ def test_a_missing_wait_is_caught(tmp_path):
         VM(sched, weights, offsets, floats).run([5, 17, 99], 3, "eager")
 
 
+def test_a_combine_that_does_not_wait_for_the_splits_is_caught(tmp_path):
+    m, prog, sched, weights, offsets, floats = setup(tmp_path)
+    for lst in sched.lists:
+        for i, ins in enumerate(lst):
+            if ins.opcode == "combine":
+                lst[i] = dataclasses.replace(ins, waits=tuple(w for w in ins.waits if w.counter != ins.counter - 1))
+    with pytest.raises(ScheduleError, match=r"combine kernel \d+ head \d+ \(token \d+\) read partials stamped"):
+        VM(sched, weights, offsets, floats).run([5, 17, 99, 4, 8], 6, "eager")
+
+
 def test_a_missing_wait_on_the_previous_token_is_caught(tmp_path):
     m, prog, sched, weights, offsets, floats = setup(tmp_path)
     # the embedding of token t+1 overwrites the residual stream that token t's last kernels still read
@@ -63,7 +76,7 @@ def test_a_missing_wait_on_the_previous_token_is_caught(tmp_path):
         for i, ins in enumerate(lst):
             if ins.kernel == 0:
                 lst[i] = dataclasses.replace(ins, waits=tuple(w for w in ins.waits if not w.previous))
-    with pytest.raises(ScheduleError, match=r"read %\S+\[\d+\] written by kernel 0 at token 1"):
+    with pytest.raises(ScheduleError, match=r"read %\S+\[\d+\] written by phase 0 at token 1"):
         VM(sched, weights, offsets, floats).run([5, 17, 99], 3, "eager")
 
 
@@ -89,7 +102,8 @@ def test_instruction_header_and_packing_agree(tmp_path):
     assert len(blob) == size * sum(len(lst) for lst in sched.lists) and starts[0] == 0
     first = struct.unpack_from(INSTR_FORMAT, blob, starts[1] * size)
     ins = sched.lists[1][0]
-    assert first[:6] == (2 if ins.opcode == "gemv" else first[0], len(ins.waits), ins.kernel, ins.tile, ins.lo, ins.hi)
+    assert first[:7] == (2 if ins.opcode == "gemv" else first[0], len(ins.waits), ins.kernel, ins.tile, ins.lo, ins.hi,
+                         ins.counter)
     if shutil.which("nvcc"):  # the generated header's static_asserts hold for the C++ compiler too
         (tmp_path / "abi.h").write_text(header())
         (tmp_path / "t.cu").write_text('#include "abi.h"\nint main() { return sizeof(kiec::Instr) == %d ? 0 : 1; }\n' % size)
