@@ -6,7 +6,8 @@
   past ++ new through Concat and the GQA repeat through Unsqueeze/Expand/Reshape, the causal mask in-graph;
   below opset 23 (torch.onnx's default is 18) RMSNorm, RoPE and attention are decomposed: onnx_fold.py folds
   them back into those ops first.
-Shape, mask and position bookkeeping is dropped (the KV state and pos replace it); anything else is named."""
+Shape, mask and position bookkeeping is dropped (the KV state and pos replace it; onnx_graph.py finds it);
+anything else is named."""
 from __future__ import annotations
 
 import json
@@ -18,6 +19,7 @@ import torch
 
 from kiec.errors import KiecError, Unlifted
 from kiec.frontend.onnx_fold import ShapeValues, fold_decompositions, static_shapes
+from kiec.frontend.onnx_graph import bookkeeping, canonical_kv_names, check_kv_inputs
 from kiec.frontend.onnx_read import MS, _attrs, _Initializers, _safe, _theta, _theta_of, _where, dequantize_4bit
 from kiec.ir.builder import Builder
 from kiec.ir.interp import attention_scale
@@ -422,82 +424,6 @@ class _Lifter:
                     self.unlifted.append(f"{_where(n)}: input {e} has no lifted producer")
 
 
-# what builds a plain causal (and padding) mask; a sliding window adds Greater(key, Sub(query, W))
-CAUSAL_MASK_OPS = {"Shape", "Squeeze", "Unsqueeze", "Range", "Add", "LessOrEqual", "And", "Max", "Expand", "Concat",
-                   "GatherND", "Gather", "Cast", "Reshape", "Constant", "Where", "Slice", "ConstantOfShape",
-                   "Flatten", "Mul", "Equal"}
-
-
-def _mask_window(ups: list, producers: dict, values) -> int | None:
-    """The sliding window of a mask built by `ups` (its upstream nodes): 0 for a plain causal mask, W where it
-    also keeps key > query - W (and key <= query), None for anything else (not read as a mask)."""
-    if not {n.op_type for n in ups} <= CAUSAL_MASK_OPS | {"Sub", "Greater"}:
-        return None
-    subs, gts = [n for n in ups if n.op_type == "Sub"], [n for n in ups if n.op_type == "Greater"]
-    causal = {(n.input[0], n.input[1]) for n in ups if n.op_type == "LessOrEqual"}  # key <= query
-    windows = set()
-    for gt in gts:
-        sub = producers.get(gt.input[1])
-        w = values.scalar(sub.input[1]) if sub is not None and sub.op_type == "Sub" and values is not None else None
-        if w is None or w != int(w) or w < 1 or (gt.input[0], sub.input[0]) not in causal:
-            return None
-        windows.add(int(w))
-    if len(windows) > 1 or len(subs) != len(gts):
-        return None
-    return windows.pop() if windows else 0
-
-
-def _bookkeeping(nodes, outputs: set, values=None) -> tuple[set, dict]:
-    """Nodes that only turn attention_mask, position_ids and shapes into sequence lengths, masks, cos/sin and
-    target shapes: the KV state and pos replace them. Returns (their names, the attention masks among their
-    outputs that are causal, each with its sliding window or 0). values: onnx_fold.ShapeValues, for W."""
-    producers = {o: n for n in nodes for o in n.output if o}
-    seeds, masks = [], []
-    for n in nodes:
-        if n.op_type == "GroupQueryAttention":
-            seeds += [n.input[i] for i in (5, 6) if len(n.input) > i]
-        elif n.op_type == "Attention" and len(n.input) > 3 and n.input[3]:
-            seeds.append(n.input[3])
-            masks.append(n.input[3])
-        elif n.op_type in ("Expand", "Reshape") and len(n.input) > 1:
-            seeds.append(n.input[1])
-        elif n.op_type == "RotaryEmbedding":
-            seeds += list(n.input[1:4])  # cos, sin and position ids, in either op's order
-
-    def upstream(t: str) -> set:
-        seen, stack = set(), [t]
-        while stack:
-            name = stack.pop()
-            if name in producers and producers[name].name not in seen:
-                seen.add(producers[name].name)
-                if producers[name].op_type != "Shape":  # a shape reads no values: do not walk into the compute
-                    stack += list(producers[name].input)
-        return seen
-
-    skip = set().union(*(upstream(t) for t in seeds)) if seeds else set()
-    # and whatever feeds only those (what a Shape read): nothing else consumes it
-    consumers: dict[str, list] = {}
-    for n in nodes:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n.name)
-    grew = True
-    while grew:
-        grew = False
-        for n in nodes:
-            users = [u for o in n.output if o for u in consumers.get(o, [])]
-            if n.name not in skip and users and all(u in skip for u in users) and not set(n.output) & outputs:
-                skip.add(n.name)
-                grew = True
-    by_name = {n.name: n for n in nodes}
-    causal = {}
-    for m in masks:
-        window = _mask_window([by_name[x] for x in upstream(m)], producers, values)
-        if window is not None:
-            causal[m] = window
-
-    return skip, causal
-
-
 def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
     import onnx
 
@@ -510,7 +436,7 @@ def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
     except Exception as e:  # protobuf raises DecodeError and friends on a truncated or foreign file
         raise KiecError(f"{path}: not a readable ONNX model: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     g = model.graph
-    _canonical_kv_names(g)
+    canonical_kv_names(g)
     inputs, outputs = {i.name for i in g.input}, [o.name for o in g.output]
     layers = sorted(int(m.group(1)) for n in inputs if (m := re.fullmatch(r"past_key_values\.(\d+)\.key", n)))
     if "input_ids" not in inputs or "logits" not in outputs or not layers:
@@ -535,7 +461,7 @@ def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
     nodes, folded = fold_decompositions(list(g.node), inits, constants, set(outputs), shapes)
     lift = _Lifter(model, inits, path, dtype or native, seq, nodes)
     lift.shape_values = ShapeValues(nodes, inits, constants, shapes)
-    skip, lift.causal_masks = _bookkeeping(nodes, set(outputs), lift.shape_values)
+    skip, lift.causal_masks = bookkeeping(nodes, set(outputs), lift.shape_values)
     lift.run(skip)
     if lift.unlifted:
         raise Unlifted(path, lift.unlifted)
@@ -544,7 +470,7 @@ def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
     if lift.layer != len(layers):
         raise KiecError(f"{path}: {len(layers)} past_key_values inputs but {lift.layer} attention nodes")
     b, found = lift.b, lift.found
-    _check_kv_inputs(g, found, path)
+    check_kv_inputs(g, found, path)
     b.output(lift.value["logits"], b.emit(Argmax, "next", x=lift.value["logits"]))
     found["tied"] = b.graph.producer()[lift.value["logits"]].weight == found["table"]  # the LM head reads the table
     cfg = _config(found, lift.layer, os.path.dirname(os.path.abspath(path)))
@@ -552,45 +478,6 @@ def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
     if any(folded.values()):
         model.notes.append("folded from primitive ops: " + ", ".join(f"{n} {op}" for op, n in folded.items() if n))
     return model
-
-
-# KV-cache input names other exporters write -> past_key_values.N.key|value (torch.export's flattening of a
-# DynamicCache: past_key_values_key_cache_N; some tools: past_key_values_N_key)
-_KV_NAMES = [(re.compile(r"past_key_values_(key|value)_cache_(\d+)"), lambda m: (m.group(2), m.group(1))),
-             (re.compile(r"past_key_values_(\d+)_(key|value)"), lambda m: (m.group(1), m.group(2)))]
-
-
-def _canonical_kv_names(g) -> None:
-    """Rename the graph's KV-cache inputs to past_key_values.N.key|value, in place, everywhere they are read."""
-    rename = {}
-    for i in g.input:
-        for pattern, parts in _KV_NAMES:
-            if m := pattern.fullmatch(i.name):
-                layer, kind = parts(m)
-                rename[i.name] = f"past_key_values.{int(layer)}.{kind}"
-    if not rename:
-        return
-    for i in g.input:
-        i.name = rename.get(i.name, i.name)
-    for n in g.node:
-        for j, name in enumerate(n.input):
-            if name in rename:
-                n.input[j] = rename[name]
-
-
-def _check_kv_inputs(g, found: dict, path: str) -> None:
-    """The declared past_key_values shapes [batch, kv_heads, past, head_dim] against what the graph's
-    projections and attention nodes say: a mismatch is an inconsistent file, named."""
-    for i in g.input:
-        if not i.name.startswith("past_key_values."):
-            continue
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim]
-        if len(dims) != 4:
-            raise KiecError(f"{path}: input {i.name} has {len(dims)} dims; expected [batch, kv_heads, past, head_dim]")
-        for axis, key, what in ((1, "kv_heads", "KV heads"), (3, "head_dim", "head_dim")):
-            if dims[axis] is not None and dims[axis] != found[key]:
-                raise KiecError(f"{path}: input {i.name} declares {dims[axis]} on axis {axis} ({what}), but the "
-                                f"graph's attention uses {found[key]}: inconsistent KV shapes")
 
 
 def _config(found: dict, layers: int, directory: str) -> LlamaConfig:
