@@ -19,14 +19,16 @@ def add_tokenizer(directory) -> None:
         str(directory))
 
 
-def genai_export(hf_dir, out_dir, precision: str = "fp32", **extra) -> str:
+def genai_export(hf_dir, out_dir, precision: str = "fp32", ep: str = "cpu", **extra) -> str:
     """onnxruntime-genai's model builder (GroupQueryAttention, SkipSimplifiedLayerNormalization, ...).
-    extra: builder options, e.g. block_size=64, is_symmetric="false", accuracy_level=1 for int4."""
+    extra: builder options, e.g. block_size=64, is_symmetric="false", accuracy_level=1 for int4.
+    ep "dml" writes RotaryEmbedding nodes before GroupQueryAttention (do_rotary 0); the graph still runs on
+    onnxruntime's CPU provider."""
     pytest.importorskip("onnxruntime_genai")
     add_tokenizer(hf_dir)
     opts = ["--extra_options", *(f"{k}={v}" for k, v in extra.items())] if extra else []
     r = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf_dir), "-o", str(out_dir),
-                        "-p", precision, "-e", "cpu", "-c", str(out_dir) + "_cache", *opts], capture_output=True, text=True)
+                        "-p", precision, "-e", ep, "-c", str(out_dir) + "_cache", *opts], capture_output=True, text=True)
     if r.returncode:
         raise RuntimeError(f"the genai builder failed:\n{r.stderr[-3000:]}")
     return os.path.join(str(out_dir), "model.onnx")

@@ -83,6 +83,10 @@ class _Lifter:
                 return users[0], other[0]
         return None, None
 
+    def cache_rtol(self, name: str) -> float:
+        """How closely a RoPE cache's frequencies can be read: fp32 to 1e-4, fp16/bf16 caches to 5e-3."""
+        return 1e-4 if self.inits.raw(name).dtype == np.float32 else 5e-3
+
     def const(self, name: str):
         """An integer constant: a Constant node's value or an integer initializer (shapes, split sizes)."""
         if name in self.constants:
@@ -197,7 +201,8 @@ class _Lifter:
         matrix(lo, hi) names the parameter holding rows [lo, hi) of the weight as [N, K]."""
         add, bias = self.bias_of(n.output[0])
         result = add.output[0] if add else n.output[0]
-        gqa = [c for c in self.consumers.get(result, []) if c.op_type == "GroupQueryAttention"]
+        gqa = [c for c in self.consumers.get(result, []) if c.op_type == "GroupQueryAttention"
+               and c.input[0] == result and not (len(c.input) > 1 and c.input[1])]  # packed q|k|v only
         split = [c for c in self.consumers.get(result, []) if c.op_type == "Split" and len(c.input) > 1]
         x = self.value[n.input[0]]
         if len(split) == 1 and split[0].input[1] in self.constants and not bias:
@@ -236,22 +241,24 @@ class _Lifter:
             if not self.unlifted:  # otherwise a consequence of a node already named
                 self.unlifted.append(_where(n) + ": its query is not one packed q|k|v MatMul")
             return
-        if not a.get("do_rotary", 0):
-            return self.unlifted.append(_where(n) + " without do_rotary")
         h, kvh = int(a["num_heads"]), int(a["kv_num_heads"])
         dh = self.b.graph.type_of(q_in).shape[0] // h
-        cos, sin = self.inits.array(n.input[7]), self.inits.array(n.input[8])
-        rotary, theta = 2 * cos.shape[1], _theta(cos, sin, _where(n))
         window = max(0, int(a.get("local_window_size", -1)))
-        self.found.update(heads=h, kv_heads=kvh, head_dim=dh, theta=theta, rotary=rotary, window=window)
-        if int(a.get("rotary_interleaved", 0)) not in (0, 1):
-            return self.unlifted.append(_where(n) + f" with rotary_interleaved={a['rotary_interleaved']} "
-                                                    "(expected 0: halves, or 1: interleaved pairs)")
-        rope = dict(pos=self.pos, head_dim=dh, rotary_dim=rotary, theta=theta,
-                    interleaved=bool(a.get("rotary_interleaved", 0)))
+        self.found.update(heads=h, kv_heads=kvh, head_dim=dh, window=window)
         L, b = f"L{self.layer}.", self.b
-        q = b.emit(Rope, L + "q_rot", x=q_in, **rope)
-        k = b.emit(Rope, L + "k_rot", x=k_in, **rope)
+        if a.get("do_rotary", 0):
+            cos, sin = self.inits.array(n.input[7]), self.inits.array(n.input[8])
+            rotary, theta = 2 * cos.shape[1], _theta(cos, sin, _where(n), self.cache_rtol(n.input[7]))
+            self.found.update(theta=theta, rotary=rotary)
+            if int(a.get("rotary_interleaved", 0)) not in (0, 1):
+                return self.unlifted.append(_where(n) + f" with rotary_interleaved={a['rotary_interleaved']} "
+                                                        "(expected 0: halves, or 1: interleaved pairs)")
+            rope = dict(pos=self.pos, head_dim=dh, rotary_dim=rotary, theta=theta,
+                        interleaved=bool(a.get("rotary_interleaved", 0)))
+            q = b.emit(Rope, L + "q_rot", x=q_in, **rope)
+            k = b.emit(Rope, L + "k_rot", x=k_in, **rope)
+        else:  # rotated before it by RotaryEmbedding nodes (the genai builder for DirectML)
+            q, k = q_in, k_in
         cache = b.state(f"kv.{self.layer}", TensorType((2, kvh, self.seq, dh), self.dtype))
         kv = b.emit(KVAppend, L + "kv", cache=cache, k=k, v=v_in, pos=self.pos)
         self.value[n.output[0]] = b.emit(Attention, L + "attn", q=q, cache=kv, pos=self.pos, n_heads=h,
@@ -272,13 +279,16 @@ class _Lifter:
         src = self.value[x]
         if not heads and x in self.grouped:
             heads = self.b.graph.type_of(src).shape[0] // self.grouped[x]
+        if not heads and not a.get("rotary_embedding_dim") and cos_name in self.inits:
+            # onnxruntime's rule for [B, S, hidden] without num_heads: the head is what the cache rotates
+            heads = self.b.graph.type_of(src).shape[0] // (2 * self.inits.shape(cos_name)[1])
         if not heads:
             return self.unlifted.append(_where(n) + " without num_heads")
         if n.domain == MS and a.get("is_packed_batching", 0):
             return self.unlifted.append(_where(n) + " with packed batching")
         if cos_name in self.inits and sin_name in self.inits:
             cos, sin = self.inits.array(cos_name), self.inits.array(sin_name)
-            half, theta = cos.shape[1], _theta(cos, sin, _where(n))
+            half, theta = cos.shape[1], _theta(cos, sin, _where(n), self.cache_rtol(cos_name))
         else:  # cos/sin computed in the graph from position x inv_freq (torch.onnx): read inv_freq
             inv = self.traced_inv_freq(cos_name)
             if inv is None:

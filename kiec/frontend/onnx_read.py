@@ -86,17 +86,24 @@ def _where(node) -> str:
     return f"node '{node.name}' ({node.op_type}, domain {node.domain or 'ai.onnx'})"
 
 
-def _theta(cos: torch.Tensor, sin: torch.Tensor, where: str) -> float:
-    """theta of an unscaled RoPE from the caches: angle(pos=1, i) = theta^(-2i/rotary_dim)."""
-    return _theta_of(torch.atan2(sin[1].double(), cos[1].double()), where)
+def _theta(cos: torch.Tensor, sin: torch.Tensor, where: str, rtol: float = 1e-4) -> float:
+    """theta of an unscaled RoPE from the caches [positions, rotary_dim / 2]: the angle grows by
+    inv_freq[i] = theta^(-2i/rotary_dim) per position; each frequency is the least-squares slope of the
+    unwrapped angle over every position (fp16 caches hold the angle at one position to about 1e-3)."""
+    ang = torch.atan2(sin.double(), cos.double())
+    ang = torch.from_numpy(np.unwrap(ang.numpy(), axis=0))  # steps of at most 1 rad: no 2 pi ambiguity
+    p = torch.arange(ang.shape[0], dtype=torch.float64)[:, None]
+    return _theta_of((ang * p).sum(0) / (p * p).sum(), where, rtol)
 
 
-def _theta_of(inv: torch.Tensor, where: str) -> float:
+def _theta_of(inv: torch.Tensor, where: str, rtol: float = 1e-4) -> float:
     """theta such that inv_freq[i] = theta^(-2i/d); an error where the frequencies follow no such theta."""
     d = 2 * inv.numel()
     theta = float(inv[1] ** (-d / 2)) if inv.numel() > 1 else 10000.0
+    if abs(theta - round(theta)) < 1e-5 * theta:  # read from fp16 caches: 9999.992 is 10000
+        theta = float(round(theta))
     expect = torch.tensor([theta ** (-2 * i / d) for i in range(inv.numel())], dtype=torch.float64)
-    if not torch.allclose(inv, expect, rtol=1e-4, atol=0):
+    if not torch.allclose(inv, expect, rtol=rtol, atol=0):
         raise KiecError(f"{where}: its rotary frequencies do not follow an unscaled RoPE theta^(-2i/d); "
                         f"scaled RoPE from ONNX is not supported yet")
     return theta

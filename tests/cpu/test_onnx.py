@@ -17,7 +17,9 @@ def ort_steps(path, tokens, kv_heads, head_dim, layers):
     import onnxruntime as ort
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     wanted = {i.name for i in sess.get_inputs()}
-    past = {f"past_key_values.{i}.{kv}": np.zeros((1, kv_heads, 0, head_dim), np.float32)
+    kv_type = np.float16 if "float16" in next(i.type for i in sess.get_inputs() if i.name.startswith("past")) \
+        else np.float32
+    past = {f"past_key_values.{i}.{kv}": np.zeros((1, kv_heads, 0, head_dim), kv_type)
             for i in range(layers) for kv in ("key", "value")}
     out = []
     for pos, tok in enumerate(tokens):
@@ -25,7 +27,7 @@ def ort_steps(path, tokens, kv_heads, head_dim, layers):
                  "position_ids": np.array([[pos]], np.int64), **past}
         feeds = {k: v for k, v in feeds.items() if k in wanted}
         res = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
-        out.append(res["logits"][0, -1])
+        out.append(res["logits"][0, -1].astype(np.float32))
         past = {k: res[k.replace("past_key_values", "present")] for k in past}
     return np.stack(out)
 
@@ -55,6 +57,27 @@ def test_genai_export_matches_onnxruntime(tmp_path, family):
 
 # MatMulNBits: 4-bit weights, block sizes 32/64/128, symmetric (no zero points) and not. accuracy_level=1
 # keeps onnxruntime's product in fp32 over the dequantized weights, so the two must agree as in fp32.
+def test_genai_gqa_without_do_rotary_matches_onnxruntime(tmp_path):
+    # the builder for DirectML rotates q and k with com.microsoft RotaryEmbedding nodes (no num_heads, fp16
+    # caches) and runs GroupQueryAttention with do_rotary 0 on separate q, k, v; onnxruntime's CPU runs it in fp16
+    import onnx
+    make_tiny_hf(tmp_path / "hf", "llama")
+    path = genai_export(tmp_path / "hf", tmp_path / "onnx", precision="fp16", ep="dml")
+    gqa = [n for n in onnx.load(path).graph.node if n.op_type == "GroupQueryAttention"]
+    assert gqa and all(onnx.helper.get_attribute_value(a) == 0 for n in gqa for a in n.attribute
+                       if a.name == "do_rotary")
+    m = kiec.load(path)
+    assert m.graph.op_counts() == kiec.load(str(tmp_path / "hf")).graph.op_counts() and m.config.rope.theta == 10000.0
+    cfg = m.config
+    seq = np.random.default_rng().integers(0, cfg.vocab_size, size=25).tolist()
+    theirs = ort_steps(path, seq, cfg.num_kv_heads, cfg.head_dim, cfg.num_layers)
+    ref = kiec.Reference(m)
+    ours = np.stack([ref.step(t, p) for p, t in enumerate(seq)])
+    # onnxruntime computes in fp16 here: its rounding, not kiec's, sets the tolerance
+    assert np.abs(ours - theirs).max() <= 1e-2 * np.abs(theirs).max()
+    assert (ours.argmax(-1) == theirs.argmax(-1)).mean() >= 0.9
+
+
 @pytest.mark.parametrize("block,symmetric", [(32, "true"), (64, "false"), (128, "false")])
 def test_genai_int4_export_matches_onnxruntime(tmp_path, block, symmetric):
     import onnx
