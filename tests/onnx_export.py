@@ -91,18 +91,19 @@ def optimum_python() -> str:
     return py
 
 
-def optimum_export(family: str, directory) -> tuple[str, str]:
-    """A tiny `family` model made and exported (text-generation-with-past) inside the optimum venv, by its
-    transformers: returns (the HF directory, model.onnx)."""
+def optimum_export(family: str, directory, dtype: str = "fp32") -> tuple[str, str]:
+    """A tiny `family` model made and exported (text-generation-with-past, fp32 or fp16) inside the optimum
+    venv, by its transformers: returns (the HF directory, model.onnx)."""
     hf, out = os.path.join(str(directory), "hf"), os.path.join(str(directory), "onnx")
     script = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
         "from tests.tiny_hf import make_tiny_hf\n"
         "make_tiny_hf(sys.argv[2], sys.argv[3])\n"
         "from optimum.exporters.onnx import main_export\n"
-        "main_export(sys.argv[2], output=sys.argv[4], task='text-generation-with-past', device='cpu')\n")
+        "main_export(sys.argv[2], output=sys.argv[4], task='text-generation-with-past', device='cpu', "
+        "dtype=sys.argv[5])\n")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([optimum_python(), "-c", script, root, hf, family, out], capture_output=True, text=True,
+    r = subprocess.run([optimum_python(), "-c", script, root, hf, family, out, dtype], capture_output=True, text=True,
                        timeout=600)
     if r.returncode:
         raise RuntimeError(f"optimum export of {family} failed:\n{r.stderr[-3000:]}")

@@ -195,19 +195,30 @@ def _scaled(g: ShapeValues, name: str):
     return name, 1.0
 
 
+def _score_matmul(g: ShapeValues, name: str):
+    """The q·K^T MatMul behind attention scores, through Casts (fp16 exports score in fp32) and scalar
+    scales; returns (the MatMul node or None, the product of the scales)."""
+    scale = 1.0
+    while True:
+        name = g.through(name, "Cast")
+        name, f = _scaled(g, name)
+        if f == 1.0:
+            return g.prod(g.through(name, "Cast"), "MatMul"), scale
+        scale *= f
+
+
 def _attention(g: ShapeValues, consumers: dict, sm):
     """sm = Softmax(axis -1) of q·k scores -> (q, present_key, present_value, mask, scale, the output MatMul)."""
     if _attr(sm, "axis", -1) not in (-1, 3):
         return None
-    scores, mask = sm.input[0], ""
+    scores, mask = g.through(sm.input[0], "Cast"), ""
     add = g.prod(scores, "Add")
     if add is not None:
         for s, m in _pairs(add):
-            if g.prod(g.through(s, "Mul", "Div"), "MatMul") is not None:
+            if g.prod(g.through(s, "Mul", "Div", "Cast"), "MatMul") is not None:
                 scores, mask = s, m
                 break
-    scores, s0 = _scaled(g, scores)
-    mm1 = g.prod(scores, "MatMul")
+    mm1, s0 = _score_matmul(g, scores)
     if mm1 is None:
         return None
     q, s1 = _scaled(g, mm1.input[0])
@@ -217,6 +228,8 @@ def _attention(g: ShapeValues, consumers: dict, sm):
         return None
     p = sm.output[0]
     users = consumers.get(p, [])
+    if len(users) == 1 and users[0].op_type == "Cast":  # back to the model's dtype after an fp32 softmax
+        p, users = users[0].output[0], consumers.get(users[0].output[0], [])
     isnan = [u for u in users if u.op_type == "IsNaN"]
     where = [u for u in users if u.op_type == "Where" and u.input[2] == p]
     if isnan and where and where[0].input[0] == isnan[0].output[0] and g.scalar(where[0].input[1]) == 0.0:

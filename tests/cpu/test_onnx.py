@@ -217,6 +217,23 @@ def test_optimum_export_matches_onnxruntime(tmp_path, family):
     check_against_onnxruntime(path, f"optimum {family}")
 
 
+def test_optimum_fp16_export_matches_onnxruntime(tmp_path):
+    # fp16: RMSNorm and the softmax computed in fp32 between Casts; onnxruntime runs it in fp16, so its
+    # rounding sets the tolerance
+    from tests.onnx_export import optimum_export
+    hf, path = optimum_export("llama", tmp_path, dtype="fp16")
+    m = kiec.load(path)
+    assert {p.type.dtype for p in m.graph.params.values()} == {"f16"}
+    assert m.graph.op_counts() == kiec.load(hf).graph.op_counts()
+    cfg = m.config
+    seq = np.random.default_rng().integers(0, cfg.vocab_size, size=25).tolist()
+    theirs = ort_steps(path, seq, cfg.num_kv_heads, cfg.head_dim, cfg.num_layers)
+    ref = kiec.Reference(m)
+    ours = np.stack([ref.step(t, p) for p, t in enumerate(seq)])
+    assert np.abs(ours - theirs).max() <= 1e-2 * np.abs(theirs).max()
+    assert (ours.argmax(-1) == theirs.argmax(-1)).mean() >= 0.9
+
+
 def test_optimum_sliding_window_is_read_from_the_mask(tmp_path):
     from tests.onnx_export import optimum_export
     hf, path = optimum_export("mistral", tmp_path)
