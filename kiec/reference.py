@@ -7,7 +7,7 @@ import torch
 from kiec.errors import KiecError
 from kiec.ir import interp
 from kiec.model import Model
-from kiec.sampling import SamplingParams, sample
+from kiec.sampling import SamplingParams, check_request, sample
 
 
 class Reference:
@@ -46,11 +46,7 @@ class Reference:
                  sampling: SamplingParams | None = None) -> list[int]:
         """Greedy decoding, or sampling (kiec.sampling); returns the new ids. The prompt goes through the
         decode step token by token."""
-        if not prompt_ids:
-            raise KiecError("the prompt is empty")
-        if len(prompt_ids) + max_new_tokens > self.model.max_seq_len:
-            raise KiecError(f"prompt ({len(prompt_ids)}) + max_new_tokens ({max_new_tokens}) exceeds "
-                            f"max_seq_len {self.model.max_seq_len}")
+        check_request(prompt_ids, max_new_tokens, self.model.max_seq_len)
         self.reset()
         for pos, tok in enumerate(prompt_ids):
             out = self._step(tok, pos)

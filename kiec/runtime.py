@@ -11,7 +11,7 @@ import numpy as np
 
 from kiec.build import ABI_VERSION
 from kiec.errors import KiecError
-from kiec.sampling import SamplingParams, sample
+from kiec.sampling import SamplingParams, check_request, sample
 
 
 class Engine:
@@ -90,11 +90,7 @@ class Engine:
         self._check(self._lib.kiec_sync(self._h))
 
     def _sampled(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams) -> Iterator[int]:
-        if not prompt_ids:
-            raise KiecError("the prompt is empty")
-        if len(prompt_ids) + max_new_tokens > self.max_seq_len:
-            raise KiecError(f"prompt ({len(prompt_ids)}) + max_new_tokens ({max_new_tokens}) exceeds max_seq_len "
-                            f"{self.max_seq_len}")
+        check_request(prompt_ids, max_new_tokens, self.max_seq_len)
         t0 = time.perf_counter()
         for pos, tok in enumerate(prompt_ids):
             logits = self.step(tok, pos)

@@ -45,6 +45,15 @@ class SamplingParams:
         return self.temperature == 0
 
 
+def check_request(prompt_ids: list[int], max_new_tokens: int, max_seq_len: int) -> None:
+    """A generation request fits before any work: a prompt, and room for it and the new tokens."""
+    if not prompt_ids:
+        raise KiecError("the prompt is empty")
+    if len(prompt_ids) + max_new_tokens > max_seq_len:
+        raise KiecError(f"prompt ({len(prompt_ids)}) + max_new_tokens ({max_new_tokens}) exceeds max_seq_len "
+                        f"{max_seq_len}")
+
+
 def philox4x32(counter: tuple[int, int, int, int], key: tuple[int, int], rounds: int = 10) -> tuple[int, ...]:
     c0, c1, c2, c3 = (x & _MASK for x in counter)
     k0, k1 = (x & _MASK for x in key)
@@ -72,9 +81,14 @@ def kept(p: np.ndarray, top_p: float) -> np.ndarray:
     """The top-p set as a mask: p >= tau, tau the largest probability whose at-or-above mass reaches top_p."""
     if top_p >= 1:
         return p > 0
-    order = np.sort(p)[::-1]
-    head = int(np.searchsorted(np.cumsum(order), top_p * p.sum() * (1 - 1e-12)))  # first prefix reaching it
-    return p >= order[min(head, len(order) - 1)]
+    target = top_p * p.sum() * (1 - 1e-12)
+    m = min(len(p), 1024)
+    while True:  # sort only the largest m (the sorted head is the same): a peaked distribution needs no more
+        head = np.sort(p[np.argpartition(p, len(p) - m)[len(p) - m:]])[::-1]
+        running = np.cumsum(head)
+        if running[-1] >= target or m == len(p):
+            return p >= head[min(int(np.searchsorted(running, target)), m - 1)]  # first prefix reaching it
+        m = len(p)  # a flat one: sort it all
 
 
 def sample(logits: np.ndarray, params: SamplingParams, position: int) -> int:
@@ -82,9 +96,7 @@ def sample(logits: np.ndarray, params: SamplingParams, position: int) -> int:
     if params.greedy:
         return int(np.argmax(logits))
     p = probabilities(logits, params.temperature)
-    mask = kept(p, params.top_p)
-    running = np.cumsum(np.where(mask, p, 0.0))
-    u = uniform(params.seed, position) * running[-1]
-    idx = int(np.searchsorted(running, u, side="right"))
-    ids = np.flatnonzero(mask)
-    return int(min(max(idx, ids[0]), ids[-1]))
+    ids = np.flatnonzero(kept(p, params.top_p))
+    running = np.cumsum(p[ids])
+    j = int(np.searchsorted(running, uniform(params.seed, position) * running[-1], side="right"))
+    return int(ids[min(j, len(ids) - 1)])

@@ -92,7 +92,7 @@ def fused_programs(graph: Graph, context: int) -> tuple[dict[str, dict], str, di
     except Unscheduled as e:
         return {}, str(e), None
     sms = TARGETS["sm_90"].sms
-    persistent = {"sms": sms, **balance(schedule(prog, sms))}  # bounds are ratios: the element size cancels
+    persistent = {"sms": sms, **balance(schedule(prog, sms))}
     out: dict[str, dict] = {}
     for k in prog.kernels:
         fam = type(k).__name__.removesuffix("Kernel").lower()

@@ -122,18 +122,3 @@ def build_opset23(hf_dir: str, path: str, max_pos: int = 64, style: str = "opset
     model = helper.make_model(helper.make_graph(nodes, "decoder", ins, outs, inits),
                               opset_imports=[helper.make_opsetid("", 23)])
     onnx.save(model, path)
-
-
-
-def ort_steps_opset23(path, tokens, kv_heads, head_dim, layers):
-    import onnxruntime as ort
-    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    past = {f"past_key_values.{i}.{kv}": np.zeros((1, kv_heads, 0, head_dim), np.float32)
-            for i in range(layers) for kv in ("key", "value")}
-    out = []
-    for pos, tok in enumerate(tokens):
-        res = dict(zip([o.name for o in sess.get_outputs()],
-                       sess.run(None, {"input_ids": np.array([[tok]]), "position_ids": np.array([[pos]]), **past})))
-        out.append(res["logits"][0, -1])
-        past = {k: res[k.replace("past_key_values", "present")] for k in past}
-    return np.stack(out)

@@ -186,8 +186,8 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     return sched
 
 
-def balance(sched: Schedule, esize: int = 2) -> dict:
-    """How evenly the weight bytes are dealt. phase_bound: the share of the memory ceiling the schedule can
+def balance(sched: Schedule) -> dict:
+    """How evenly the weights are dealt (counted in elements: the bounds are ratios). phase_bound: the share of the memory ceiling the schedule can
     reach if each kernel ends when its busiest SM does (sum of per-kernel means / sum of per-kernel maxima);
     token_bound: the same over the whole token (only if SMs ran ahead across kernels freely)."""
     per = [[0] * sched.sms for _ in sched.program.kernels]
@@ -195,7 +195,7 @@ def balance(sched: Schedule, esize: int = 2) -> dict:
         for ins in lst:
             k = sched.program.kernels[ins.kernel]
             if isinstance(k, GemvKernel):
-                per[ins.kernel][where] += (ins.hi - ins.lo) * (2 if k.epilogue == "silu_mul" else 1) * k.k * esize
+                per[ins.kernel][where] += (ins.hi - ins.lo) * (2 if k.epilogue == "silu_mul" else 1) * k.k
     busy = [row for row in per if any(row)]
     total = [sum(row[j] for row in busy) for j in range(sched.sms)]
     return dict(phase_bound=sum(sum(r) / sched.sms for r in busy) / sum(max(r) for r in busy),

@@ -31,9 +31,10 @@ from kiec.models.llama import LlamaConfig, RopeConfig
 class _Lifter:
     """Walks the nodes in order; one method per ONNX op turns a node into IR ops (or records it unlifted)."""
 
-    def __init__(self, model, inits: _Initializers, path: str, dtype: str, seq: int, nodes: list | None = None):
+    def __init__(self, model, inits: _Initializers, path: str, dtype: str, seq: int, values: ShapeValues):
         self.g, self.inits, self.path, self.dtype, self.seq = model.graph, inits, path, dtype, seq
-        self.nodes = list(model.graph.node) if nodes is None else nodes
+        self.values = values  # the (folded) nodes, their producers, constants and integer shape values
+        self.nodes, self.producer, self.constants = values.nodes, values.producer, values.constants
         self.consumers: dict[str, list] = {}
         for n in self.nodes:
             for i in n.input:
@@ -45,17 +46,14 @@ class _Lifter:
         self.loaders: dict[str, object] = {}  # IR param -> loader
         self.sigmoid_of: dict[str, str] = {}  # Sigmoid output -> its input (a SiLU once a Mul pairs them)
         self.transposed: dict[str, str] = {}  # Transpose output -> the 2-D initializer (a tied embedding)
-        self.constants: dict[str, np.ndarray] = {}  # Constant node outputs (split sizes, reshape targets)
         self.kv_new: dict[str, tuple[int, str, str]] = {}  # past ++ new row (and its GQA repeats) -> (layer, key|value, new)
         self.lifted_splits: set[str] = set()
         self.causal_masks: dict[str, int] = {}  # causal attention masks (from attention_mask and positions) -> window
-        self.producer = {o: nd for nd in self.nodes for o in nd.output if o}
         self.grouped: dict[str, int] = {}  # tensor viewed as [.., heads, D] by a Reshape -> D (the flat vector is the same)
         self.found = dict(heads=0, kv_heads=0, head_dim=0, eps=None, theta=None, rotary=0, window=0, bias=False,
                           hidden=0, inter=0, vocab=0, table=None)
         self.unlifted: list[str] = []
         self.layer = 0
-        self.shape_values = None  # onnx_fold's evaluator of integer tensors computed from static dimensions
 
     # -- parameters
     def param(self, name: str, shape, loader) -> str:
@@ -86,16 +84,6 @@ class _Lifter:
     def cache_rtol(self, name: str) -> float:
         """How closely a RoPE cache's frequencies can be read: fp32 to 1e-4, fp16/bf16 caches to 5e-3."""
         return 1e-4 if self.inits.raw(name).dtype == np.float32 else 5e-3
-
-    def const(self, name: str):
-        """An integer constant: a Constant node's value or an integer initializer (shapes, split sizes)."""
-        if name in self.constants:
-            return self.constants[name]
-        if name in self.inits:
-            raw = self.inits.raw(name)
-            if np.issubdtype(raw.dtype, np.integer):
-                return raw
-        return None
 
     # -- one method per op
     def Transpose(self, n, a):
@@ -132,11 +120,6 @@ class _Lifter:
         if group:
             self.grouped[n.output[0]] = group
 
-    def Constant(self, n, a):
-        from onnx import numpy_helper
-        if "value" in a:
-            self.constants[n.output[0]] = numpy_helper.to_array(a["value"])
-
     def Split(self, n, a):
         if n.name not in self.lifted_splits:  # lifted with the MatMul it cuts, or not at all
             self.unlifted.append(_where(n))
@@ -147,9 +130,7 @@ class _Lifter:
         if n.input[0] in self.kv_new:  # the GQA repeat of past ++ new: attention reads the cache itself
             self.kv_new[n.output[0]] = self.kv_new[n.input[0]]
             return
-        shape = self.const(n.input[1])
-        if shape is None and self.shape_values is not None:  # computed from shapes (TorchScript exports)
-            shape = self.shape_values.ints(n.input[1])
+        shape = self.values.ints(n.input[1])  # a constant, or computed from shapes (TorchScript exports)
         if shape is None or len(shape) < 2 or shape[0] not in (0, 1, None) or shape[-1] is None or shape[-1] < -1 \
                 or shape[-1] == 0:
             return self.unlifted.append(_where(n) + " with a shape that is not [batch, .., last]")
@@ -417,11 +398,8 @@ class _Lifter:
                                               b=self.value[n.input[1]])
 
     def run(self, skip: set) -> None:
-        for n in self.nodes:  # constants first: a Split may come before the Constant holding its sizes
-            if n.op_type == "Constant":
-                self.Constant(n, _attrs(n))
         for n in self.nodes:
-            if n.name in skip or n.op_type == "Constant":
+            if n.name in skip or n.op_type == "Constant":  # constants: read through self.values
                 continue
             method = getattr(self, n.op_type, None) if (n.domain or "") in ("", MS) else None
             if method is None:
@@ -469,9 +447,8 @@ def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
     decomposed = {"Pow", "Softmax", "Neg"} & {n.op_type for n in g.node}  # worth a shape inference
     shapes = static_shapes(model) if decomposed else {}
     nodes, folded = fold_decompositions(list(g.node), inits, constants, set(outputs), shapes)
-    lift = _Lifter(model, inits, path, dtype or native, seq, nodes)
-    lift.shape_values = ShapeValues(nodes, inits, constants, shapes)
-    skip, lift.causal_masks = bookkeeping(nodes, set(outputs), lift.shape_values)
+    lift = _Lifter(model, inits, path, dtype or native, seq, ShapeValues(nodes, inits, constants, shapes))
+    skip, lift.causal_masks = bookkeeping(nodes, set(outputs), lift.values)
     lift.run(skip)
     if lift.unlifted:
         raise Unlifted(path, lift.unlifted)
