@@ -31,16 +31,16 @@ class PackedTensor:
     name: str
     sources: tuple[str, ...]  # params concatenated along dim 0; empty for a constant table
     shape: tuple[int, ...]
-    dtype: str  # bf16 | f16 | f32
+    dtype: str  # bf16 | f16 | f32 | i32
     offset: int
-    values: tuple[float, ...] = ()  # a constant table's contents (RoPE frequencies)
+    values: tuple[float, ...] = ()  # a constant table's contents (RoPE frequencies, the persistent schedule)
 
     @property
     def nbytes(self) -> int:
         n = 1
         for d in self.shape:
             n *= d
-        return n * (4 if self.dtype == "f32" else 2)
+        return n * (4 if self.dtype in ("f32", "i32") else 2)
 
 
 @dataclass

@@ -282,28 +282,32 @@ def header(model_name: str, dtype: str, prompt_len: int, new_tokens: int) -> dic
 
 
 def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, contexts: list[int], work_dir: str,
-              json_path: str | None = None, log=lambda m: print(m, file=sys.stderr, flush=True)) -> Report:
-    """Each context: kiec, then each peer, on the same weights; ceilings measured first, in this process."""
+              json_path: str | None = None, log=lambda m: print(m, file=sys.stderr, flush=True),
+              modes: tuple[str, ...] = ("graph",)) -> Report:
+    """Each context: kiec (each mode a MODEL is compiled in), then each peer, on the same weights; ceilings
+    measured first, in this process."""
     import kiec
 
     need = max(max(contexts), prompt_len) + new_tokens + 32
     if os.path.isdir(target):
-        artifact = target
         with open(os.path.join(target, "manifest.json")) as fh:
             man = json.load(fh)
+        artifacts = {man.get("mode", "graph"): target}
         model = kiec.load(man["source"], dtype="bf16", max_seq_len=man["max_seq_len"])
         if man["max_seq_len"] < need:
             raise kiec.KiecError(f"{target}: max_seq_len {man['max_seq_len']} < the {need} positions this bench needs")
     else:
         model = kiec.load(target, dtype="bf16", max_seq_len=need)
-        artifact = os.path.join(work_dir, model.name)
-        log(f"compiling {target} -> {artifact}")
-        kiec.compile(model, artifact)
+        artifacts = {}
+        for mode in modes:
+            artifacts[mode] = os.path.join(work_dir, model.name + ("" if mode == "graph" else f"-{mode}"))
+            log(f"compiling {target} -> {artifacts[mode]} ({mode} mode)")
+            kiec.compile(model, artifacts[mode], mode=mode)
     log("measuring the memory ceilings")
     ceil = measure_ceilings(work_dir)
     rep = Report(header(model.name, "bf16", prompt_len, new_tokens), ceil)
     try:
-        _time_contexts(rep, model, artifact, vs, prompt_len, new_tokens, contexts, need, log)
+        _time_contexts(rep, model, artifacts, vs, prompt_len, new_tokens, contexts, need, log)
     finally:
         _release()
     if json_path:
@@ -312,18 +316,20 @@ def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, cont
     return rep
 
 
-def _time_contexts(rep: Report, model, artifact, vs, prompt_len, new_tokens, contexts, need, log) -> None:
+def _time_contexts(rep: Report, model, artifacts: dict[str, str], vs, prompt_len, new_tokens, contexts, need,
+                   log) -> None:
     from kiec.summary import bytes_per_token
 
     ceil = rep.ceilings
     for ctx in contexts:
         nbytes = bytes_per_token(model.graph, context=max(ctx, prompt_len) + new_tokens // 2).read
-        log(f"context {ctx}: timing kiec")
-        stats, ttft = time_kiec(artifact, prompt_len, new_tokens, ctx)
-        rep.rows.append(Row("kiec (graph)", stats, nbytes, ceil["read_tbps"], ttft, ctx))
-        if ctx == contexts[0]:
+        for mode, artifact in artifacts.items():
+            log(f"context {ctx}: timing kiec ({mode})")
+            stats, ttft = time_kiec(artifact, prompt_len, new_tokens, ctx)
+            rep.rows.append(Row(f"kiec ({mode})", stats, nbytes, ceil["read_tbps"], ttft, ctx))
+        if ctx == contexts[0] and "graph" in artifacts:  # persistent mode is one launch: no kernels to time apart
             log(f"context {ctx}: timing each kernel")
-            rep.kernels = time_kernels(artifact, max(ctx, prompt_len))
+            rep.kernels = time_kernels(artifacts["graph"], max(ctx, prompt_len))
         for peer in vs:
             log(f"context {ctx}: timing {peer}")
             try:

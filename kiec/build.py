@@ -17,13 +17,14 @@ import numpy as np
 import torch
 
 from kiec.codegen.emit import INCLUDE_DIR, TEMPLATES, Sources, emit
+from kiec.codegen.persistent import emit_persistent
 from kiec.codegen.targets import TARGETS, target as target_params
 from kiec.errors import KiecError
 from kiec.ir.passes import pipeline
 from kiec.ir.passes.fuse import Unscheduled
 from kiec.model import Model
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 
 def _progress(msg: str) -> None:
@@ -52,7 +53,7 @@ def write_weights(model: Model, src: Sources, path: str, dtype: str) -> None:
         for t in src.weights:
             assert fh.tell() == t.offset, (t.name, fh.tell(), t.offset)
             if t.values:
-                data = np.asarray(t.values, dtype=np.float32).tobytes()
+                data = np.asarray(t.values, dtype=np.int32 if t.dtype == "i32" else np.float32).tobytes()
             else:
                 parts = [model.weights[s].to(tdt) for s in t.sources]
                 data = (parts[0] if len(parts) == 1 else torch.cat(parts)).contiguous().view(torch.int16).numpy().tobytes()
@@ -111,8 +112,8 @@ def make_manifest(model: Model, src: Sources, dtype: str, target: str, arch: str
 def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90", tp: int = 1,
             mode: str = "graph", dtype: str = "bf16", dump_ir: bool = False) -> str:
     """Build the artifact directory for `model`; returns its path."""
-    if mode != "graph":
-        raise KiecError(f"mode {mode!r} is not built yet (kiec builds graph mode)")
+    if mode not in ("graph", "persistent"):
+        raise KiecError(f"mode {mode!r}: kiec builds graph or persistent")
     if tp != 1:
         raise KiecError(f"tp={tp}: tensor parallel is not built yet (kiec builds tp=1)")
     if dtype not in ("bf16", "f16"):
@@ -130,7 +131,7 @@ def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90
             raise KiecError(f"{model.source}: {e}") from None
         header = f"kiec {model.name} {dtype} {arch} max_seq_len={model.max_seq_len} mode={mode} tp={tp}"
         try:
-            src = emit(program, dtype, model.max_seq_len, tp_, header)
+            src = (emit_persistent if mode == "persistent" else emit)(program, dtype, model.max_seq_len, tp_, header)
         except ValueError as e:
             raise KiecError(f"{model.source}: {e}") from None
         for name, text in src.files.items():

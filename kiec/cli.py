@@ -116,13 +116,10 @@ def run(artifact, prompt, prompt_ids, max_new_tokens, device, temperature, top_p
         if len(ids) + max_new_tokens > eng.max_seq_len:
             raise KiecError(f"prompt ({len(ids)} tokens) + --max-new-tokens {max_new_tokens} exceeds the artifact's "
                             f"max_seq_len {eng.max_seq_len}")
-        eos = set(eng.manifest.get("eos_token_ids") or [])
         out, t0 = [], time.perf_counter()
-        for t in eng.stream(ids, max_new_tokens, sampling):
+        for t in eng.stream(ids, max_new_tokens, sampling, stop_at_eos=True):
             out.append(t)
             click.echo(tok.decode([t]) if tok else f"{t},", nl=False)
-            if t in eos:
-                break
         dt = time.perf_counter() - t0
     except KiecError as e:
         raise click.ClickException(str(e)) from None
@@ -141,7 +138,9 @@ def run(artifact, prompt, prompt_ids, max_new_tokens, device, temperature, top_p
               help="Tokens already in the KV cache when timing starts; repeat for several (default: short and 8k).")
 @click.option("--json", "json_path", default=None, help="Also write the results to this JSON file.")
 @click.option("--work-dir", default="build/bench", show_default=True, help="Where a MODEL is compiled.")
-def bench(target, vs, prompt_len, new_tokens, contexts, json_path, work_dir):
+@click.option("--mode", "modes", default="graph", show_default=True,
+              help="Modes a MODEL is compiled in and timed side by side: graph, persistent or graph,persistent.")
+def bench(target, vs, prompt_len, new_tokens, contexts, json_path, work_dir, modes):
     """Side-by-side decode benchmark of an artifact DIR or a MODEL, with MBU against the measured ceiling."""
     from kiec.bench import format_table, run_bench
 
@@ -149,8 +148,11 @@ def bench(target, vs, prompt_len, new_tokens, contexts, json_path, work_dir):
     bad = [p for p in peers if p not in ("eager", "torch-compile")]
     if bad:
         raise click.UsageError(f"--vs: unknown peer {bad[0]!r} (eager, torch-compile)")
+    modes = tuple(m for m in modes.split(",") if m)
+    if not modes or any(m not in ("graph", "persistent") for m in modes):
+        raise click.UsageError(f"--mode {','.join(modes)!r}: give graph, persistent or both (comma-separated)")
     try:
-        rep = run_bench(target, peers, prompt_len, new_tokens, list(contexts), work_dir, json_path)
+        rep = run_bench(target, peers, prompt_len, new_tokens, list(contexts), work_dir, json_path, modes=modes)
     except KiecError as e:
         raise click.ClickException(str(e)) from None
     click.echo(format_table(rep))

@@ -39,7 +39,11 @@ class Engine:
         lib.kiec_time_steps.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
         lib.kiec_time_launches.restype = ctypes.c_float
         lib.kiec_time_launches.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int]
+        lib.kiec_configure.argtypes = [ctypes.c_void_p, ctypes.c_float, ctypes.c_float, ctypes.c_ulonglong,
+                                       ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+        lib.kiec_stop.argtypes = [ctypes.c_void_p]
         self._lib = lib
+        self.mode = self.manifest.get("mode", "graph")
         self.vocab_size = self.manifest["vocab_size"]
         self.max_seq_len = self.manifest["max_seq_len"]
         self._h = lib.kiec_create(os.path.join(artifact_dir, "weights.bin").encode(), device)
@@ -68,28 +72,45 @@ class Engine:
                                         logits.ctypes.data_as(ctypes.POINTER(ctypes.c_float))))
         return logits
 
-    def stream(self, prompt_ids: list[int], max_new_tokens: int = 256,
-               sampling: SamplingParams | None = None) -> Iterator[int]:
-        """Tokens as the GPU makes them. Greedy: every step is queued at once, none waits for the host.
-        Sampling (temperature > 0): each step's logits come back and the host draws (kiec.sampling), one
-        synchronization per token; the persistent kernel is to sample on the GPU."""
-        if sampling is not None and not sampling.greedy:
-            yield from self._sampled(prompt_ids, max_new_tokens, sampling)
+    def stream(self, prompt_ids: list[int], max_new_tokens: int = 256, sampling: SamplingParams | None = None,
+               stop_at_eos: bool = False) -> Iterator[int]:
+        """Tokens as the GPU makes them, none waiting for the host. Persistent mode chooses every token on the
+        device (argmax, or kiec.sampling's draw) and ends at EOS there; closing the iterator early stops the
+        kernel. Graph mode queues every greedy step at once; with sampling (temperature > 0) each step's logits
+        come back and the host draws, one synchronization per token."""
+        eos = list(self.manifest.get("eos_token_ids") or []) if stop_at_eos else []
+        if self.mode != "persistent" and sampling is not None and not sampling.greedy:
+            yield from self._sampled(prompt_ids, max_new_tokens, sampling, set(eos))
             return
+        if self.mode == "persistent":
+            s = sampling or SamplingParams()
+            self._check(self._lib.kiec_configure(self._h, s.temperature, s.top_p, s.seed,
+                                                 (ctypes.c_int * max(1, len(eos)))(*eos), len(eos)))
         arr = (ctypes.c_int * len(prompt_ids))(*prompt_ids)
         t0 = time.perf_counter()
         self._check(self._lib.kiec_launch(self._h, arr, len(prompt_ids), int(max_new_tokens)))
         out = self._lib.kiec_host_tokens(self._h)
         first = len(prompt_ids) - 1
-        for p in range(first, first + max_new_tokens):
-            while out[p] < 0:
-                pass
-            if p == first:
-                self.last_ttft_s = time.perf_counter() - t0
-            yield out[p]
-        self._check(self._lib.kiec_sync(self._h))
+        done = False
+        try:
+            for p in range(first, first + max_new_tokens):
+                while out[p] == -1:
+                    pass
+                if out[p] == -2:  # the device ended the generation (EOS)
+                    break
+                if p == first:
+                    self.last_ttft_s = time.perf_counter() - t0
+                yield out[p]
+                if out[p] in eos and self.mode != "persistent":
+                    break  # graph mode: the queued steps still run on
+            done = True
+        finally:
+            if not done:
+                self._lib.kiec_stop(self._h)
+            self._check(self._lib.kiec_sync(self._h))
 
-    def _sampled(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams) -> Iterator[int]:
+    def _sampled(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams,
+                 eos: set[int]) -> Iterator[int]:
         check_request(prompt_ids, max_new_tokens, self.max_seq_len)
         t0 = time.perf_counter()
         for pos, tok in enumerate(prompt_ids):
@@ -100,12 +121,14 @@ class Engine:
             if i == 0:
                 self.last_ttft_s = time.perf_counter() - t0
             yield nxt
+            if nxt in eos:
+                break
             if i < max_new_tokens - 1:
                 logits = self.step(nxt, pos + 1)
 
-    def generate(self, prompt_ids: list[int], max_new_tokens: int = 16,
-                 sampling: SamplingParams | None = None) -> list[int]:
-        return list(self.stream(prompt_ids, max_new_tokens, sampling))
+    def generate(self, prompt_ids: list[int], max_new_tokens: int = 16, sampling: SamplingParams | None = None,
+                 stop_at_eos: bool = False) -> list[int]:
+        return list(self.stream(prompt_ids, max_new_tokens, sampling, stop_at_eos))
 
     def time_launches(self, indices: list[int], reps: int = 20) -> float:
         """Milliseconds per pass of the given launches (indices into manifest["kernels"]), run back to back."""

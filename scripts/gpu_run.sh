@@ -32,6 +32,7 @@ if [ "$mode" = tests ]; then
   timeout 420 python3 -m pytest -q -x -s -m gpu tests/gpu -p no:cacheprovider ${TESTS:+-k "$TESTS"} 2>&1 | tee "$OUT/gpu_tests.log" \
     | grep -E "passed|failed|Error|error|assert|agreement|kiec:" | tail -30
 fi
+# MODES=graph,persistent: the modes kiec bench compiles and times (default graph)
 # VARIANTS="model v1 v2 ...": A/B of target-table variants (scripts/variants.py)
 if [ -n "${VARIANTS:-}" ]; then
   timeout 300 python3 scripts/variants.py $VARIANTS 2>&1 | grep -v "^\[kiec\]" | tee "$OUT/variants.log"
@@ -41,7 +42,7 @@ for spec in "$@"; do
   model=${spec%%:*}; ctx=(); [ "$spec" != "$model" ] && ctx=(--context "${spec##*:}")
   name=$(echo "$spec" | tr -c 'A-Za-z0-9.\n-' '_')
   echo "=== kiec bench $model ${ctx[*]}"
-  timeout 500 kiec bench "$model" "${ctx[@]}" --json "$OUT/bench_${name}.json" --work-dir /tmp/kiec_bench 2>&1 \
+  timeout 500 kiec bench "$model" "${ctx[@]}" ${MODES:+--mode $MODES} --json "$OUT/bench_${name}.json" --work-dir /tmp/kiec_bench 2>&1 \
     | grep -v "^\[kiec\] weights"
 done
 # PROFILE=model: per-kernel times of two decode steps of a model benched above (ncu, clocks left alone)

@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
   const int first = (int)prompt.size() - 1, last = first + max_new - 1;
   double t_first = 0;
   for (int p = first; p <= last; ++p) {
-    while (out[p] < 0) {}
+    while (out[p] == -1) {}
+    if (out[p] == -2) { printf("\n"); break; }  // the generation ended early (EOS)
     if (p == first) t_first = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     printf("%d%s", out[p], p == last ? "\n" : ",");
     fflush(stdout);

@@ -3,7 +3,9 @@ per-SM lists. An instruction waits on counters in global memory and bumps one wh
 only grow (token t waits for `tiles * (t + 1)`), so nothing is reset between tokens.
 
 A counter belongs to a phase: one per kernel, two for attention (its splits over the KV length, each
-writing a partial, then one combine per KV head), so that attention at long context spreads over the SMs.
+writing a partial, then one combine per KV head), so that attention at long context spreads over the SMs,
+and a last one, select, that picks the next token from the logits (argmax or a seeded draw), checks EOS and
+the length, and hands the token to the next step's embedding.
 
 Dependencies come from the dataflow, not from kernel order: an instruction waits for every kernel that
 wrote a value it reads (read after write) and for every kernel that still reads the buffer slot it is about
@@ -17,7 +19,8 @@ from dataclasses import dataclass, field
 from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Kernel, Program, kernel_io
 
 # One source of truth for the device: the header generator reads these.
-OPCODES = {"embed": 1, "gemv": 2, "attention": 3, "elementwise": 4, "combine": 5}
+OPCODES = {"embed": 1, "gemv": 2, "attention": 3, "elementwise": 4, "combine": 5, "select": 6}
+TOKEN = "@token"  # the pseudo-value select writes and the next step's embedding reads (the token id)
 
 
 @dataclass(frozen=True)
@@ -50,13 +53,16 @@ class Schedule:
 
 
 def phases(program: Program) -> list[tuple[int, str]]:
-    """(kernel, opcode) per counter, in execution order: attention has its splits and then its combine."""
+    """(kernel, opcode) per counter, in execution order: attention has its splits and then its combine;
+    select comes last (its kernel is the one that writes the logits)."""
     out = []
     for i, k in enumerate(program.kernels):
         if isinstance(k, AttentionKernel):
             out += [(i, "attention"), (i, "combine")]
         else:
             out.append((i, {EmbedKernel: "embed", GemvKernel: "gemv", ElementwiseKernel: "elementwise"}[type(k)]))
+    logits = program.graph.outputs[0]
+    out.append((next(i for i, k in enumerate(program.kernels) if kernel_io(k)[1][0][0] == logits), "select"))
     return out
 
 
@@ -78,17 +84,21 @@ def output_size(k: Kernel, program: Program) -> int:
 
 
 def reads_writes(k: Kernel, program: Program, opcode: str | None = None) -> tuple[set[str], set[str]]:
-    """Values (and KV state, and attention partials) a kernel's phase reads and writes. The embedding also
-    reads the previous token's logits (their argmax is its input once the prompt is consumed)."""
+    """Values (and KV state, and attention partials) a kernel's phase reads and writes. The embedding reads
+    the token select wrote (the previous step's choice once the prompt is consumed). Attention splits also
+    write the output: with one split in use (a short context) the split writes it and the combine has
+    nothing to do."""
+    if opcode == "select":
+        return {program.graph.outputs[0]}, {TOKEN}
     reads, writes = kernel_io(k)
     r, w = set(reads), {v for v, _, _ in writes}
     if isinstance(k, EmbedKernel):
-        r.add(program.graph.outputs[0])
+        r.add(TOKEN)
     if isinstance(k, AttentionKernel):
         if opcode == "combine":
             return {partials(k)}, w
         r.add(k.append.cache)
-        return r, {k.append.cache, partials(k)}
+        return r, {k.append.cache, partials(k), *w}
     return r, w
 
 
@@ -170,6 +180,8 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
         n = output_size(k, program)
         if opcode == "gemv":
             placed = gemv_shares(n, sms, sm)
+        elif opcode == "select":
+            placed = [(sm, 0, 1)]
         elif opcode == "attention":
             splits = sched.splits.setdefault(i, max(1, min(max_splits, sms // k.kv_heads)))
             placed = [((sm + t) % sms, g, g + 1) for t, g in enumerate(g for g in range(n) for _ in range(splits))]

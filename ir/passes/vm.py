@@ -14,7 +14,7 @@ import torch
 from kiec.sampling import SamplingParams, sample
 
 from .. import interp
-from .persistent import Instr, Schedule, reads_writes
+from .persistent import TOKEN, Instr, Schedule, reads_writes
 from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel
 from .simulate import attention_split, gemv_rows, merge_splits, split_rows
 
@@ -73,17 +73,10 @@ class VM:
     # -- instructions
     def execute(self, ins: Instr, token: int, prompt: list[int]) -> None:
         k = self.p.kernels[ins.kernel]
-        if isinstance(k, EmbedKernel):
-            if token < len(prompt):
-                tok = prompt[token]
-            else:  # the token the previous step predicts: its argmax, or the seeded draw (kiec.sampling)
-                last = self.p.graph.outputs[0]
-                logits = self.read(ins, token, last, self.p.graph.types[last].shape[0])
-                tok = sample(logits.numpy(), self.sampling, token - 1)
-                if ins.tile == 0:
-                    self.generated.append(tok)
-                    if tok in self.eos:  # the end: no SM starts a token past this one
-                        self.stop = token
+        if ins.opcode == "select":
+            self._select(ins, token, prompt)
+        elif isinstance(k, EmbedKernel):
+            tok = prompt[0] if token == 0 else self._token(ins, token)
             self.write(ins, token, k.out, ins.lo, self.w[k.table][tok][ins.lo:ins.hi].float())
         elif isinstance(k, GemvKernel):
             env = {k.x: self.read(ins, token, k.x, self.p.graph.types[k.x].shape[0])}
@@ -102,6 +95,28 @@ class VM:
             for op in k.ops:
                 local[op.out] = interp.IMPLS[type(op)](op, local.__getitem__)
             self.write(ins, token, k.out, ins.lo, local[k.out][ins.lo:ins.hi])
+
+    def _select(self, ins: Instr, token: int, prompt: list[int]) -> None:
+        """The token after this step: the prompt's next one, or the argmax or seeded draw (kiec.sampling) of
+        this step's logits; EOS ends the run (no SM starts a token past this one)."""
+        last = self.p.graph.outputs[0]
+        logits = self.read(ins, token, last, self.p.graph.types[last].shape[0])
+        if token + 1 < len(prompt):
+            tok = prompt[token + 1]
+        else:
+            tok = sample(logits.numpy(), self.sampling, token)
+            self.generated.append(tok)
+            if tok in self.eos:
+                self.stop = token + 1
+        self.tokens[token + 1] = (tok, ins.counter * 1_000_000 + token)
+
+    def _token(self, ins: Instr, token: int) -> int:
+        tok, stamp = self.tokens.get(token, (None, -1))
+        want = self.producer[TOKEN] * 1_000_000 + token - 1
+        if stamp != want:
+            raise ScheduleError(f"{ins.opcode} kernel {ins.kernel} tile {ins.tile} (token {token}) read the token "
+                                f"{'before select wrote it' if stamp < 0 else f'stamped {stamp}'}; the dataflow wants {want}")
+        return tok
 
     def _attention_split(self, ins: Instr, token: int, k: AttentionKernel) -> None:
         """KV head g = ins.lo, split s: its rows of the context (none when the context is too short for s);
@@ -149,6 +164,7 @@ class VM:
         "random" picks any ready SM."""
         rng = random.Random(seed)
         self.sampling, self.eos, self.stop, self.generated = sampling or SamplingParams(), set(eos), steps, []
+        self.tokens: dict[int, tuple[int, int]] = {}  # token index -> (id, stamp of the select that chose it)
         lists = self.s.lists
         pc = [0] * len(lists)
         tok = [0] * len(lists)

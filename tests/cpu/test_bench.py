@@ -1,5 +1,6 @@
 """kiec bench on the CPU side: statistics, the table and JSON, and the torch baseline's numerics."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -65,13 +66,13 @@ def test_run_bench_times_each_context_and_peer(tmp_path, monkeypatch):
     import kiec.bench as kb
 
     calls = []
-    monkeypatch.setattr(kiec, "compile", lambda model, out: calls.append(("compile", model.max_seq_len)) or out)
+    monkeypatch.setattr(kiec, "compile", lambda model, out, mode: calls.append(("compile", mode, model.max_seq_len)) or out)
     monkeypatch.setattr(kb, "measure_ceilings", lambda work_dir: dict(read_tbps=4.5, copy_tbps=4.2, read_gb=4.0))
     monkeypatch.setattr(kb, "header", lambda *a: dict(model="smollm2-135m", dtype="bf16", prompt_len=32,
                                                        new_tokens=64, gpu="-", driver="-", torch="-", commit="-"))
 
     def fake_kiec(art, prompt_len, new_tokens, ctx):
-        calls.append(("kiec", ctx))
+        calls.append(("kiec", os.path.basename(art), ctx))
         return Stats(1.0 + ctx / 8192, 0.9, 1.1), 25.0
 
     def fake_torch(model, compiled, prompt_len, new_tokens, ctx, need):
@@ -82,12 +83,17 @@ def test_run_bench_times_each_context_and_peer(tmp_path, monkeypatch):
     monkeypatch.setattr(kb, "time_kernels", lambda art, ctx: calls.append(("kernels", ctx)) or [])
     monkeypatch.setattr(kb, "time_torch", fake_torch)
     rep = kb.run_bench("smollm2-135m", ["eager", "torch-compile"], 32, 64, [0, 8192], str(tmp_path),
-                       json_path=str(tmp_path / "r.json"), log=lambda m: None)
-    assert calls == [("compile", 8192 + 64 + 32), ("kiec", 0), ("kernels", 32), ("eager", 0), ("torch-compile", 0),
-                     ("kiec", 8192), ("eager", 8192), ("torch-compile", 8192)]
+                       json_path=str(tmp_path / "r.json"), log=lambda m: None, modes=("graph", "persistent"))
+    need = 8192 + 64 + 32
+    assert calls == [("compile", "graph", need), ("compile", "persistent", need),
+                     ("kiec", "smollm2-135m", 0), ("kiec", "smollm2-135m-persistent", 0), ("kernels", 32),
+                     ("eager", 0), ("torch-compile", 0),
+                     ("kiec", "smollm2-135m", 8192), ("kiec", "smollm2-135m-persistent", 8192),
+                     ("eager", 8192), ("torch-compile", 8192)]
     rows = json.load(open(tmp_path / "r.json"))["rows"]
-    assert [r["context"] for r in rows] == [0, 0, 0, 8192, 8192, 8192]
-    assert rows[3]["bytes_per_token"] > rows[0]["bytes_per_token"]  # the 8k KV cache is counted
+    assert [r["context"] for r in rows] == [0] * 4 + [8192] * 4
+    assert [r["name"] for r in rows[:2]] == ["kiec (graph)", "kiec (persistent)"]
+    assert rows[4]["bytes_per_token"] > rows[0]["bytes_per_token"]  # the 8k KV cache is counted
     assert "context 8192" in format_table(rep)
 
 

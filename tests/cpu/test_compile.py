@@ -2,6 +2,7 @@
 failed or refused compile leaves nothing that looks complete."""
 import json
 import os
+import re
 import shutil
 import sys
 
@@ -142,3 +143,34 @@ def test_cached_tvm_kernels_compile_without_tvm_and_a_miss_is_named(tmp_path, mo
     with pytest.raises(kiec.KiecError, match=r"has no template and needs TVM .*/ew_n96_\w+_sm_90_v1.json is missing"):
         kiec.compile(model, str(tmp_path / "c"))
     assert not (tmp_path / "c").exists()
+
+
+def test_persistent_artifact_carries_its_schedule_in_the_weights(tmp_path):
+    from kiec.codegen.persistent_abi import pack_schedule
+    from kiec.codegen.persistent import _PersistentEmitter
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "qwen3")  # q/k norm: attention with its norms
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    art = kiec.compile(model, str(tmp_path / "art"), mode="persistent")
+    with open(os.path.join(art, "manifest.json")) as fh:
+        man = json.load(fh)
+    assert man["mode"] == "persistent" and sorted(os.listdir(os.path.join(art, "src"))) == ["model.cu", "persistent_abi.h"]
+    e = _PersistentEmitter(pipeline.run(model.graph), "bf16", model.max_seq_len, target("sm_90"))
+    blob, starts = pack_schedule(e.sched)
+    entry = {w["name"]: w for w in man["weights"]}
+    data = np.fromfile(os.path.join(art, "weights.bin"), dtype=np.uint8)
+    at = entry["persistent.instructions"]["offset"]
+    assert data[at:at + len(blob)].tobytes() == blob  # the lists the kernel runs are the scheduler's
+    at = entry["persistent.starts"]["offset"]
+    assert data[at:at + 4 * (len(starts) + 1)].view(np.int32).tolist() == starts + [sum(len(x) for x in e.sched.lists)]
+    with open(os.path.join(art, "src", "model.cu")) as fh:
+        text = fh.read()
+    assert len(re.findall(r"case \d+: return", text)) == len(e.p.kernels) and "kiec::select_tile" in text and "kiec::combine_tile" in text
+
+
+def test_persistent_mode_refuses_what_it_has_no_device_code_for(tmp_path):
+    make_tiny_hf(tmp_path / "hf", "llama-gelu")  # a TVM-generated elementwise chain
+    with pytest.raises(kiec.KiecError, match=r"L0\.\S+ \(Activation.*\): persistent mode has no device code"):
+        kiec.compile(kiec.load(str(tmp_path / "hf")), str(tmp_path / "art"), mode="persistent")
+    assert not os.path.exists(tmp_path / "art")

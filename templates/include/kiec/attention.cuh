@@ -42,50 +42,56 @@ __device__ __forceinline__ void head_rmsnorm(float* v, const T* w, float eps, fl
   __syncwarp();
 }
 
-template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
-          int MIN_KEYS>
-__global__ void __launch_bounds__(WARPS * 32)
-attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_seq, const float* __restrict__ inv_freq,
-                 const T* __restrict__ q_norm_w, const T* __restrict__ k_norm_w, float norm_eps, float scale,
-                 float softcap, int window, float* part_o, float* part_ml, unsigned int* counters, float* out,
-                 StepState* st) {
+// Shared memory of one attention block: its group's queries, the new key, and each warp's softmax state and output.
+template <int HEAD_DIM, int GROUP, int WARPS>
+struct AttentionSmem {
+  float qs[GROUP][HEAD_DIM];
+  float kn[HEAD_DIM];
+  float wm[WARPS][GROUP], wl[WARPS][GROUP];
+  float wo[WARPS][GROUP][HEAD_DIM];
+};
+
+// The rows [lo, hi) split `split` takes at `pos`, and how many splits are in use (simulate.split_rows): each takes
+// at least MIN_KEYS rows, so a short context is one block per KV head and a long one spreads over all SPLITS.
+template <int SPLITS, int MIN_KEYS>
+__device__ __forceinline__ void split_range(int pos, int window, int split, int& lo, int& hi, int& active) {
+  const int start = window > 0 ? max(0, pos + 1 - window) : 0, n = pos + 1 - start;
+  const int chunk = max(MIN_KEYS, (n + SPLITS - 1) / SPLITS);
+  active = (n + chunk - 1) / chunk;
+  lo = start + split * chunk;
+  hi = min(lo + chunk, pos + 1);
+}
+
+// KV head g's GROUP query heads over cache rows [lo, hi): q normed, rotated and scaled; the block holding row pos
+// writes the new k (normed, rotated) and v there first. Leaves each warp's (m, l, o) in sm.
+template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U>
+__device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,
+                                                int kv_heads, int max_seq, const float* inv_freq, const T* q_norm_w,
+                                                const T* k_norm_w, float norm_eps, float scale, float softcap, int g,
+                                                int pos, int lo, int hi) {
   constexpr int LPK = HEAD_DIM / 8, KPW = 32 / LPK;
   static_assert(HEAD_DIM % 8 == 0 && 32 % LPK == 0, "head_dim must be 64 or 128 (or another divisor layout)");
-  __shared__ float qs[GROUP][HEAD_DIM];
-  __shared__ float kn[HEAD_DIM];
-  __shared__ float wm[WARPS][GROUP], wl[WARPS][GROUP];
-  __shared__ float wo[WARPS][GROUP][HEAD_DIM];
-  __shared__ int last;
-  pdl_launch_dependents();
-  pdl_wait();
-  const int g = blockIdx.x, split = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int pos = st->pos, nq = kv_heads * GROUP;
-  // Splits in use grow with the context: each takes at least MIN_KEYS rows, so a short context is one block per
-  // KV head that writes its output directly, and a long one spreads over all SPLITS. The rest exit at once.
-  const int start = window > 0 ? max(0, pos + 1 - window) : 0, n = pos + 1 - start;
-  const int chunk = max(MIN_KEYS, (n + SPLITS - 1) / SPLITS), active = (n + chunk - 1) / chunk;
-  if (split >= active) return;
-  const int lo = start + split * chunk, hi = min(lo + chunk, pos + 1);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nq = kv_heads * GROUP;
   T* kc = cache + (size_t)g * max_seq * HEAD_DIM;               // K rows of this KV head
   T* vc = cache + ((size_t)kv_heads + g) * max_seq * HEAD_DIM;  // V rows
 
   // q of this group: norm, rotate, scale
-  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) qs[i / HEAD_DIM][i % HEAD_DIM] = qkv[g * GROUP * HEAD_DIM + i];
+  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) sm.qs[i / HEAD_DIM][i % HEAD_DIM] = qkv[g * GROUP * HEAD_DIM + i];
   const bool owns_pos = hi == pos + 1;  // the last active split holds row pos
   if (owns_pos)
-    for (int i = threadIdx.x; i < HEAD_DIM; i += WARPS * 32) kn[i] = qkv[(nq + g) * HEAD_DIM + i];
+    for (int i = threadIdx.x; i < HEAD_DIM; i += WARPS * 32) sm.kn[i] = qkv[(nq + g) * HEAD_DIM + i];
   __syncthreads();
   if (QK_NORM) {
-    for (int h = warp; h < GROUP; h += WARPS) head_rmsnorm<T, HEAD_DIM>(qs[h], q_norm_w, norm_eps, nullptr);
-    if (owns_pos && warp == WARPS - 1) head_rmsnorm<T, HEAD_DIM>(kn, k_norm_w, norm_eps, nullptr);
+    for (int h = warp; h < GROUP; h += WARPS) head_rmsnorm<T, HEAD_DIM>(sm.qs[h], q_norm_w, norm_eps, nullptr);
+    if (owns_pos && warp == WARPS - 1) head_rmsnorm<T, HEAD_DIM>(sm.kn, k_norm_w, norm_eps, nullptr);
     __syncthreads();
   }
-  rope_inplace<ROTARY, INTERLEAVED>(&qs[0][0], GROUP, HEAD_DIM, inv_freq, pos, threadIdx.x, WARPS * 32);
-  if (owns_pos) rope_inplace<ROTARY, INTERLEAVED>(kn, 1, HEAD_DIM, inv_freq, pos, threadIdx.x, WARPS * 32);
+  rope_inplace<ROTARY, INTERLEAVED>(&sm.qs[0][0], GROUP, HEAD_DIM, inv_freq, pos, threadIdx.x, WARPS * 32);
+  if (owns_pos) rope_inplace<ROTARY, INTERLEAVED>(sm.kn, 1, HEAD_DIM, inv_freq, pos, threadIdx.x, WARPS * 32);
   __syncthreads();
   if (owns_pos) {
     for (int i = threadIdx.x; i < HEAD_DIM; i += WARPS * 32) {
-      kc[(size_t)pos * HEAD_DIM + i] = from_float<T>(kn[i]);
+      kc[(size_t)pos * HEAD_DIM + i] = from_float<T>(sm.kn[i]);
       vc[(size_t)pos * HEAD_DIM + i] = from_float<T>(qkv[(nq + kv_heads + g) * HEAD_DIM + i]);
     }
   }
@@ -99,7 +105,7 @@ attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_
     l[h] = 0.f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      q[h][i] = qs[h][part * 8 + i] * scale;
+      q[h][i] = sm.qs[h][part * 8 + i] * scale;
       acc[h][i] = 0.f;
     }
   }
@@ -183,24 +189,30 @@ attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_
   if (lane < LPK) {
 #pragma unroll
     for (int h = 0; h < GROUP; ++h) {
-      if (lane == 0) { wm[warp][h] = m[h]; wl[warp][h] = l[h]; }
+      if (lane == 0) { sm.wm[warp][h] = m[h]; sm.wl[warp][h] = l[h]; }
 #pragma unroll
-      for (int i = 0; i < 8; ++i) wo[warp][h][part * 8 + i] = acc[h][i];
+      for (int i = 0; i < 8; ++i) sm.wo[warp][h][part * 8 + i] = acc[h][i];
     }
   }
   __syncthreads();
-  // merge the warps; one split in use writes the output, several write this split's partial
+}
+
+// Merge the warps of a slice: with one split in use the block writes the output, with several its partial
+// (o not yet divided by l, and m, l per head) at slot (g, split).
+template <int HEAD_DIM, int GROUP, int WARPS, int SPLITS>
+__device__ __forceinline__ void attention_store(const AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, int g, int split,
+                                                int active, float* part_o, float* part_ml, float* out) {
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) {
     const int h = i / HEAD_DIM, d = i % HEAD_DIM;
     float mx = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, wm[w][h]);
+    for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, sm.wm[w][h]);
     float lsum = 0.f, o = 0.f;
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) {
-      const float c = mx == -INFINITY ? 0.f : __expf(wm[w][h] - mx);
-      lsum += wl[w][h] * c;
-      o += wo[w][h][d] * c;
+      const float c = mx == -INFINITY ? 0.f : __expf(sm.wm[w][h] - mx);
+      lsum += sm.wl[w][h] * c;
+      o += sm.wo[w][h][d] * c;
     }
     if (active == 1) {
       out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
@@ -210,15 +222,12 @@ attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_
     part_o[slot * HEAD_DIM + d] = o;
     if (d == 0) { part_ml[slot * 2] = mx; part_ml[slot * 2 + 1] = lsum; }
   }
-  if (active == 1) return;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&counters[g], 1u) == (unsigned)active - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  // the last block of KV head g merges the partials of its GROUP heads in one pass (loads independent of the math)
-  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) {
+}
+
+// KV head g's output from the partials of its `active` splits, in one pass (loads independent of the math).
+template <int HEAD_DIM, int GROUP, int SPLITS>
+__device__ __forceinline__ void attention_combine(int g, int active, const float* part_o, const float* part_ml, float* out) {
+  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += blockDim.x) {
     const int h = i / HEAD_DIM, d = i % HEAD_DIM;
     float mx = -INFINITY, lsum = 0.f, o = 0.f;
 #pragma unroll 8
@@ -234,6 +243,36 @@ attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_
     }
     out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
   }
+}
+
+// Graph mode: grid (kv_heads, SPLITS); block (g, s) takes slice s of KV head g, and the last block of each KV
+// head to finish combines (a counter per KV head, reset for the next layer).
+template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
+          int MIN_KEYS>
+__global__ void __launch_bounds__(WARPS * 32)
+attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_seq, const float* __restrict__ inv_freq,
+                 const T* __restrict__ q_norm_w, const T* __restrict__ k_norm_w, float norm_eps, float scale,
+                 float softcap, int window, float* part_o, float* part_ml, unsigned int* counters, float* out,
+                 StepState* st) {
+  __shared__ AttentionSmem<HEAD_DIM, GROUP, WARPS> sm;
+  __shared__ int last;
+  pdl_launch_dependents();
+  pdl_wait();
+  const int g = blockIdx.x, split = blockIdx.y, pos = st->pos;
+  int lo, hi, active;
+  split_range<SPLITS, MIN_KEYS>(pos, window, split, lo, hi, active);
+  if (split >= active) return;  // the context is too short for this split
+  attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U>(
+      sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, pos, lo, hi);
+  attention_store<HEAD_DIM, GROUP, WARPS, SPLITS>(sm, g, split, active, part_o, part_ml, out);
+  if (active == 1) return;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&counters[g], 1u) == (unsigned)active - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  attention_combine<HEAD_DIM, GROUP, SPLITS>(g, active, part_o, part_ml, out);
   if (threadIdx.x == 0) counters[g] = 0;  // ready for the next layer
 }
 

@@ -1,5 +1,6 @@
-// Host side of a compiled model: the C ABI that libkiec_model.so exports. The generated model.cu defines
-// the model's constants and enqueue_step() (its kernel launches), then includes this file.
+// Host side of a compiled model: the C ABI that libkiec_model.so exports. The generated model.cu defines the
+// model's constants, then includes this file, then defines the mode's three hooks declared below (graph mode:
+// a captured CUDA graph replayed per position; persistent mode: one cooperative launch per generation).
 #pragma once
 #include <cuda_runtime.h>
 #include <stdarg.h>
@@ -23,7 +24,15 @@ struct Ctx {
   int* tokens = nullptr;     // device: prompt, then the generated tokens fed back
   int* host_tokens = nullptr;  // mapped pinned: the token produced at each position
   int* host_tokens_dev = nullptr;
+  int* host_stop = nullptr;  // mapped pinned: set by kiec_stop, read by the persistent kernel
+  int* host_stop_dev = nullptr;
+  // how a generation chooses its tokens and ends (kiec_configure); graph mode chooses greedily on the device
+  float temperature = 0.f, top_p = 1.f;
+  unsigned long long seed = 0;
+  int n_eos = 0;
+  int eos[8] = {};
   cudaGraphExec_t graph = nullptr;
+  void* mode = nullptr;  // the mode's own device state
 };
 
 static thread_local std::string g_error;
@@ -65,15 +74,18 @@ static float timed(cudaStream_t s, F enqueue) {
 
 }  // namespace kiec
 
-static void enqueue_step(kiec::Ctx* c, cudaStream_t s);
-static int configure_kernels();
+// The mode's hooks. setup: after the weights are loaded; run: enqueue the steps at positions [p0, p0 + n) on
+// c->stream, tokens[p0] (and the prompt's) already in place, st->pos == p0; teardown: free what setup made.
+static int mode_setup(kiec::Ctx* c);
+static int mode_run(kiec::Ctx* c, int p0, int n, int n_prompt);
+static void mode_teardown(kiec::Ctx* c);
 static int n_launches();
 static void run_launch(kiec::Ctx* c, int i, cudaStream_t s);
 
 extern "C" {
 
 const char* kiec_last_error() { return kiec::g_error.c_str(); }
-int kiec_abi_version() { return 1; }
+int kiec_abi_version() { return 2; }
 long long kiec_weight_bytes() { return KIEC_WEIGHT_BYTES; }
 int kiec_max_seq_len() { return KIEC_MAX_SEQ; }
 int kiec_vocab_size() { return KIEC_VOCAB; }
@@ -140,17 +152,14 @@ void* kiec_create(const char* weights_path, int device) {
   TRY(cudaMalloc(&c->tokens, (KIEC_MAX_SEQ + 1) * sizeof(int)));
   TRY(cudaHostAlloc(&c->host_tokens, (KIEC_MAX_SEQ + 1) * sizeof(int), cudaHostAllocMapped));
   TRY(cudaHostGetDevicePointer(&c->host_tokens_dev, c->host_tokens, 0));
+  TRY(cudaHostAlloc(&c->host_stop, sizeof(int), cudaHostAllocMapped));
+  TRY(cudaHostGetDevicePointer(&c->host_stop_dev, c->host_stop, 0));
+  *c->host_stop = 0;
   if (bad(load_weights(c, weights_path))) return nullptr;
   // Poison: NaN activations and KV cache, so that a read of anything not yet written shows.
   TRY(cudaMemset(c->arena, 0xff, KIEC_ARENA_FLOATS * sizeof(float)));
   TRY(cudaMemset(c->kv, 0xff, KIEC_KV_BYTES));
-  if (configure_kernels()) { fail("cudaFuncSetAttribute failed for a kernel (shared memory above the device limit?)"); bad(-1); return nullptr; }
-  cudaGraph_t g;
-  TRY(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
-  enqueue_step(c, c->stream);
-  TRY(cudaStreamEndCapture(c->stream, &g));
-  TRY(cudaGraphInstantiate(&c->graph, g, 0));
-  cudaGraphDestroy(g);
+  if (bad(mode_setup(c))) return nullptr;
 #undef TRY
   return c;
 }
@@ -158,16 +167,43 @@ void* kiec_create(const char* weights_path, int device) {
 void kiec_destroy(void* h) {
   kiec::Ctx* c = static_cast<kiec::Ctx*>(h);
   if (!c) return;
-  if (c->graph) cudaGraphExecDestroy(c->graph);
+  mode_teardown(c);
   cudaFree(c->weights); cudaFree(c->arena); cudaFree(c->kv); cudaFree(c->counters); cudaFree(c->st);
   cudaFree(c->tokens);
   if (c->host_tokens) cudaFreeHost(c->host_tokens);
+  if (c->host_stop) cudaFreeHost(c->host_stop);
   if (c->stream) cudaStreamDestroy(c->stream);
   delete c;
 }
 
-// Queue n_prompt + max_new - 1 replays of the step; returns at once. The token made at position p
-// appears in kiec_host_tokens(h)[p] (initialized to -1) as soon as its step ends.
+// How the next generations choose tokens and end: temperature 0 is greedy; otherwise top-p sampling with the
+// seed (kiec/sampling.py); a generation ends after any of eos[0 .. n_eos). Persistent mode does all of it on the
+// device; graph mode is greedy only (kiec.Engine samples on the host) and leaves EOS to the caller.
+int kiec_configure(void* h, float temperature, float top_p, unsigned long long seed, const int* eos, int n_eos) {
+  using namespace kiec;
+  Ctx* c = static_cast<Ctx*>(h);
+  if (!(temperature >= 0.f) || temperature > 1e30f) return fail("temperature %g must be a finite number >= 0", temperature);
+  if (!(top_p > 0.f && top_p <= 1.f)) return fail("top_p %g must be in (0, 1]", top_p);
+  if (n_eos < 0 || n_eos > 8) return fail("%d EOS ids: at most 8", n_eos);
+  if (temperature > 0.f && !KIEC_DEVICE_SAMPLING)
+    return fail("this graph-mode artifact chooses tokens greedily on the device; sample on the host from kiec_step's "
+                "logits (kiec.Engine does), or compile with --mode persistent");
+  for (int i = 0; i < n_eos; ++i)
+    if (eos[i] < 0 || eos[i] >= KIEC_VOCAB) return fail("EOS id %d is out of range [0, %d)", eos[i], KIEC_VOCAB);
+  c->temperature = temperature;
+  c->top_p = top_p;
+  c->seed = seed;
+  c->n_eos = n_eos;
+  for (int i = 0; i < n_eos; ++i) c->eos[i] = eos[i];
+  return 0;
+}
+
+// Ask the running generation to end after the token it is on (persistent mode; graph mode runs its queue out).
+void kiec_stop(void* h) { *(volatile int*)static_cast<kiec::Ctx*>(h)->host_stop = 1; }
+
+// Start a generation of max_new tokens after the prompt; returns at once. The token made at position p appears
+// in kiec_host_tokens(h)[p] (initialized to -1) as soon as its step ends; -2 after the last one when the
+// generation ended early (EOS or kiec_stop).
 int kiec_launch(void* h, const int* prompt, int n_prompt, int max_new) {
   using namespace kiec;
   Ctx* c = static_cast<Ctx*>(h);
@@ -182,8 +218,7 @@ int kiec_launch(void* h, const int* prompt, int n_prompt, int max_new) {
   StepState s = {0, n_prompt, n_prompt + max_new - 1, 0, 0ull};
   KIEC_CHECK(cudaMemcpyAsync(c->tokens, prompt, n_prompt * sizeof(int), cudaMemcpyHostToDevice, c->stream));
   KIEC_CHECK(cudaMemcpyAsync(c->st, &s, sizeof s, cudaMemcpyHostToDevice, c->stream));
-  for (int i = 0; i < n_prompt + max_new - 1; ++i) KIEC_CHECK(cudaGraphLaunch(c->graph, c->stream));
-  return 0;
+  return mode_run(c, 0, n_prompt + max_new - 1, n_prompt);
 }
 
 volatile int* kiec_host_tokens(void* h) { return static_cast<kiec::Ctx*>(h)->host_tokens; }
@@ -204,14 +239,15 @@ int kiec_step(void* h, int token, int pos, float* logits) {
   StepState s = {pos, pos + 1, pos + 1, 0, 0ull};
   KIEC_CHECK(cudaMemcpyAsync(c->tokens + pos, &token, sizeof(int), cudaMemcpyHostToDevice, c->stream));
   KIEC_CHECK(cudaMemcpyAsync(c->st, &s, sizeof s, cudaMemcpyHostToDevice, c->stream));
-  KIEC_CHECK(cudaGraphLaunch(c->graph, c->stream));
+  if (mode_run(c, pos, 1, pos + 1)) return -1;
   if (logits)
     KIEC_CHECK(cudaMemcpyAsync(logits, c->arena + KIEC_LOGITS_OFFSET, KIEC_VOCAB * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
   KIEC_CHECK(cudaStreamSynchronize(c->stream));
   return 0;
 }
 
-// Time `steps` replays of the step graph (after `warmup`), positions continuing from `pos`; ms per step.
+// Time `steps` decode steps (after `warmup`), positions continuing from `pos`; ms per step. Each step feeds its
+// token to the next (no prompt).
 float kiec_time_steps(void* h, int pos, int warmup, int steps) {
   using namespace kiec;
   Ctx* c = static_cast<Ctx*>(h);
@@ -220,9 +256,12 @@ float kiec_time_steps(void* h, int pos, int warmup, int steps) {
   const int token = 0;  // the first step's input; later ones feed back
   cudaMemcpyAsync(c->tokens + pos, &token, sizeof token, cudaMemcpyHostToDevice, c->stream);
   cudaMemcpyAsync(c->st, &s, sizeof s, cudaMemcpyHostToDevice, c->stream);
-  for (int i = 0; i < warmup; ++i) cudaGraphLaunch(c->graph, c->stream);
-  const float ms = timed(c->stream, [&] { for (int i = 0; i < steps; ++i) cudaGraphLaunch(c->graph, c->stream); });
-  return ms < 0 ? ms : ms / steps;
+  if (warmup && mode_run(c, pos, warmup, 0)) return -1.f;
+  s.pos = pos + warmup;
+  cudaMemcpyAsync(c->st, &s, sizeof s, cudaMemcpyHostToDevice, c->stream);
+  int rc = 0;
+  const float ms = timed(c->stream, [&] { rc = mode_run(c, pos + warmup, steps, 0); });
+  return rc ? -1.f : ms < 0 ? ms : ms / steps;
 }
 
 // Milliseconds per pass of the launches idx[0..n) run back to back (no graph), `reps` passes after one

@@ -1,0 +1,88 @@
+"""Persistent mode (one kernel runs whole generations) on the GPU: logits within DESIGN.md's error budget of
+the interpreter, the same greedy tokens as graph mode, the device's draw equal to kiec.sampling's over its own
+logits, and generations that end at EOS or when the host stops them."""
+import numpy as np
+import pytest
+
+import kiec
+from kiec.sampling import SamplingParams, sample
+from tests.gpu.test_engine import budget_check, check_against_interpreter
+from tests.tiny_hf import make_tiny_hf
+
+pytestmark = pytest.mark.gpu
+
+FAMILIES = ["llama", "qwen2", "qwen3", "mistral"]
+
+
+def compile_tiny(tmp_path, family, mode="persistent", **overrides):
+    make_tiny_hf(tmp_path / "hf", family, **overrides)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=overrides.get("max_position_embeddings", 256))
+    return model, kiec.compile(model, str(tmp_path / mode), mode=mode)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_persistent_logits_within_budget_and_greedy_tokens_equal_graph_mode(tmp_path, family):
+    model, art = compile_tiny(tmp_path, family)
+    eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
+    budget_check(ours, r32, r16, f"{family} persistent: logits over 24 positions")
+    graph = kiec.Engine(kiec.compile(model, str(tmp_path / "graph")))
+    prompt = tokens[:5]
+    assert eng.generate(prompt, 40) == graph.generate(prompt, 40)
+
+
+@pytest.mark.parametrize("family,window", [("llama", None), ("mistral", 200)])
+def test_persistent_long_context_within_budget(tmp_path, family, window):
+    extra = {"sliding_window": window} if window else {}
+    model, art = compile_tiny(tmp_path, family, max_position_embeddings=1024, **extra)
+    _, ours, r32, r16, _ = check_against_interpreter(model, art, positions=600)
+    budget_check(ours, r32, r16, f"{family} persistent (window {window}): logits over 600 positions")
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 0.9), (0.7, 1.0), (60.0, 0.5)])
+def test_device_draw_is_kiec_sampling_over_its_own_logits(tmp_path, temperature, top_p):
+    # vocabulary 4096: at temperature 60 the distribution is flat, more than 1,024 tokens are candidates and
+    # the kernel finds top-p's threshold by bisection instead of sorting in shared memory
+    model, art = compile_tiny(tmp_path, "llama", vocab_size=4096)
+    eng = kiec.Engine(art)
+    prompt, params = [3, 1, 4, 1, 5], SamplingParams(temperature, top_p, seed=11)
+    got = eng.generate(prompt, 24, sampling=params)
+    assert got == eng.generate(prompt, 24, sampling=params)
+    seq = list(prompt)
+    for pos in range(len(prompt) + 23):
+        logits = eng.step(seq[pos], pos)
+        if pos >= len(prompt) - 1:
+            seq.append(sample(logits, params, pos))
+            if seq[-1] != got[len(seq) - len(prompt) - 1]:
+                break
+    assert seq[len(prompt):] == got
+    assert eng.generate(prompt, 24, sampling=SamplingParams(temperature, top_p, seed=12)) != got
+
+
+def test_generation_ends_at_eos_and_when_the_host_stops_it(tmp_path):
+    model, art = compile_tiny(tmp_path, "qwen3", max_position_embeddings=4096)
+    eng = kiec.Engine(art)
+    prompt = [7, 7, 2]
+    free = eng.generate(prompt, 30)
+    eos = free[9]
+    eng.manifest["eos_token_ids"] = [eos]
+    assert eng.generate(prompt, 30, stop_at_eos=True) == free[:free.index(eos) + 1]
+    # the host stops a long generation after 3 tokens: the kernel ends within a few tokens, later ones never come
+    it = eng.stream(prompt, 3000)
+    first = [next(it) for _ in range(3)]
+    it.close()
+    out = eng._lib.kiec_host_tokens(eng._h)
+    made = [out[p] for p in range(len(prompt) - 1, len(prompt) + 2999)]
+    assert first == free[:3]
+    assert -2 in made and made.index(-2) < 1000 and set(made[made.index(-2) + 1:]) <= {-1}
+    assert eng.generate(prompt, 30) == free  # the next generation starts clean
+
+
+def test_smollm2_persistent_greedy_tokens_equal_graph_mode(tmp_path):
+    from tests.smollm2 import smollm2_gguf
+    model = kiec.load(smollm2_gguf(), dtype="bf16")
+    persistent = kiec.Engine(kiec.compile(model, str(tmp_path / "p"), mode="persistent"))
+    graph = kiec.Engine(kiec.compile(model, str(tmp_path / "g")))
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        prompt = rng.integers(0, model.config.vocab_size, size=16).tolist()
+        assert persistent.generate(prompt, 64) == graph.generate(prompt, 64)
