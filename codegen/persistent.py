@@ -1,8 +1,9 @@
 """Persistent mode: the whole program as one kernel (templates/include/kiec/persistent.cuh).
 
-The scheduler's per-SM instruction lists travel in weights.bin (the instruction format is persistent_abi's);
-the generated source holds what the device cannot look up cheaply: one dispatch case per fused kernel, each a
-call of a tile function with the kernel's constants and the offsets of its weights and buffers.
+The scheduler's per-SM instruction lists and one descriptor per fused kernel (its weight and buffer offsets and
+scalars) travel in weights.bin, in persistent_abi's formats. The generated source holds one dispatch case per
+distinct tile function (its compile-time constants): every case is inlined into the kernel, and a few bodies fit
+the register file where one per layer did not (ptxas spilled the weight registers of calls between them).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKern
 from .buffers import plan_buffers
 from .emit import CTYPES, EPILOGUES, Sources, _Emitter
 from .persistent_abi import header as abi_header
-from .persistent_abi import pack_schedule
+from .persistent_abi import pack_kernel, pack_schedule
 from .targets import TargetParams
 
 CAND = 1024  # sampling candidates the select tile sorts in shared memory (persistent.cuh)
@@ -38,7 +39,8 @@ class _PersistentEmitter(_Emitter):
         assert all(self.sched.splits[i] == self.sched_splits[k.name] for i, k in enumerate(program.kernels)
                    if isinstance(k, AttentionKernel))
         self.warps = t.persist_warps
-        self.cases: list[str] = []
+        self.cases: list[str] = []  # one per distinct tile function (spec)
+        self.descs: list[bytes] = []  # one per kernel
         self.smem = (32 + 2 * CAND) * 4  # select
 
     def attn_keys(self, group: int) -> int:
@@ -46,13 +48,22 @@ class _PersistentEmitter(_Emitter):
         within the 128 registers a thread of a 512-thread block has)."""
         return max(1, self.t.attn_unroll(group) * self.t.attn_warps // self.warps)
 
+    def _case(self, body: str, **desc) -> None:
+        if body not in self.cases:
+            self.cases.append(body)
+        self.descs.append(pack_kernel(self.cases.index(body), **desc))
+
+    def _w(self, name: str | None) -> int:
+        return -1 if name is None else self.lay.add(name, (name,))
+
     def _rows(self, i: int) -> int:
         """The most outputs one instruction of kernel i computes."""
         return max((ins.hi - ins.lo) for lst in self.sched.lists for ins in lst if ins.kernel == i)
 
     def embed(self, k: EmbedKernel) -> None:
         vocab, dim = self.g.params[k.table].type.shape
-        self.cases.append(f"kiec::embed_tile<T>(u, (const T*){self.lay.param(k.table)}, {dim}, {vocab}, {self.buf(k.out)})")
+        self._case("kiec::embed_tile<T>(u, (const T*)W(d.w[0]), d.n, d.m, A(d.a[0]))", n=dim, m=vocab,
+                   w=(self._w(k.table),), a=(self.arena[k.out],))
         self.src.kernels.append(dict(name=k.name, family="embed", bytes=dim * self.esize * 2))
 
     def gemv(self, k: GemvKernel) -> None:
@@ -61,18 +72,16 @@ class _PersistentEmitter(_Emitter):
         i = self.p.kernels.index(k)
         packed = "+".join(k.weights)
         w_off = self.lay.add(packed, k.weights)
-        b_ptr = f"(const T*)W({self.lay.add(packed + '.bias', k.biases)})" if k.biases else "nullptr"
-        norm_w = f"(const T*){self.lay.param(k.norm.weight)}" if k.norm else "nullptr"
-        eps = f"{k.norm.eps!r}f" if k.norm else "0.f"
+        b_off = self.lay.add(packed + ".bias", k.biases) if k.biases else -1
         silu = k.epilogue == "silu_mul"
         chunks = min(self.t.persist_chunks, -(-k.k // 8 // 32))
-        call = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
-                f"{'true' if k.biases else 'false'}, {chunks}>(u, (const T*)W({w_off}), {b_ptr}, {self.buf(k.x)}, "
-                f"{norm_w}, {eps}, {self.buf(k.out)}, {k.n_out}, {self.t.persist_prefetch_bytes}u, smem)")
+        body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
+                f"{'true' if k.biases else 'false'}, {chunks}>(u, (const T*)W(d.w[0]), (const T*)WN(d.w[1]), A(d.a[0]), "
+                f"(const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, {self.t.persist_prefetch_bytes}u, smem)")
         if k.epilogue == "argmax":
-            call = (f"u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, {self.buf(k.out)}, {k.n_out}, smem) : "
-                    + call)
-        self.cases.append(call)
+            body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
+        self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
+                   a=(self.arena[k.x], self.arena[k.out]))
         rows, segs = self._rows(i), -(-k.k // 8 // (32 * chunks))
         self.smem = max(self.smem, (k.k + (2 * rows if silu else rows + 1) * segs + self.warps) * 4)
         self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * (2 if silu else 1) * k.k * self.esize))
@@ -87,17 +96,17 @@ class _PersistentEmitter(_Emitter):
         freqs = f"rope.{r.rotary_dim}.{r.theta!r}.{r.scaling}.{r.factor!r}.{r.low_freq_factor!r}." \
                 f"{r.high_freq_factor!r}.{r.original_max_pos}"
         f_off = self.lay.add(freqs, (), (r.rotary_dim // 2,), "f32", tuple(r.inv_freq()))
-        qn = f"(const T*){self.lay.param(k.q_norm.weight)}" if k.q_norm else "nullptr"
-        kn = f"(const T*){self.lay.param(k.k_norm.weight)}" if k.k_norm else "nullptr"
-        eps = f"{k.q_norm.eps!r}f" if k.q_norm else "0.f"
-        po, pml = f"A({self.arena[partials(k) + '.o']})", f"A({self.arena[partials(k) + '.ml']})"
         tmpl = (f"T, {k.head_dim}, {group}, {r.rotary_dim}, {'true' if r.interleaved else 'false'}, "
                 f"{'true' if k.q_norm else 'false'}, {self.warps}, {splits}, {self.attn_keys(group)}, {t.attn_min_keys}")
-        self.cases.append(
-            f"u.ins->opcode == kiec::OP_COMBINE ? kiec::combine_tile<{k.head_dim}, {group}, {splits}, {t.attn_min_keys}>"
-            f"(u, {a.window}, {po}, {pml}, {self.buf(a.out)}) : kiec::attention_tile<{tmpl}>(u, {self.buf(k.qkv)}, "
-            f"(T*)KV({self.kv_offset[k.append.cache]}), {k.kv_heads}, {self.seq}, F({f_off}), {qn}, {kn}, {eps}, "
-            f"{a.scale!r}f, {a.softcap!r}f, {a.window}, {po}, {pml}, {self.buf(a.out)}, smem)")
+        self._case(f"u.ins->opcode == kiec::OP_COMBINE ? kiec::combine_tile<{k.head_dim}, {group}, {splits}, "
+                   f"{t.attn_min_keys}>(u, d.window, A(d.a[1]), A(d.a[2]), A(d.a[3])) : kiec::attention_tile<{tmpl}>(u, "
+                   f"A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), (const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, "
+                   f"d.scale, d.softcap, d.window, A(d.a[1]), A(d.a[2]), A(d.a[3]), smem)",
+                   n=k.kv_heads, m=self.seq, window=a.window, eps=k.q_norm.eps if k.q_norm else 0.0, scale=a.scale,
+                   softcap=a.softcap, w=(self.kv_offset[k.append.cache], f_off, self._w(k.q_norm and k.q_norm.weight),
+                                         self._w(k.k_norm and k.k_norm.weight)),
+                   a=(self.arena[k.qkv], self.arena[partials(k) + ".o"], self.arena[partials(k) + ".ml"],
+                      self.arena[a.out]))
         self.smem = max(self.smem, (group * k.head_dim + k.head_dim + 2 * self.warps * group
                                     + self.warps * group * k.head_dim) * 4)
         self.src.kernels.append(dict(name=k.name, family="attention", cache=a.cache,
@@ -114,6 +123,9 @@ class _PersistentEmitter(_Emitter):
         instr_off = self.lay.add("persistent.instructions", (), (len(words),), "i32", words)
         starts_off = self.lay.add("persistent.starts", (), (len(starts) + 1,), "i32",
                                   tuple(starts) + (sum(len(x) for x in self.sched.lists),))
+        descs = b"".join(self.descs)
+        kernels_off = self.lay.add("persistent.kernels", (), (len(descs) // 4,), "i32",
+                                   struct.unpack(f"<{len(descs) // 4}i", descs))
         if self.smem > SMEM_LIMIT:
             raise ValueError(f"the persistent kernel needs {self.smem} bytes of shared memory, a block has {SMEM_LIMIT}")
         src, lay = self.src, self.lay
@@ -124,7 +136,7 @@ class _PersistentEmitter(_Emitter):
             header=header, ctype=self.ctype, cases=self.cases, weight_bytes=lay.size, kv_bytes=self.kv_bytes,
             arena_floats=self.arena_floats, logits_offset=self.arena[self.g.outputs[0]], max_seq=self.seq, vocab=vocab,
             arch_number=int(self.t.arch.split("_")[1]), sms=self.sched.sms, phases=len(self.sched.phases),
-            threads=self.warps * 32, smem=self.smem, instr_off=instr_off, starts_off=starts_off,
+            threads=self.warps * 32, smem=self.smem, instr_off=instr_off, starts_off=starts_off, kernels_off=kernels_off,
             instructions=sum(len(x) for x in self.sched.lists))
         return src
 

@@ -12,6 +12,13 @@ WAIT_FIELDS = [("counter", "uint16_t", "H"), ("previous", "uint16_t", "H"), ("ti
 INSTR_FIELDS = [("opcode", "uint16_t", "H"), ("n_waits", "uint16_t", "H"), ("kernel", "uint32_t", "I"),
                 ("tile", "uint32_t", "I"), ("lo", "int32_t", "i"), ("hi", "int32_t", "i"),
                 ("counter", "uint32_t", "I")]  # the phase counter it bumps
+# A kernel's operands, one entry per fused kernel: `spec` picks the tile function (one inlined body per distinct
+# template instantiation keeps the kernel within the register file), the rest are its offsets and scalars.
+# w: byte offsets into the weights (or the KV cache), -1 for none; a: float offsets into the arena.
+KERNEL_FIELDS = [("spec", "int32_t", "i"), ("n", "int32_t", "i"), ("m", "int32_t", "i"), ("window", "int32_t", "i"),
+                 ("eps", "float", "f"), ("scale", "float", "f"), ("softcap", "float", "f"), ("pad", "int32_t", "i"),
+                 ("w", "int64_t", "4q"), ("a", "int64_t", "4q")]
+KERNEL_FORMAT = "<" + "".join(c for _, _, c in KERNEL_FIELDS)
 WAIT_FORMAT = "<" + "".join(c for _, _, c in WAIT_FIELDS)
 INSTR_FORMAT = "<" + "".join(c for _, _, c in INSTR_FIELDS) + WAIT_FORMAT[1:] * MAX_WAITS
 
@@ -24,9 +31,12 @@ def header() -> str:
     lines += [f"  {ctype} {name};" for name, ctype, _ in WAIT_FIELDS]
     lines += ["};", "", "struct Instr {"]
     lines += [f"  {ctype} {name};" for name, ctype, _ in INSTR_FIELDS]
-    lines += ["  Wait waits[MAX_WAITS];", "};", ""]
+    lines += ["  Wait waits[MAX_WAITS];", "};", "", "struct KernelDesc {"]
+    lines += [f"  {ctype} {name}{'[' + code[:-1] + ']' if len(code) > 1 else ''};" for name, ctype, code in KERNEL_FIELDS]
+    lines += ["};", ""]
     lines += [f"static_assert(sizeof(Wait) == {struct.calcsize(WAIT_FORMAT)}, \"Wait layout\");",
-              f"static_assert(sizeof(Instr) == {struct.calcsize(INSTR_FORMAT)}, \"Instr layout\");", "",
+              f"static_assert(sizeof(Instr) == {struct.calcsize(INSTR_FORMAT)}, \"Instr layout\");",
+              f"static_assert(sizeof(KernelDesc) == {struct.calcsize(KERNEL_FORMAT)}, \"KernelDesc layout\");", "",
               "}  // namespace kiec", ""]
     return "\n".join(lines)
 
@@ -48,3 +58,9 @@ def pack_schedule(sched: Schedule) -> tuple[bytes, list[int]]:
         starts.append(sum(len(b) for b in blobs) // struct.calcsize(INSTR_FORMAT))
         blobs.append(b"".join(pack(i) for i in lst))
     return b"".join(blobs), starts
+
+
+def pack_kernel(spec: int, n: int = 0, m: int = 0, window: int = 0, eps: float = 0.0, scale: float = 0.0,
+                softcap: float = 0.0, w: tuple[int, ...] = (), a: tuple[int, ...] = ()) -> bytes:
+    w, a = tuple(w) + (-1,) * (4 - len(w)), tuple(a) + (-1,) * (4 - len(a))
+    return struct.pack(KERNEL_FORMAT, spec, n, m, window, eps, scale, softcap, 0, *w, *a)

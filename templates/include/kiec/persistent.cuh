@@ -6,8 +6,10 @@
 // nothing is reset between tokens. Weights never depend on activations: a GEMV tile asks for its share's first
 // bytes (into L2, and a first batch into registers) before it waits, so the memory keeps streaming across waits.
 //
-// The generated model source defines the instruction format (persistent_abi.h, from codegen/persistent_abi.py)
-// and a Model::run(Turn, smem) that dispatches an instruction to the tile functions below.
+// The generated model source defines the instruction and kernel-descriptor formats (persistent_abi.h, from
+// codegen/persistent_abi.py) and a Model::run(Turn, smem) that dispatches an instruction to the tile functions
+// below. They are inlined into the kernel: a call between separately compiled functions made ptxas spill the
+// weight registers the GEMV keeps in flight.
 #pragma once
 #include "attention.cuh"
 #include "common.cuh"
@@ -22,6 +24,7 @@ constexpr int MAX_EOS = 8;
 struct PersistentArgs {
   const Instr* instrs;        // every SM's list, back to back
   const int* starts;          // SM i runs instrs[starts[i] .. starts[i + 1])
+  const KernelDesc* kernels;  // per fused kernel: which tile function, its operands
   unsigned int* counters;     // one per phase, zero at launch
   const char* weights;
   float* arena;
@@ -90,7 +93,7 @@ __device__ __forceinline__ void prefetch_bulk_l2(const void* p, unsigned bytes) 
 // ---- tiles: each waits, computes rows [ins.lo, ins.hi) of its kernel, and signals; false when stopped
 
 template <typename T>
-__device__ __noinline__ bool embed_tile(Turn u, const T* table, int dim, int vocab, float* x) {
+__device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int vocab, float* x) {
   if (!wait_inputs(u)) return false;
   const int token = min(max(*(volatile int*)(u.a->tokens + u.pos), 0), vocab - 1);
   for (int i = u.ins->lo + threadIdx.x; i < u.ins->hi; i += blockDim.x) x[i] = to_float<T>(table[(size_t)token * dim + i]);
@@ -103,7 +106,7 @@ __device__ __noinline__ bool embed_tile(Turn u, const T* table, int dim, int voc
 // block's 16 warps keep 2 x U x 16 B per lane in flight between them. Segment sums meet in shared memory and are added in
 // segment order, so a run's result does not depend on which warp finished first.
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int U>
-__device__ __noinline__ bool gemv_tile(Turn u, const T* W, const T* bias, float* x, const T* norm_w, float eps, float* y,
+__device__ __forceinline__ bool gemv_tile(Turn u, const T* W, const T* bias, float* x, const T* norm_w, float eps, float* y,
                                        int n_out, unsigned prefetch_bytes, float* smem) {
   static_assert(K % 8 == 0, "K must be a multiple of 8 (16-byte loads)");
   constexpr int CHUNKS = K / 8, SEG = 32 * U, SEGS = (CHUNKS + SEG - 1) / SEG;
@@ -227,7 +230,7 @@ __device__ __noinline__ bool gemv_tile(Turn u, const T* W, const T* bias, float*
 // in use, as the output). Splits the context is too short for only signal.
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS>
-__device__ __noinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
+__device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
                                             float* out, float* smem) {
@@ -247,7 +250,7 @@ __device__ __noinline__ bool attention_tile(Turn u, const float* qkv, T* cache, 
 
 // KV head ins.lo: merge its splits' partials (nothing to do when one split wrote the output).
 template <int HEAD_DIM, int GROUP, int SPLITS, int MIN_KEYS>
-__device__ __noinline__ bool combine_tile(Turn u, int window, const float* part_o, const float* part_ml, float* out) {
+__device__ __forceinline__ bool combine_tile(Turn u, int window, const float* part_o, const float* part_ml, float* out) {
   if (!wait_inputs(u)) return false;
   int lo, hi, active;
   split_range<SPLITS, MIN_KEYS>(u.pos, window, 0, lo, hi, active);
@@ -299,7 +302,7 @@ __device__ __forceinline__ float kept_mass_above(const float* logits, int vocab,
   return block_sum(s, red);
 }
 
-__device__ __noinline__ int sample_block(const float* logits, int vocab, float mx, const PersistentArgs& a, int pos,
+__device__ __forceinline__ int sample_block(const float* logits, int vocab, float mx, const PersistentArgs& a, int pos,
                                          float* smem) {
   float* red = smem;                          // 32
   float* cand_e = smem + 32;                  // CAND
@@ -403,7 +406,7 @@ __device__ __noinline__ int sample_block(const float* logits, int vocab, float m
 
 // The token after the step at `pos`: the prompt's next token, or the argmax / the draw; EOS and the host's stop
 // end the generation. Publishes the token to the host.
-__device__ __noinline__ bool select_tile(Turn u, const float* logits, int vocab, float* smem) {
+__device__ __forceinline__ bool select_tile(Turn u, const float* logits, int vocab, float* smem) {
   if (!wait_inputs(u)) return false;
   const PersistentArgs& a = *u.a;
   const unsigned long long key = *(volatile unsigned long long*)(a.argmax + u.pos);
