@@ -164,9 +164,15 @@ def test_persistent_artifact_carries_its_schedule_in_the_weights(tmp_path):
     assert data[at:at + len(blob)].tobytes() == blob  # the lists the kernel runs are the scheduler's
     at = entry["persistent.starts"]["offset"]
     assert data[at:at + 4 * (len(starts) + 1)].view(np.int32).tolist() == starts + [sum(len(x) for x in e.sched.lists)]
+    for k in e.p.kernels:  # the descriptors the kernel reads are the emitter's, one per fused kernel
+        getattr(e, {"EmbedKernel": "embed", "GemvKernel": "gemv", "AttentionKernel": "attention"}[type(k).__name__])(k)
+    at, descs = entry["persistent.kernels"]["offset"], b"".join(e.descs)
+    assert len(e.descs) == len(e.p.kernels) and data[at:at + len(descs)].tobytes() == descs
     with open(os.path.join(art, "src", "model.cu")) as fh:
         text = fh.read()
-    assert len(re.findall(r"case \d+: return", text)) == len(e.p.kernels) and "kiec::select_tile" in text and "kiec::combine_tile" in text
+    # one inlined body per distinct tile function: the two layers share theirs
+    assert len(re.findall(r"case \d+: return", text)) == len(e.cases) == 7  # embed, 4 GEMVs, attention, LM head
+    assert "kiec::select_tile" in text and "kiec::combine_tile" in text
 
 
 def test_persistent_mode_refuses_what_it_has_no_device_code_for(tmp_path):
