@@ -49,6 +49,7 @@ class Sources:
     weights: list[PackedTensor] = field(default_factory=list)
     weight_bytes: int = 0
     kernels: list[dict] = field(default_factory=list)  # per launch: name, family, spec, bytes moved
+    manifest: dict = field(default_factory=dict)  # what the mode adds to manifest.json
 
 
 class _Layout:

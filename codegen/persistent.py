@@ -132,6 +132,9 @@ class _PersistentEmitter(_Emitter):
         src.weights, src.weight_bytes = list(lay.entries.values()), lay.size
         vocab = next(k.n_out for k in self.p.kernels if getattr(k, "epilogue", "") == "argmax")
         src.files["persistent_abi.h"] = abi_header()
+        # the instruction table's order, for reading kiec_trace's timestamps: [sm, opcode, kernel] each
+        src.manifest = dict(sms=self.sched.sms, instructions=sum(len(x) for x in self.sched.lists),
+                            schedule=[[sm, ins.opcode, ins.kernel] for sm, lst in enumerate(self.sched.lists) for ins in lst])
         src.files["model.cu"] = self.env.get_template("persistent.cu.j2").render(
             header=header, ctype=self.ctype, cases=self.cases, weight_bytes=lay.size, kv_bytes=self.kv_bytes,
             arena_floats=self.arena_floats, logits_offset=self.arena[self.g.outputs[0]], max_seq=self.seq, vocab=vocab,

@@ -100,7 +100,7 @@ def make_manifest(model: Model, src: Sources, dtype: str, target: str, arch: str
         abi=ABI_VERSION, model=model.name, source=model.source, dtype=dtype, target=target, arch=arch, tp=tp,
         mode=mode, max_seq_len=model.max_seq_len, vocab_size=model.config.vocab_size,
         eos_token_ids=list(model.config.eos_token_ids), bos_token_id=model.config.bos_token_id,
-        weight_bytes=src.weight_bytes, kernels=src.kernels,
+        weight_bytes=src.weight_bytes, kernels=src.kernels, **src.manifest,
         weights=[dict(name=t.name, sources=list(t.sources), shape=list(t.shape), dtype=t.dtype, offset=t.offset)
                  for t in src.weights],
         tokenizer=None if model.tokenizer is None else dict(

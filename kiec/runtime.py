@@ -42,6 +42,7 @@ class Engine:
         lib.kiec_configure.argtypes = [ctypes.c_void_p, ctypes.c_float, ctypes.c_float, ctypes.c_ulonglong,
                                        ctypes.POINTER(ctypes.c_int), ctypes.c_int]
         lib.kiec_stop.argtypes = [ctypes.c_void_p]
+        lib.kiec_trace.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_ulonglong)]
         self._lib = lib
         self.mode = self.manifest.get("mode", "graph")
         self.vocab_size = self.manifest["vocab_size"]
@@ -137,6 +138,16 @@ class Engine:
         if ms < 0:
             raise KiecError(self._error())
         return ms
+
+    def trace(self, pos: int, steps: int = 4) -> np.ndarray:
+        """Persistent mode: in-kernel timestamps of the decode step at `pos` (run as the second of `steps` steps
+        from pos - 1): [instructions, 3] ns (start, inputs ready, done), in the artifact's instruction order."""
+        n = self.manifest["instructions"]
+        self._check(self._lib.kiec_trace(self._h, pos, None))
+        self.time_steps(pos - 1, steps, warmup=0)
+        out = np.zeros((n, 3), dtype=np.uint64)
+        self._check(self._lib.kiec_trace(self._h, -1, out.ctypes.data_as(ctypes.POINTER(ctypes.c_ulonglong))))
+        return out
 
     def time_steps(self, pos: int, steps: int, warmup: int = 8) -> float:
         """Milliseconds per decode step (graph replays timed with CUDA events), starting at `pos`."""

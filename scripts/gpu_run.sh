@@ -45,6 +45,10 @@ for spec in "$@"; do
   timeout 500 kiec bench "$model" "${ctx[@]}" ${MODES:+--mode $MODES} --json "$OUT/bench_${name}.json" --work-dir /tmp/kiec_bench 2>&1 \
     | grep -v "^\[kiec\] weights"
 done
+# TRACE=model: where one persistent token's time goes (in-kernel timestamps; a model benched with MODES=...persistent)
+if [ -n "${TRACE:-}" ]; then
+  timeout 120 python3 scripts/trace_summary.py /tmp/kiec_bench/$TRACE-persistent 2>&1 | tee "$OUT/trace_$TRACE.txt"
+fi
 # PROFILE=model: per-kernel times of two decode steps of a model benched above (ncu, clocks left alone)
 if [ -n "${PROFILE:-}" ]; then
   art=/tmp/kiec_bench/$PROFILE; ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)

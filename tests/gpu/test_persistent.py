@@ -86,3 +86,12 @@ def test_smollm2_persistent_greedy_tokens_equal_graph_mode(tmp_path):
     for _ in range(4):
         prompt = rng.integers(0, model.config.vocab_size, size=16).tolist()
         assert persistent.generate(prompt, 64) == graph.generate(prompt, 64)
+
+
+def test_trace_times_every_instruction_of_one_step(tmp_path):
+    model, art = compile_tiny(tmp_path, "qwen3")
+    eng = kiec.Engine(art)
+    ts = eng.trace(10).astype(np.int64)
+    assert ts.shape == (eng.manifest["instructions"], 3)
+    assert (ts[:, 0] > 0).all() and (ts[:, 1] >= ts[:, 0]).all() and (ts[:, 2] >= ts[:, 1]).all()
+    assert ts[:, 2].max() - ts[:, 0].min() < 10_000_000  # one step, not a whole run: under 10 ms

@@ -39,6 +39,8 @@ struct PersistentArgs {
   unsigned long long seed;
   int n_eos;                  // stop after any of eos[0 .. n_eos) is chosen (0: never)
   int eos[MAX_EOS];
+  unsigned long long* trace;  // null, or 3 timestamps (ns) per instruction at position trace_pos: start, inputs
+  int trace_pos;              // ready, done
 };
 
 // One instruction on one token.
@@ -47,6 +49,16 @@ struct Turn {
   int t, pos;  // token index in this launch, and its position
   const PersistentArgs* a;
 };
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ void trace(const Turn& u, int what) {
+  if (u.a->trace && u.pos == u.a->trace_pos && threadIdx.x == 0) u.a->trace[(u.ins - u.a->instrs) * 3 + what] = global_ns();
+}
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
@@ -69,6 +81,7 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u) {
     }
     go = ok;
   }
+  trace(u, 1);
   __syncthreads();
   return go;
 }
@@ -80,6 +93,7 @@ __device__ __forceinline__ void signal_done(const Turn& u) {
     __threadfence();
     atomicAdd(u.a->counters + u.ins->counter, 1u);
   }
+  trace(u, 2);
 }
 
 // Ask L2 for `bytes` from p (16-byte aligned) in one instruction: the copy engine streams it while this SM waits.
@@ -445,8 +459,11 @@ __global__ void __launch_bounds__(THREADS, 1) persistent_kernel(PersistentArgs a
     if (threadIdx.x == 0) stopped = *(volatile int*)a.stop_pos <= pos;
     __syncthreads();
     if (stopped) return;
-    for (int i = begin; i < end; ++i)
-      if (!Model::run(Turn{a.instrs + i, t, pos, &a}, smem)) return;
+    for (int i = begin; i < end; ++i) {
+      const Turn u{a.instrs + i, t, pos, &a};
+      trace(u, 0);
+      if (!Model::run(u, smem)) return;
+    }
   }
 }
 
