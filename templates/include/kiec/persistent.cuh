@@ -115,31 +115,63 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
   return true;
 }
 
-// Outputs [lo, hi) of y = epilogue(W . prologue(x)). Work items are (row pair, K segment): a warp loads U
-// 16-byte chunks per lane of each of the pair's two weight rows (for SiLU-mul: a gate row and its up row); the
-// block's 16 warps keep 2 x U x 16 B per lane in flight between them. Segment sums meet in shared memory and are added in
-// segment order, so a run's result does not depend on which warp finished first.
-template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int U>
-__device__ __forceinline__ bool gemv_tile(Turn u, const T* W, const T* bias, float* x, const T* norm_w, float eps, float* y,
-                                       int n_out, unsigned prefetch_bytes, float* smem) {
+// The GEMV's work items: (row pair, K segment of 32 x U 16-byte chunks). Pair p of outputs [lo, hi) is rows
+// (lo + 2p, lo + 2p + 1), or for SiLU-mul output lo + p's gate row and its up row n_out rows below.
+template <typename T, int K, int EPI, int U>
+struct GemvItems {
+  static constexpr int CHUNKS = K / 8, SEG = 32 * U, SEGS = (CHUNKS + SEG - 1) / SEG;
+  static constexpr bool SILU = EPI == EPI_SILU_MUL;
+  const T* W;
+  int lo, hi, n_out, items;
+  __device__ __forceinline__ GemvItems(const T* W_, int lo_, int hi_, int n_out_) : W(W_), lo(lo_), hi(hi_), n_out(n_out_) {
+    items = (SILU ? hi - lo : (hi - lo + 1) / 2) * SEGS;
+  }
+  __device__ __forceinline__ const T* row(int p, int r) const {
+    const int o = SILU ? lo + p + (r ? n_out : 0) : min(lo + 2 * p + r, hi - 1);  // a tail's copy is discarded
+    return W + (size_t)o * K;
+  }
+  // Ask L2 for an item's two row segments (one bulk prefetch each): memory streams at the rate these are
+  // issued, not at the rate a warp's registers free up.
+  __device__ __forceinline__ void prefetch(int item) const {
+    if (item >= items) return;
+    const int p = item / SEGS, s = item % SEGS;
+    const unsigned bytes = min(SEG, CHUNKS - s * SEG) * 16;
+    prefetch_bulk_l2(row(p, 0) + s * SEG * 8, bytes);
+    prefetch_bulk_l2(row(p, 1) + s * SEG * 8, bytes);
+  }
+};
+
+// Lane 0 of each warp asks L2 for the warp's first AHEAD items of a GEMV tile (before the tile waits, and once
+// already while the instruction before it runs).
+template <typename T, int K, int WARPS, int EPI, int U, int AHEAD>
+__device__ __forceinline__ void gemv_prefetch(const Instr* ins, const T* W, int n_out) {
+  if ((threadIdx.x & 31) != 0) return;
+  const GemvItems<T, K, EPI, U> g(W, ins->lo, ins->hi, n_out);
+  for (int j = 0; j < AHEAD; ++j) g.prefetch((threadIdx.x >> 5) + j * WARPS);
+}
+
+// Outputs [lo, hi) of y = epilogue(W . prologue(x)). A warp loads U 16-byte chunks per lane of each of an item's
+// two weight rows; the block's warps keep 2 x U x 16 B per lane in flight between them, and each keeps AHEAD
+// items ahead of its loads requested from L2. Segment sums meet in shared memory and are added in segment
+// order, so a run's result does not depend on which warp finished first.
+template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int U, int AHEAD>
+__device__ __forceinline__ bool gemv_tile(Turn u, const T* W, const T* bias, float* x, const T* norm_w, float eps,
+                                          float* y, int n_out, float* smem) {
   static_assert(K % 8 == 0, "K must be a multiple of 8 (16-byte loads)");
-  constexpr int CHUNKS = K / 8, SEG = 32 * U, SEGS = (CHUNKS + SEG - 1) / SEG;
-  constexpr bool SILU = EPI == EPI_SILU_MUL;
-  const int lo = u.ins->lo, hi = u.ins->hi, outs = hi - lo;
-  const int pairs = SILU ? outs : (outs + 1) / 2, items = pairs * SEGS;
+  using Items = GemvItems<T, K, EPI, U>;
+  constexpr int CHUNKS = Items::CHUNKS, SEG = Items::SEG, SEGS = Items::SEGS;
+  constexpr bool SILU = Items::SILU;
+  const Items g(W, u.ins->lo, u.ins->hi, n_out);
+  const int lo = g.lo, outs = g.hi - g.lo, pairs = SILU ? outs : (outs + 1) / 2, items = g.items;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float* xs = smem;                 // K: the prologue's output
   float* acc = smem + K;            // [2 * pairs][SEGS]: each row's segment sums
   float* red = acc + 2 * pairs * SEGS;  // WARPS
-  auto row = [&](int p, int r) {
-    const int o = SILU ? lo + p + (r ? n_out : 0) : min(lo + 2 * p + r, hi - 1);  // a tail's copy is discarded
-    return W + (size_t)o * K;
-  };
   auto load = [&](int item, uint4 (&raw)[2][U]) {
     const int p = item / SEGS, s = item % SEGS;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const T* w = row(p, r);
+      const T* w = g.row(p, r);
 #pragma unroll
       for (int v = 0; v < U; ++v) {
         const int c = s * SEG + v * 32 + lane;
@@ -148,16 +180,8 @@ __device__ __forceinline__ bool gemv_tile(Turn u, const T* W, const T* bias, flo
     }
   };
 
-  // Before waiting: the share's first bytes into L2, and this warp's first item into registers.
-  if (threadIdx.x == 0 && prefetch_bytes) {
-    const unsigned share = (unsigned)outs * K * sizeof(T);
-    if (SILU) {
-      prefetch_bulk_l2(W + (size_t)lo * K, min(share, prefetch_bytes / 2));
-      prefetch_bulk_l2(W + (size_t)(lo + n_out) * K, min(share, prefetch_bytes / 2));
-    } else {
-      prefetch_bulk_l2(W + (size_t)lo * K, min(share, prefetch_bytes));
-    }
-  }
+  // Before waiting: this warp's first items asked of L2, and the first one loaded into registers.
+  gemv_prefetch<T, K, WARPS, EPI, U, AHEAD>(u.ins, W, n_out);
   uint4 cur[2][U];
   int item = warp;
   if (item < items) load(item, cur);
@@ -176,6 +200,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, const T* W, const T* bias, flo
   __syncthreads();
 
   for (; item < items; item += WARPS) {
+    if (lane == 0) g.prefetch(item + AHEAD * WARPS);
     if (item != warp) load(item, cur);  // the first came before the wait
     const int p = item / SEGS, s = item % SEGS;
     float a0 = 0.f, a1 = 0.f;
@@ -462,6 +487,7 @@ __global__ void __launch_bounds__(THREADS, 1) persistent_kernel(PersistentArgs a
     for (int i = begin; i < end; ++i) {
       const Turn u{a.instrs + i, t, pos, &a};
       trace(u, 0);
+      Model::prefetch(a.instrs + (i + 1 < end ? i + 1 : begin), a);  // the next one's weights, across this one
       if (!Model::run(u, smem)) return;
     }
   }
