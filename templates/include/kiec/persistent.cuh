@@ -115,77 +115,64 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
   return true;
 }
 
-// The GEMV's work items: (row pair, K segment of 32 x U 16-byte chunks). Pair p of outputs [lo, hi) is rows
-// (lo + 2p, lo + 2p + 1), or for SiLU-mul output lo + p's gate row and its up row n_out rows below.
-template <typename T, int K, int EPI, int U>
-struct GemvItems {
-  static constexpr int CHUNKS = K / 8, SEG = 32 * U, SEGS = (CHUNKS + SEG - 1) / SEG;
-  static constexpr bool SILU = EPI == EPI_SILU_MUL;
-  const T* W;
-  int lo, hi, n_out, items;
-  __device__ __forceinline__ GemvItems(const T* W_, int lo_, int hi_, int n_out_) : W(W_), lo(lo_), hi(hi_), n_out(n_out_) {
-    items = (SILU ? hi - lo : (hi - lo + 1) / 2) * SEGS;
-  }
-  __device__ __forceinline__ const T* row(int p, int r) const {
-    const int o = SILU ? lo + p + (r ? n_out : 0) : min(lo + 2 * p + r, hi - 1);  // a tail's copy is discarded
-    return W + (size_t)o * K;
-  }
-  // Ask L2 for an item's two row segments (one bulk prefetch each): memory streams at the rate these are
-  // issued, not at the rate a warp's registers free up.
-  __device__ __forceinline__ void prefetch(int item) const {
-    if (item >= items) return;
-    const int p = item / SEGS, s = item % SEGS;
-    const unsigned bytes = min(SEG, CHUNKS - s * SEG) * 16;
-    prefetch_bulk_l2(row(p, 0) + s * SEG * 8, bytes);
-    prefetch_bulk_l2(row(p, 1) + s * SEG * 8, bytes);
-  }
-};
-
-// Lane 0 of each warp asks L2 for the warp's first AHEAD items of a GEMV tile (before the tile waits, and once
-// already while the instruction before it runs).
-template <typename T, int K, int WARPS, int EPI, int U, int AHEAD>
-__device__ __forceinline__ void gemv_prefetch(const Instr* ins, const T* W, int n_out) {
-  if ((threadIdx.x & 31) != 0) return;
-  const GemvItems<T, K, EPI, U> g(W, ins->lo, ins->hi, n_out);
-  for (int j = 0; j < AHEAD; ++j) g.prefetch((threadIdx.x >> 5) + j * WARPS);
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* src) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-// Outputs [lo, hi) of y = epilogue(W . prologue(x)). A warp loads U 16-byte chunks per lane of each of an item's
-// two weight rows; the block's warps keep 2 x U x 16 B per lane in flight between them, and each keeps AHEAD
-// items ahead of its loads requested from L2. Segment sums meet in shared memory and are added in segment
-// order, so a run's result does not depend on which warp finished first.
-template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int U, int AHEAD>
+// Shared memory a GEMV tile's weight pages take: per warp, STAGES items of two rows x U 16-byte chunks a lane.
+template <int WARPS, int U, int STAGES>
+__host__ __device__ constexpr int gemv_page_floats() { return WARPS * STAGES * 2 * U * 32 * 4; }
+
+// Outputs [lo, hi) of y = epilogue(W . prologue(x)). Work items are (row pair, K segment of 32 x U chunks of 16
+// bytes): pair p is rows (lo + 2p, lo + 2p + 1), or for SiLU-mul output lo + p's gate row and its up row n_out
+// rows below. Each warp streams its items through STAGES pages of shared memory with cp.async (a lane copies and
+// later reads its own chunks, so no barrier is needed), STAGES - 1 items ahead of its math: the copies hold no
+// registers, and the first ones are issued before the tile waits for its inputs (weights never depend on them).
+// Segment sums meet in shared memory and are added in segment order, so results do not depend on timing.
+template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int U, int STAGES>
 __device__ __forceinline__ bool gemv_tile(Turn u, const T* W, const T* bias, float* x, const T* norm_w, float eps,
                                           float* y, int n_out, float* smem) {
   static_assert(K % 8 == 0, "K must be a multiple of 8 (16-byte loads)");
-  using Items = GemvItems<T, K, EPI, U>;
-  constexpr int CHUNKS = Items::CHUNKS, SEG = Items::SEG, SEGS = Items::SEGS;
-  constexpr bool SILU = Items::SILU;
-  const Items g(W, u.ins->lo, u.ins->hi, n_out);
-  const int lo = g.lo, outs = g.hi - g.lo, pairs = SILU ? outs : (outs + 1) / 2, items = g.items;
+  static_assert(STAGES >= 2, "a page to compute on and one being filled");
+  constexpr int CHUNKS = K / 8, SEG = 32 * U, SEGS = (CHUNKS + SEG - 1) / SEG;
+  constexpr bool SILU = EPI == EPI_SILU_MUL;
+  const int lo = u.ins->lo, hi = u.ins->hi, outs = hi - lo;
+  const int pairs = SILU ? outs : (outs + 1) / 2, items = pairs * SEGS;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  float* xs = smem;                 // K: the prologue's output
-  float* acc = smem + K;            // [2 * pairs][SEGS]: each row's segment sums
+  uint4* pages = reinterpret_cast<uint4*>(smem) + warp * STAGES * 2 * U * 32;  // this warp's [STAGES][2][U][32]
+  float* xs = smem + gemv_page_floats<WARPS, U, STAGES>();  // K: the prologue's output
+  float* acc = xs + K;                  // [2 * pairs][SEGS]: each row's segment sums
   float* red = acc + 2 * pairs * SEGS;  // WARPS
-  auto load = [&](int item, uint4 (&raw)[2][U]) {
-    const int p = item / SEGS, s = item % SEGS;
+  auto row = [&](int p, int r) {
+    const int o = SILU ? lo + p + (r ? n_out : 0) : min(lo + 2 * p + r, hi - 1);  // a tail's copy is discarded
+    return W + (size_t)o * K;
+  };
+  auto issue = [&](int item, int stage) {  // always one commit group, empty past the last item
+    if (item < items) {
+      const int p = item / SEGS, s = item % SEGS;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const T* w = g.row(p, r);
+      for (int r = 0; r < 2; ++r) {
+        const T* w = row(p, r);
 #pragma unroll
-      for (int v = 0; v < U; ++v) {
-        const int c = s * SEG + v * 32 + lane;
-        raw[r][v] = (CHUNKS % SEG == 0 || c < CHUNKS) ? load_stream(w + c * 8) : make_uint4(0, 0, 0, 0);
+        for (int v = 0; v < U; ++v) {
+          const int c = s * SEG + v * 32 + lane;
+          if (CHUNKS % SEG == 0 || c < CHUNKS) cp_async16(pages + ((stage * 2 + r) * U + v) * 32 + lane, w + c * 8);
+        }
       }
     }
+    cp_async_commit();
   };
 
-  // Before waiting: this warp's first items asked of L2, and the first one loaded into registers.
-  gemv_prefetch<T, K, WARPS, EPI, U, AHEAD>(u.ins, W, n_out);
-  uint4 cur[2][U];
-  int item = warp;
-  if (item < items) load(item, cur);
-  if (!wait_inputs(u)) return false;
+#pragma unroll
+  for (int j = 0; j < STAGES - 1; ++j) issue(warp + j * WARPS, j);
+  if (!wait_inputs(u)) {
+    cp_async_wait<0>();
+    return false;
+  }
 
   float ss = 0.f;
   for (int i = threadIdx.x; i < K; i += blockDim.x) {
@@ -199,10 +186,10 @@ __device__ __forceinline__ bool gemv_tile(Turn u, const T* W, const T* bias, flo
   }
   __syncthreads();
 
-  for (; item < items; item += WARPS) {
-    if (lane == 0) g.prefetch(item + AHEAD * WARPS);
-    if (item != warp) load(item, cur);  // the first came before the wait
-    const int p = item / SEGS, s = item % SEGS;
+  int k = 0;
+  for (int item = warp; item < items; item += WARPS, ++k) {
+    cp_async_wait<STAGES - 2>();  // this item's group is complete (the newer STAGES - 2 may still fly)
+    const int p = item / SEGS, s = item % SEGS, stage = k % STAGES;
     float a0 = 0.f, a1 = 0.f;
 #pragma unroll
     for (int v = 0; v < U; ++v) {
@@ -212,8 +199,8 @@ __device__ __forceinline__ bool gemv_tile(Turn u, const T* W, const T* bias, flo
         const float4 xb = *reinterpret_cast<const float4*>(xs + c * 8 + 4);
         const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
         float w0[8], w1[8];
-        unpack8<T>(cur[0][v], w0);
-        unpack8<T>(cur[1][v], w1);
+        unpack8<T>(pages[((stage * 2 + 0) * U + v) * 32 + lane], w0);
+        unpack8<T>(pages[((stage * 2 + 1) * U + v) * 32 + lane], w1);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           a0 = fmaf(w0[i], xv[i], a0);
@@ -227,7 +214,9 @@ __device__ __forceinline__ bool gemv_tile(Turn u, const T* W, const T* bias, flo
       acc[(2 * p) * SEGS + s] = a0;
       acc[(2 * p + 1) * SEGS + s] = a1;
     }
+    issue(item + (STAGES - 1) * WARPS, (k + STAGES - 1) % STAGES);  // into the page computed on last time
   }
+  cp_async_wait<0>();  // nothing lands in the pages after this tile
   __syncthreads();
   auto dot = [&](int r) {  // row r of the tile (2 per pair)
     float v = 0.f;
@@ -487,7 +476,6 @@ __global__ void __launch_bounds__(THREADS, 1) persistent_kernel(PersistentArgs a
     for (int i = begin; i < end; ++i) {
       const Turn u{a.instrs + i, t, pos, &a};
       trace(u, 0);
-      Model::prefetch(a.instrs + (i + 1 < end ? i + 1 : begin), a);  // the next one's weights, across this one
       if (!Model::run(u, smem)) return;
     }
   }
