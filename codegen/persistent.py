@@ -75,17 +75,15 @@ class _PersistentEmitter(_Emitter):
         b_off = self.lay.add(packed + ".bias", k.biases) if k.biases else -1
         silu = k.epilogue == "silu_mul"
         chunks = min(self.t.persist_chunks, -(-k.k // 8 // 32))
-        consts = f"T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, " \
-                 f"{'true' if k.biases else 'false'}, {chunks}, {self.t.persist_stages}"
-        body = (f"kiec::gemv_tile<{consts}>(u, (const T*)W(d.w[0]), (const T*)WN(d.w[1]), A(d.a[0]), "
-                f"(const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem)")
+        body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
+                f"{'true' if k.biases else 'false'}, {chunks}>(u, (const T*)W(d.w[0]), (const T*)WN(d.w[1]), A(d.a[0]), "
+                f"(const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, {self.t.persist_prefetch_bytes}u, smem)")
         if k.epilogue == "argmax":
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
         self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
                    a=(self.arena[k.x], self.arena[k.out]))
         rows, segs = self._rows(i), -(-k.k // 8 // (32 * chunks))
-        pages = self.warps * self.t.persist_stages * 2 * chunks * 32 * 4  # gemv_page_floats
-        self.smem = max(self.smem, (pages + k.k + (2 * rows if silu else rows + 1) * segs + self.warps) * 4)
+        self.smem = max(self.smem, (k.k + (2 * rows if silu else rows + 1) * segs + self.warps) * 4)
         self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * (2 if silu else 1) * k.k * self.esize))
 
     def attention(self, k: AttentionKernel) -> None:
@@ -138,8 +136,7 @@ class _PersistentEmitter(_Emitter):
         src.manifest = dict(sms=self.sched.sms, instructions=sum(len(x) for x in self.sched.lists),
                             schedule=[[sm, ins.opcode, ins.kernel] for sm, lst in enumerate(self.sched.lists) for ins in lst])
         src.files["model.cu"] = self.env.get_template("persistent.cu.j2").render(
-            header=header, ctype=self.ctype, cases=self.cases,
-            weight_bytes=lay.size, kv_bytes=self.kv_bytes,
+            header=header, ctype=self.ctype, cases=self.cases, weight_bytes=lay.size, kv_bytes=self.kv_bytes,
             arena_floats=self.arena_floats, logits_offset=self.arena[self.g.outputs[0]], max_seq=self.seq, vocab=vocab,
             arch_number=int(self.t.arch.split("_")[1]), sms=self.sched.sms, phases=len(self.sched.phases),
             threads=self.warps * 32, smem=self.smem, instr_off=instr_off, starts_off=starts_off, kernels_off=kernels_off,

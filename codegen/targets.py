@@ -21,7 +21,7 @@ class TargetParams:
     prefetch_bytes: int  # weights a GEMV pulls into L2 (beyond its register batch) before waiting on the previous kernel
     persist_warps: int  # persistent mode: warps of the one block per SM
     persist_chunks: int  # persistent GEMV: 16-byte chunks per lane of each of a work item's two rows
-    persist_stages: int  # persistent GEMV: shared-memory pages per warp (STAGES - 1 items in flight ahead of the math)
+    persist_prefetch_bytes: int  # persistent GEMV: bytes of its share a tile asks L2 for before waiting on its inputs
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -54,10 +54,9 @@ TARGETS: dict[str, TargetParams] = {
                           attn_warps=8, attn_blocks=132, attn_keys=8, attn_min_keys=64,
                           gencode="-gencode=arch=compute_90a,code=sm_90a",
                           prefetch_bytes=8 << 20,
-                          # persistent GEMV pages: 8 warps x 4 stages x 2 rows x 4 chunks x 32 lanes x 16 B = 128 KB
-                          # of shared memory, 3 items = 96 KB in flight per SM (~35 KB covers the latency at
-                          # 4.6 TB/s / 132 SMs; graph mode's 32 warps per SM hold ~256 KB in registers)
-                          persist_warps=8, persist_chunks=4, persist_stages=4),
+                          # 8 warps x 32 lanes x 2 rows x 8 chunks x 16 B = 64 KB in flight per SM (~35 KB covers
+                          # the latency at 4.6 TB/s / 132 SMs); 64 KB asked of L2 covers ~2 us of waiting
+                          persist_warps=8, persist_chunks=8, persist_prefetch_bytes=64 << 10),
 }
 
 

@@ -115,64 +115,53 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
   return true;
 }
 
-__device__ __forceinline__ void cp_async16(void* smem_dst, const void* src) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
-// Shared memory a GEMV tile's weight pages take: per warp, STAGES items of two rows x U 16-byte chunks a lane.
-template <int WARPS, int U, int STAGES>
-__host__ __device__ constexpr int gemv_page_floats() { return WARPS * STAGES * 2 * U * 32 * 4; }
-
-// Outputs [lo, hi) of y = epilogue(W . prologue(x)). Work items are (row pair, K segment of 32 x U chunks of 16
-// bytes): pair p is rows (lo + 2p, lo + 2p + 1), or for SiLU-mul output lo + p's gate row and its up row n_out
-// rows below. Each warp streams its items through STAGES pages of shared memory with cp.async (a lane copies and
-// later reads its own chunks, so no barrier is needed), STAGES - 1 items ahead of its math: the copies hold no
-// registers, and the first ones are issued before the tile waits for its inputs (weights never depend on them).
-// Segment sums meet in shared memory and are added in segment order, so results do not depend on timing.
-template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int U, int STAGES>
-__device__ __forceinline__ bool gemv_tile(Turn u, const T* W, const T* bias, float* x, const T* norm_w, float eps,
-                                          float* y, int n_out, float* smem) {
+// Outputs [lo, hi) of y = epilogue(W . prologue(x)). Work items are (row pair, K segment): a warp loads U
+// 16-byte chunks per lane of each of the pair's two weight rows (for SiLU-mul: a gate row and its up row); the
+// block's 16 warps keep 2 x U x 16 B per lane in flight between them. Segment sums meet in shared memory and are added in
+// segment order, so a run's result does not depend on which warp finished first.
+template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int U>
+__device__ __forceinline__ bool gemv_tile(Turn u, const T* W, const T* bias, float* x, const T* norm_w, float eps, float* y,
+                                       int n_out, unsigned prefetch_bytes, float* smem) {
   static_assert(K % 8 == 0, "K must be a multiple of 8 (16-byte loads)");
-  static_assert(STAGES >= 2, "a page to compute on and one being filled");
   constexpr int CHUNKS = K / 8, SEG = 32 * U, SEGS = (CHUNKS + SEG - 1) / SEG;
   constexpr bool SILU = EPI == EPI_SILU_MUL;
   const int lo = u.ins->lo, hi = u.ins->hi, outs = hi - lo;
   const int pairs = SILU ? outs : (outs + 1) / 2, items = pairs * SEGS;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  uint4* pages = reinterpret_cast<uint4*>(smem) + warp * STAGES * 2 * U * 32;  // this warp's [STAGES][2][U][32]
-  float* xs = smem + gemv_page_floats<WARPS, U, STAGES>();  // K: the prologue's output
-  float* acc = xs + K;                  // [2 * pairs][SEGS]: each row's segment sums
+  float* xs = smem;                 // K: the prologue's output
+  float* acc = smem + K;            // [2 * pairs][SEGS]: each row's segment sums
   float* red = acc + 2 * pairs * SEGS;  // WARPS
   auto row = [&](int p, int r) {
     const int o = SILU ? lo + p + (r ? n_out : 0) : min(lo + 2 * p + r, hi - 1);  // a tail's copy is discarded
     return W + (size_t)o * K;
   };
-  auto issue = [&](int item, int stage) {  // always one commit group, empty past the last item
-    if (item < items) {
-      const int p = item / SEGS, s = item % SEGS;
+  auto load = [&](int item, uint4 (&raw)[2][U]) {
+    const int p = item / SEGS, s = item % SEGS;
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const T* w = row(p, r);
+    for (int r = 0; r < 2; ++r) {
+      const T* w = row(p, r);
 #pragma unroll
-        for (int v = 0; v < U; ++v) {
-          const int c = s * SEG + v * 32 + lane;
-          if (CHUNKS % SEG == 0 || c < CHUNKS) cp_async16(pages + ((stage * 2 + r) * U + v) * 32 + lane, w + c * 8);
-        }
+      for (int v = 0; v < U; ++v) {
+        const int c = s * SEG + v * 32 + lane;
+        raw[r][v] = (CHUNKS % SEG == 0 || c < CHUNKS) ? load_stream(w + c * 8) : make_uint4(0, 0, 0, 0);
       }
     }
-    cp_async_commit();
   };
 
-#pragma unroll
-  for (int j = 0; j < STAGES - 1; ++j) issue(warp + j * WARPS, j);
-  if (!wait_inputs(u)) {
-    cp_async_wait<0>();
-    return false;
+  // Before waiting: the share's first bytes into L2, and this warp's first item into registers.
+  if (threadIdx.x == 0 && prefetch_bytes) {
+    const unsigned share = (unsigned)outs * K * sizeof(T);
+    if (SILU) {
+      prefetch_bulk_l2(W + (size_t)lo * K, min(share, prefetch_bytes / 2));
+      prefetch_bulk_l2(W + (size_t)(lo + n_out) * K, min(share, prefetch_bytes / 2));
+    } else {
+      prefetch_bulk_l2(W + (size_t)lo * K, min(share, prefetch_bytes));
+    }
   }
+  uint4 cur[2][U];
+  int item = warp;
+  if (item < items) load(item, cur);
+  if (!wait_inputs(u)) return false;
 
   float ss = 0.f;
   for (int i = threadIdx.x; i < K; i += blockDim.x) {
@@ -186,10 +175,9 @@ __device__ __forceinline__ bool gemv_tile(Turn u, const T* W, const T* bias, flo
   }
   __syncthreads();
 
-  int k = 0;
-  for (int item = warp; item < items; item += WARPS, ++k) {
-    cp_async_wait<STAGES - 2>();  // this item's group is complete (the newer STAGES - 2 may still fly)
-    const int p = item / SEGS, s = item % SEGS, stage = k % STAGES;
+  for (; item < items; item += WARPS) {
+    if (item != warp) load(item, cur);  // the first came before the wait
+    const int p = item / SEGS, s = item % SEGS;
     float a0 = 0.f, a1 = 0.f;
 #pragma unroll
     for (int v = 0; v < U; ++v) {
@@ -199,8 +187,8 @@ __device__ __forceinline__ bool gemv_tile(Turn u, const T* W, const T* bias, flo
         const float4 xb = *reinterpret_cast<const float4*>(xs + c * 8 + 4);
         const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
         float w0[8], w1[8];
-        unpack8<T>(pages[((stage * 2 + 0) * U + v) * 32 + lane], w0);
-        unpack8<T>(pages[((stage * 2 + 1) * U + v) * 32 + lane], w1);
+        unpack8<T>(cur[0][v], w0);
+        unpack8<T>(cur[1][v], w1);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           a0 = fmaf(w0[i], xv[i], a0);
@@ -214,9 +202,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, const T* W, const T* bias, flo
       acc[(2 * p) * SEGS + s] = a0;
       acc[(2 * p + 1) * SEGS + s] = a1;
     }
-    issue(item + (STAGES - 1) * WARPS, (k + STAGES - 1) % STAGES);  // into the page computed on last time
   }
-  cp_async_wait<0>();  // nothing lands in the pages after this tile
   __syncthreads();
   auto dot = [&](int r) {  // row r of the tile (2 per pair)
     float v = 0.f;
