@@ -139,7 +139,7 @@ class _PersistentEmitter(_Emitter):
             header=header, ctype=self.ctype, cases=self.cases, weight_bytes=lay.size, kv_bytes=self.kv_bytes,
             arena_floats=self.arena_floats, logits_offset=self.arena[self.g.outputs[0]], max_seq=self.seq, vocab=vocab,
             arch_number=int(self.t.arch.split("_")[1]), sms=self.sched.sms, phases=len(self.sched.phases),
-            threads=self.warps * 32, smem=self.smem, instr_off=instr_off, starts_off=starts_off, kernels_off=kernels_off,
+            threads=self.warps * 32, smem=self.smem, counter_stride=self.t.persist_counter_stride, instr_off=instr_off, starts_off=starts_off, kernels_off=kernels_off,
             instructions=sum(len(x) for x in self.sched.lists))
         return src
 

@@ -22,6 +22,7 @@ class TargetParams:
     persist_warps: int  # persistent mode: warps of the one block per SM
     persist_chunks: int  # persistent GEMV: 16-byte chunks per lane of each of a work item's two rows
     persist_prefetch_bytes: int  # persistent GEMV: bytes of its share a tile asks L2 for before waiting on its inputs
+    persist_counter_stride: int  # unsigned ints between two phases' counters (32: one 128-byte line each)
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -56,7 +57,8 @@ TARGETS: dict[str, TargetParams] = {
                           prefetch_bytes=8 << 20,
                           # 8 warps x 32 lanes x 2 rows x 8 chunks x 16 B = 64 KB in flight per SM (~35 KB covers
                           # the latency at 4.6 TB/s / 132 SMs); 64 KB asked of L2 covers ~2 us of waiting
-                          persist_warps=8, persist_chunks=8, persist_prefetch_bytes=64 << 10),
+                          persist_warps=8, persist_chunks=8, persist_prefetch_bytes=64 << 10,
+                          persist_counter_stride=1),
 }
 
 

@@ -1,6 +1,8 @@
 """A/B of TargetParams variants on one model, in one process on one GPU (the tuning loop's measurement):
     python3 scripts/variants.py llama-3.2-1b base prefetch_bytes=0 gemv_rows=1
-Each variant is the sm_90 table entry with the given fields replaced; prints ms/token and MBU per variant."""
+    python3 scripts/variants.py llama-3.2-1b mode=persistent mode=persistent,persist_warps=12
+Each variant is the sm_90 table entry with the given fields replaced (mode= picks graph or persistent);
+prints ms/token and MBU per variant."""
 import dataclasses
 import sys
 
@@ -17,10 +19,11 @@ def main(model_name: str, variants: list[str]) -> None:
     arts = {}
     for v in variants:
         changes = dict(kv.split("=") for kv in v.split(",") if "=" in kv)
+        mode = changes.pop("mode", "graph")
         tp = dataclasses.replace(base, **{k: type(getattr(base, k))(val) for k, val in changes.items()})
         targets.TARGETS["sm_90"] = tp
         try:
-            arts[v] = kiec.compile(model, f"/tmp/kiec_variants/{model_name}-{len(arts)}")
+            arts[v] = kiec.compile(model, f"/tmp/kiec_variants/{model_name}-{len(arts)}", mode=mode)
         finally:
             targets.TARGETS["sm_90"] = base
     ceil = measure_ceilings("/tmp/kiec_variants")["read_tbps"]

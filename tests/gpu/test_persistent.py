@@ -95,3 +95,21 @@ def test_trace_times_every_instruction_of_one_step(tmp_path):
     assert ts.shape == (eng.manifest["instructions"], 3)
     assert (ts[:, 0] > 0).all() and (ts[:, 1] >= ts[:, 0]).all() and (ts[:, 2] >= ts[:, 1]).all()
     assert ts[:, 2].max() - ts[:, 0].min() < 10_000_000  # one step, not a whole run: under 10 ms
+
+
+@pytest.mark.parametrize("change", [dict(persist_warps=12), dict(persist_counter_stride=32)])
+def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
+    # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
+    # also run the sampler's scan over a block that is not a power of two
+    import dataclasses
+
+    from kiec.codegen import targets
+    model, art = compile_tiny(tmp_path, "qwen3")
+    base = kiec.Engine(art)
+    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], **change))
+    eng, ours, r32, r16, tokens = check_against_interpreter(model, kiec.compile(model, str(tmp_path / "v"),
+                                                                                 mode="persistent"), positions=24)
+    budget_check(ours, r32, r16, f"persistent {change}: logits over 24 positions")
+    params = SamplingParams(0.9, 0.8, seed=5)
+    assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)
+    assert eng.generate(tokens[:5], 24, sampling=params) == base.generate(tokens[:5], 24, sampling=params)

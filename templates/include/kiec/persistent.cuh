@@ -25,7 +25,8 @@ struct PersistentArgs {
   const Instr* instrs;        // every SM's list, back to back
   const int* starts;          // SM i runs instrs[starts[i] .. starts[i + 1])
   const KernelDesc* kernels;  // per fused kernel: which tile function, its operands
-  unsigned int* counters;     // one per phase, zero at launch
+  unsigned int* counters;     // one per phase, counter_stride apart, zero at launch
+  int counter_stride;         // 32: each phase's counter on its own 128-byte line
   const char* weights;
   float* arena;
   char* kv;
@@ -76,7 +77,7 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u) {
     for (int i = 0; i < n && ok; ++i) {
       const Wait w = u.ins->waits[i];
       const unsigned target = w.tiles * (unsigned)(u.t + 1 - w.previous);
-      while (ld_acquire(u.a->counters + w.counter) < target)
+      while (ld_acquire(u.a->counters + w.counter * u.a->counter_stride) < target)
         if (*(volatile int*)u.a->stop_pos <= u.pos) { ok = 0; break; }
     }
     go = ok;
@@ -91,7 +92,7 @@ __device__ __forceinline__ void signal_done(const Turn& u) {
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
-    atomicAdd(u.a->counters + u.ins->counter, 1u);
+    atomicAdd(u.a->counters + u.ins->counter * u.a->counter_stride, 1u);
   }
   trace(u, 2);
 }
@@ -358,15 +359,15 @@ __device__ __forceinline__ int sample_block(const float* logits, int vocab, floa
           }
           __syncthreads();
         }
-      // the first prefix reaching the target: scan CAND / blockDim elements per thread, in order
-      const int per = CAND / blockDim.x;
+      // the first prefix reaching the target: each thread scans `per` consecutive candidates, in order
+      const int per = (CAND + blockDim.x - 1) / blockDim.x;
       float mine = 0.f;
-      for (int k = 0; k < per; ++k) mine += fmaxf(cand_e[threadIdx.x * per + k], 0.f);
+      for (int k = 0; k < per && threadIdx.x * per + k < CAND; ++k) mine += fmaxf(cand_e[threadIdx.x * per + k], 0.f);
       float total;
       float run = block_scan(mine, red, total) - mine;
       if (threadIdx.x == 0) s_tau = cand_e[n_cand - 1];
       __syncthreads();
-      for (int k = 0; k < per; ++k) {
+      for (int k = 0; k < per && threadIdx.x * per + k < CAND; ++k) {
         const int i = threadIdx.x * per + k;
         const float e = fmaxf(cand_e[i], 0.f);
         if (run < target && run + e >= target) s_tau = e;  // one thread sees the crossing
