@@ -135,16 +135,21 @@ class _Emitter:
         self.src.kernels.append(dict(name=k.name, family="gemv", spec=spec,
                                      bytes=k.n_out * rows_per_output * k.k * self.esize))
 
-    def attention(self, k: AttentionKernel) -> None:
+    def attention_layout(self, k: AttentionKernel) -> int:
+        """Place the layer's KV cache and its RoPE frequency table; returns the table's offset."""
         if k.head_dim % 8 or 32 % (k.head_dim // 8):
             raise ValueError(f"{k.name}: head_dim {k.head_dim} has no attention kernel (kiec has 16, 32, 64, 128, 256)")
-        a, r, t = k.attention, k.rope, self.t
-        group, splits = k.n_heads // k.kv_heads, self.splits[k.name]
+        r = k.rope
         self.kv_offset[k.append.cache] = self.kv_bytes
         self.kv_bytes += 2 * k.kv_heads * self.seq * k.head_dim * self.esize
         freqs = f"rope.{r.rotary_dim}.{r.theta!r}.{r.scaling}.{r.factor!r}.{r.low_freq_factor!r}." \
                 f"{r.high_freq_factor!r}.{r.original_max_pos}"
-        f_off = self.lay.add(freqs, (), (r.rotary_dim // 2,), "f32", tuple(r.inv_freq()))
+        return self.lay.add(freqs, (), (r.rotary_dim // 2,), "f32", tuple(r.inv_freq()))
+
+    def attention(self, k: AttentionKernel) -> None:
+        f_off = self.attention_layout(k)
+        a, r, t = k.attention, k.rope, self.t
+        group, splits = k.n_heads // k.kv_heads, self.splits[k.name]
         spec = (f"attention_{self.dtype}_d{k.head_dim}_g{group}_r{r.rotary_dim}{'i' if r.interleaved else ''}"
                 f"{'_qknorm' if k.q_norm else ''}_w{t.attn_warps}s{splits}u{t.attn_unroll(group)}m{t.attn_min_keys}")
         self.spec_file(spec, "attention.cu.j2", "const float*, void*, int, int, const float*, const void*, const void*, "
@@ -177,18 +182,26 @@ class _Emitter:
                              "(volatile int*)c->host_tokens_dev)")
         src, lay = self.src, self.lay
         src.weights, src.weight_bytes = list(lay.entries.values()), lay.size
-        vocab = next(k.n_out for k in self.p.kernels if getattr(k, "epilogue", "") == "argmax")
         src.files["model.cu"] = self.env.get_template("model.cu.j2").render(
-            header=header, launches=self.launches, declarations=list(self.decls.values()), configures=self.configures,
-            weight_bytes=lay.size, kv_bytes=self.kv_bytes, arena_floats=self.arena_floats,
-            logits_offset=self.arena[self.g.outputs[0]], max_seq=self.seq, vocab=vocab,
-            arch_number=int(self.t.arch.split("_")[1]))
+            launches=self.launches, declarations=list(self.decls.values()), configures=self.configures,
+            **self.model_constants(header))
         return src
 
+    def model_constants(self, header: str) -> dict:
+        """What both modes' model.cu define the same way: sizes, offsets, the arch."""
+        vocab = next(k.n_out for k in self.p.kernels if getattr(k, "epilogue", "") == "argmax")
+        return dict(header=header, weight_bytes=self.lay.size, kv_bytes=self.kv_bytes, arena_floats=self.arena_floats,
+                    logits_offset=self.arena[self.g.outputs[0]], max_seq=self.seq, vocab=vocab,
+                    arch_number=int(self.t.arch.split("_")[1]))
 
-def emit(program: Program, dtype: str, max_seq_len: int, target: TargetParams, header: str) -> Sources:
-    e = _Emitter(program, dtype, max_seq_len, target)
+
+def walk(e: _Emitter, program: Program, header: str) -> Sources:
+    """Each kernel through its family's method, in order, then the model source."""
     family = {EmbedKernel: e.embed, GemvKernel: e.gemv, AttentionKernel: e.attention, ElementwiseKernel: e.elementwise}
     for k in program.kernels:
         family[type(k)](k)
     return e.finish(header)
+
+
+def emit(program: Program, dtype: str, max_seq_len: int, target: TargetParams, header: str) -> Sources:
+    return walk(_Emitter(program, dtype, max_seq_len, target), program, header)

@@ -13,7 +13,7 @@ from kiec.ir.passes.persistent import Schedule, partials, schedule
 from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program
 
 from .buffers import plan_buffers
-from .emit import CTYPES, EPILOGUES, Sources, _Emitter
+from .emit import EPILOGUES, Sources, _Emitter, walk
 from .persistent_abi import header as abi_header
 from .persistent_abi import pack_kernel, pack_schedule
 from .targets import TargetParams
@@ -87,15 +87,9 @@ class _PersistentEmitter(_Emitter):
         self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * (2 if silu else 1) * k.k * self.esize))
 
     def attention(self, k: AttentionKernel) -> None:
-        if k.head_dim % 8 or 32 % (k.head_dim // 8):
-            raise ValueError(f"{k.name}: head_dim {k.head_dim} has no attention kernel (kiec has 16, 32, 64, 128, 256)")
+        f_off = self.attention_layout(k)
         a, r, t = k.attention, k.rope, self.t
         group, splits = k.n_heads // k.kv_heads, self.sched_splits[k.name]
-        self.kv_offset[k.append.cache] = self.kv_bytes
-        self.kv_bytes += 2 * k.kv_heads * self.seq * k.head_dim * self.esize
-        freqs = f"rope.{r.rotary_dim}.{r.theta!r}.{r.scaling}.{r.factor!r}.{r.low_freq_factor!r}." \
-                f"{r.high_freq_factor!r}.{r.original_max_pos}"
-        f_off = self.lay.add(freqs, (), (r.rotary_dim // 2,), "f32", tuple(r.inv_freq()))
         tmpl = (f"T, {k.head_dim}, {group}, {r.rotary_dim}, {'true' if r.interleaved else 'false'}, "
                 f"{'true' if k.q_norm else 'false'}, {self.warps}, {splits}, {self.attn_keys(group)}, {t.attn_min_keys}")
         self._case(f"u.ins->opcode == kiec::OP_COMBINE ? kiec::combine_tile<{k.head_dim}, {group}, {splits}, "
@@ -130,23 +124,17 @@ class _PersistentEmitter(_Emitter):
             raise ValueError(f"the persistent kernel needs {self.smem} bytes of shared memory, a block has {SMEM_LIMIT}")
         src, lay = self.src, self.lay
         src.weights, src.weight_bytes = list(lay.entries.values()), lay.size
-        vocab = next(k.n_out for k in self.p.kernels if getattr(k, "epilogue", "") == "argmax")
         src.files["persistent_abi.h"] = abi_header()
         # the instruction table's order, for reading kiec_trace's timestamps: [sm, opcode, kernel] each
-        src.manifest = dict(sms=self.sched.sms, instructions=sum(len(x) for x in self.sched.lists),
+        instructions = sum(len(x) for x in self.sched.lists)
+        src.manifest = dict(sms=self.sched.sms, instructions=instructions,
                             schedule=[[sm, ins.opcode, ins.kernel] for sm, lst in enumerate(self.sched.lists) for ins in lst])
         src.files["model.cu"] = self.env.get_template("persistent.cu.j2").render(
-            header=header, ctype=self.ctype, cases=self.cases, weight_bytes=lay.size, kv_bytes=self.kv_bytes,
-            arena_floats=self.arena_floats, logits_offset=self.arena[self.g.outputs[0]], max_seq=self.seq, vocab=vocab,
-            arch_number=int(self.t.arch.split("_")[1]), sms=self.sched.sms, phases=len(self.sched.phases),
-            threads=self.warps * 32, smem=self.smem, counter_stride=self.t.persist_counter_stride, instr_off=instr_off, starts_off=starts_off, kernels_off=kernels_off,
-            instructions=sum(len(x) for x in self.sched.lists))
+            ctype=self.ctype, cases=self.cases, sms=self.sched.sms, phases=len(self.sched.phases),
+            threads=self.warps * 32, smem=self.smem, counter_stride=self.t.persist_counter_stride, instr_off=instr_off,
+            starts_off=starts_off, kernels_off=kernels_off, instructions=instructions, **self.model_constants(header))
         return src
 
 
 def emit_persistent(program: Program, dtype: str, max_seq_len: int, target: TargetParams, header: str) -> Sources:
-    e = _PersistentEmitter(program, dtype, max_seq_len, target)
-    family = {EmbedKernel: e.embed, GemvKernel: e.gemv, AttentionKernel: e.attention, ElementwiseKernel: e.elementwise}
-    for k in program.kernels:
-        family[type(k)](k)
-    return e.finish(header)
+    return walk(_PersistentEmitter(program, dtype, max_seq_len, target), program, header)

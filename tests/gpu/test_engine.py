@@ -8,6 +8,7 @@ import torch
 
 import kiec
 from kiec.codegen import targets
+from kiec.sampling import sample
 from tests.tiny_hf import FAMILIES, make_tiny_hf
 
 pytestmark = pytest.mark.gpu
@@ -20,6 +21,16 @@ def budget_check(ours: np.ndarray, ref32: np.ndarray, same_dtype: np.ndarray, wh
     assert np.isfinite(ours).all(), f"{what}: non-finite output at {np.argwhere(~np.isfinite(ours))[:3].tolist()}"
     assert err.max() <= bound, (f"{what}: max error {err.max():.4g} > budget {bound:.4g} (torch bf16 error {base:.4g}) "
                                 f"at {worst}: kiec {ours[worst]:.6g}, ref32 {ref32[worst]:.6g}")
+
+
+def host_draws(eng, prompt, tokens, params):
+    """kiec.sampling's draw after each step of `prompt` + `tokens` fed through the engine (its own logits)."""
+    seq, out = list(prompt) + list(tokens), []
+    for pos in range(len(seq) - 1):
+        logits = eng.step(seq[pos], pos)
+        if pos >= len(prompt) - 1:
+            out.append(sample(logits, params, pos))
+    return out
 
 
 def check_against_interpreter(model, artifact, positions, device="cuda"):
@@ -75,19 +86,14 @@ def test_long_context_spreads_attention_over_splits_within_budget(tmp_path, fami
 
 
 def test_engine_sampling_is_the_seeded_draw_over_its_own_logits(tmp_path):
-    from kiec.sampling import SamplingParams, sample
+    from kiec.sampling import SamplingParams
     make_tiny_hf(tmp_path / "hf", "llama")
     art = kiec.compile(kiec.load(str(tmp_path / "hf"), dtype="bf16"), str(tmp_path / "art"))
     eng = kiec.Engine(art)
     prompt, params = [3, 1, 4, 1, 5], SamplingParams(1.0, 0.9, seed=11)
     got = eng.generate(prompt, 10, sampling=params)
     assert got == eng.generate(prompt, 10, sampling=params)
-    seq = list(prompt)
-    for pos in range(len(prompt) + 9):
-        logits = eng.step(seq[pos], pos)
-        if pos >= len(prompt) - 1:
-            seq.append(sample(logits, params, pos))
-    assert seq[len(prompt):] == got
+    assert host_draws(eng, prompt, got, params) == got
     # a temperature near 0 draws the greedy tokens the GPU's own argmax picks
     assert eng.generate(prompt, 10, sampling=SamplingParams(1e-4)) == eng.generate(prompt, 10)
 

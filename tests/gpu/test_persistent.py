@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import kiec
-from kiec.sampling import SamplingParams, sample
-from tests.gpu.test_engine import budget_check, check_against_interpreter
+from kiec.sampling import SamplingParams
+from tests.gpu.test_engine import budget_check, check_against_interpreter, host_draws
 from tests.tiny_hf import make_tiny_hf
 
 pytestmark = pytest.mark.gpu
@@ -47,14 +47,7 @@ def test_device_draw_is_kiec_sampling_over_its_own_logits(tmp_path, temperature,
     prompt, params = [3, 1, 4, 1, 5], SamplingParams(temperature, top_p, seed=11)
     got = eng.generate(prompt, 24, sampling=params)
     assert got == eng.generate(prompt, 24, sampling=params)
-    seq = list(prompt)
-    for pos in range(len(prompt) + 23):
-        logits = eng.step(seq[pos], pos)
-        if pos >= len(prompt) - 1:
-            seq.append(sample(logits, params, pos))
-            if seq[-1] != got[len(seq) - len(prompt) - 1]:
-                break
-    assert seq[len(prompt):] == got
+    assert host_draws(eng, prompt, got, params) == got
     assert eng.generate(prompt, 24, sampling=SamplingParams(temperature, top_p, seed=12)) != got
 
 
