@@ -82,16 +82,23 @@ class _Emitter:
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                                       keep_trailing_newline=True)
         self.lay, self.src = _Layout(self.g, dtype), Sources()
-        attn = [k for k in program.kernels if isinstance(k, AttentionKernel)]
-        self.splits = {k.name: target.attn_splits(k.kv_heads) for k in attn}
-        scratch = {"part_o": max([self.splits[k.name] * k.n_heads * k.head_dim for k in attn], default=0),
-                   "part_ml": max([self.splits[k.name] * k.n_heads * 2 for k in attn], default=0)}
-        self.arena, self.arena_floats = plan_buffers(program, scratch)
+        self.attn = [k for k in program.kernels if isinstance(k, AttentionKernel)]
+        self.splits = {k.name: self.attention_splits(k) for k in self.attn}  # over the KV length
+        self.arena, self.arena_floats = plan_buffers(program, self.scratch())
         self.decls: dict[str, str] = {}
         self.configures: list[str] = []
         self.launches: list[str] = []
         self.kv_offset: dict[str, int] = {}  # layer cache -> byte offset in the KV allocation
         self.kv_bytes = 0
+
+    def attention_splits(self, k: AttentionKernel) -> int:
+        return self.t.attn_splits(k.kv_heads)
+
+    def scratch(self) -> dict[str, int]:
+        """Arena regions beside the values: the attention partials, one region every layer reuses in turn."""
+        attn = self.attn
+        return {"part_o": max([self.splits[k.name] * k.n_heads * k.head_dim for k in attn], default=0),
+                "part_ml": max([self.splits[k.name] * k.n_heads * 2 for k in attn], default=0)}
 
     def buf(self, value: str) -> str:
         return f"A({self.arena[value]})"

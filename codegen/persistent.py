@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import struct
 
-from kiec.ir.passes.persistent import Schedule, partials, schedule
+from kiec.ir.passes.persistent import Schedule, attention_splits, partials, schedule
 from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program
 
-from .buffers import plan_buffers
 from .emit import EPILOGUES, Sources, _Emitter, walk
 from .persistent_abi import header as abi_header
-from .persistent_abi import pack_kernel, pack_schedule
+from .persistent_abi import SAMPLE_CANDIDATES, pack_kernel, pack_schedule
 from .targets import TargetParams
 
-CAND = 1024  # sampling candidates the select tile sorts in shared memory (persistent.cuh)
 SMEM_LIMIT = 227 * 1024  # dynamic shared memory one H100/H200 block may take
 
 
@@ -27,25 +25,29 @@ class _PersistentEmitter(_Emitter):
 
     def __init__(self, program: Program, dtype: str, max_seq_len: int, target: TargetParams):
         super().__init__(program, dtype, max_seq_len, target)
-        t, attn = target, [k for k in program.kernels if isinstance(k, AttentionKernel)]
-        # each layer's attention partials get their own buffers, so that layers never wait on each other's
-        scratch = {}
-        self.sched_splits = {k.name: max(1, min(64, t.sms // k.kv_heads)) for k in attn}
-        for k in attn:
-            slots = k.kv_heads * self.sched_splits[k.name] * (k.n_heads // k.kv_heads)
-            scratch[partials(k) + ".o"], scratch[partials(k) + ".ml"] = slots * k.head_dim, slots * 2
-        self.arena, self.arena_floats = plan_buffers(program, scratch)
+        t = target
         self.sched: Schedule = schedule(program, t.sms, slot_of=dict(self.arena), min_keys=t.attn_min_keys)
-        assert all(self.sched.splits[i] == self.sched_splits[k.name] for i, k in enumerate(program.kernels)
-                   if isinstance(k, AttentionKernel))
+        self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
+        for ins in (ins for lst in self.sched.lists for ins in lst):
+            self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)
         self.warps = t.persist_warps
         self.cases: list[str] = []  # one per distinct tile function (spec)
         self.descs: list[bytes] = []  # one per kernel
-        self.smem = (32 + 2 * CAND) * 4  # select
+        self.smem = (32 + 2 * SAMPLE_CANDIDATES) * 4  # select: its block scratch, candidate weights and ids
+
+    def attention_splits(self, k: AttentionKernel) -> int:
+        return attention_splits(k, self.t.sms)  # the schedule's (KV head, split) tiles
+
+    def scratch(self) -> dict[str, int]:
+        """Each layer's attention partials get their own region, so that layers never wait on each other's."""
+        out = {}
+        for k in self.attn:
+            slots = k.kv_heads * self.splits[k.name] * (k.n_heads // k.kv_heads)
+            out[partials(k) + ".o"], out[partials(k) + ".ml"] = slots * k.head_dim, slots * 2
+        return out
 
     def attn_keys(self, group: int) -> int:
-        """Keys in flight per lane group: graph mode's, over twice the warps (the same keys in flight per block,
-        within the 128 registers a thread of a 512-thread block has)."""
+        """Keys in flight per lane group: graph mode's keys per block, spread over this block's warps."""
         return max(1, self.t.attn_unroll(group) * self.t.attn_warps // self.warps)
 
     def _case(self, body: str, **desc) -> None:
@@ -56,9 +58,6 @@ class _PersistentEmitter(_Emitter):
     def _w(self, name: str | None) -> int:
         return -1 if name is None else self.lay.add(name, (name,))
 
-    def _rows(self, i: int) -> int:
-        """The most outputs one instruction of kernel i computes."""
-        return max((ins.hi - ins.lo) for lst in self.sched.lists for ins in lst if ins.kernel == i)
 
     def embed(self, k: EmbedKernel) -> None:
         vocab, dim = self.g.params[k.table].type.shape
@@ -69,7 +68,6 @@ class _PersistentEmitter(_Emitter):
     def gemv(self, k: GemvKernel) -> None:
         if k.k % 8:
             raise ValueError(f"{k.name}: K = {k.k} is not a multiple of 8 (the GEMV reads 16-byte vectors)")
-        i = self.p.kernels.index(k)
         packed = "+".join(k.weights)
         w_off = self.lay.add(packed, k.weights)
         b_off = self.lay.add(packed + ".bias", k.biases) if k.biases else -1
@@ -82,14 +80,14 @@ class _PersistentEmitter(_Emitter):
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
         self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
                    a=(self.arena[k.x], self.arena[k.out]))
-        rows, segs = self._rows(i), -(-k.k // 8 // (32 * chunks))
+        rows, segs = self.rows[self.p.kernels.index(k)], -(-k.k // 8 // (32 * chunks))
         self.smem = max(self.smem, (k.k + (2 * rows if silu else rows + 1) * segs + self.warps) * 4)
         self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * (2 if silu else 1) * k.k * self.esize))
 
     def attention(self, k: AttentionKernel) -> None:
         f_off = self.attention_layout(k)
         a, r, t = k.attention, k.rope, self.t
-        group, splits = k.n_heads // k.kv_heads, self.sched_splits[k.name]
+        group, splits = k.n_heads // k.kv_heads, self.splits[k.name]
         tmpl = (f"T, {k.head_dim}, {group}, {r.rotary_dim}, {'true' if r.interleaved else 'false'}, "
                 f"{'true' if k.q_norm else 'false'}, {self.warps}, {splits}, {self.attn_keys(group)}, {t.attn_min_keys}")
         self._case(f"u.ins->opcode == kiec::OP_COMBINE ? kiec::combine_tile<{k.head_dim}, {group}, {splits}, "

@@ -55,8 +55,10 @@ TARGETS: dict[str, TargetParams] = {
                           attn_warps=8, attn_blocks=132, attn_keys=8, attn_min_keys=64,
                           gencode="-gencode=arch=compute_90a,code=sm_90a",
                           prefetch_bytes=8 << 20,
-                          # 8 warps x 32 lanes x 2 rows x 8 chunks x 16 B = 64 KB in flight per SM (~35 KB covers
-                          # the latency at 4.6 TB/s / 132 SMs); 64 KB asked of L2 covers ~2 us of waiting
+                          # persistent: 8 warps x 32 lanes x 2 rows x 8 chunks x 16 B = 64 KB in flight per SM at
+                          # most (4.6 TB/s / 132 SMs = 35 GB/s an SM: 64 KB is 1.8 us of it). The measured choice
+                          # among those tried (bench/RESULTS.md, third session): L2 prefetch ahead and cp.async
+                          # shared-memory pages were slower; more warps or chunks spill (ptxas -v)
                           persist_warps=8, persist_chunks=8, persist_prefetch_bytes=64 << 10,
                           persist_counter_stride=1),
 }

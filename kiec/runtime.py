@@ -150,7 +150,8 @@ class Engine:
         return out
 
     def time_steps(self, pos: int, steps: int, warmup: int = 8) -> float:
-        """Milliseconds per decode step (graph replays timed with CUDA events), starting at `pos`."""
+        """Milliseconds per decode step (graph replays, or one persistent launch, timed with CUDA events),
+        starting at `pos`."""
         ms = self._lib.kiec_time_steps(self._h, pos, warmup, steps)
         if ms < 0:
             raise KiecError(self._error())

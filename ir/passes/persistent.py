@@ -152,11 +152,16 @@ def reduce_waits(deps: list[list[Wait]]) -> list[list[Wait]]:
     return out
 
 
+def attention_splits(k: AttentionKernel, sms: int, max_splits: int = 64) -> int:
+    """Splits over the KV length of an attention kernel: (KV head, split) tiles over about one SM each."""
+    return max(1, min(max_splits, sms // k.kv_heads))
+
+
 def gemv_shares(n: int, sms: int, first_sm: int = 0, align: int = 2) -> list[tuple[int, int, int]]:
     """(sm, lo, hi): a GEMV's n output rows in equal shares, one tile per SM (to `align`, the rows a warp
     computes together). Between two waits a kernel takes as long as its busiest SM, so the shares are equal
-    per kernel, not only over the whole token; the device streams a share's weights in pages of its own
-    size. A kernel with fewer rows than SMs starts at `first_sm`, so that small kernels spread out."""
+    per kernel, not only over the whole token. A kernel with fewer rows than SMs starts at `first_sm`, so
+    that small kernels spread out."""
     units = -(-n // align)
     tiles, lo = [], 0
     for j in range(min(sms, units)):
@@ -183,7 +188,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
         elif opcode == "select":
             placed = [(sm, 0, 1)]
         elif opcode == "attention":
-            splits = sched.splits.setdefault(i, max(1, min(max_splits, sms // k.kv_heads)))
+            splits = sched.splits.setdefault(i, attention_splits(k, sms, max_splits))
             placed = [((sm + t) % sms, g, g + 1) for t, g in enumerate(g for g in range(n) for _ in range(splits))]
         else:
             step = 1 if opcode == "combine" else tile_rows

@@ -108,4 +108,21 @@ __device__ __forceinline__ int argmax_index(unsigned long long key) {
   return static_cast<int>(~static_cast<unsigned int>(key & 0xffffffffull));
 }
 
+// The value argmax_key packed (its map undone).
+__device__ __forceinline__ float argmax_value(unsigned long long key) {
+  const unsigned int u = static_cast<unsigned int>(key >> 32);
+  return __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
+}
+
+constexpr int MAX_EOS = 8;
+
+// How a generation chooses its tokens and ends (kiec_configure): temperature 0 is greedy, otherwise top-p
+// sampling with the seed (kiec/sampling.py); it ends after any of eos[0 .. n_eos) (0: only at its length).
+struct Generation {
+  float temperature = 0.f, top_p = 1.f;
+  unsigned long long seed = 0;
+  int n_eos = 0;
+  int eos[MAX_EOS] = {};
+};
+
 }  // namespace kiec

@@ -10,6 +10,22 @@ namespace kiec {
 
 enum Epilogue { EPI_STORE = 0, EPI_RESIDUAL = 1, EPI_SILU_MUL = 2, EPI_ARGMAX = 3 };
 
+// The prologue: x (K floats) into shared memory, RMS-normed with norm_w when NORM. `red` holds one float a warp.
+template <typename T, int K, bool NORM, int THREADS>
+__device__ __forceinline__ void gemv_prologue(const float* x, const T* norm_w, float eps, float* xs, float* red) {
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < K; i += THREADS) {
+    const float v = x[i];
+    xs[i] = v;
+    ss += v * v;
+  }
+  if (NORM) {
+    const float scale = rsqrtf(block_sum(ss, red) / K + eps);
+    for (int i = threadIdx.x; i < K; i += THREADS) xs[i] = xs[i] * scale * to_float<T>(norm_w[i]);
+  }
+  __syncthreads();
+}
+
 // MIN_BLOCKS in the launch bounds matters: without it ptxas aims at full occupancy, keeps ~40 registers
 // and sinks each weight load next to its use (two loads in flight); with it, all U x NR loads issue first.
 template <typename T, int K, int WARPS, int ROWS, bool NORM, int EPI, bool BIAS, int PREFETCH, int MIN_BLOCKS,
@@ -62,17 +78,7 @@ gemv_kernel(const T* __restrict__ W, const T* __restrict__ bias, const float* __
   }
   pdl_wait();
 
-  float ss = 0.f;
-  for (int i = threadIdx.x; i < K; i += WARPS * 32) {
-    const float v = x[i];
-    xs[i] = v;
-    ss += v * v;
-  }
-  if (NORM) {
-    const float scale = rsqrtf(block_sum(ss, red) / K + eps);
-    for (int i = threadIdx.x; i < K; i += WARPS * 32) xs[i] = xs[i] * scale * to_float<T>(norm_w[i]);
-  }
-  __syncthreads();
+  gemv_prologue<T, K, NORM, WARPS * 32>(x, norm_w, eps, xs, red);
 
   unsigned long long best = 0ull;
   for (int o0 = first; o0 < n_out; o0 += stride) {

@@ -8,8 +8,8 @@
 //
 // The generated model source defines the instruction and kernel-descriptor formats (persistent_abi.h, from
 // codegen/persistent_abi.py) and a Model::run(Turn, smem) that dispatches an instruction to the tile functions
-// below. They are inlined into the kernel: a call between separately compiled functions made ptxas spill the
-// weight registers the GEMV keeps in flight.
+// below. They are inlined into the kernel: with separately compiled (noinline) tile functions ptxas spilled the
+// weight registers the GEMV keeps in flight (512 B) and 1,192 B in attention (ptxas -v, llama-3.2-1b).
 #pragma once
 #include "attention.cuh"
 #include "common.cuh"
@@ -17,8 +17,6 @@
 #include "sampling.cuh"
 
 namespace kiec {
-
-constexpr int MAX_EOS = 8;
 
 // Everything a generation needs, passed by value at launch.
 struct PersistentArgs {
@@ -36,10 +34,7 @@ struct PersistentArgs {
   unsigned long long* argmax; // per position: packed (ordered logit, ~index) of the LM head's maximum, zero at launch
   int* stop_pos;              // positions from here on are not run (EOS or the host's stop)
   int p0, p_end, n_prompt;    // run positions [p0, p_end); tokens[0 .. n_prompt) are the prompt
-  float temperature, top_p;   // temperature 0: greedy
-  unsigned long long seed;
-  int n_eos;                  // stop after any of eos[0 .. n_eos) is chosen (0: never)
-  int eos[MAX_EOS];
+  Generation gen;             // argmax or the draw; the EOS ids
   unsigned long long* trace;  // null, or 3 timestamps (ns) per instruction at position trace_pos: start, inputs
   int trace_pos;              // ready, done
 };
@@ -97,7 +92,7 @@ __device__ __forceinline__ void signal_done(const Turn& u) {
   trace(u, 2);
 }
 
-// Ask L2 for `bytes` from p (16-byte aligned) in one instruction: the copy engine streams it while this SM waits.
+// Ask L2 for `bytes` from p (16-byte aligned) in one instruction; the SM does not wait for the data.
 __device__ __forceinline__ void prefetch_bulk_l2(const void* p, unsigned bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   bytes &= ~15u;
@@ -117,8 +112,8 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 }
 
 // Outputs [lo, hi) of y = epilogue(W . prologue(x)). Work items are (row pair, K segment): a warp loads U
-// 16-byte chunks per lane of each of the pair's two weight rows (for SiLU-mul: a gate row and its up row); the
-// block's 16 warps keep 2 x U x 16 B per lane in flight between them. Segment sums meet in shared memory and are added in
+// 16-byte chunks per lane of each of the pair's two weight rows (for SiLU-mul: a gate row and its up row), so the
+// block's warps keep up to 2 x U x 16 B per lane in flight. Segment sums meet in shared memory and are added in
 // segment order, so a run's result does not depend on which warp finished first.
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int U>
 __device__ __forceinline__ bool gemv_tile(Turn u, const T* W, const T* bias, float* x, const T* norm_w, float eps, float* y,
@@ -164,17 +159,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, const T* W, const T* bias, flo
   if (item < items) load(item, cur);
   if (!wait_inputs(u)) return false;
 
-  float ss = 0.f;
-  for (int i = threadIdx.x; i < K; i += blockDim.x) {
-    const float v = x[i];
-    xs[i] = v;
-    ss += v * v;
-  }
-  if (NORM) {
-    const float scale = rsqrtf(block_sum(ss, red) / K + eps);
-    for (int i = threadIdx.x; i < K; i += blockDim.x) xs[i] = xs[i] * scale * to_float<T>(norm_w[i]);
-  }
-  __syncthreads();
+  gemv_prologue<T, K, NORM, WARPS * 32>(x, norm_w, eps, xs, red);
 
   for (; item < items; item += WARPS) {
     if (item != warp) load(item, cur);  // the first came before the wait
@@ -301,37 +286,43 @@ __device__ __forceinline__ float block_scan(float v, float* scratch, float& tota
 // the largest probability whose at-or-above mass reaches top_p; the token is the first by id whose running kept
 // mass exceeds u * (kept mass), u = sample_uniform(seed, pos).
 //
-// tau from candidates: tokens within a factor CAND_RATIO of the maximum go to shared memory (up to CAND) and are
-// sorted there; when they are too many or do not hold the mass, tau is found by bisection over all logits (a flat
+// tau from candidates: tokens whose weight e = exp((logit - max) / T) is at least CAND_MIN go to shared memory
+// (up to SAMPLE_CANDIDATES, persistent_abi.h) and are sorted there; when they are too many or do not hold the mass, tau is found by bisection over all logits (a flat
 // distribution: slower, same answer). The draw scans the kept mass over contiguous id ranges, one per thread.
-constexpr int CAND = 1024;
-constexpr float CAND_MIN = 1e-4f;  // e = exp((logit - max) / T) of a candidate at least this
+constexpr int CAND = SAMPLE_CANDIDATES;
+constexpr float CAND_MIN = 1e-4f;
 
-__device__ __forceinline__ float kept_mass_above(const float* logits, int vocab, float mx, float inv_t, float tau,
-                                                 float* red) {
+// A token's unnormalized probability: exp((logit - max) / temperature), in (0, 1].
+struct Weights {
+  const float* logits;
+  float mx, inv_t;
+  __device__ __forceinline__ float operator()(int i) const { return __expf((logits[i] - mx) * inv_t); }
+};
+
+__device__ __forceinline__ float kept_mass_above(const Weights& weight, int vocab, float tau, float* red) {
   float s = 0.f;
   for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-    const float e = __expf((logits[i] - mx) * inv_t);
+    const float e = weight(i);
     s += e >= tau ? e : 0.f;
   }
   return block_sum(s, red);
 }
 
-__device__ __forceinline__ int sample_block(const float* logits, int vocab, float mx, const PersistentArgs& a, int pos,
-                                         float* smem) {
+__device__ __forceinline__ int sample_block(const float* logits, int vocab, float mx, const Generation& gen, int pos,
+                                            float* smem) {
   float* red = smem;                          // 32
   float* cand_e = smem + 32;                  // CAND
   int* cand_id = reinterpret_cast<int*>(cand_e + CAND);  // CAND
   __shared__ int n_cand, pick;
   __shared__ float s_tau;
-  const float inv_t = 1.f / a.temperature;
+  const Weights weight{logits, mx, 1.f / gen.temperature};
   if (threadIdx.x == 0) n_cand = 0;
   __syncthreads();
   float z = 0.f, cmass = 0.f;
   for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-    const float e = __expf((logits[i] - mx) * inv_t);
+    const float e = weight(i);
     z += e;
-    if (a.top_p < 1.f && e >= CAND_MIN) {
+    if (gen.top_p < 1.f && e >= CAND_MIN) {
       const int slot = atomicAdd(&n_cand, 1);
       if (slot < CAND) { cand_e[slot] = e; cand_id[slot] = i; cmass += e; }
     }
@@ -339,8 +330,8 @@ __device__ __forceinline__ int sample_block(const float* logits, int vocab, floa
   z = block_sum(z, red);
   cmass = block_sum(cmass, red);
   float tau = 0.f;  // top_p == 1: every token with mass
-  if (a.top_p < 1.f) {
-    const float target = a.top_p * z;
+  if (gen.top_p < 1.f) {
+    const float target = gen.top_p * z;
     if (n_cand <= CAND && cmass >= target) {
       // bitonic sort of the candidates by e, largest first (padding sorts last)
       for (int i = n_cand + threadIdx.x; i < CAND; i += blockDim.x) cand_e[i] = -1.f;
@@ -380,7 +371,7 @@ __device__ __forceinline__ int sample_block(const float* logits, int vocab, floa
       unsigned lo = 0u, hi = __float_as_uint(1.f);
       while (lo < hi) {
         const unsigned mid = lo + (hi - lo + 1) / 2;
-        if (kept_mass_above(logits, vocab, mx, inv_t, __uint_as_float(mid), red) >= target) lo = mid;
+        if (kept_mass_above(weight, vocab, __uint_as_float(mid), red) >= target) lo = mid;
         else hi = mid - 1;
       }
       tau = __uint_as_float(lo);
@@ -390,19 +381,19 @@ __device__ __forceinline__ int sample_block(const float* logits, int vocab, floa
   const int span = (vocab + blockDim.x - 1) / blockDim.x, first = threadIdx.x * span, last = min(first + span, vocab);
   float mine = 0.f;
   for (int i = first; i < last; ++i) {
-    const float e = __expf((logits[i] - mx) * inv_t);
+    const float e = weight(i);
     mine += e >= tau ? e : 0.f;
   }
   float total;
   const float end = block_scan(mine, red, total);
-  const float x = sample_uniform(a.seed, (unsigned long long)pos) * total;
+  const float x = sample_uniform(gen.seed, (unsigned long long)pos) * total;
   if (threadIdx.x == 0) pick = -1;
   __syncthreads();
   if (end - mine <= x && x < end) {
     float run = end - mine;
     int chosen = -1, fallback = -1;
     for (int i = first; i < last; ++i) {
-      const float e = __expf((logits[i] - mx) * inv_t);
+      const float e = weight(i);
       if (e < tau) continue;
       fallback = i;
       run += e;
@@ -413,7 +404,7 @@ __device__ __forceinline__ int sample_block(const float* logits, int vocab, floa
   __syncthreads();
   if (pick < 0 && threadIdx.x == 0) {  // rounding put x past the last kept token: take the last one
     for (int i = vocab - 1; i >= 0; --i)
-      if (__expf((logits[i] - mx) * inv_t) >= tau) { pick = i; break; }
+      if (weight(i) >= tau) { pick = i; break; }
   }
   __syncthreads();
   return pick;
@@ -426,18 +417,15 @@ __device__ __forceinline__ bool select_tile(Turn u, const float* logits, int voc
   const PersistentArgs& a = *u.a;
   const unsigned long long key = *(volatile unsigned long long*)(a.argmax + u.pos);
   int chosen = argmax_index(key);
-  if (a.temperature > 0.f && u.pos + 1 >= a.n_prompt) {
-    unsigned int bits = static_cast<unsigned int>(key >> 32);
-    bits = (bits & 0x80000000u) ? (bits & 0x7fffffffu) : ~bits;  // argmax_key's map, undone
-    chosen = sample_block(logits, vocab, __uint_as_float(bits), a, u.pos, smem);
-  }
+  if (a.gen.temperature > 0.f && u.pos + 1 >= a.n_prompt)
+    chosen = sample_block(logits, vocab, argmax_value(key), a.gen, u.pos, smem);
   if (threadIdx.x == 0) {
     const int next = u.pos + 1;
     a.host_tokens[u.pos] = chosen;
     if (next >= a.n_prompt) {
       a.tokens[next] = chosen;
       bool stop = *a.host_stop != 0;
-      for (int i = 0; i < a.n_eos; ++i) stop |= chosen == a.eos[i];
+      for (int i = 0; i < a.gen.n_eos; ++i) stop |= chosen == a.gen.eos[i];
       if (stop && next < a.p_end) {
         *(volatile int*)a.stop_pos = next;
         __threadfence_system();

@@ -26,11 +26,7 @@ struct Ctx {
   int* host_tokens_dev = nullptr;
   int* host_stop = nullptr;  // mapped pinned: set by kiec_stop, read by the persistent kernel
   int* host_stop_dev = nullptr;
-  // how a generation chooses its tokens and ends (kiec_configure); graph mode chooses greedily on the device
-  float temperature = 0.f, top_p = 1.f;
-  unsigned long long seed = 0;
-  int n_eos = 0;
-  int eos[8] = {};
+  Generation gen;  // kiec_configure's; graph mode chooses greedily on the device and leaves EOS to the caller
   cudaGraphExec_t graph = nullptr;
   void* mode = nullptr;  // the mode's own device state
 };
@@ -184,17 +180,14 @@ int kiec_configure(void* h, float temperature, float top_p, unsigned long long s
   Ctx* c = static_cast<Ctx*>(h);
   if (!(temperature >= 0.f) || temperature > 1e30f) return fail("temperature %g must be a finite number >= 0", temperature);
   if (!(top_p > 0.f && top_p <= 1.f)) return fail("top_p %g must be in (0, 1]", top_p);
-  if (n_eos < 0 || n_eos > 8) return fail("%d EOS ids: at most 8", n_eos);
+  if (n_eos < 0 || n_eos > MAX_EOS) return fail("%d EOS ids: at most %d", n_eos, MAX_EOS);
   if (temperature > 0.f && !KIEC_DEVICE_SAMPLING)
     return fail("this graph-mode artifact chooses tokens greedily on the device; sample on the host from kiec_step's "
                 "logits (kiec.Engine does), or compile with --mode persistent");
   for (int i = 0; i < n_eos; ++i)
     if (eos[i] < 0 || eos[i] >= KIEC_VOCAB) return fail("EOS id %d is out of range [0, %d)", eos[i], KIEC_VOCAB);
-  c->temperature = temperature;
-  c->top_p = top_p;
-  c->seed = seed;
-  c->n_eos = n_eos;
-  for (int i = 0; i < n_eos; ++i) c->eos[i] = eos[i];
+  c->gen = Generation{temperature, top_p, seed, n_eos, {}};
+  for (int i = 0; i < n_eos; ++i) c->gen.eos[i] = eos[i];
   return 0;
 }
 
