@@ -32,6 +32,8 @@ if [ "$mode" = tests ]; then
   timeout 420 python3 -m pytest -q -x -s -m gpu tests/gpu -p no:cacheprovider ${TESTS:+-k "$TESTS"} 2>&1 | tee "$OUT/gpu_tests.log" \
     | grep -E "passed|failed|Error|error|assert|agreement|kiec:" | tail -30
 fi
+# SANITIZE=1: compute-sanitizer over a 2-layer tiny model's persistent kernel (scripts/sanitize.sh)
+[ -n "${SANITIZE:-}" ] && bash scripts/sanitize.sh persistent
 # MODES=graph,persistent: the modes kiec bench compiles and times (default graph)
 # VARIANTS="model v1 v2 ...": A/B of target-table variants (scripts/variants.py)
 if [ -n "${VARIANTS:-}" ]; then

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# compute-sanitizer (memcheck, racecheck, synccheck) over the persistent kernel of a 2-layer tiny llama: one
+# generation of 24 tokens through kiec-run, each tool in its own process. Logs under $OUT (or ./out).
+# Usage: scripts/sanitize.sh [MODE]   (MODE persistent by default; graph works too)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out}; mkdir -p "$OUT"
+mode=${1:-persistent}; art=/tmp/kiec_sanitize/$mode
+cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2> /dev/null | head -1)
+[ -n "$cs" ] || { echo "sanitize: compute-sanitizer not found"; exit 1; }
+python3 - "$mode" "$art" <<'PY' || exit 1
+import sys, kiec
+from tests.tiny_hf import make_tiny_hf
+mode, art = sys.argv[1], sys.argv[2]
+make_tiny_hf(art + "-hf", "llama")
+kiec.compile(kiec.load(art + "-hf", dtype="bf16", max_seq_len=64), art, mode=mode)
+PY
+status=0
+for tool in memcheck racecheck synccheck; do
+  timeout 150 "$cs" --tool "$tool" --error-exitcode 3 "$art/kiec-run" "$art" 1,2,3,4 24 > "$OUT/sanitize_${mode}_$tool.log" 2>&1
+  rc=$?; [ $rc -ne 0 ] && status=1
+  echo "sanitize $mode $tool: rc $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_${mode}_$tool.log" | tail -1)"
+done
+exit $status
