@@ -17,7 +17,21 @@ from .persistent_abi import header as abi_header
 from .persistent_abi import SAMPLE_CANDIDATES, pack_kernel, pack_schedule
 from .targets import TargetParams
 
-SMEM_LIMIT = 227 * 1024  # dynamic shared memory one H100/H200 block may take
+SMEM_LIMIT = 227 * 1024  # shared memory one H100/H200 block may take
+STATIC_SMEM = 1024  # room left for the kernel's own __shared__ variables (ptxas -v: 128 bytes)
+
+
+def row_segments(k: int, warps: int, page_bytes: int, silu: bool) -> int:
+    """Segments a persistent GEMV cuts each weight row into (gemv_tile's SEGS): a divisor of the warps (a warp
+    keeps one segment of x in registers) that tiles the row's 16-byte chunks, the fewest with at most 4 chunks a
+    lane per segment; failing that, the most (longer segments, more registers). A page must hold one item."""
+    chunks = k // 8
+    fits = [s for s in range(1, warps + 1) if warps % s == 0 and chunks % s == 0
+            and (chunks // s) * 16 * (2 if silu else 1) <= page_bytes]
+    if not fits:
+        raise ValueError(f"K = {k}: no cut of a row into segments fits a {page_bytes}-byte page with {warps} warps")
+    short = [s for s in fits if -(-(chunks // s) // 32) <= 4]
+    return short[0] if short else fits[-1]
 
 
 class _PersistentEmitter(_Emitter):
@@ -72,16 +86,17 @@ class _PersistentEmitter(_Emitter):
         w_off = self.lay.add(packed, k.weights)
         b_off = self.lay.add(packed + ".bias", k.biases) if k.biases else -1
         silu = k.epilogue == "silu_mul"
-        chunks = min(self.t.persist_chunks, -(-k.k // 8 // 32))
+        segs = row_segments(k.k, self.warps, self.t.persist_page_bytes, silu)
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
-                f"{'true' if k.biases else 'false'}, {chunks}>(u, (const T*)W(d.w[0]), (const T*)WN(d.w[1]), A(d.a[0]), "
-                f"(const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, {self.t.persist_prefetch_bytes}u, smem)")
+                f"{'true' if k.biases else 'false'}, {segs}>(u, ring, (const T*)WN(d.w[1]), A(d.a[0]), "
+                f"(const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem)")
         if k.epilogue == "argmax":
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
-        self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
+        self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, row_bytes=k.k * self.esize,
+                   item_bytes=k.k // 8 // segs * 16, silu=silu, w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
                    a=(self.arena[k.x], self.arena[k.out]))
-        rows, segs = self.rows[self.p.kernels.index(k)], -(-k.k // 8 // (32 * chunks))
-        self.smem = max(self.smem, (k.k + (2 * rows if silu else rows + 1) * segs + self.warps) * 4)
+        rows = self.rows[self.p.kernels.index(k)]
+        self.smem = max(self.smem, (k.k + (2 if silu else 1) * rows * segs + self.warps) * 4)
         self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * (2 if silu else 1) * k.k * self.esize))
 
     def attention(self, k: AttentionKernel) -> None:
@@ -118,8 +133,14 @@ class _PersistentEmitter(_Emitter):
         descs = b"".join(self.descs)
         kernels_off = self.lay.add("persistent.kernels", (), (len(descs) // 4,), "i32",
                                    struct.unpack(f"<{len(descs) // 4}i", descs))
-        if self.smem > SMEM_LIMIT:
-            raise ValueError(f"the persistent kernel needs {self.smem} bytes of shared memory, a block has {SMEM_LIMIT}")
+        # the ring's barriers and pages first, then the tiles' scratch: as many pages as fit, up to persist_stages
+        page, ring_head = self.t.persist_page_bytes, 128 * -(-(2 * self.t.persist_stages * 8) // 128)
+        stages = min(self.t.persist_stages, (SMEM_LIMIT - STATIC_SMEM - self.smem - ring_head) // page)
+        if stages < 2:
+            raise ValueError(f"the persistent kernel's tiles need {self.smem} bytes of shared memory, which leaves "
+                             f"room for {max(stages, 0)} weight pages of {page} bytes (a block has {SMEM_LIMIT}; "
+                             f"at least 2 pages are needed)")
+        smem = ring_head + stages * page + self.smem
         src, lay = self.src, self.lay
         src.weights, src.weight_bytes = list(lay.entries.values()), lay.size
         src.files["persistent_abi.h"] = abi_header()
@@ -129,7 +150,7 @@ class _PersistentEmitter(_Emitter):
                             schedule=[[sm, ins.opcode, ins.kernel] for sm, lst in enumerate(self.sched.lists) for ins in lst])
         src.files["model.cu"] = self.env.get_template("persistent.cu.j2").render(
             ctype=self.ctype, cases=self.cases, sms=self.sched.sms, phases=len(self.sched.phases),
-            threads=self.warps * 32, smem=self.smem, counter_stride=self.t.persist_counter_stride, instr_off=instr_off,
+            warps=self.warps, smem=smem, stages=stages, page=page, counter_stride=self.t.persist_counter_stride, instr_off=instr_off,
             starts_off=starts_off, kernels_off=kernels_off, instructions=instructions, **self.model_constants(header))
         return src
 

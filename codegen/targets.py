@@ -19,9 +19,9 @@ class TargetParams:
     attn_min_keys: int  # rows per split at least: a short context uses one block per KV head and no combine
     gencode: str
     prefetch_bytes: int  # weights a GEMV pulls into L2 (beyond its register batch) before waiting on the previous kernel
-    persist_warps: int  # persistent mode: warps of the one block per SM
-    persist_chunks: int  # persistent GEMV: 16-byte chunks per lane of each of a work item's two rows
-    persist_prefetch_bytes: int  # persistent GEMV: bytes of its share a tile asks L2 for before waiting on its inputs
+    persist_warps: int  # persistent mode: compute warps of the one block per SM (one more streams the weights)
+    persist_page_bytes: int  # persistent: bytes of one page of the shared-memory weight ring (one TMA copy)
+    persist_stages: int  # persistent: pages in the ring at most (fewer where the tiles' scratch needs the room)
     persist_counter_stride: int  # unsigned ints between two phases' counters (32: one 128-byte line each)
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
@@ -55,11 +55,9 @@ TARGETS: dict[str, TargetParams] = {
                           attn_warps=8, attn_blocks=132, attn_keys=8, attn_min_keys=64,
                           gencode="-gencode=arch=compute_90a,code=sm_90a",
                           prefetch_bytes=8 << 20,
-                          # persistent: 8 warps x 32 lanes x 2 rows x 8 chunks x 16 B = 64 KB in flight per SM at
-                          # most (4.6 TB/s / 132 SMs = 35 GB/s an SM: 64 KB is 1.8 us of it). The measured choice
-                          # among those tried (bench/RESULTS.md, third session): L2 prefetch ahead and cp.async
-                          # shared-memory pages were slower; more warps or chunks spill (ptxas -v)
-                          persist_warps=8, persist_chunks=8, persist_prefetch_bytes=64 << 10,
+                          # persistent: a ring of up to 12 x 16 KB pages per SM in flight (4.6 TB/s / 132 SMs =
+                          # 35 GB/s an SM: 192 KB is 5.6 us of it, 25 MB over the GPU)
+                          persist_warps=8, persist_page_bytes=16 << 10, persist_stages=12,
                           persist_counter_stride=1),
 }
 

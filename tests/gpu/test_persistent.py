@@ -30,6 +30,17 @@ def test_persistent_logits_within_budget_and_greedy_tokens_equal_graph_mode(tmp_
     assert eng.generate(prompt, 40) == graph.generate(prompt, 40)
 
 
+def test_persistent_wide_rows_within_budget(tmp_path):
+    # rows long enough to be cut into segments (K = 1536: 2, K = 6144: 8, each warp's slice of x in registers),
+    # many pages a share and SiLU-mul pages of gate and up halves
+    model, art = compile_tiny(tmp_path, "llama", hidden_size=1536, intermediate_size=6144, num_attention_heads=12,
+                              num_key_value_heads=4, vocab_size=1024)
+    eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
+    budget_check(ours, r32, r16, "wide llama persistent: logits over 24 positions")
+    graph = kiec.Engine(kiec.compile(model, str(tmp_path / "graph")))
+    assert eng.generate(tokens[:5], 40) == graph.generate(tokens[:5], 40)
+
+
 @pytest.mark.parametrize("family,window", [("llama", None), ("mistral", 200)])
 def test_persistent_long_context_within_budget(tmp_path, family, window):
     extra = {"sliding_window": window} if window else {}
@@ -90,10 +101,12 @@ def test_trace_times_every_instruction_of_one_step(tmp_path):
     assert ts[:, 2].max() - ts[:, 0].min() < 10_000_000  # one step, not a whole run: under 10 ms
 
 
-@pytest.mark.parametrize("change", [dict(persist_warps=12), dict(persist_counter_stride=32)])
+@pytest.mark.parametrize("change", [dict(persist_warps=12), dict(persist_counter_stride=32),
+                                    dict(persist_page_bytes=1024, persist_stages=2)])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
-    # also run the sampler's scan over a block that is not a power of two
+    # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
+    # share many pages and the weight stream wait on the compute warps all the time
     import dataclasses
 
     from kiec.codegen import targets

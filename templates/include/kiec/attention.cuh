@@ -80,22 +80,22 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   const bool owns_pos = hi == pos + 1;  // the last active split holds row pos
   if (owns_pos)
     for (int i = threadIdx.x; i < HEAD_DIM; i += WARPS * 32) sm.kn[i] = qkv[(nq + g) * HEAD_DIM + i];
-  __syncthreads();
+  sync_block();
   if (QK_NORM) {
     for (int h = warp; h < GROUP; h += WARPS) head_rmsnorm<T, HEAD_DIM>(sm.qs[h], q_norm_w, norm_eps, nullptr);
     if (owns_pos && warp == WARPS - 1) head_rmsnorm<T, HEAD_DIM>(sm.kn, k_norm_w, norm_eps, nullptr);
-    __syncthreads();
+    sync_block();
   }
   rope_inplace<ROTARY, INTERLEAVED>(&sm.qs[0][0], GROUP, HEAD_DIM, inv_freq, pos, threadIdx.x, WARPS * 32);
   if (owns_pos) rope_inplace<ROTARY, INTERLEAVED>(sm.kn, 1, HEAD_DIM, inv_freq, pos, threadIdx.x, WARPS * 32);
-  __syncthreads();
+  sync_block();
   if (owns_pos) {
     for (int i = threadIdx.x; i < HEAD_DIM; i += WARPS * 32) {
       kc[(size_t)pos * HEAD_DIM + i] = from_float<T>(sm.kn[i]);
       vc[(size_t)pos * HEAD_DIM + i] = from_float<T>(qkv[(nq + kv_heads + g) * HEAD_DIM + i]);
     }
   }
-  __syncthreads();  // the new row is visible to this block (plain loads below, not the read-only path)
+  sync_block();  // the new row is visible to this block (plain loads below, not the read-only path)
 
   const int sub = lane / LPK, part = lane % LPK;
   float q[GROUP][8], acc[GROUP][8], m[GROUP], l[GROUP];
@@ -194,7 +194,7 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
       for (int i = 0; i < 8; ++i) sm.wo[warp][h][part * 8 + i] = acc[h][i];
     }
   }
-  __syncthreads();
+  sync_block();
 }
 
 // Merge the warps of a slice: with one split in use the block writes the output, with several its partial
@@ -227,7 +227,7 @@ __device__ __forceinline__ void attention_store(const AttentionSmem<HEAD_DIM, GR
 // KV head g's output from the partials of its `active` splits, in one pass (loads independent of the math).
 template <int HEAD_DIM, int GROUP, int SPLITS>
 __device__ __forceinline__ void attention_combine(int g, int active, const float* part_o, const float* part_ml, float* out) {
-  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += blockDim.x) {
+  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += block_threads()) {
     const int h = i / HEAD_DIM, d = i % HEAD_DIM;
     float mx = -INFINITY, lsum = 0.f, o = 0.f;
 #pragma unroll 8
@@ -267,9 +267,9 @@ attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_
   attention_store<HEAD_DIM, GROUP, WARPS, SPLITS>(sm, g, split, active, part_o, part_ml, out);
   if (active == 1) return;
   __threadfence();
-  __syncthreads();
+  sync_block();
   if (threadIdx.x == 0) last = atomicAdd(&counters[g], 1u) == (unsigned)active - 1;
-  __syncthreads();
+  sync_block();
   if (!last) return;
   __threadfence();
   attention_combine<HEAD_DIM, GROUP, SPLITS>(g, active, part_o, part_ml, out);

@@ -57,13 +57,30 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// The threads that compute, and their barrier. In persistent mode (KIEC_COMPUTE_THREADS defined) the block's last
+// warp only streams weights into shared memory and never joins: the compute warps meet on named barrier 1.
+__device__ __forceinline__ int block_threads() {
+#ifdef KIEC_COMPUTE_THREADS
+  return KIEC_COMPUTE_THREADS;
+#else
+  return blockDim.x;
+#endif
+}
+__device__ __forceinline__ void sync_block() {
+#ifdef KIEC_COMPUTE_THREADS
+  asm volatile("bar.sync 1, %0;" ::"n"(KIEC_COMPUTE_THREADS) : "memory");
+#else
+  __syncthreads();
+#endif
+}
+
 // Sum over the whole block; every thread gets the result. `scratch` holds one float per warp.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = block_threads() >> 5;
   v = warp_sum(v);
-  __syncthreads();
+  sync_block();
   if (lane == 0) scratch[warp] = v;
-  __syncthreads();
+  sync_block();
   float t = 0.f;
   for (int w = 0; w < nwarps; ++w) t += scratch[w];
   return t;

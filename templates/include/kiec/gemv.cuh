@@ -23,7 +23,7 @@ __device__ __forceinline__ void gemv_prologue(const float* x, const T* norm_w, f
     const float scale = rsqrtf(block_sum(ss, red) / K + eps);
     for (int i = threadIdx.x; i < K; i += THREADS) xs[i] = xs[i] * scale * to_float<T>(norm_w[i]);
   }
-  __syncthreads();
+  sync_block();
 }
 
 // MIN_BLOCKS in the launch bounds matters: without it ptxas aims at full occupancy, keeps ~40 registers

@@ -3,13 +3,14 @@
 //
 // An instruction waits until the phase counters it depends on reach their targets for this token (thread 0
 // spins on an acquire load), runs one tile, and bumps its own phase's counter (release). Counters only grow, so
-// nothing is reset between tokens. Weights never depend on activations: a GEMV tile asks for its share's first
-// bytes (into L2, and a first batch into registers) before it waits, so the memory keeps streaming across waits.
+// nothing is reset between tokens. Weights never depend on activations: the block's last warp copies every GEMV
+// share into a ring of shared-memory pages ahead of the compute warps (TMA bulk copies, mbarriers), so the
+// memory keeps streaming while they wait on their inputs.
 //
 // The generated model source defines the instruction and kernel-descriptor formats (persistent_abi.h, from
-// codegen/persistent_abi.py) and a Model::run(Turn, smem) that dispatches an instruction to the tile functions
-// below. They are inlined into the kernel: with separately compiled (noinline) tile functions ptxas spilled the
-// weight registers the GEMV keeps in flight (512 B) and 1,192 B in attention (ptxas -v, llama-3.2-1b).
+// codegen/persistent_abi.py) and a Model::run(Turn, ring, smem) that dispatches an instruction to the tile
+// functions below. They are inlined into the kernel: separately compiled (noinline) tile functions made ptxas
+// spill (1,192 B in attention, ptxas -v, llama-3.2-1b).
 #pragma once
 #include "attention.cuh"
 #include "common.cuh"
@@ -78,13 +79,13 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u) {
     go = ok;
   }
   trace(u, 1);
-  __syncthreads();
+  sync_block();
   return go;
 }
 
 // The tile is done: every thread's writes are ordered before the counter moves.
 __device__ __forceinline__ void signal_done(const Turn& u) {
-  __syncthreads();
+  sync_block();
   if (threadIdx.x == 0) {
     __threadfence();
     atomicAdd(u.a->counters + u.ins->counter * u.a->counter_stride, 1u);
@@ -92,12 +93,95 @@ __device__ __forceinline__ void signal_done(const Turn& u) {
   trace(u, 2);
 }
 
-// Ask L2 for `bytes` from p (16-byte aligned) in one instruction; the SM does not wait for the data.
-__device__ __forceinline__ void prefetch_bulk_l2(const void* p, unsigned bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  bytes &= ~15u;
-  if (bytes) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#endif
+// ---- the weight stream: a ring of shared-memory pages that the block's last warp fills with TMA bulk copies
+//
+// Weights never depend on activations, so one thread (the producer) walks the SM's instruction list ahead of the
+// compute warps and copies each GEMV share, page by page, into the ring: it is stopped only by a full ring, never
+// by a dependency. A page's `full` barrier completes when its bytes have landed; its `empty` barrier when every
+// compute warp is done with it. Both sides count pages the same way (seq), so page seq sits in stage
+// seq % STAGES and is that stage's (seq / STAGES)-th use.
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ bool mbar_test(unsigned long long* bar, unsigned parity) {
+  unsigned ok;
+  asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+               : "=r"(ok) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  return ok;
+}
+
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+  while (!mbar_test(bar, parity)) {}
+}
+
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+// `bytes` (a multiple of 16) from global src to shared dst; bar's transaction count drops by them on arrival.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar,
+                                          unsigned long long policy) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+               ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy) : "memory");
+}
+
+// How a GEMV share is cut into pages: items are (row, K segment) of item_bytes each, in memory order, so a run
+// of them is one contiguous copy; with SiLU-mul a page holds `per_page` gate items and then the same up items.
+__host__ __device__ constexpr int items_per_page(int page_bytes, int item_bytes, bool silu) {
+  return page_bytes / (item_bytes * (silu ? 2 : 1));
+}
+
+template <int STAGES_, int PAGE_>
+struct Ring {
+  static constexpr int STAGES = STAGES_, PAGE = PAGE_;
+  char* pages;                 // STAGES x PAGE bytes, 128-byte aligned
+  unsigned long long* full;    // STAGES: the page's bytes landed (one arrival and the transaction count)
+  unsigned long long* empty;   // STAGES: every compute warp released the page (one arrival per warp)
+  unsigned seq;                // pages this thread has gone through
+  __device__ __forceinline__ char* page(unsigned s) const { return pages + (size_t)(s % STAGES) * PAGE; }
+};
+
+// The producer: thread 0 of the last warp. Copies every GEMV share of positions [p0, p_end) into the ring in
+// instruction order, until the compute warps set `quit` (the generation ended early). Before returning it waits
+// for its copies in flight, so that none lands after the block is gone.
+template <typename R>
+__device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int end, const volatile int* quit) {
+  unsigned long long policy;  // weights are read once a token: first out of L2
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  unsigned seq = 0;
+  for (int pos = a.p0; pos < a.p_end; ++pos) {
+    for (int i = begin; i < end; ++i) {
+      const Instr& ins = a.instrs[i];
+      if (ins.opcode != OP_GEMV) continue;
+      const KernelDesc& d = a.kernels[ins.kernel];
+      const bool silu = d.silu;
+      const int per_page = items_per_page(R::PAGE, d.item_bytes, silu);
+      const int items = (ins.hi - ins.lo) * (d.row_bytes / d.item_bytes);
+      const char* gate = a.weights + d.w[0] + (size_t)ins.lo * d.row_bytes;
+      const char* up = gate + (size_t)d.n * d.row_bytes;
+      for (int first = 0; first < items; first += per_page, ++seq) {
+        const unsigned stage = seq % R::STAGES, use = seq / R::STAGES;
+        if (use > 0)
+          while (!mbar_test(ring.empty + stage, (use - 1) & 1))
+            if (*quit) goto drain;
+        const unsigned bytes = (unsigned)min(per_page, items - first) * d.item_bytes;
+        mbar_expect(ring.full + stage, silu ? 2 * bytes : bytes);
+        char* dst = ring.page(seq);
+        bulk_copy(dst, gate + (size_t)first * d.item_bytes, bytes, ring.full + stage, policy);
+        if (silu) bulk_copy(dst + per_page * d.item_bytes, up + (size_t)first * d.item_bytes, bytes, ring.full + stage, policy);
+      }
+    }
+  }
+drain:
+  for (unsigned s = seq > R::STAGES ? seq - R::STAGES : 0; s < seq; ++s) mbar_wait(ring.full + s % R::STAGES, (s / R::STAGES) & 1);
 }
 
 // ---- tiles: each waits, computes rows [ins.lo, ins.hi) of its kernel, and signals; false when stopped
@@ -106,91 +190,83 @@ template <typename T>
 __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int vocab, float* x) {
   if (!wait_inputs(u)) return false;
   const int token = min(max(*(volatile int*)(u.a->tokens + u.pos), 0), vocab - 1);
-  for (int i = u.ins->lo + threadIdx.x; i < u.ins->hi; i += blockDim.x) x[i] = to_float<T>(table[(size_t)token * dim + i]);
+  for (int i = u.ins->lo + threadIdx.x; i < u.ins->hi; i += block_threads()) x[i] = to_float<T>(table[(size_t)token * dim + i]);
   signal_done(u);
   return true;
 }
 
-// Outputs [lo, hi) of y = epilogue(W . prologue(x)). Work items are (row pair, K segment): a warp loads U
-// 16-byte chunks per lane of each of the pair's two weight rows (for SiLU-mul: a gate row and its up row), so the
-// block's warps keep up to 2 x U x 16 B per lane in flight. Segment sums meet in shared memory and are added in
-// segment order, so a run's result does not depend on which warp finished first.
-template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int U>
-__device__ __forceinline__ bool gemv_tile(Turn u, const T* W, const T* bias, float* x, const T* norm_w, float eps, float* y,
-                                       int n_out, unsigned prefetch_bytes, float* smem) {
-  static_assert(K % 8 == 0, "K must be a multiple of 8 (16-byte loads)");
-  constexpr int CHUNKS = K / 8, SEG = 32 * U, SEGS = (CHUNKS + SEG - 1) / SEG;
+// Outputs [lo, hi) of y = epilogue(W . prologue(x)), the weights read from the ring. A row is SEGS segments of
+// SEGC 16-byte chunks; work items are (row, segment) (for SiLU-mul: a gate row's segment and its up row's), dealt
+// round-robin over the warps. SEGS divides WARPS, so a warp always has the same segment: its slice of x stays in
+// registers. Segment sums meet in shared memory and are added in segment order, so a run's result does not
+// depend on which warp finished first.
+template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, typename R>
+__device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
+                                          float* y, int n_out, float* smem) {
+  static_assert(K % 8 == 0, "K must be a multiple of 8 (16-byte chunks)");
+  constexpr int CHUNKS = K / 8, SEGC = CHUNKS / SEGS, ROUNDS = (SEGC + 31) / 32;
+  static_assert(CHUNKS % SEGS == 0 && WARPS % SEGS == 0, "segments must tile a row and divide the warps");
   constexpr bool SILU = EPI == EPI_SILU_MUL;
-  const int lo = u.ins->lo, hi = u.ins->hi, outs = hi - lo;
-  const int pairs = SILU ? outs : (outs + 1) / 2, items = pairs * SEGS;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  float* xs = smem;                 // K: the prologue's output
-  float* acc = smem + K;            // [2 * pairs][SEGS]: each row's segment sums
-  float* red = acc + 2 * pairs * SEGS;  // WARPS
-  auto row = [&](int p, int r) {
-    const int o = SILU ? lo + p + (r ? n_out : 0) : min(lo + 2 * p + r, hi - 1);  // a tail's copy is discarded
-    return W + (size_t)o * K;
-  };
-  auto load = [&](int item, uint4 (&raw)[2][U]) {
-    const int p = item / SEGS, s = item % SEGS;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const T* w = row(p, r);
-#pragma unroll
-      for (int v = 0; v < U; ++v) {
-        const int c = s * SEG + v * 32 + lane;
-        raw[r][v] = (CHUNKS % SEG == 0 || c < CHUNKS) ? load_stream(w + c * 8) : make_uint4(0, 0, 0, 0);
-      }
-    }
-  };
+  constexpr int ITEM = SEGC * 16, PER_PAGE = items_per_page(R::PAGE, ITEM, SILU);
+  static_assert(PER_PAGE >= 1, "a page holds at least one item");
+  const int lo = u.ins->lo, hi = u.ins->hi, outs = hi - lo, items = outs * SEGS;
+  const int pages = (items + PER_PAGE - 1) / PER_PAGE;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, seg = warp % SEGS;
+  float* xs = smem;                        // K: the prologue's output
+  float* acc = smem + K;                   // [(SILU ? 2 : 1) * outs][SEGS]: each row's segment sums
+  float* red = acc + (SILU ? 2 : 1) * outs * SEGS;  // WARPS
 
-  // Before waiting: the share's first bytes into L2, and this warp's first item into registers.
-  if (threadIdx.x == 0 && prefetch_bytes) {
-    const unsigned share = (unsigned)outs * K * sizeof(T);
-    if (SILU) {
-      prefetch_bulk_l2(W + (size_t)lo * K, min(share, prefetch_bytes / 2));
-      prefetch_bulk_l2(W + (size_t)(lo + n_out) * K, min(share, prefetch_bytes / 2));
-    } else {
-      prefetch_bulk_l2(W + (size_t)lo * K, min(share, prefetch_bytes));
-    }
-  }
-  uint4 cur[2][U];
-  int item = warp;
-  if (item < items) load(item, cur);
   if (!wait_inputs(u)) return false;
-
   gemv_prologue<T, K, NORM, WARPS * 32>(x, norm_w, eps, xs, red);
+  float xr[ROUNDS][8];  // this warp's segment of x
+#pragma unroll
+  for (int v = 0; v < ROUNDS; ++v) {
+    const int c = v * 32 + lane;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) xr[v][i] = (SEGC % 32 == 0 || c < SEGC) ? xs[(seg * SEGC + c) * 8 + i] : 0.f;
+  }
 
-  for (; item < items; item += WARPS) {
-    if (item != warp) load(item, cur);  // the first came before the wait
-    const int p = item / SEGS, s = item % SEGS;
-    float a0 = 0.f, a1 = 0.f;
+  for (int p = 0; p < pages; ++p, ++ring.seq) {
+    const unsigned stage = ring.seq % R::STAGES;
+    mbar_wait(ring.full + stage, (ring.seq / R::STAGES) & 1);
+    const char* page = ring.page(ring.seq);
+    const int first = p * PER_PAGE, n = min(PER_PAGE, items - first);
+    for (int j = (warp - first % WARPS + WARPS) % WARPS; j < n; j += WARPS) {
+      const int row = (first + j) / SEGS;
+      const uint4* w0 = reinterpret_cast<const uint4*>(page + j * ITEM);
+      const uint4* w1 = reinterpret_cast<const uint4*>(page + (PER_PAGE + j) * ITEM);
+      float a0 = 0.f, a1 = 0.f;
 #pragma unroll
-    for (int v = 0; v < U; ++v) {
-      const int c = s * SEG + v * 32 + lane;
-      if (CHUNKS % SEG == 0 || c < CHUNKS) {
-        const float4 xa = *reinterpret_cast<const float4*>(xs + c * 8);
-        const float4 xb = *reinterpret_cast<const float4*>(xs + c * 8 + 4);
-        const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-        float w0[8], w1[8];
-        unpack8<T>(cur[0][v], w0);
-        unpack8<T>(cur[1][v], w1);
+      for (int v = 0; v < ROUNDS; ++v) {
+        const int c = v * 32 + lane;
+        if (SEGC % 32 == 0 || c < SEGC) {
+          float w[8];
+          unpack8<T>(w0[c], w);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          a0 = fmaf(w0[i], xv[i], a0);
-          a1 = fmaf(w1[i], xv[i], a1);
+          for (int i = 0; i < 8; ++i) a0 = fmaf(w[i], xr[v][i], a0);
+          if (SILU) {
+            unpack8<T>(w1[c], w);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) a1 = fmaf(w[i], xr[v][i], a1);
+          }
+        }
+      }
+      a0 = warp_sum(a0);
+      if (SILU) a1 = warp_sum(a1);
+      if (lane == 0) {
+        if (SILU) {
+          acc[(2 * row) * SEGS + seg] = a0;
+          acc[(2 * row + 1) * SEGS + seg] = a1;
+        } else {
+          acc[row * SEGS + seg] = a0;
         }
       }
     }
-    a0 = warp_sum(a0);
-    a1 = warp_sum(a1);
-    if (lane == 0) {
-      acc[(2 * p) * SEGS + s] = a0;
-      acc[(2 * p + 1) * SEGS + s] = a1;
-    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(ring.empty + stage);
   }
-  __syncthreads();
-  auto dot = [&](int r) {  // row r of the tile (2 per pair)
+  sync_block();
+  auto dot = [&](int r) {  // row r's sum (SiLU: 2 rows per output, gate then up)
     float v = 0.f;
 #pragma unroll
     for (int s = 0; s < SEGS; ++s) v += acc[r * SEGS + s];
@@ -198,7 +274,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, const T* W, const T* bias, flo
   };
 
   unsigned long long best = 0ull;
-  for (int j = threadIdx.x; j < outs; j += blockDim.x) {
+  for (int j = threadIdx.x; j < outs; j += WARPS * 32) {
     const int o = lo + j;
     if (SILU) {
       const float g = dot(2 * j) + (BIAS ? to_float<T>(bias[o]) : 0.f);
@@ -264,15 +340,15 @@ __device__ __forceinline__ bool combine_tile(Turn u, int window, const float* pa
 // Block-wide inclusive scan of one float per thread; `scratch` holds one float per warp. Every thread gets its
 // prefix and (in total) the block's sum.
 __device__ __forceinline__ float block_scan(float v, float* scratch, float& total) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = block_threads() >> 5;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
     const float n = __shfl_up_sync(0xffffffffu, v, o);
     if (lane >= o) v += n;
   }
-  __syncthreads();
+  sync_block();
   if (lane == 31) scratch[warp] = v;
-  __syncthreads();
+  sync_block();
   float before = 0.f;
   total = 0.f;
   for (int w = 0; w < nwarps; ++w) {
@@ -301,7 +377,7 @@ struct Weights {
 
 __device__ __forceinline__ float kept_mass_above(const Weights& weight, int vocab, float tau, float* red) {
   float s = 0.f;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+  for (int i = threadIdx.x; i < vocab; i += block_threads()) {
     const float e = weight(i);
     s += e >= tau ? e : 0.f;
   }
@@ -317,9 +393,9 @@ __device__ __forceinline__ int sample_block(const float* logits, int vocab, floa
   __shared__ float s_tau;
   const Weights weight{logits, mx, 1.f / gen.temperature};
   if (threadIdx.x == 0) n_cand = 0;
-  __syncthreads();
+  sync_block();
   float z = 0.f, cmass = 0.f;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+  for (int i = threadIdx.x; i < vocab; i += block_threads()) {
     const float e = weight(i);
     z += e;
     if (gen.top_p < 1.f && e >= CAND_MIN) {
@@ -334,11 +410,11 @@ __device__ __forceinline__ int sample_block(const float* logits, int vocab, floa
     const float target = gen.top_p * z;
     if (n_cand <= CAND && cmass >= target) {
       // bitonic sort of the candidates by e, largest first (padding sorts last)
-      for (int i = n_cand + threadIdx.x; i < CAND; i += blockDim.x) cand_e[i] = -1.f;
-      __syncthreads();
+      for (int i = n_cand + threadIdx.x; i < CAND; i += block_threads()) cand_e[i] = -1.f;
+      sync_block();
       for (int k = 2; k <= CAND; k <<= 1)
         for (int j = k >> 1; j > 0; j >>= 1) {
-          for (int i = threadIdx.x; i < CAND; i += blockDim.x) {
+          for (int i = threadIdx.x; i < CAND; i += block_threads()) {
             const int l = i ^ j;
             if (l > i) {
               const bool down = (i & k) == 0;  // descending runs first
@@ -348,23 +424,23 @@ __device__ __forceinline__ int sample_block(const float* logits, int vocab, floa
               }
             }
           }
-          __syncthreads();
+          sync_block();
         }
       // the first prefix reaching the target: each thread scans `per` consecutive candidates, in order
-      const int per = (CAND + blockDim.x - 1) / blockDim.x;
+      const int per = (CAND + block_threads() - 1) / block_threads();
       float mine = 0.f;
       for (int k = 0; k < per && threadIdx.x * per + k < CAND; ++k) mine += fmaxf(cand_e[threadIdx.x * per + k], 0.f);
       float total;
       float run = block_scan(mine, red, total) - mine;
       if (threadIdx.x == 0) s_tau = cand_e[n_cand - 1];
-      __syncthreads();
+      sync_block();
       for (int k = 0; k < per && threadIdx.x * per + k < CAND; ++k) {
         const int i = threadIdx.x * per + k;
         const float e = fmaxf(cand_e[i], 0.f);
         if (run < target && run + e >= target) s_tau = e;  // one thread sees the crossing
         run += e;
       }
-      __syncthreads();
+      sync_block();
       tau = s_tau;
     } else {
       // bisection on the bits of tau in (0, 1]: the largest threshold whose kept mass still reaches the target
@@ -378,7 +454,7 @@ __device__ __forceinline__ int sample_block(const float* logits, int vocab, floa
     }
   }
   // the draw: thread i holds ids [i * span, (i + 1) * span); the scan finds the thread whose range crosses
-  const int span = (vocab + blockDim.x - 1) / blockDim.x, first = threadIdx.x * span, last = min(first + span, vocab);
+  const int span = (vocab + block_threads() - 1) / block_threads(), first = threadIdx.x * span, last = min(first + span, vocab);
   float mine = 0.f;
   for (int i = first; i < last; ++i) {
     const float e = weight(i);
@@ -388,7 +464,7 @@ __device__ __forceinline__ int sample_block(const float* logits, int vocab, floa
   const float end = block_scan(mine, red, total);
   const float x = sample_uniform(gen.seed, (unsigned long long)pos) * total;
   if (threadIdx.x == 0) pick = -1;
-  __syncthreads();
+  sync_block();
   if (end - mine <= x && x < end) {
     float run = end - mine;
     int chosen = -1, fallback = -1;
@@ -401,12 +477,12 @@ __device__ __forceinline__ int sample_block(const float* logits, int vocab, floa
     }
     pick = chosen >= 0 ? chosen : fallback;
   }
-  __syncthreads();
+  sync_block();
   if (pick < 0 && threadIdx.x == 0) {  // rounding put x past the last kept token: take the last one
     for (int i = vocab - 1; i >= 0; --i)
       if (weight(i) >= tau) { pick = i; break; }
   }
-  __syncthreads();
+  sync_block();
   return pick;
 }
 
@@ -438,22 +514,59 @@ __device__ __forceinline__ bool select_tile(Turn u, const float* logits, int voc
   return true;
 }
 
-// One block per SM, each running its list token after token (Model::run dispatches an instruction).
-template <typename Model, int THREADS>
-__global__ void __launch_bounds__(THREADS, 1) persistent_kernel(PersistentArgs a) {
-  extern __shared__ __align__(16) float smem[];
+// One block per SM: warps [0, COMPUTE_WARPS) run its list token after token (Model::run dispatches an
+// instruction); one more warpgroup streams the weights (stream_weights: one thread of it works). Registers move
+// from the streaming warpgroup to the compute warps (setmaxnreg): the launch bounds alone would give every thread
+// 168 (a 12-warp block), and the attention and select tiles spill at that. Shared memory: the ring's barriers,
+// its pages, then the tiles' scratch.
+constexpr int STREAM_WARPS = 4, STREAM_REGS = 40;
+template <int COMPUTE_WARPS>
+struct ComputeRegs {  // what the register file leaves the compute warps, in steps of 8, at most 248
+  static constexpr int free = (65536 / 32 - STREAM_WARPS * STREAM_REGS) / COMPUTE_WARPS / 8 * 8;
+  static constexpr int value = free > 248 ? 248 : free;
+};
+
+template <typename Model, typename R, int COMPUTE_WARPS>
+__global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persistent_kernel(PersistentArgs a) {
+  static_assert(COMPUTE_WARPS % 4 == 0, "the compute warps are whole warpgroups (setmaxnreg)");
+  extern __shared__ __align__(128) char smem_raw[];
   __shared__ int stopped;
+  __shared__ volatile int quit;
+  R ring;
+  ring.full = reinterpret_cast<unsigned long long*>(smem_raw);
+  ring.empty = ring.full + R::STAGES;
+  ring.pages = smem_raw + 128 * ((2 * R::STAGES * 8 + 127) / 128);
+  ring.seq = 0;
+  float* smem = reinterpret_cast<float*>(ring.pages + (size_t)R::STAGES * R::PAGE);
   const int begin = a.starts[blockIdx.x], end = a.starts[blockIdx.x + 1];
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < R::STAGES; ++s) {
+      mbar_init(ring.full + s, 1);
+      mbar_init(ring.empty + s, COMPUTE_WARPS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    quit = 0;
+  }
+  __syncthreads();  // the last one with the streaming warps
+  if (threadIdx.x >= COMPUTE_WARPS * 32) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(STREAM_REGS));
+    if (threadIdx.x == COMPUTE_WARPS * 32) stream_weights(a, ring, begin, end, &quit);
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(ComputeRegs<COMPUTE_WARPS>::value));
   for (int pos = a.p0, t = 0; pos < a.p_end; ++pos, ++t) {
     if (threadIdx.x == 0) stopped = *(volatile int*)a.stop_pos <= pos;
-    __syncthreads();
-    if (stopped) return;
-    for (int i = begin; i < end; ++i) {
+    sync_block();
+    if (stopped) break;
+    int i = begin;
+    for (; i < end; ++i) {
       const Turn u{a.instrs + i, t, pos, &a};
       trace(u, 0);
-      if (!Model::run(u, smem)) return;
+      if (!Model::run(u, ring, smem)) break;
     }
+    if (i < end) break;
   }
+  if (threadIdx.x == 0) quit = 1;
 }
 
 }  // namespace kiec

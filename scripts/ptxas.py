@@ -1,0 +1,48 @@
+"""Registers, spills and shared memory of a model's generated kernels, without writing weights or running them:
+    python3 scripts/ptxas.py llama-3.2-1b persistent [field=value ...]
+Emits the sources as `kiec compile` would (the sm_90 target with the given TargetParams fields replaced) and
+compiles each unit with `nvcc -Xptxas -v`; prints ptxas's lines for the kernels."""
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import kiec
+from kiec.build import check_toolchain
+from kiec.codegen import targets
+from kiec.codegen.emit import INCLUDE_DIR, emit
+from kiec.codegen.persistent import emit_persistent
+from kiec.ir.passes import pipeline
+
+
+def main(name: str, mode: str = "graph", *changes: str) -> None:
+    base = targets.TARGETS["sm_90"]
+    fields = dict(c.split("=") for c in changes)
+    tp = dataclasses.replace(base, **{k: type(getattr(base, k))(v) for k, v in fields.items()})
+    model = kiec.load(name, dtype="bf16", max_seq_len=512)
+    program = pipeline.run(model.graph)
+    src = (emit_persistent if mode == "persistent" else emit)(program, "bf16", model.max_seq_len, tp, "ptxas")
+    nvcc = check_toolchain("cuda", "sm_90")
+    with tempfile.TemporaryDirectory() as d:
+        for fname, text in src.files.items():
+            with open(os.path.join(d, fname), "w") as fh:
+                fh.write(text)
+        for fname in sorted(f for f in src.files if f.endswith(".cu")):
+            r = subprocess.run([nvcc, "-O3", "-std=c++17", *tp.gencode.split(), "-I", INCLUDE_DIR, "-I", d,
+                                "-Xptxas", "-v", "-c", os.path.join(d, fname), "-o", os.path.join(d, "x.o")],
+                               capture_output=True, text=True)
+            if r.returncode:
+                sys.exit(r.stderr[-4000:])
+            fn = None
+            for line in r.stderr.splitlines():
+                m = re.search(r"Compiling entry function '(\S+)'", line)
+                if m:
+                    fn = m.group(1)[:90]
+                if "registers" in line or "spill" in line and fn:
+                    print(f"{fn}: {line.split(':', 1)[-1].strip()}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
