@@ -98,7 +98,7 @@ __device__ __forceinline__ void signal_done(const Turn& u) {
 // Weights never depend on activations, so one thread (the producer) walks the SM's instruction list ahead of the
 // compute warps and copies each GEMV share, page by page, into the ring: it is stopped only by a full ring, never
 // by a dependency. A page's `full` barrier completes when its bytes have landed; its `empty` barrier when every
-// compute warp is done with it. Both sides count pages the same way (seq), so page seq sits in stage
+// compute thread is done with it. Both sides count pages the same way (seq), so page seq sits in stage
 // seq % STAGES and is that stage's (seq / STAGES)-th use.
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
@@ -126,6 +126,30 @@ __device__ __forceinline__ void mbar_expect(unsigned long long* bar, unsigned by
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
 
+// One 16-byte shared-memory load (a plain dereference of a page's uint4 let nvcc split it into eight 2-byte
+// loads, 8-way bank conflicts each). volatile keeps it after the page's mbarrier wait.
+__device__ __forceinline__ uint4 lds128(const void* p) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(smem_addr(p)));
+  return v;
+}
+
+// unpack8 with bf16 widened in one shift or one mask a value (nvcc's generic widening spends two on the odd ones;
+// graph mode keeps unpack8: this one changed its register allocation there into spills).
+template <typename T>
+__device__ __forceinline__ void widen8(const uint4& raw, float* out) {
+  if constexpr (sizeof(T) == 2 && !__is_same(T, __half)) {
+    const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[2 * i] = __uint_as_float(w[i] << 16);
+      out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  } else {
+    unpack8<T>(raw, out);
+  }
+}
+
 // `bytes` (a multiple of 16) from global src to shared dst; bar's transaction count drops by them on arrival.
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar,
                                           unsigned long long policy) {
@@ -144,7 +168,7 @@ struct Ring {
   static constexpr int STAGES = STAGES_, PAGE = PAGE_;
   char* pages;                 // STAGES x PAGE bytes, 128-byte aligned
   unsigned long long* full;    // STAGES: the page's bytes landed (one arrival and the transaction count)
-  unsigned long long* empty;   // STAGES: every compute warp released the page (one arrival per warp)
+  unsigned long long* empty;   // STAGES: every compute thread released the page (one arrival each)
   unsigned seq;                // pages this thread has gone through
   __device__ __forceinline__ char* page(unsigned s) const { return pages + (size_t)(s % STAGES) * PAGE; }
 };
@@ -222,8 +246,11 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
 #pragma unroll
   for (int v = 0; v < ROUNDS; ++v) {
     const int c = v * 32 + lane;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) xr[v][i] = (SEGC % 32 == 0 || c < SEGC) ? xs[(seg * SEGC + c) * 8 + i] : 0.f;
+    const bool in = SEGC % 32 == 0 || c < SEGC;
+    const float4 xa = in ? *reinterpret_cast<const float4*>(xs + (seg * SEGC + c) * 8) : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 xb = in ? *reinterpret_cast<const float4*>(xs + (seg * SEGC + c) * 8 + 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+    xr[v][0] = xa.x; xr[v][1] = xa.y; xr[v][2] = xa.z; xr[v][3] = xa.w;
+    xr[v][4] = xb.x; xr[v][5] = xb.y; xr[v][6] = xb.z; xr[v][7] = xb.w;
   }
 
   for (int p = 0; p < pages; ++p, ++ring.seq) {
@@ -233,23 +260,30 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     const int first = p * PER_PAGE, n = min(PER_PAGE, items - first);
     for (int j = (warp - first % WARPS + WARPS) % WARPS; j < n; j += WARPS) {
       const int row = (first + j) / SEGS;
-      const uint4* w0 = reinterpret_cast<const uint4*>(page + j * ITEM);
-      const uint4* w1 = reinterpret_cast<const uint4*>(page + (PER_PAGE + j) * ITEM);
-      float a0 = 0.f, a1 = 0.f;
+      const char* w0 = page + j * ITEM;
+      const char* w1 = page + (PER_PAGE + j) * ITEM;
+      float p0[ROUNDS], p1[ROUNDS];  // one sum a round: short dependency chains, added in a fixed order
 #pragma unroll
       for (int v = 0; v < ROUNDS; ++v) {
         const int c = v * 32 + lane;
+        p0[v] = p1[v] = 0.f;
         if (SEGC % 32 == 0 || c < SEGC) {
           float w[8];
-          unpack8<T>(w0[c], w);
+          widen8<T>(lds128(w0 + c * 16), w);
 #pragma unroll
-          for (int i = 0; i < 8; ++i) a0 = fmaf(w[i], xr[v][i], a0);
+          for (int i = 0; i < 8; ++i) p0[v] = fmaf(w[i], xr[v][i], p0[v]);
           if (SILU) {
-            unpack8<T>(w1[c], w);
+            widen8<T>(lds128(w1 + c * 16), w);
 #pragma unroll
-            for (int i = 0; i < 8; ++i) a1 = fmaf(w[i], xr[v][i], a1);
+            for (int i = 0; i < 8; ++i) p1[v] = fmaf(w[i], xr[v][i], p1[v]);
           }
         }
+      }
+      float a0 = p0[0], a1 = p1[0];
+#pragma unroll
+      for (int v = 1; v < ROUNDS; ++v) {
+        a0 += p0[v];
+        a1 += p1[v];
       }
       a0 = warp_sum(a0);
       if (SILU) a1 = warp_sum(a1);
@@ -262,8 +296,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
         }
       }
     }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(ring.empty + stage);
+    mbar_arrive(ring.empty + stage);  // every lane: an arrive releases only its own thread's reads
   }
   sync_block();
   auto dot = [&](int r) {  // row r's sum (SiLU: 2 rows per output, gate then up)
@@ -542,7 +575,7 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
   if (threadIdx.x == 0) {
     for (int s = 0; s < R::STAGES; ++s) {
       mbar_init(ring.full + s, 1);
-      mbar_init(ring.empty + s, COMPUTE_WARPS);
+      mbar_init(ring.empty + s, COMPUTE_WARPS * 32);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     quit = 0;
