@@ -48,6 +48,7 @@ class _PersistentEmitter(_Emitter):
         self.cases: list[str] = []  # one per distinct tile function (spec)
         self.descs: list[bytes] = []  # one per kernel
         self.smem = (32 + 2 * SAMPLE_CANDIDATES) * 4  # select: its block scratch, candidate weights and ids
+        self.arrivals = 0  # attention arrival counters so far (one per layer and KV head)
 
     def attention_splits(self, k: AttentionKernel) -> int:
         return attention_splits(k, self.t.sms)  # the schedule's (KV head, split) tiles
@@ -105,15 +106,16 @@ class _PersistentEmitter(_Emitter):
         group, splits = k.n_heads // k.kv_heads, self.splits[k.name]
         tmpl = (f"T, {k.head_dim}, {group}, {r.rotary_dim}, {'true' if r.interleaved else 'false'}, "
                 f"{'true' if k.q_norm else 'false'}, {self.warps}, {splits}, {self.attn_keys(group)}, {t.attn_min_keys}")
-        self._case(f"u.ins->opcode == kiec::OP_COMBINE ? kiec::combine_tile<{k.head_dim}, {group}, {splits}, "
-                   f"{t.attn_min_keys}>(u, d.window, A(d.a[1]), A(d.a[2]), A(d.a[3])) : kiec::attention_tile<{tmpl}>(u, "
-                   f"A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), (const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, "
-                   f"d.scale, d.softcap, d.window, A(d.a[1]), A(d.a[2]), A(d.a[3]), smem)",
+        self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
+                   f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
+                   f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",
                    n=k.kv_heads, m=self.seq, window=a.window, eps=k.q_norm.eps if k.q_norm else 0.0, scale=a.scale,
-                   softcap=a.softcap, w=(self.kv_offset[k.append.cache], f_off, self._w(k.q_norm and k.q_norm.weight),
-                                         self._w(k.k_norm and k.k_norm.weight)),
+                   softcap=a.softcap, arrive=self.arrivals,
+                   w=(self.kv_offset[k.append.cache], f_off, self._w(k.q_norm and k.q_norm.weight),
+                      self._w(k.k_norm and k.k_norm.weight)),
                    a=(self.arena[k.qkv], self.arena[partials(k) + ".o"], self.arena[partials(k) + ".ml"],
                       self.arena[a.out]))
+        self.arrivals += k.kv_heads
         self.smem = max(self.smem, (group * k.head_dim + k.head_dim + 2 * self.warps * group
                                     + self.warps * group * k.head_dim) * 4)
         self.src.kernels.append(dict(name=k.name, family="attention", cache=a.cache,
@@ -150,7 +152,7 @@ class _PersistentEmitter(_Emitter):
                             schedule=[[sm, ins.opcode, ins.kernel] for sm, lst in enumerate(self.sched.lists) for ins in lst])
         src.files["model.cu"] = self.env.get_template("persistent.cu.j2").render(
             ctype=self.ctype, cases=self.cases, sms=self.sched.sms, phases=len(self.sched.phases),
-            warps=self.warps, smem=smem, stages=stages, page=page, counter_stride=self.t.persist_counter_stride, instr_off=instr_off,
+            warps=self.warps, smem=smem, stages=stages, page=page, arrivals=max(self.arrivals, 1), counter_stride=self.t.persist_counter_stride, instr_off=instr_off,
             starts_off=starts_off, kernels_off=kernels_off, instructions=instructions, **self.model_constants(header))
         return src
 

@@ -2,10 +2,12 @@
 per-SM lists. An instruction waits on counters in global memory and bumps one when it is done; counters
 only grow (token t waits for `tiles * (t + 1)`), so nothing is reset between tokens.
 
-A counter belongs to a phase: one per kernel, two for attention (its splits over the KV length, each
-writing a partial, then one combine per KV head), so that attention at long context spreads over the SMs,
-and a last one, select, that picks the next token from the logits (argmax or a seeded draw), checks EOS and
-the length, and hands the token to the next step's embedding.
+A counter belongs to a phase: one per kernel, and a last one, select, that picks the next token from the
+logits (argmax or a seeded draw), checks EOS and the length, and hands the token to the next step's
+embedding. Attention is cut into (KV head, split) tiles over the KV length, so that attention at long context
+spreads over the SMs; each split writes a partial and arrives on its KV head's arrival counter, and the split
+that arrives last merges the partials and bumps the phase counter: the phase completes once per KV head, one
+hop after the splits, with no separate combine phase to wait on.
 
 Dependencies come from the dataflow, not from kernel order: an instruction waits for every kernel that
 wrote a value it reads (read after write) and for every kernel that still reads the buffer slot it is about
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Kernel, Program, kernel_io
 
 # One source of truth for the device: the header generator reads these.
-OPCODES = {"embed": 1, "gemv": 2, "attention": 3, "elementwise": 4, "combine": 5, "select": 6}
+OPCODES = {"embed": 1, "gemv": 2, "attention": 3, "elementwise": 4, "select": 6}
 TOKEN = "@token"  # the pseudo-value select writes and the next step's embedding reads (the token id)
 
 
@@ -35,7 +37,7 @@ class Instr:
     opcode: str
     kernel: int  # index into program.kernels
     tile: int  # attention: KV head * splits + split
-    lo: int  # the slice of the kernel's output this instruction computes (attention, combine: KV head lo)
+    lo: int  # the slice of the kernel's output this instruction computes (attention: KV head lo)
     hi: int
     waits: tuple[Wait, ...]
     counter: int = -1  # the phase whose counter it bumps when done
@@ -45,22 +47,22 @@ class Instr:
 class Schedule:
     program: Program
     sms: int
-    tiles: list[int]  # per phase (counter)
+    tiles: list[int]  # per phase (counter): its bumps per token (attention: one per KV head, by its last split)
     lists: list[list[Instr]] = field(default_factory=list)  # per SM, in execution order
     phases: list[tuple[int, str]] = field(default_factory=list)  # counter -> (kernel, opcode)
     splits: dict[int, int] = field(default_factory=dict)  # attention kernel -> splits over the KV length
     min_keys: int = 64  # rows a split takes at least (simulate.split_rows)
+    arrivals: dict[int, int] = field(default_factory=dict)  # attention kernel -> arrivals a KV head waits for
+    # before its last split merges (one per split; a schedule that expects fewer merges too early)
 
 
 def phases(program: Program) -> list[tuple[int, str]]:
-    """(kernel, opcode) per counter, in execution order: attention has its splits and then its combine;
-    select comes last (its kernel is the one that writes the logits)."""
+    """(kernel, opcode) per counter, in execution order; select comes last (its kernel is the one that writes
+    the logits)."""
     out = []
     for i, k in enumerate(program.kernels):
-        if isinstance(k, AttentionKernel):
-            out += [(i, "attention"), (i, "combine")]
-        else:
-            out.append((i, {EmbedKernel: "embed", GemvKernel: "gemv", ElementwiseKernel: "elementwise"}[type(k)]))
+        out.append((i, {EmbedKernel: "embed", GemvKernel: "gemv", AttentionKernel: "attention",
+                        ElementwiseKernel: "elementwise"}[type(k)]))
     logits = program.graph.outputs[0]
     out.append((next(i for i, k in enumerate(program.kernels) if kernel_io(k)[1][0][0] == logits), "select"))
     return out
@@ -85,9 +87,8 @@ def output_size(k: Kernel, program: Program) -> int:
 
 def reads_writes(k: Kernel, program: Program, opcode: str | None = None) -> tuple[set[str], set[str]]:
     """Values (and KV state, and attention partials) a kernel's phase reads and writes. The embedding reads
-    the token select wrote (the previous step's choice once the prompt is consumed). Attention splits also
-    write the output: with one split in use (a short context) the split writes it and the combine has
-    nothing to do."""
+    the token select wrote (the previous step's choice once the prompt is consumed). Attention writes its
+    partials (read back by its own last split) and the output."""
     if opcode == "select":
         return {program.graph.outputs[0]}, {TOKEN}
     reads, writes = kernel_io(k)
@@ -95,8 +96,6 @@ def reads_writes(k: Kernel, program: Program, opcode: str | None = None) -> tupl
     if isinstance(k, EmbedKernel):
         r.add(TOKEN)
     if isinstance(k, AttentionKernel):
-        if opcode == "combine":
-            return {partials(k)}, w
         r.add(k.append.cache)
         return r, {k.append.cache, partials(k), *w}
     return r, w
@@ -157,9 +156,9 @@ def attention_splits(k: AttentionKernel, sms: int, max_splits: int = 64) -> int:
     return max(1, min(max_splits, sms // k.kv_heads))
 
 
-def gemv_shares(n: int, sms: int, first_sm: int = 0, align: int = 2) -> list[tuple[int, int, int]]:
-    """(sm, lo, hi): a GEMV's n output rows in equal shares, one tile per SM (to `align`, the rows a warp
-    computes together). Between two waits a kernel takes as long as its busiest SM, so the shares are equal
+def gemv_shares(n: int, sms: int, first_sm: int = 0, align: int = 1) -> list[tuple[int, int, int]]:
+    """(sm, lo, hi): a GEMV's n output rows in equal shares, one tile per SM (to `align` rows; the device's
+    GEMV takes any row count: its work items are row segments). Between two waits a kernel takes as long as its busiest SM, so the shares are equal
     per kernel, not only over the whole token. A kernel with fewer rows than SMs starts at `first_sm`, so
     that small kernels spread out."""
     units = -(-n // align)
@@ -174,8 +173,8 @@ def gemv_shares(n: int, sms: int, first_sm: int = 0, align: int = 2) -> list[tup
 def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None,
              min_keys: int = 64, max_splits: int = 64) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
-    attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads) and then one combine a
-    KV head, the rest `tile_rows` outputs a tile, round-robin. Every SM's list is in phase order (no
+    attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
+    outputs a tile, round-robin. Every SM's list is in phase order (no
     deadlock)."""
     sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys)
     deps = reduce_waits(dependencies(program, slot_of))
@@ -189,14 +188,18 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
             placed = [(sm, 0, 1)]
         elif opcode == "attention":
             splits = sched.splits.setdefault(i, attention_splits(k, sms, max_splits))
+            sched.arrivals[i] = splits
             placed = [((sm + t) % sms, g, g + 1) for t, g in enumerate(g for g in range(n) for _ in range(splits))]
         else:
-            step = 1 if opcode == "combine" else tile_rows
-            placed = [((sm + t) % sms, lo, min(lo + step, n)) for t, lo in enumerate(range(0, n, step))]
-        sched.tiles.append(len(placed))
+            placed = [((sm + t) % sms, lo, min(lo + tile_rows, n)) for t, lo in enumerate(range(0, n, tile_rows))]
+        sched.tiles.append(n if opcode == "attention" else len(placed))  # attention: its KV heads' last splits
         for t, (where, lo, hi) in enumerate(placed):
             sched.lists[where].append(Instr(opcode, i, t, lo, hi, tuple(deps[c]), c))  # tile counts below
-        sm = (sm + len({where for where, _, _ in placed})) % sms
+        advance = len({where for where, _, _ in placed})
+        if opcode == "gemv":  # the SMs with a row more come first: the next kernel starts after them
+            short = min(hi - lo for _, lo, hi in placed)
+            advance = sum(1 for _, lo, hi in placed if hi - lo > short) or advance
+        sm = (sm + advance) % sms
     for lst in sched.lists:
         lst[:] = [dataclasses.replace(x, waits=tuple(Wait(w.counter, sched.tiles[w.counter], w.previous)
                                                       for w in x.waits)) for x in lst]

@@ -71,7 +71,9 @@ class VM:
         self.stamp[a:a + values.numel()] = ins.counter * 1_000_000 + token
 
     # -- instructions
-    def execute(self, ins: Instr, token: int, prompt: list[int]) -> None:
+    def execute(self, ins: Instr, token: int, prompt: list[int]) -> bool:
+        """Runs one instruction; whether it bumps its phase counter (an attention split only when it is its KV
+        head's last arrival)."""
         k = self.p.kernels[ins.kernel]
         if ins.opcode == "select":
             self._select(ins, token, prompt)
@@ -88,13 +90,17 @@ class VM:
             self.write(ins, token, k.out, ins.lo, out)
         elif ins.opcode == "attention":
             self._attention_split(ins, token, k)
-        elif ins.opcode == "combine":
+            key = (ins.kernel, ins.lo)
+            self.arrived[key] = self.arrived.get(key, 0) + 1
+            if self.arrived[key] != self.s.arrivals[ins.kernel] * (token + 1):
+                return False
             self._combine(ins, token, k)
         elif isinstance(k, ElementwiseKernel):
             local = {v: self.read(ins, token, v, k.n) for v in k.inputs}
             for op in k.ops:
                 local[op.out] = interp.IMPLS[type(op)](op, local.__getitem__)
             self.write(ins, token, k.out, ins.lo, local[k.out][ins.lo:ins.hi])
+        return True
 
     def _select(self, ins: Instr, token: int, prompt: list[int]) -> None:
         """The token after this step: the prompt's next one, or the argmax or seeded draw (kiec.sampling) of
@@ -140,14 +146,15 @@ class VM:
         part["stamp"][g, s] = ins.counter * 1_000_000 + token
 
     def _combine(self, ins: Instr, token: int, k: AttentionKernel) -> None:
-        """KV head g: the partials of the splits in use at this token, merged into its heads' outputs."""
+        """KV head g's last split: the partials of the splits in use at this token, merged into its heads'
+        outputs (the device skips the merge when one split is in use: that split wrote the output)."""
         g, group, dh = ins.lo, k.n_heads // k.kv_heads, k.head_dim
         used = len(split_rows(k, token, self.s.splits[ins.kernel], self.s.min_keys))
         part = self.parts[ins.kernel]
-        want = (ins.counter - 1) * 1_000_000 + token  # the attention phase, just before this one
+        want = ins.counter * 1_000_000 + token
         got = part["stamp"][g, :used]
         if not bool((got == want).all()):
-            raise ScheduleError(f"combine kernel {ins.kernel} head {g} (token {token}) read partials stamped "
+            raise ScheduleError(f"attention kernel {ins.kernel} head {g} (token {token}) merged partials stamped "
                                 f"{got.tolist()}; the dataflow wants {want}")
         out = merge_splits(part["o"][g, :used], part["m"][g, :used], part["l"][g, :used])
         self.write(ins, token, k.attention.out, g * group * dh, out)
@@ -165,6 +172,7 @@ class VM:
         rng = random.Random(seed)
         self.sampling, self.eos, self.stop, self.generated = sampling or SamplingParams(), set(eos), steps, []
         self.tokens: dict[int, tuple[int, int]] = {}  # token index -> (id, stamp of the select that chose it)
+        self.arrived: dict[tuple[int, int], int] = {}  # (attention kernel, KV head) -> splits arrived, all tokens
         lists = self.s.lists
         pc = [0] * len(lists)
         tok = [0] * len(lists)
@@ -183,8 +191,8 @@ class VM:
                                     f"tile {ins.tile} on counter {blocked[0].counter}")
             i = max(ready, key=lambda j: (tok[j], lists[j][pc[j]].counter)) if policy == "eager" else rng.choice(ready)
             ins = lists[i][pc[i]]
-            self.execute(ins, tok[i], prompt)
-            self.counters[ins.counter] += 1
+            if self.execute(ins, tok[i], prompt):
+                self.counters[ins.counter] += 1
             if ins.counter == last and self.counters[last] == self.s.tiles[last] * (tok[i] + 1):
                 out = self.p.graph.outputs[0]
                 self.logits.append(self.arena[self.off[out]:self.off[out] + self.p.graph.types[out].shape[0]].clone())

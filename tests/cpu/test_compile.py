@@ -172,7 +172,7 @@ def test_persistent_artifact_carries_its_schedule_in_the_weights(tmp_path):
         text = fh.read()
     # one inlined body per distinct tile function: the two layers share theirs
     assert len(re.findall(r"case \d+: return", text)) == len(e.cases) == 7  # embed, 4 GEMVs, attention, LM head
-    assert "kiec::select_tile" in text and "kiec::combine_tile" in text
+    assert "kiec::select_tile" in text and "u.a->arrivals + d.arrive" in text  # attention merges in its last split
 
 
 def test_persistent_mode_refuses_what_it_has_no_device_code_for(tmp_path):

@@ -13,7 +13,7 @@ from tests.tiny_hf import make_tiny_hf
 
 
 def setup(tmp_path, family="qwen3", sms=7, min_keys=2):
-    # min_keys 2: from the 4th token on, attention spreads over 2-3 splits per KV head and a combine
+    # min_keys 2: from the 4th token on, attention spreads over 2-3 splits per KV head, merged by the last
     make_tiny_hf(tmp_path, family)
     m = kiec.load(str(tmp_path), max_seq_len=16)
     prog = pipeline.run(m.graph)
@@ -59,13 +59,12 @@ def test_a_missing_wait_is_caught(tmp_path):
         VM(sched, weights, offsets, floats).run([5, 17, 99], 3, "eager")
 
 
-def test_a_combine_that_does_not_wait_for_the_splits_is_caught(tmp_path):
+def test_a_merge_before_every_split_arrived_is_caught(tmp_path):
     m, prog, sched, weights, offsets, floats = setup(tmp_path)
-    for lst in sched.lists:
-        for i, ins in enumerate(lst):
-            if ins.opcode == "combine":
-                lst[i] = dataclasses.replace(ins, waits=tuple(w for w in ins.waits if w.counter != ins.counter - 1))
-    with pytest.raises(ScheduleError, match=r"combine kernel \d+ head \d+ \(token \d+\) read partials stamped"):
+    # a KV head's last split merges the partials once all its splits arrived; expecting one arrival fewer
+    # lets a split merge before the others wrote theirs
+    sched.arrivals = {k: n - 1 for k, n in sched.arrivals.items()}
+    with pytest.raises(ScheduleError, match=r"attention kernel \d+ head \d+ \(token \d+\) merged partials stamped"):
         VM(sched, weights, offsets, floats).run([5, 17, 99, 4, 8], 6, "eager")
 
 
@@ -134,11 +133,11 @@ def test_gemv_shares_are_equal_per_sm_and_cover_every_row():
         tiles = gemv_shares(n, sms, first)
         assert [lo for _, lo, _ in tiles] == [0] + [hi for _, _, hi in tiles[:-1]] and tiles[-1][2] == n
         sizes = [hi - lo for _, lo, hi in tiles]
-        assert max(sizes) - min(sizes) <= 2 and all(s % 2 == 0 for s in sizes[:-1])
+        assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)  # the longer ones first
         assert len({sm for sm, _, _ in tiles}) == len(tiles) and tiles[0][0] == first
 
 
-@pytest.mark.parametrize("name,bound", [("llama-3.2-1b", 0.97), ("llama-3.1-8b", 0.97), ("smollm2-135m", 0.85)])
+@pytest.mark.parametrize("name,bound", [("llama-3.2-1b", 0.97), ("llama-3.1-8b", 0.97), ("smollm2-135m", 0.93)])
 def test_each_kernels_weights_are_dealt_evenly_over_132_sms(name, bound):
     # a kernel lasts as long as its busiest SM: with 64-row tiles dealt round-robin, llama-3.2-1b's QKV
     # (48 tiles) left 84 SMs idle and the bound was 50%
@@ -146,4 +145,4 @@ def test_each_kernels_weights_are_dealt_evenly_over_132_sms(name, bound):
     from kiec.ir.passes.persistent import balance
     prog = pipeline.run(kiec.load(name, max_seq_len=256).graph)
     b = balance(schedule(prog, 132))
-    assert b["phase_bound"] >= bound and b["token_bound"] >= 0.96 and b["max_waits"] <= 2
+    assert b["phase_bound"] >= bound and b["token_bound"] >= 0.99 and b["max_waits"] <= 2

@@ -25,6 +25,7 @@ struct PersistentArgs {
   const int* starts;          // SM i runs instrs[starts[i] .. starts[i + 1])
   const KernelDesc* kernels;  // per fused kernel: which tile function, its operands
   unsigned int* counters;     // one per phase, counter_stride apart, zero at launch
+  unsigned int* arrivals;     // attention: one per (layer, KV head), its splits' arrivals; zero at launch
   int counter_stride;         // 32: each phase's counter on its own 128-byte line
   const char* weights;
   float* arena;
@@ -83,12 +84,13 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u) {
   return go;
 }
 
-// The tile is done: every thread's writes are ordered before the counter moves.
+// The tile is done: every thread's writes are ordered before the counter moves (the barrier orders them before
+// thread 0's release).
 __device__ __forceinline__ void signal_done(const Turn& u) {
   sync_block();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(u.a->counters + u.ins->counter * u.a->counter_stride, 1u);
+  if (threadIdx.x == 0) {  // a release add: lighter than a full fence and a relaxed add
+    unsigned* c = u.a->counters + u.ins->counter * u.a->counter_stride;
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(c) : "memory");
   }
   trace(u, 2);
 }
@@ -219,6 +221,44 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
   return true;
 }
 
+// The GEMV prologue (gemv_prologue's math, in its order) with the norm's weights loaded into registers before the
+// tile waits on its inputs: weights never depend on activations, and after the wait only x is left to fetch.
+template <typename T, int K, bool NORM, int THREADS>
+struct Prologue {
+  static constexpr int PER = (K + THREADS - 1) / THREADS;
+  static constexpr bool HOLD = NORM && PER <= 16;  // more would cost registers the GEMV's loop wants
+  float w[HOLD ? PER : 1];
+  __device__ __forceinline__ void prefetch(const T* norm_w) {
+    if (HOLD) {
+#pragma unroll
+      for (int e = 0; e < PER; ++e) {
+        const int i = threadIdx.x + e * THREADS;
+        w[e] = i < K ? to_float<T>(norm_w[i]) : 0.f;
+      }
+    }
+  }
+  __device__ __forceinline__ void run(const float* x, const T* norm_w, float eps, float* xs, float* red) {
+    if (!HOLD) {
+      gemv_prologue<T, K, NORM, THREADS>(x, norm_w, eps, xs, red);
+      return;
+    }
+    float v[PER], ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < PER; ++e) {
+      const int i = threadIdx.x + e * THREADS;
+      v[e] = i < K ? x[i] : 0.f;
+      ss += v[e] * v[e];
+    }
+    const float scale = rsqrtf(block_sum(ss, red) / K + eps);
+#pragma unroll
+    for (int e = 0; e < PER; ++e) {
+      const int i = threadIdx.x + e * THREADS;
+      if (i < K) xs[i] = v[e] * scale * w[e];
+    }
+    sync_block();
+  }
+};
+
 // Outputs [lo, hi) of y = epilogue(W . prologue(x)), the weights read from the ring. A row is SEGS segments of
 // SEGC 16-byte chunks; work items are (row, segment) (for SiLU-mul: a gate row's segment and its up row's), dealt
 // round-robin over the warps. SEGS divides WARPS, so a warp always has the same segment: its slice of x stays in
@@ -240,8 +280,10 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   float* acc = smem + K;                   // [(SILU ? 2 : 1) * outs][SEGS]: each row's segment sums
   float* red = acc + (SILU ? 2 : 1) * outs * SEGS;  // WARPS
 
+  Prologue<T, K, NORM, WARPS * 32> prologue;
+  prologue.prefetch(norm_w);
   if (!wait_inputs(u)) return false;
-  gemv_prologue<T, K, NORM, WARPS * 32>(x, norm_w, eps, xs, red);
+  prologue.run(x, norm_w, eps, xs, red);
   float xr[ROUNDS][8];  // this warp's segment of x
 #pragma unroll
   for (int v = 0; v < ROUNDS; ++v) {
@@ -336,13 +378,15 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
 }
 
 // Split (ins.tile % SPLITS) of KV head ins.lo: its slice of the context, written as a partial (or, with one split
-// in use, as the output). Splits the context is too short for only signal.
+// in use, as the output), then an arrival on the head's counter in `arrive` (splits the context is too short for
+// only arrive). The split that arrives last (SPLITS x (t + 1) arrivals: the counter only grows) merges the
+// partials and bumps the phase counter, so that the output projection waits on one hop, not a combine phase.
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
-                                            float* out, float* smem) {
+                                            float* out, unsigned* arrive, float* smem) {
   if (!wait_inputs(u)) return false;
   const int g = u.ins->lo, split = u.ins->tile % SPLITS;
   int lo, hi, active;
@@ -353,17 +397,19 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
         sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi);
     attention_store<HEAD_DIM, GROUP, WARPS, SPLITS>(sm, g, split, active, part_o, part_ml, out);
   }
-  signal_done(u);
-  return true;
-}
-
-// KV head ins.lo: merge its splits' partials (nothing to do when one split wrote the output).
-template <int HEAD_DIM, int GROUP, int SPLITS, int MIN_KEYS>
-__device__ __forceinline__ bool combine_tile(Turn u, int window, const float* part_o, const float* part_ml, float* out) {
-  if (!wait_inputs(u)) return false;
-  int lo, hi, active;
-  split_range<SPLITS, MIN_KEYS>(u.pos, window, 0, lo, hi, active);
-  if (active > 1) attention_combine<HEAD_DIM, GROUP, SPLITS>(u.ins->lo, active, part_o, part_ml, out);
+  __shared__ int last;
+  sync_block();
+  if (threadIdx.x == 0) {  // releases this block's partial, acquires the others' when it is the last
+    unsigned before;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(arrive + g) : "memory");
+    last = before + 1 == (unsigned)SPLITS * (unsigned)(u.t + 1);
+  }
+  sync_block();
+  if (!last) {
+    trace(u, 2);
+    return true;
+  }
+  if (active > 1) attention_combine<HEAD_DIM, GROUP, SPLITS>(g, active, part_o, part_ml, out);
   signal_done(u);
   return true;
 }
