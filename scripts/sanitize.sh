@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # compute-sanitizer (memcheck, racecheck, synccheck) over the persistent kernel of a 2-layer tiny llama: one
-# generation of 24 tokens through kiec-run, each tool in its own process. Logs under $OUT (or ./out).
+# generation of 24 tokens through kiec-run, each tool in its own process. One log, $OUT/sanitize_MODE.log.
 # Usage: scripts/sanitize.sh [MODE]   (MODE persistent by default; graph works too)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,10 +15,12 @@ mode, art = sys.argv[1], sys.argv[2]
 make_tiny_hf(art + "-hf", "llama")
 kiec.compile(kiec.load(art + "-hf", dtype="bf16", max_seq_len=64), art, mode=mode)
 PY
-status=0
+status=0; log="$OUT/sanitize_$mode.log"; : > "$log"  # one file: the device tool fetches only so many
 for tool in memcheck racecheck synccheck; do
-  timeout 150 "$cs" --tool "$tool" --error-exitcode 3 "$art/kiec-run" "$art" 1,2,3,4 24 > "$OUT/sanitize_${mode}_$tool.log" 2>&1
+  echo "=== compute-sanitizer --tool $tool" >> "$log"
+  timeout 150 "$cs" --tool "$tool" --error-exitcode 3 "$art/kiec-run" "$art" 1,2,3,4 24 > /tmp/sanitize.log 2>&1
   rc=$?; [ $rc -ne 0 ] && status=1
-  echo "sanitize $mode $tool: rc $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_${mode}_$tool.log" | tail -1)"
+  head -c 200000 /tmp/sanitize.log >> "$log"
+  echo "sanitize $mode $tool: rc $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/sanitize.log | tail -1)"
 done
 exit $status
