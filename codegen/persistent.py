@@ -152,7 +152,8 @@ class _PersistentEmitter(_Emitter):
                             schedule=[[sm, ins.opcode, ins.kernel] for sm, lst in enumerate(self.sched.lists) for ins in lst])
         src.files["model.cu"] = self.env.get_template("persistent.cu.j2").render(
             ctype=self.ctype, cases=self.cases, sms=self.sched.sms, phases=len(self.sched.phases),
-            warps=self.warps, smem=smem, stages=stages, page=page, arrivals=max(self.arrivals, 1), counter_stride=self.t.persist_counter_stride, instr_off=instr_off,
+            warps=self.warps, smem=smem, stages=stages, page=page, arrivals=max(self.arrivals, 1),
+            l2_ahead=self.t.persist_l2_ahead_bytes // page, counter_stride=self.t.persist_counter_stride, instr_off=instr_off,
             starts_off=starts_off, kernels_off=kernels_off, instructions=instructions, **self.model_constants(header))
         return src
 

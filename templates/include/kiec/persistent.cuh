@@ -159,6 +159,12 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned b
                ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy) : "memory");
 }
 
+// Ask L2 for `bytes` from p (16-byte aligned) in one instruction; nothing waits for the data.
+__device__ __forceinline__ void prefetch_bulk_l2(const void* p, unsigned bytes) {
+  bytes &= ~15u;
+  if (bytes) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
 // How a GEMV share is cut into pages: items are (row, K segment) of item_bytes each, in memory order, so a run
 // of them is one contiguous copy; with SiLU-mul a page holds `per_page` gate items and then the same up items.
 __host__ __device__ constexpr int items_per_page(int page_bytes, int item_bytes, bool silu) {
@@ -175,36 +181,74 @@ struct Ring {
   __device__ __forceinline__ char* page(unsigned s) const { return pages + (size_t)(s % STAGES) * PAGE; }
 };
 
+// The pages of an SM's GEMV shares, position after position, in the order the compute warps use them. After
+// next(), gate (and for SiLU-mul up) hold the current page's sources, `bytes` each, and up_at where its up half
+// goes in the page.
+template <int PAGE>
+struct PageWalk {
+  const PersistentArgs* a;
+  int begin, end, pos, i, first;  // the next page: position, instruction, first item
+  const char* gate;
+  const char* up;
+  unsigned bytes, up_at;
+  __host__ __device__ __forceinline__ PageWalk(const PersistentArgs* a_, int begin_, int end_)
+      : a(a_), begin(begin_), end(end_), pos(a_->p0), i(begin_), first(0) {}
+  __host__ __device__ __forceinline__ bool next() {  // host too: tests/cpu/page_walk.cu runs it
+    for (; pos < a->p_end; ++pos, i = begin) {
+      for (; i < end; ++i, first = 0) {
+        const Instr& ins = a->instrs[i];
+        if (ins.opcode != OP_GEMV) continue;
+        const KernelDesc& d = a->kernels[ins.kernel];
+        const int per_page = items_per_page(PAGE, d.item_bytes, d.silu);
+        const int items = (ins.hi - ins.lo) * (d.row_bytes / d.item_bytes);
+        if (first >= items) continue;
+        const size_t at = (size_t)ins.lo * d.row_bytes + (size_t)first * d.item_bytes;
+        gate = a->weights + d.w[0] + at;
+        up = d.silu ? gate + (size_t)d.n * d.row_bytes : nullptr;
+        bytes = (unsigned)min(per_page, items - first) * d.item_bytes;
+        up_at = per_page * d.item_bytes;
+        first += per_page;
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
 // The producer: thread 0 of the last warp. Copies every GEMV share of positions [p0, p_end) into the ring in
-// instruction order, until the compute warps set `quit` (the generation ended early). Before returning it waits
-// for its copies in flight, so that none lands after the block is gone.
-template <typename R>
+// instruction order, until the compute warps set `quit` (the generation ended early). While the ring is full it
+// asks L2 for up to AHEAD pages beyond it (a second walk over the same pages), so that the memory keeps streaming
+// through waits longer than the ring covers. Before returning it waits for its copies in flight, so that none
+// lands after the block is gone.
+template <typename R, int AHEAD>
 __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int end, const volatile int* quit) {
   unsigned long long policy;  // weights are read once a token: first out of L2
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  unsigned seq = 0;
-  for (int pos = a.p0; pos < a.p_end; ++pos) {
-    for (int i = begin; i < end; ++i) {
-      const Instr& ins = a.instrs[i];
-      if (ins.opcode != OP_GEMV) continue;
-      const KernelDesc& d = a.kernels[ins.kernel];
-      const bool silu = d.silu;
-      const int per_page = items_per_page(R::PAGE, d.item_bytes, silu);
-      const int items = (ins.hi - ins.lo) * (d.row_bytes / d.item_bytes);
-      const char* gate = a.weights + d.w[0] + (size_t)ins.lo * d.row_bytes;
-      const char* up = gate + (size_t)d.n * d.row_bytes;
-      for (int first = 0; first < items; first += per_page, ++seq) {
-        const unsigned stage = seq % R::STAGES, use = seq / R::STAGES;
-        if (use > 0)
-          while (!mbar_test(ring.empty + stage, (use - 1) & 1))
-            if (*quit) goto drain;
-        const unsigned bytes = (unsigned)min(per_page, items - first) * d.item_bytes;
-        mbar_expect(ring.full + stage, silu ? 2 * bytes : bytes);
-        char* dst = ring.page(seq);
-        bulk_copy(dst, gate + (size_t)first * d.item_bytes, bytes, ring.full + stage, policy);
-        if (silu) bulk_copy(dst + per_page * d.item_bytes, up + (size_t)first * d.item_bytes, bytes, ring.full + stage, policy);
+  PageWalk<R::PAGE> copy(&a, begin, end), ahead(&a, begin, end);
+  unsigned seq = 0, asked = 0;  // pages copied into the ring; pages asked of L2 (the walk `ahead` is past them)
+  for (; copy.next(); ++seq) {
+    const unsigned stage = seq % R::STAGES, use = seq / R::STAGES;
+    if (use > 0) {
+      while (!mbar_test(ring.empty + stage, (use - 1) & 1)) {
+        if (*quit) goto drain;
+        if (AHEAD > 0 && asked < seq + AHEAD) {
+          if (asked <= seq) {  // start from this page
+            ahead = copy;
+            asked = seq + 1;
+          } else if (ahead.next()) {
+            ++asked;
+          } else {
+            continue;
+          }
+          prefetch_bulk_l2(ahead.gate, ahead.bytes);
+          if (ahead.up) prefetch_bulk_l2(ahead.up, ahead.bytes);
+        }
       }
     }
+    mbar_expect(ring.full + stage, copy.up ? 2 * copy.bytes : copy.bytes);
+    char* dst = ring.page(seq);
+    bulk_copy(dst, copy.gate, copy.bytes, ring.full + stage, policy);
+    if (copy.up) bulk_copy(dst + copy.up_at, copy.up, copy.bytes, ring.full + stage, policy);
   }
 drain:
   for (unsigned s = seq > R::STAGES ? seq - R::STAGES : 0; s < seq; ++s) mbar_wait(ring.full + s % R::STAGES, (s / R::STAGES) & 1);
@@ -605,7 +649,7 @@ struct ComputeRegs {  // what the register file leaves the compute warps, in ste
   static constexpr int value = free > 248 ? 248 : free;
 };
 
-template <typename Model, typename R, int COMPUTE_WARPS>
+template <typename Model, typename R, int COMPUTE_WARPS, int L2_AHEAD>
 __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persistent_kernel(PersistentArgs a) {
   static_assert(COMPUTE_WARPS % 4 == 0, "the compute warps are whole warpgroups (setmaxnreg)");
   extern __shared__ __align__(128) char smem_raw[];
@@ -629,7 +673,7 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
   __syncthreads();  // the last one with the streaming warps
   if (threadIdx.x >= COMPUTE_WARPS * 32) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(STREAM_REGS));
-    if (threadIdx.x == COMPUTE_WARPS * 32) stream_weights(a, ring, begin, end, &quit);
+    if (threadIdx.x == COMPUTE_WARPS * 32) stream_weights<R, L2_AHEAD>(a, ring, begin, end, &quit);
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(ComputeRegs<COMPUTE_WARPS>::value));

@@ -1,0 +1,69 @@
+"""The persistent kernel's weight stream on the CPU: the streaming thread's page walk (PageWalk in persistent.cuh,
+compiled for the host by nvcc) copies exactly the pages the GEMV tiles consume, in their order, from the weights
+the layout put there; computed here independently from the schedule and the kernels' shapes."""
+import os
+import shutil
+import struct
+import subprocess
+
+import pytest
+
+import kiec
+from kiec.codegen.emit import INCLUDE_DIR
+from kiec.codegen.persistent import _PersistentEmitter, row_segments, walk
+from kiec.codegen.persistent_abi import header, pack_schedule
+from kiec.codegen.targets import target
+from kiec.ir.passes import pipeline
+from kiec.ir.passes.program import GemvKernel
+from tests.tiny_hf import make_tiny_hf
+
+HERE = os.path.dirname(__file__)
+
+
+def expected_pages(e: _PersistentEmitter, p0: int, p_end: int, page: int) -> list[tuple[int, ...]]:
+    """(sm, gate offset, up offset or -1, bytes, up_at) per page: the GEMV tile's view (gemv_tile: SEGS from
+    row_segments, items of K / 8 / SEGS chunks, PER_PAGE items (SiLU: gate items then up items) a page)."""
+    out = []
+    for sm, lst in enumerate(e.sched.lists):
+        for _ in range(p0, p_end):
+            for ins in lst:
+                k = e.p.kernels[ins.kernel]
+                if ins.opcode != "gemv" or not isinstance(k, GemvKernel):
+                    continue
+                silu = k.epilogue == "silu_mul"
+                segs = row_segments(k.k, e.warps, page, silu)
+                item, row = k.k // 8 // segs * 16, 2 * k.k
+                per_page, items = page // (item * (2 if silu else 1)), (ins.hi - ins.lo) * segs
+                base = e.lay.entries["+".join(k.weights)].offset + ins.lo * row
+                for first in range(0, items, per_page):
+                    gate = base + first * item
+                    out.append((sm, gate, gate + k.n_out * row if silu else -1,
+                                min(per_page, items - first) * item, per_page * item))
+    return out
+
+
+@pytest.mark.parametrize("family,page,sms", [("llama", 16384, 132), ("qwen2", 1024, 7), ("qwen3", 1024, 5)])
+def test_the_streaming_thread_copies_the_pages_the_gemv_tiles_read(tmp_path, family, page, sms):
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    if not os.path.exists(nvcc):
+        pytest.skip("needs nvcc")
+    import dataclasses
+    make_tiny_hf(tmp_path / "hf", family, hidden_size=256, intermediate_size=640)
+    prog = pipeline.run(kiec.load(str(tmp_path / "hf"), max_seq_len=64).graph)
+    t = dataclasses.replace(target("sm_90"), sms=sms, persist_page_bytes=page)
+    e = _PersistentEmitter(prog, "bf16", 64, t)
+    walk(e, prog, "test")
+    blob, starts = pack_schedule(e.sched)
+    (tmp_path / "instrs.bin").write_bytes(blob)
+    (tmp_path / "starts.bin").write_bytes(struct.pack(f"<{len(starts) + 1}i", *starts, sum(map(len, e.sched.lists))))
+    (tmp_path / "kernels.bin").write_bytes(b"".join(e.descs))
+    (tmp_path / "persistent_abi.h").write_text(header())
+    exe = tmp_path / "page_walk"
+    r = subprocess.run([nvcc, "-std=c++17", "-I", INCLUDE_DIR, "-I", str(tmp_path), os.path.join(HERE, "page_walk.cu"),
+                        "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = subprocess.run([str(exe), str(tmp_path), "3", "5", str(page)], capture_output=True, text=True, check=True)
+    got = [tuple(map(int, line.split())) for line in r.stdout.splitlines()]
+    want = expected_pages(e, 3, 5, page)
+    assert len(got) == len(want) and got == want
+    assert any(g[2] >= 0 for g in got) and len({g[3] for g in got}) > 1  # SiLU pages and short last pages seen
