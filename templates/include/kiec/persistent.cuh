@@ -95,7 +95,8 @@ __device__ __forceinline__ void signal_done(const Turn& u) {
   trace(u, 2);
 }
 
-// ---- the weight stream: a ring of shared-memory pages that the block's last warp fills with TMA bulk copies
+// ---- the weight stream: a ring of shared-memory pages that one thread of the last warpgroup fills with TMA
+// bulk copies
 //
 // Weights never depend on activations, so one thread (the producer) walks the SM's instruction list ahead of the
 // compute warps and copies each GEMV share, page by page, into the ring: it is stopped only by a full ring, never
@@ -132,7 +133,8 @@ __device__ __forceinline__ void mbar_expect(unsigned long long* bar, unsigned by
 // loads, 8-way bank conflicts each). volatile keeps it after the page's mbarrier wait.
 __device__ __forceinline__ uint4 lds128(const void* p) {
   uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(smem_addr(p)));
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(smem_addr(p)));
   return v;
 }
 
@@ -155,7 +157,8 @@ __device__ __forceinline__ void widen8(const uint4& raw, float* out) {
 // `bytes` (a multiple of 16) from global src to shared dst; bar's transaction count drops by them on arrival.
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar,
                                           unsigned long long policy) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+               " [%0], [%1], %2, [%3], %4;"
                ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy) : "memory");
 }
 
@@ -251,7 +254,8 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
     if (copy.up) bulk_copy(dst + copy.up_at, copy.up, copy.bytes, ring.full + stage, policy);
   }
 drain:
-  for (unsigned s = seq > R::STAGES ? seq - R::STAGES : 0; s < seq; ++s) mbar_wait(ring.full + s % R::STAGES, (s / R::STAGES) & 1);
+  for (unsigned s = seq > R::STAGES ? seq - R::STAGES : 0; s < seq; ++s)
+    mbar_wait(ring.full + s % R::STAGES, (s / R::STAGES) & 1);
 }
 
 // ---- tiles: each waits, computes rows [ins.lo, ins.hi) of its kernel, and signals; false when stopped
@@ -333,8 +337,9 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   for (int v = 0; v < ROUNDS; ++v) {
     const int c = v * 32 + lane;
     const bool in = SEGC % 32 == 0 || c < SEGC;
-    const float4 xa = in ? *reinterpret_cast<const float4*>(xs + (seg * SEGC + c) * 8) : make_float4(0.f, 0.f, 0.f, 0.f);
-    const float4 xb = in ? *reinterpret_cast<const float4*>(xs + (seg * SEGC + c) * 8 + 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 xa = in ? *reinterpret_cast<const float4*>(xs + (seg * SEGC + c) * 8) : zero;
+    const float4 xb = in ? *reinterpret_cast<const float4*>(xs + (seg * SEGC + c) * 8 + 4) : zero;
     xr[v][0] = xa.x; xr[v][1] = xa.y; xr[v][2] = xa.z; xr[v][3] = xa.w;
     xr[v][4] = xb.x; xr[v][5] = xb.y; xr[v][6] = xb.z; xr[v][7] = xb.w;
   }
