@@ -42,6 +42,11 @@ if [ "$mode" = tests ]; then
 fi
 # SANITIZE=1: compute-sanitizer over a 2-layer tiny model's persistent kernel (scripts/sanitize.sh)
 [ -n "${SANITIZE:-}" ] && bash scripts/sanitize.sh persistent
+# HOPS=1: the latency of one phase hop three ways (bench/hop_latency.cu: counters, per-block flags, tagged data)
+if [ -n "${HOPS:-}" ]; then
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/hop_latency.cu -o /tmp/hop_latency \
+    && timeout 120 /tmp/hop_latency 2>&1 | tee "$OUT/hops.txt"
+fi
 # MODES=graph,persistent: the modes kiec bench compiles and times (default graph)
 # VARIANTS="model v1 v2 ...": A/B of target-table variants (scripts/variants.py)
 if [ -n "${VARIANTS:-}" ]; then

@@ -1,0 +1,159 @@
+// How long one dependency hop between phases of a persistent kernel takes, with no weights to stream: every SM
+// reads the whole K-vector the previous phase wrote (as a GEMV prologue does), reduces it (the norm's statistic),
+// writes its slice of the next vector and hands over. Three ways to hand over:
+//   counter   one counter a phase; thread 0 of each block adds to it with a release, consumers spin with acquire
+//             loads (the persistent kernel's way); `counter+stop` also reads a stop flag at every poll, as the kernel
+//             does while waiting
+//   flags     one flag per block and phase; thread j of a consumer spins on block j's flag (no atomics)
+//   tagged    no flags: every element is a 64-bit word (value, phase), and consumers spin on the words themselves
+// Prints microseconds per phase for each. Build and run (on the GPU machine):
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/hop_latency.cu -o /tmp/hop && /tmp/hop
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <algorithm>
+#include <vector>
+
+#define CHECK(x)                                                                              \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } \
+  } while (0)
+
+constexpr int THREADS = 256;
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void red_release(unsigned* p) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
+}
+__device__ __forceinline__ void st_release(unsigned* p, unsigned v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned long long ld_relaxed64(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_relaxed64(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ float block_sum(float v) {
+  __shared__ float part[THREADS / 32];
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float t = 0.f;
+  for (int w = 0; w < THREADS / 32; ++w) t += part[w];
+  return t;
+}
+
+enum Mode { COUNTER = 0, COUNTER_STOP = 1, FLAGS = 2, TAGGED = 3 };
+
+// buf: two K-vectors of floats (or, TAGGED, of 64-bit words); sync: counters [phases] or flags [phases][blocks]
+template <int MODE>
+__global__ void __launch_bounds__(THREADS, 1)
+hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* stop, int K, int phases) {
+  const int nb = gridDim.x, b = blockIdx.x;
+  const int lo = (int)((long long)K * b / nb), hi = (int)((long long)K * (b + 1) / nb);
+  __shared__ float scale;
+  for (int p = 1; p <= phases; ++p) {
+    const float* x = buf + (size_t)((p + 1) & 1) * K;
+    float* y = buf + (size_t)(p & 1) * K;
+    const unsigned long long* tx = tbuf + (size_t)((p + 1) & 1) * K;
+    unsigned long long* ty = tbuf + (size_t)(p & 1) * K;
+    float ss = 0.f;
+    if (MODE == TAGGED) {
+      for (int i = threadIdx.x; i < K; i += THREADS) {
+        unsigned long long w;
+        do { w = ld_relaxed64(tx + i); } while ((unsigned)(w >> 32) != (unsigned)(p - 1));
+        const float v = __uint_as_float((unsigned)w);
+        ss += v * v;
+      }
+    } else {
+      if (p > 1) {
+        if (MODE == FLAGS) {
+          if (threadIdx.x < nb)
+            while (ld_acquire(sync + (size_t)(p - 1) * nb + threadIdx.x) < 1u) {}
+        } else if (threadIdx.x == 0) {
+          while (ld_acquire(sync + p - 1) < (unsigned)nb)
+            if (MODE == COUNTER_STOP && *stop) break;
+        }
+      }
+      __syncthreads();
+      for (int i = threadIdx.x; i < K; i += THREADS) {
+        const float v = __ldcg(x + i);
+        ss += v * v;
+      }
+    }
+    const float s = block_sum(ss);
+    if (threadIdx.x == 0) scale = rsqrtf(s / K + 1e-6f);
+    __syncthreads();
+    for (int i = lo + threadIdx.x; i < hi; i += THREADS) {
+      const float v = 0.5f + 1e-3f * scale;  // stands in for the GEMV's output
+      if (MODE == TAGGED) st_relaxed64(ty + i, ((unsigned long long)(unsigned)p << 32) | __float_as_uint(v));
+      else y[i] = v;
+    }
+    if (MODE != TAGGED) {
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        if (MODE == FLAGS) st_release(sync + (size_t)p * nb + b, 1u);
+        else red_release(sync + p);
+      }
+    }
+  }
+}
+
+template <int MODE>
+static double run(int sms, int K, int phases, float* buf, unsigned long long* tbuf, unsigned* sync, int* stop) {
+  std::vector<float> ms;
+  for (int r = 0; r < 6; ++r) {
+    CHECK(cudaMemset(sync, 0, (size_t)(phases + 1) * sms * sizeof(unsigned)));
+    CHECK(cudaMemset(buf, 0, 2 * (size_t)K * sizeof(float)));
+    // tagged: the vector phase 1 reads carries tag 0 (what a memset of zero writes)
+    CHECK(cudaMemset(tbuf, 0, 2 * (size_t)K * sizeof(unsigned long long)));
+    cudaEvent_t a, e;
+    CHECK(cudaEventCreate(&a));
+    CHECK(cudaEventCreate(&e));
+    void* args[] = {&buf, &tbuf, &sync, &stop, &K, &phases};
+    CHECK(cudaEventRecord(a));
+    CHECK(cudaLaunchCooperativeKernel((const void*)hops<MODE>, dim3(sms), dim3(THREADS), args, 0, 0));
+    CHECK(cudaEventRecord(e));
+    CHECK(cudaEventSynchronize(e));
+    float t;
+    CHECK(cudaEventElapsedTime(&t, a, e));
+    if (r > 0) ms.push_back(t);  // the first is a warm-up
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2] * 1e3 / phases;
+}
+
+int main() {
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int phases = 4000;
+  float* buf;
+  unsigned long long* tbuf;
+  unsigned* sync;
+  int* stop;
+  CHECK(cudaMalloc(&buf, 2 * 16384 * sizeof(float)));
+  CHECK(cudaMalloc(&tbuf, 2 * 16384 * sizeof(unsigned long long)));
+  CHECK(cudaMalloc(&sync, (size_t)(phases + 1) * sms * sizeof(unsigned)));
+  CHECK(cudaMalloc(&stop, sizeof(int)));
+  CHECK(cudaMemset(stop, 0, sizeof(int)));
+  printf("hop latency, %d blocks x %d threads, %d phases (us per phase, median of 5 runs)\n", sms, THREADS, phases);
+  printf("%6s %10s %13s %10s %10s\n", "K", "counter", "counter+stop", "flags", "tagged");
+  for (int K : {576, 2048, 4096}) {
+    printf("%6d %10.2f %13.2f %10.2f %10.2f\n", K, run<COUNTER>(sms, K, phases, buf, tbuf, sync, stop),
+           run<COUNTER_STOP>(sms, K, phases, buf, tbuf, sync, stop), run<FLAGS>(sms, K, phases, buf, tbuf, sync, stop),
+           run<TAGGED>(sms, K, phases, buf, tbuf, sync, stop));
+  }
+  return 0;
+}
