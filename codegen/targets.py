@@ -23,6 +23,7 @@ class TargetParams:
     persist_page_bytes: int  # persistent: bytes of one page of the shared-memory weight ring (one TMA copy)
     persist_stages: int  # persistent: pages in the ring at most (fewer where the tiles' scratch needs the room)
     persist_l2_ahead_bytes: int  # persistent: bytes beyond a full ring the streaming thread asks L2 for (per SM)
+    persist_stop_poll_every: int  # persistent: counter polls between two looks at the stop position (1: each)
     persist_counter_stride: int  # unsigned ints between two phases' counters (32: one 128-byte line each)
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
@@ -58,8 +59,10 @@ TARGETS: dict[str, TargetParams] = {
                           prefetch_bytes=8 << 20,
                           # persistent: a ring of up to 12 x 16 KB pages per SM in flight (4.6 TB/s / 132 SMs =
                           # 35 GB/s an SM: 192 KB is 5.6 us of it, 25 MB over the GPU)
-                          # persist_l2_ahead_bytes: 0 until an A/B says otherwise (written 2026-11-30, not yet run)
+                          # persist_l2_ahead_bytes and persist_stop_poll_every: the behavior measured on 2026-11-30
+                          # until an A/B says otherwise (both written that day, not yet run)
                           persist_warps=8, persist_page_bytes=16 << 10, persist_stages=12, persist_l2_ahead_bytes=0,
+                          persist_stop_poll_every=1,
                           persist_counter_stride=1),
 }
 

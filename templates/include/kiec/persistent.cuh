@@ -65,7 +65,11 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
 }
 
 // Every thread calls it. Thread 0 spins until each counter the instruction waits on reaches this token's
-// target (tiles * (t + 1), or tiles * t on the previous token's run); false when the generation ended first.
+// target (tiles * (t + 1), or tiles * t on the previous token's run); false when the generation ended first
+// (looked at every KIEC_STOP_POLL_EVERY polls: each look is one more load in the spin).
+#ifndef KIEC_STOP_POLL_EVERY
+#define KIEC_STOP_POLL_EVERY 1
+#endif
 __device__ __forceinline__ bool wait_inputs(const Turn& u) {
   __shared__ int go;
   if (threadIdx.x == 0) {
@@ -74,8 +78,8 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u) {
     for (int i = 0; i < n && ok; ++i) {
       const Wait w = u.ins->waits[i];
       const unsigned target = w.tiles * (unsigned)(u.t + 1 - w.previous);
-      while (ld_acquire(u.a->counters + w.counter * u.a->counter_stride) < target)
-        if (*(volatile int*)u.a->stop_pos <= u.pos) { ok = 0; break; }
+      for (unsigned spins = 1; ld_acquire(u.a->counters + w.counter * u.a->counter_stride) < target; ++spins)
+        if (spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)u.a->stop_pos <= u.pos) { ok = 0; break; }
     }
     go = ok;
   }
