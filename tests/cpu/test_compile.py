@@ -180,3 +180,18 @@ def test_persistent_mode_refuses_what_it_has_no_device_code_for(tmp_path):
     with pytest.raises(kiec.KiecError, match=r"L0\.\S+ \(Activation.*\): persistent mode has no device code"):
         kiec.compile(kiec.load(str(tmp_path / "hf")), str(tmp_path / "art"), mode="persistent")
     assert not os.path.exists(tmp_path / "art")
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(persist_page_bytes=128 << 10), r"room for 1 weight pages of 131072 bytes .* at least 2 pages are needed"),
+    (dict(persist_page_bytes=32), r"K = 96: no cut of a row into segments fits a 32-byte page with 8 warps"),
+])
+def test_persistent_mode_names_a_weight_ring_that_does_not_fit(tmp_path, monkeypatch, change, message):
+    import dataclasses
+
+    from kiec.codegen import targets
+    make_tiny_hf(tmp_path / "hf", "llama")
+    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], **change))
+    with pytest.raises(kiec.KiecError, match=message):
+        kiec.compile(kiec.load(str(tmp_path / "hf")), str(tmp_path / "art"), mode="persistent")
+    assert not os.path.exists(tmp_path / "art") and not any(p.name.startswith("art.tmp") for p in tmp_path.iterdir())
