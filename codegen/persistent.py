@@ -146,10 +146,11 @@ class _PersistentEmitter(_Emitter):
         src, lay = self.src, self.lay
         src.weights, src.weight_bytes = list(lay.entries.values()), lay.size
         src.files["persistent_abi.h"] = abi_header()
-        # the instruction table's order, for reading kiec_trace's timestamps: [sm, opcode, kernel] each
+        # the instruction table's order, for reading kiec_trace's timestamps: [sm, opcode, kernel, phase] each
         instructions = sum(len(x) for x in self.sched.lists)
         src.manifest = dict(sms=self.sched.sms, instructions=instructions,
-                            schedule=[[sm, ins.opcode, ins.kernel] for sm, lst in enumerate(self.sched.lists) for ins in lst])
+                            schedule=[[sm, ins.opcode, ins.kernel, ins.counter]
+                                      for sm, lst in enumerate(self.sched.lists) for ins in lst])
         src.files["model.cu"] = self.env.get_template("persistent.cu.j2").render(
             ctype=self.ctype, cases=self.cases, sms=self.sched.sms, phases=len(self.sched.phases),
             warps=self.warps, smem=smem, stages=stages, page=page, arrivals=max(self.arrivals, 1),
