@@ -59,6 +59,10 @@ for spec in "$@"; do
   echo "=== kiec bench $model ${ctx[*]}"
   timeout 500 kiec bench "$model" "${ctx[@]}" ${MODES:+--mode $MODES} --json "$OUT/bench_${name}.json" --work-dir /tmp/kiec_bench 2>&1 \
     | grep -v "^\[kiec\] weights"
+  # the disk holds 64 GB and each bench writes the weights once a mode (it recompiles every time): keep only
+  # what TRACE or PROFILE reads after the loop
+  keep=" ${TRACE:-} ${PROFILE:-} "; keep=${keep//-persistent/}
+  case "$keep" in *" $model "*) ;; *) rm -rf /tmp/kiec_bench/"$model" /tmp/kiec_bench/"$model"-persistent ;; esac
 done
 # TRACE=model: where one persistent token's time goes (in-kernel timestamps; a model benched with MODES=...persistent)
 if [ -n "${TRACE:-}" ]; then
