@@ -1,5 +1,5 @@
 // Host harness for tests/cpu/test_persistent_stream.py: runs the streaming thread's page walk (PageWalk in
-// persistent.cuh) over an instruction table and prints every page it would copy, one line each:
+// ring.cuh) over an instruction table and prints every page it would copy, one line each:
 //   sm gate_offset up_offset(-1: none) bytes up_at
 // Usage: page_walk DIR P0 P_END PAGE_BYTES   (DIR holds instrs.bin, starts.bin, kernels.bin as the artifact packs them)
 #include <cstdio>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "persistent_abi.h"
-#include "kiec/persistent.cuh"
+#include "kiec/ring.cuh"
 
 static std::vector<char> slurp(const char* dir, const char* name) {
   char path[4096];

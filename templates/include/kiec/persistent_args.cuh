@@ -1,0 +1,37 @@
+// What one launch of the persistent kernel gets (persistent.cuh) and what a tile gets per instruction. The
+// instruction and kernel-descriptor formats (Instr, KernelDesc) come from the generated persistent_abi.h.
+#pragma once
+#include "common.cuh"
+
+namespace kiec {
+
+// Everything a generation needs, passed by value at launch.
+struct PersistentArgs {
+  const Instr* instrs;        // every SM's list, back to back
+  const int* starts;          // SM i runs instrs[starts[i] .. starts[i + 1])
+  const KernelDesc* kernels;  // per fused kernel: which tile function, its operands
+  unsigned int* counters;     // one per phase, counter_stride apart, zero at launch
+  unsigned int* arrivals;     // attention: one per (layer, KV head), its splits' arrivals; zero at launch
+  int counter_stride;         // 32: each phase's counter on its own 128-byte line
+  const char* weights;
+  float* arena;
+  char* kv;
+  int* tokens;                // prompt, then each chosen token (device)
+  int* host_tokens;           // mapped pinned: the token chosen at each position; -2 after the last when stopped
+  const volatile int* host_stop;  // mapped pinned: the host sets it to end the generation early
+  unsigned long long* argmax; // per position: packed (ordered logit, ~index) of the LM head's maximum, zero at launch
+  int* stop_pos;              // positions from here on are not run (EOS or the host's stop)
+  int p0, p_end, n_prompt;    // run positions [p0, p_end); tokens[0 .. n_prompt) are the prompt
+  Generation gen;             // argmax or the draw; the EOS ids
+  unsigned long long* trace;  // null, or 3 timestamps (ns) per instruction at position trace_pos: start, inputs
+  int trace_pos;              // ready, done
+};
+
+// One instruction on one token.
+struct Turn {
+  const Instr* ins;
+  int t, pos;  // token index in this launch, and its position
+  const PersistentArgs* a;
+};
+
+}  // namespace kiec

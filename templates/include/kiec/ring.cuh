@@ -1,0 +1,171 @@
+// The persistent kernel's weight stream (persistent.cuh): shared-memory pages, their mbarriers, and the thread
+// that fills them with TMA bulk copies ahead of the GEMV tiles.
+#pragma once
+#include "persistent_args.cuh"
+
+namespace kiec {
+
+// ---- the weight stream: a ring of shared-memory pages that one thread of the last warpgroup fills with TMA
+// bulk copies
+//
+// Weights never depend on activations, so one thread (the producer) walks the SM's instruction list ahead of the
+// compute warps and copies each GEMV share, page by page, into the ring: it is stopped only by a full ring, never
+// by a dependency. A page's `full` barrier completes when its bytes have landed; its `empty` barrier when every
+// compute thread is done with it. Both sides count pages the same way (seq), so page seq sits in stage
+// seq % STAGES and is that stage's (seq / STAGES)-th use.
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ bool mbar_test(unsigned long long* bar, unsigned parity) {
+  unsigned ok;
+  asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+               : "=r"(ok) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  return ok;
+}
+
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+  while (!mbar_test(bar, parity)) {}
+}
+
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+// One 16-byte shared-memory load (a plain dereference of a page's uint4 let nvcc split it into eight 2-byte
+// loads, 8-way bank conflicts each). volatile keeps it after the page's mbarrier wait.
+__device__ __forceinline__ uint4 lds128(const void* p) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(smem_addr(p)));
+  return v;
+}
+
+// unpack8 with bf16 widened in one shift or one mask a value (nvcc's generic widening spends two on the odd ones;
+// graph mode keeps unpack8: this one changed its register allocation there into spills).
+template <typename T>
+__device__ __forceinline__ void widen8(const uint4& raw, float* out) {
+  if constexpr (sizeof(T) == 2 && !__is_same(T, __half)) {
+    const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[2 * i] = __uint_as_float(w[i] << 16);
+      out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  } else {
+    unpack8<T>(raw, out);
+  }
+}
+
+// `bytes` (a multiple of 16) from global src to shared dst; bar's transaction count drops by them on arrival.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar,
+                                          unsigned long long policy) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+               " [%0], [%1], %2, [%3], %4;"
+               ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy) : "memory");
+}
+
+// Ask L2 for `bytes` from p (16-byte aligned) in one instruction; nothing waits for the data.
+__device__ __forceinline__ void prefetch_bulk_l2(const void* p, unsigned bytes) {
+  bytes &= ~15u;
+  if (bytes) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
+// How a GEMV share is cut into pages: items are (row, K segment) of item_bytes each, in memory order, so a run
+// of them is one contiguous copy; with SiLU-mul a page holds `per_page` gate items and then the same up items.
+__host__ __device__ constexpr int items_per_page(int page_bytes, int item_bytes, bool silu) {
+  return page_bytes / (item_bytes * (silu ? 2 : 1));
+}
+
+template <int STAGES_, int PAGE_>
+struct Ring {
+  static constexpr int STAGES = STAGES_, PAGE = PAGE_;
+  char* pages;                 // STAGES x PAGE bytes, 128-byte aligned
+  unsigned long long* full;    // STAGES: the page's bytes landed (one arrival and the transaction count)
+  unsigned long long* empty;   // STAGES: every compute thread released the page (one arrival each)
+  unsigned seq;                // pages this thread has gone through
+  __device__ __forceinline__ char* page(unsigned s) const { return pages + (size_t)(s % STAGES) * PAGE; }
+};
+
+// The pages of an SM's GEMV shares, position after position, in the order the compute warps use them. After
+// next(), gate (and for SiLU-mul up) hold the current page's sources, `bytes` each, and up_at where its up half
+// goes in the page.
+template <int PAGE>
+struct PageWalk {
+  const PersistentArgs* a;
+  int begin, end, pos, i, first;  // the next page: position, instruction, first item
+  const char* gate;
+  const char* up;
+  unsigned bytes, up_at;
+  __host__ __device__ __forceinline__ PageWalk(const PersistentArgs* a_, int begin_, int end_)
+      : a(a_), begin(begin_), end(end_), pos(a_->p0), i(begin_), first(0) {}
+  __host__ __device__ __forceinline__ bool next() {  // host too: tests/cpu/page_walk.cu runs it
+    for (; pos < a->p_end; ++pos, i = begin) {
+      for (; i < end; ++i, first = 0) {
+        const Instr& ins = a->instrs[i];
+        if (ins.opcode != OP_GEMV) continue;
+        const KernelDesc& d = a->kernels[ins.kernel];
+        const int per_page = items_per_page(PAGE, d.item_bytes, d.silu);
+        const int items = (ins.hi - ins.lo) * (d.row_bytes / d.item_bytes);
+        if (first >= items) continue;
+        const size_t at = (size_t)ins.lo * d.row_bytes + (size_t)first * d.item_bytes;
+        gate = a->weights + d.w[0] + at;
+        up = d.silu ? gate + (size_t)d.n * d.row_bytes : nullptr;
+        bytes = (unsigned)min(per_page, items - first) * d.item_bytes;
+        up_at = per_page * d.item_bytes;
+        first += per_page;
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
+// The producer: thread 0 of the last warp. Copies every GEMV share of positions [p0, p_end) into the ring in
+// instruction order, until the compute warps set `quit` (the generation ended early). While the ring is full it
+// asks L2 for up to AHEAD pages beyond it (a second walk over the same pages), so that the memory keeps streaming
+// through waits longer than the ring covers. Before returning it waits for its copies in flight, so that none
+// lands after the block is gone.
+template <typename R, int AHEAD>
+__device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int end, const volatile int* quit) {
+  unsigned long long policy;  // weights are read once a token: first out of L2
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  PageWalk<R::PAGE> copy(&a, begin, end), ahead(&a, begin, end);
+  unsigned seq = 0, asked = 0;  // pages copied into the ring; pages asked of L2 (the walk `ahead` is past them)
+  for (; copy.next(); ++seq) {
+    const unsigned stage = seq % R::STAGES, use = seq / R::STAGES;
+    if (use > 0) {
+      while (!mbar_test(ring.empty + stage, (use - 1) & 1)) {
+        if (*quit) goto drain;
+        if (AHEAD > 0 && asked < seq + AHEAD) {
+          if (asked <= seq) {  // start from this page
+            ahead = copy;
+            asked = seq + 1;
+          } else if (ahead.next()) {
+            ++asked;
+          } else {
+            continue;
+          }
+          prefetch_bulk_l2(ahead.gate, ahead.bytes);
+          if (ahead.up) prefetch_bulk_l2(ahead.up, ahead.bytes);
+        }
+      }
+    }
+    mbar_expect(ring.full + stage, copy.up ? 2 * copy.bytes : copy.bytes);
+    char* dst = ring.page(seq);
+    bulk_copy(dst, copy.gate, copy.bytes, ring.full + stage, policy);
+    if (copy.up) bulk_copy(dst + copy.up_at, copy.up, copy.bytes, ring.full + stage, policy);
+  }
+drain:
+  for (unsigned s = seq > R::STAGES ? seq - R::STAGES : 0; s < seq; ++s)
+    mbar_wait(ring.full + s % R::STAGES, (s / R::STAGES) & 1);
+}
+
+}  // namespace kiec
