@@ -16,7 +16,7 @@ INSTR_FIELDS = [("opcode", "uint16_t", "H"), ("n_waits", "uint16_t", "H"), ("ker
 # A kernel's operands, one entry per fused kernel: `spec` picks the tile function (one inlined body per distinct
 # template instantiation keeps the kernel within the register file), the rest are its offsets and scalars.
 # w: byte offsets into the weights (or the KV cache), -1 for none; a: float offsets into the arena. A GEMV's
-# weights stream through the ring (persistent.cuh): w[0]'s rows are row_bytes long, cut into items of item_bytes;
+# weights stream through the ring (ring.cuh): w[0]'s rows are row_bytes long, cut into items of item_bytes;
 # silu: each output has a gate row and an up row n rows further (item_bytes 0: nothing to stream). arrive: an
 # attention kernel's first arrival counter (one per KV head).
 KERNEL_FIELDS = [("spec", "int32_t", "i"), ("n", "int32_t", "i"), ("m", "int32_t", "i"), ("window", "int32_t", "i"),
