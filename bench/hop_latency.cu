@@ -3,10 +3,12 @@
 // writes its slice of the next vector and hands over. Three ways to hand over:
 //   counter   one counter a phase; thread 0 of each block adds to it with a release, consumers spin with acquire
 //             loads (the persistent kernel's way); `counter+stop` also reads a stop flag at every poll, as the kernel
-//             does while waiting
+//             does while waiting; `relaxed` spins with relaxed loads and fences once it sees the target
+//   grid      cooperative groups' grid.sync() between phases (for scale)
 //   flags     one flag per block and phase; thread j of a consumer spins on block j's flag (no atomics)
 //   tagged    no flags: every element is a 64-bit word (value, phase), and consumers spin on the words themselves
-// Prints microseconds per phase for each. Build and run (on the GPU machine):
+// Prints microseconds per phase for each (the GEMV's own work and weights excluded: this is the floor a phase
+// costs in latency). Build and run (on the GPU machine):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/hop_latency.cu -o /tmp/hop && /tmp/hop
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -55,7 +57,13 @@ __device__ float block_sum(float v) {
   return t;
 }
 
-enum Mode { COUNTER = 0, COUNTER_STOP = 1, FLAGS = 2, TAGGED = 3 };
+enum Mode { COUNTER = 0, COUNTER_STOP = 1, FLAGS = 2, TAGGED = 3, RELAXED = 4, GRID = 5 };
+
+__device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 
 // buf: two K-vectors of floats (or, TAGGED, of 64-bit words); sync: counters [phases] or flags [phases][blocks]
 template <int MODE>
@@ -79,9 +87,16 @@ hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* s
       }
     } else {
       if (p > 1) {
-        if (MODE == FLAGS) {
+        if (MODE == GRID) {
+          cooperative_groups::this_grid().sync();
+        } else if (MODE == FLAGS) {
           if (threadIdx.x < nb)
             while (ld_acquire(sync + (size_t)(p - 1) * nb + threadIdx.x) < 1u) {}
+        } else if (MODE == RELAXED) {
+          if (threadIdx.x == 0) {
+            while (ld_relaxed(sync + p - 1) < (unsigned)nb) {}
+            asm volatile("fence.acq_rel.gpu;" ::: "memory");
+          }
         } else if (threadIdx.x == 0) {
           while (ld_acquire(sync + p - 1) < (unsigned)nb)
             if (MODE == COUNTER_STOP && *stop) break;
@@ -101,7 +116,7 @@ hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* s
       if (MODE == TAGGED) st_relaxed64(ty + i, ((unsigned long long)(unsigned)p << 32) | __float_as_uint(v));
       else y[i] = v;
     }
-    if (MODE != TAGGED) {
+    if (MODE != TAGGED && MODE != GRID) {
       __syncthreads();
       if (threadIdx.x == 0) {
         if (MODE == FLAGS) st_release(sync + (size_t)p * nb + b, 1u);
@@ -149,11 +164,12 @@ int main() {
   CHECK(cudaMalloc(&stop, sizeof(int)));
   CHECK(cudaMemset(stop, 0, sizeof(int)));
   printf("hop latency, %d blocks x %d threads, %d phases (us per phase, median of 5 runs)\n", sms, THREADS, phases);
-  printf("%6s %10s %13s %10s %10s\n", "K", "counter", "counter+stop", "flags", "tagged");
+  printf("%6s %9s %13s %9s %9s %9s %9s\n", "K", "counter", "counter+stop", "relaxed", "flags", "tagged", "grid");
   for (int K : {576, 2048, 4096}) {
-    printf("%6d %10.2f %13.2f %10.2f %10.2f\n", K, run<COUNTER>(sms, K, phases, buf, tbuf, sync, stop),
-           run<COUNTER_STOP>(sms, K, phases, buf, tbuf, sync, stop), run<FLAGS>(sms, K, phases, buf, tbuf, sync, stop),
-           run<TAGGED>(sms, K, phases, buf, tbuf, sync, stop));
+    printf("%6d %9.2f %13.2f %9.2f %9.2f %9.2f %9.2f\n", K, run<COUNTER>(sms, K, phases, buf, tbuf, sync, stop),
+           run<COUNTER_STOP>(sms, K, phases, buf, tbuf, sync, stop), run<RELAXED>(sms, K, phases, buf, tbuf, sync, stop),
+           run<FLAGS>(sms, K, phases, buf, tbuf, sync, stop), run<TAGGED>(sms, K, phases, buf, tbuf, sync, stop),
+           run<GRID>(sms, K, phases, buf, tbuf, sync, stop));
   }
   return 0;
 }
