@@ -121,100 +121,105 @@ struct Prologue {
   }
 };
 
-// Outputs [lo, hi) of y = epilogue(W . prologue(x)), the weights read from the ring. A row is SEGS segments of
-// SEGC 16-byte chunks; work items are (row, segment) (for SiLU-mul: a gate row's segment and its up row's), dealt
-// round-robin over the warps. SEGS divides WARPS, so a warp always has the same segment: its slice of x stays in
-// registers. Segment sums meet in shared memory and are added in segment order, so a run's result does not
-// depend on which warp finished first.
-template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, typename R>
-__device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
-                                          float* y, int n_out, float* smem) {
+// A persistent GEMV's geometry: a row is SEGS segments of SEGC 16-byte chunks; work items are (row, segment)
+// (for SiLU-mul: a gate row's segment and its up row's), PER_PAGE of them a ring page, dealt round-robin over the
+// warps. SEGS divides WARPS, so a warp always has the same segment and keeps its slice of x in registers.
+template <typename T, int K, int WARPS, int EPI, int SEGS, int PAGE>
+struct GemvShape {
   static_assert(K % 8 == 0, "K must be a multiple of 8 (16-byte chunks)");
-  constexpr int CHUNKS = K / 8, SEGC = CHUNKS / SEGS, ROUNDS = (SEGC + 31) / 32;
+  static constexpr int CHUNKS = K / 8, SEGC = CHUNKS / SEGS, ROUNDS = (SEGC + 31) / 32, ITEM = SEGC * 16;
   static_assert(CHUNKS % SEGS == 0 && WARPS % SEGS == 0, "segments must tile a row and divide the warps");
-  constexpr bool SILU = EPI == EPI_SILU_MUL;
-  constexpr int ITEM = SEGC * 16, PER_PAGE = items_per_page(R::PAGE, ITEM, SILU);
+  static constexpr bool SILU = EPI == EPI_SILU_MUL;
+  static constexpr int PER_PAGE = items_per_page(PAGE, ITEM, SILU);
   static_assert(PER_PAGE >= 1, "a page holds at least one item");
-  const int lo = u.ins->lo, hi = u.ins->hi, outs = hi - lo, items = outs * SEGS;
-  const int pages = (items + PER_PAGE - 1) / PER_PAGE;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, seg = warp % SEGS;
-  float* xs = smem;                        // K: the prologue's output
-  float* acc = smem + K;                   // [(SILU ? 2 : 1) * outs][SEGS]: each row's segment sums
-  float* red = acc + (SILU ? 2 : 1) * outs * SEGS;  // WARPS
+  static constexpr int ROWS_PER_OUT = SILU ? 2 : 1;  // segment sums kept per output: gate and up rows
+};
 
-  Prologue<T, K, NORM, WARPS * 32> prologue;
-  prologue.prefetch(norm_w);
-  if (!wait_inputs(u)) return false;
-  prologue.run(x, norm_w, eps, xs, red);
-  float xr[ROUNDS][8];  // this warp's segment of x
+// This lane's chunks of segment `seg` of the prologue's output: xr[v] = x[(seg * SEGC + v * 32 + lane) * 8 ..].
+template <typename G>
+__device__ __forceinline__ void load_x_slice(const float* xs, int seg, int lane, float (&xr)[G::ROUNDS][8]) {
 #pragma unroll
-  for (int v = 0; v < ROUNDS; ++v) {
+  for (int v = 0; v < G::ROUNDS; ++v) {
     const int c = v * 32 + lane;
-    const bool in = SEGC % 32 == 0 || c < SEGC;
+    const bool in = G::SEGC % 32 == 0 || c < G::SEGC;
     const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-    const float4 xa = in ? *reinterpret_cast<const float4*>(xs + (seg * SEGC + c) * 8) : zero;
-    const float4 xb = in ? *reinterpret_cast<const float4*>(xs + (seg * SEGC + c) * 8 + 4) : zero;
+    const float4 xa = in ? *reinterpret_cast<const float4*>(xs + (seg * G::SEGC + c) * 8) : zero;
+    const float4 xb = in ? *reinterpret_cast<const float4*>(xs + (seg * G::SEGC + c) * 8 + 4) : zero;
     xr[v][0] = xa.x; xr[v][1] = xa.y; xr[v][2] = xa.z; xr[v][3] = xa.w;
     xr[v][4] = xb.x; xr[v][5] = xb.y; xr[v][6] = xb.z; xr[v][7] = xb.w;
   }
+}
 
+// One item's dot products (w0: the row segment in the page; w1: its up row's, SiLU only), summed over the warp.
+template <typename T, typename G>
+__device__ __forceinline__ void dot_item(const char* w0, const char* w1, const float (&xr)[G::ROUNDS][8], int lane,
+                                         float& a0, float& a1) {
+  float p0[G::ROUNDS], p1[G::ROUNDS];  // one sum a round: short dependency chains, added in a fixed order
+#pragma unroll
+  for (int v = 0; v < G::ROUNDS; ++v) {
+    const int c = v * 32 + lane;
+    p0[v] = p1[v] = 0.f;
+    if (G::SEGC % 32 == 0 || c < G::SEGC) {
+      float w[8];
+      widen8<T>(lds128(w0 + c * 16), w);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) p0[v] = fmaf(w[i], xr[v][i], p0[v]);
+      if (G::SILU) {
+        widen8<T>(lds128(w1 + c * 16), w);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) p1[v] = fmaf(w[i], xr[v][i], p1[v]);
+      }
+    }
+  }
+  a0 = p0[0], a1 = p1[0];
+#pragma unroll
+  for (int v = 1; v < G::ROUNDS; ++v) {
+    a0 += p0[v];
+    a1 += p1[v];
+  }
+  a0 = warp_sum(a0);
+  if (G::SILU) a1 = warp_sum(a1);
+}
+
+// Every page of a share of `items` items: this warp's items' segment sums into acc[(row * ROWS_PER_OUT + r) *
+// SEGS + seg]; each thread releases each page when done with it.
+template <typename T, typename G, int WARPS, int SEGS, typename R>
+__device__ __forceinline__ void gemv_pages(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, seg = warp % SEGS;
+  const int pages = (items + G::PER_PAGE - 1) / G::PER_PAGE;
   for (int p = 0; p < pages; ++p, ++ring.seq) {
     const unsigned stage = ring.seq % R::STAGES;
     mbar_wait(ring.full + stage, (ring.seq / R::STAGES) & 1);
     const char* page = ring.page(ring.seq);
-    const int first = p * PER_PAGE, n = min(PER_PAGE, items - first);
+    const int first = p * G::PER_PAGE, n = min(G::PER_PAGE, items - first);
     for (int j = (warp - first % WARPS + WARPS) % WARPS; j < n; j += WARPS) {
       const int row = (first + j) / SEGS;
-      const char* w0 = page + j * ITEM;
-      const char* w1 = page + (PER_PAGE + j) * ITEM;
-      float p0[ROUNDS], p1[ROUNDS];  // one sum a round: short dependency chains, added in a fixed order
-#pragma unroll
-      for (int v = 0; v < ROUNDS; ++v) {
-        const int c = v * 32 + lane;
-        p0[v] = p1[v] = 0.f;
-        if (SEGC % 32 == 0 || c < SEGC) {
-          float w[8];
-          widen8<T>(lds128(w0 + c * 16), w);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) p0[v] = fmaf(w[i], xr[v][i], p0[v]);
-          if (SILU) {
-            widen8<T>(lds128(w1 + c * 16), w);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) p1[v] = fmaf(w[i], xr[v][i], p1[v]);
-          }
-        }
-      }
-      float a0 = p0[0], a1 = p1[0];
-#pragma unroll
-      for (int v = 1; v < ROUNDS; ++v) {
-        a0 += p0[v];
-        a1 += p1[v];
-      }
-      a0 = warp_sum(a0);
-      if (SILU) a1 = warp_sum(a1);
+      float a0, a1;
+      dot_item<T, G>(page + j * G::ITEM, page + (G::PER_PAGE + j) * G::ITEM, xr, lane, a0, a1);
       if (lane == 0) {
-        if (SILU) {
-          acc[(2 * row) * SEGS + seg] = a0;
-          acc[(2 * row + 1) * SEGS + seg] = a1;
-        } else {
-          acc[row * SEGS + seg] = a0;
-        }
+        acc[(G::ROWS_PER_OUT * row) * SEGS + seg] = a0;
+        if (G::SILU) acc[(2 * row + 1) * SEGS + seg] = a1;
       }
     }
     mbar_arrive(ring.empty + stage);  // every lane: an arrive releases only its own thread's reads
   }
-  sync_block();
+}
+
+// Outputs [lo, hi) from the segment sums (added in segment order, so a run's result does not depend on which
+// warp finished first): SiLU-mul, store, residual add, or store and the packed argmax.
+template <typename T, int SEGS, int EPI, bool BIAS, int THREADS>
+__device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, const T* bias, float* y, int lo,
+                                              int outs, int n_out) {
   auto dot = [&](int r) {  // row r's sum (SiLU: 2 rows per output, gate then up)
     float v = 0.f;
 #pragma unroll
     for (int s = 0; s < SEGS; ++s) v += acc[r * SEGS + s];
     return v;
   };
-
   unsigned long long best = 0ull;
-  for (int j = threadIdx.x; j < outs; j += WARPS * 32) {
+  for (int j = threadIdx.x; j < outs; j += THREADS) {
     const int o = lo + j;
-    if (SILU) {
+    if (EPI == EPI_SILU_MUL) {
       const float g = dot(2 * j) + (BIAS ? to_float<T>(bias[o]) : 0.f);
       const float up = dot(2 * j + 1) + (BIAS ? to_float<T>(bias[o + n_out]) : 0.f);
       y[o] = g / (1.f + expf(-g)) * up;
@@ -234,8 +239,29 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
       const unsigned long long other = __shfl_xor_sync(0xffffffffu, best, o);
       best = other > best ? other : best;
     }
-    if (lane == 0 && best) atomicMax(u.a->argmax + u.pos, best);
+    if ((threadIdx.x & 31) == 0 && best) atomicMax(u.a->argmax + u.pos, best);
   }
+}
+
+// Outputs [lo, hi) of y = epilogue(W . prologue(x)), the weights read from the ring (GemvShape).
+template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, typename R>
+__device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
+                                          float* y, int n_out, float* smem) {
+  using G = GemvShape<T, K, WARPS, EPI, SEGS, R::PAGE>;
+  const int lo = u.ins->lo, outs = u.ins->hi - lo;
+  float* xs = smem;                               // K: the prologue's output
+  float* acc = smem + K;                          // [ROWS_PER_OUT * outs][SEGS]: each row's segment sums
+  float* red = acc + G::ROWS_PER_OUT * outs * SEGS;  // WARPS
+
+  Prologue<T, K, NORM, WARPS * 32> prologue;
+  prologue.prefetch(norm_w);
+  if (!wait_inputs(u)) return false;
+  prologue.run(x, norm_w, eps, xs, red);
+  float xr[G::ROUNDS][8];  // this warp's segment of x
+  load_x_slice<G>(xs, (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
+  gemv_pages<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc);
+  sync_block();
+  gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32>(u, acc, bias, y, lo, outs, n_out);
   signal_done(u);
   return true;
 }
