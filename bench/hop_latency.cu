@@ -129,14 +129,14 @@ hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* s
 template <int MODE>
 static double run(int sms, int K, int phases, float* buf, unsigned long long* tbuf, unsigned* sync, int* stop) {
   std::vector<float> ms;
+  cudaEvent_t a, e;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&e));
   for (int r = 0; r < 6; ++r) {
     CHECK(cudaMemset(sync, 0, (size_t)(phases + 1) * sms * sizeof(unsigned)));
     CHECK(cudaMemset(buf, 0, 2 * (size_t)K * sizeof(float)));
     // tagged: the vector phase 1 reads carries tag 0 (what a memset of zero writes)
     CHECK(cudaMemset(tbuf, 0, 2 * (size_t)K * sizeof(unsigned long long)));
-    cudaEvent_t a, e;
-    CHECK(cudaEventCreate(&a));
-    CHECK(cudaEventCreate(&e));
     void* args[] = {&buf, &tbuf, &sync, &stop, &K, &phases};
     CHECK(cudaEventRecord(a));
     CHECK(cudaLaunchCooperativeKernel((const void*)hops<MODE>, dim3(sms), dim3(THREADS), args, 0, 0));
@@ -146,6 +146,8 @@ static double run(int sms, int K, int phases, float* buf, unsigned long long* tb
     CHECK(cudaEventElapsedTime(&t, a, e));
     if (r > 0) ms.push_back(t);  // the first is a warm-up
   }
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(e));
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2] * 1e3 / phases;
 }

@@ -73,7 +73,6 @@ class _PersistentEmitter(_Emitter):
     def _w(self, name: str | None) -> int:
         return -1 if name is None else self.lay.add(name, (name,))
 
-
     def embed(self, k: EmbedKernel) -> None:
         vocab, dim = self.g.params[k.table].type.shape
         self._case("kiec::embed_tile<T>(u, (const T*)W(d.w[0]), d.n, d.m, A(d.a[0]))", n=dim, m=vocab,
@@ -136,6 +135,7 @@ class _PersistentEmitter(_Emitter):
         kernels_off = self.lay.add("persistent.kernels", (), (len(descs) // 4,), "i32",
                                    struct.unpack(f"<{len(descs) // 4}i", descs))
         # the ring's barriers and pages first, then the tiles' scratch: as many pages as fit, up to persist_stages
+        # (the barriers' room counted for persist_stages: never less than the kernel's Ring takes)
         page, ring_head = self.t.persist_page_bytes, 128 * -(-(2 * self.t.persist_stages * 8) // 128)
         stages = min(self.t.persist_stages, (SMEM_LIMIT - STATIC_SMEM - self.smem - ring_head) // page)
         if stages < 2:

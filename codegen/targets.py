@@ -57,8 +57,8 @@ TARGETS: dict[str, TargetParams] = {
                           attn_warps=8, attn_blocks=132, attn_keys=8, attn_min_keys=64,
                           gencode="-gencode=arch=compute_90a,code=sm_90a",
                           prefetch_bytes=8 << 20,
-                          # persistent: a ring of up to 12 x 16 KB pages per SM in flight (4.6 TB/s / 132 SMs =
-                          # 35 GB/s an SM: 192 KB is 5.6 us of it, 25 MB over the GPU)
+                          # persistent: a ring of up to 12 x 16 KB pages per SM in flight (arithmetic: at a 4.6 TB/s
+                          # ceiling, 35 GB/s an SM, 192 KB is 5.6 us of it, 25 MB over the GPU)
                           # persist_l2_ahead_bytes and persist_stop_poll_every: the behavior measured on 2026-11-30
                           # until an A/B says otherwise (both written that day, not yet run)
                           persist_warps=8, persist_page_bytes=16 << 10, persist_stages=12, persist_l2_ahead_bytes=0,

@@ -67,8 +67,13 @@ def write_weights(model: Model, src: Sources, path: str, dtype: str) -> None:
             fh.write(b"\0" * (src.weight_bytes - fh.tell()))
 
 
+def nvcc_flags(gencode: str) -> list[str]:
+    """How every generated unit is compiled (scripts/ptxas.py reports on the same)."""
+    return ["-O3", "-std=c++17", *gencode.split(), "-Xcompiler", "-fPIC", "-I", INCLUDE_DIR, "-lineinfo"]
+
+
 def nvcc_build(nvcc: str, src_dir: str, out_dir: str, gencode: str) -> None:
-    flags = ["-O3", "-std=c++17", *gencode.split(), "-Xcompiler", "-fPIC", "-I", INCLUDE_DIR, "-lineinfo"]
+    flags = nvcc_flags(gencode)
     units = sorted(f for f in os.listdir(src_dir) if f.endswith(".cu"))
     obj_dir = os.path.join(out_dir, "obj")
     os.makedirs(obj_dir, exist_ok=True)

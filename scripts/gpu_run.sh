@@ -30,8 +30,7 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . > /tmp/install.log
 # SMOKE=1: a 2-layer tiny model's persistent kernel runs 24 tokens within 30 s, or the call ends here (a hang
 # in the kernel would otherwise spend the tests' whole timeout)
 if [ -n "${SMOKE:-}" ]; then
-  python3 -c "import kiec; from tests.tiny_hf import make_tiny_hf; make_tiny_hf('/tmp/smoke-hf', 'llama'); \
-kiec.compile(kiec.load('/tmp/smoke-hf', dtype='bf16', max_seq_len=64), '/tmp/smoke', mode='persistent')" > "$OUT/smoke.log" 2>&1
+  python3 scripts/tiny_model.py /tmp/smoke persistent > "$OUT/smoke.log" 2>&1
   timeout 30 /tmp/smoke/kiec-run /tmp/smoke 1,2,3,4 24 >> "$OUT/smoke.log" 2>&1 || { tail -20 "$OUT/smoke.log"; echo "smoke: FAILED"; exit 1; }
   tail -1 "$OUT/smoke.log"
 fi

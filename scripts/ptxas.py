@@ -10,9 +10,9 @@ import sys
 import tempfile
 
 import kiec
-from kiec.build import check_toolchain
+from kiec.build import check_toolchain, nvcc_flags
 from kiec.codegen import targets
-from kiec.codegen.emit import INCLUDE_DIR, emit
+from kiec.codegen.emit import emit
 from kiec.codegen.persistent import emit_persistent
 from kiec.ir.passes import pipeline
 
@@ -30,8 +30,8 @@ def main(name: str, mode: str = "graph", *changes: str) -> None:
             with open(os.path.join(d, fname), "w") as fh:
                 fh.write(text)
         for fname in sorted(f for f in src.files if f.endswith(".cu")):
-            r = subprocess.run([nvcc, "-O3", "-std=c++17", *tp.gencode.split(), "-I", INCLUDE_DIR, "-I", d,
-                                "-Xptxas", "-v", "-c", os.path.join(d, fname), "-o", os.path.join(d, "x.o")],
+            r = subprocess.run([nvcc, *nvcc_flags(tp.gencode), "-I", d, "-Xptxas", "-v", "-c", os.path.join(d, fname),
+                                "-o", os.path.join(d, "x.o")],
                                capture_output=True, text=True)
             if r.returncode:
                 sys.exit(r.stderr[-4000:])
@@ -40,7 +40,7 @@ def main(name: str, mode: str = "graph", *changes: str) -> None:
                 m = re.search(r"Compiling entry function '(\S+)'", line)
                 if m:
                     fn = m.group(1)[:90]
-                if "registers" in line or "spill" in line and fn:
+                if fn and ("registers" in line or "spill" in line):
                     print(f"{fn}: {line.split(':', 1)[-1].strip()}")
 
 

@@ -8,13 +8,7 @@ OUT=${OUT:-out}; mkdir -p "$OUT"
 mode=${1:-persistent}; art=/tmp/kiec_sanitize/$mode
 cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2> /dev/null | head -1)
 [ -n "$cs" ] || { echo "sanitize: compute-sanitizer not found"; exit 1; }
-python3 - "$mode" "$art" <<'PY' || exit 1
-import sys, kiec
-from tests.tiny_hf import make_tiny_hf
-mode, art = sys.argv[1], sys.argv[2]
-make_tiny_hf(art + "-hf", "llama")
-kiec.compile(kiec.load(art + "-hf", dtype="bf16", max_seq_len=64), art, mode=mode)
-PY
+python3 scripts/tiny_model.py "$art" "$mode" || exit 1
 status=0; log="$OUT/sanitize_$mode.log"; : > "$log"  # one file: the device tool fetches only so many
 for tool in memcheck racecheck synccheck; do
   echo "=== compute-sanitizer --tool $tool" >> "$log"

@@ -72,7 +72,8 @@ def chain_lines(ch: dict[str, tuple[int, float, float]]) -> list[str]:
 def summary(eng, pos: int) -> str:
     ts = eng.trace(pos).astype(np.int64)
     sched, kernels, sms = eng.manifest["schedule"], eng.manifest["kernels"], eng.manifest["sms"]
-    lines = [f"position {pos}: " + per_kind(ts, sched, kernels, sms)[0], *per_kind(ts, sched, kernels, sms)[1:]]
+    lines = per_kind(ts, sched, kernels, sms)
+    lines[0] = f"position {pos}: {lines[0]}"
     if sched and len(sched[0]) > 3:
         lines += ["", *chain_lines(chain(ts, sched, kernels))]
     return "\n".join(lines)

@@ -52,8 +52,6 @@ class Schedule:
     phases: list[tuple[int, str]] = field(default_factory=list)  # counter -> (kernel, opcode)
     splits: dict[int, int] = field(default_factory=dict)  # attention kernel -> splits over the KV length
     min_keys: int = 64  # rows a split takes at least (simulate.split_rows)
-    arrivals: dict[int, int] = field(default_factory=dict)  # attention kernel -> arrivals a KV head waits for
-    # before its last split merges (one per split; a schedule that expects fewer merges too early)
 
 
 def phases(program: Program) -> list[tuple[int, str]]:
@@ -156,15 +154,14 @@ def attention_splits(k: AttentionKernel, sms: int, max_splits: int = 64) -> int:
     return max(1, min(max_splits, sms // k.kv_heads))
 
 
-def gemv_shares(n: int, sms: int, first_sm: int = 0, align: int = 1) -> list[tuple[int, int, int]]:
-    """(sm, lo, hi): a GEMV's n output rows in equal shares, one tile per SM (to `align` rows; the device's
-    GEMV takes any row count: its work items are row segments). Between two waits a kernel takes as long as its busiest SM, so the shares are equal
-    per kernel, not only over the whole token. A kernel with fewer rows than SMs starts at `first_sm`, so
-    that small kernels spread out."""
-    units = -(-n // align)
+def gemv_shares(n: int, sms: int, first_sm: int = 0) -> list[tuple[int, int, int]]:
+    """(sm, lo, hi): a GEMV's n output rows in equal shares to the row, one tile per SM, the longer ones first
+    (the device's GEMV takes any row count: its work items are row segments). Between two waits a kernel takes
+    as long as its busiest SM, so the shares are equal per kernel, not only over the whole token. A kernel with
+    fewer rows than SMs starts at `first_sm`, so that small kernels spread out."""
     tiles, lo = [], 0
-    for j in range(min(sms, units)):
-        share = min((units // sms + (1 if j < units % sms else 0)) * align, n - lo)
+    for j in range(min(sms, n)):
+        share = n // sms + (1 if j < n % sms else 0)
         tiles.append(((first_sm + j) % sms, lo, lo + share))
         lo += share
     return tiles
@@ -174,8 +171,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
              min_keys: int = 64, max_splits: int = 64) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
-    outputs a tile, round-robin. Every SM's list is in phase order (no
-    deadlock)."""
+    outputs a tile, round-robin. Every SM's list is in phase order (no deadlock)."""
     sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys)
     deps = reduce_waits(dependencies(program, slot_of))
     sm = 0
@@ -188,7 +184,6 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
             placed = [(sm, 0, 1)]
         elif opcode == "attention":
             splits = sched.splits.setdefault(i, attention_splits(k, sms, max_splits))
-            sched.arrivals[i] = splits
             placed = [((sm + t) % sms, g, g + 1) for t, g in enumerate(g for g in range(n) for _ in range(splits))]
         else:
             placed = [((sm + t) % sms, lo, min(lo + tile_rows, n)) for t, lo in enumerate(range(0, n, tile_rows))]

@@ -92,7 +92,7 @@ class VM:
             self._attention_split(ins, token, k)
             key = (ins.kernel, ins.lo)
             self.arrived[key] = self.arrived.get(key, 0) + 1
-            if self.arrived[key] != self.s.arrivals[ins.kernel] * (token + 1):
+            if self.arrived[key] != self.arrivals(ins.kernel) * (token + 1):
                 return False
             self._combine(ins, token, k)
         elif isinstance(k, ElementwiseKernel):
@@ -144,6 +144,11 @@ class VM:
         part = self.parts[ins.kernel]
         part["o"][g, s], part["m"][g, s], part["l"][g, s] = o, m, l
         part["stamp"][g, s] = ins.counter * 1_000_000 + token
+
+    def arrivals(self, kernel: int) -> int:
+        """Arrivals a KV head's last split waits for a token before it merges: one per split (the device's
+        SPLITS)."""
+        return self.s.splits[kernel]
 
     def _combine(self, ins: Instr, token: int, k: AttentionKernel) -> None:
         """KV head g's last split: the partials of the splits in use at this token, merged into its heads'

@@ -2,13 +2,13 @@
 compiled for the host by nvcc) copies exactly the pages the GEMV tiles consume, in their order, from the weights
 the layout put there; computed here independently from the schedule and the kernels' shapes."""
 import os
-import shutil
 import struct
 import subprocess
 
 import pytest
 
 import kiec
+from kiec.build import check_toolchain
 from kiec.codegen.emit import INCLUDE_DIR
 from kiec.codegen.persistent import _PersistentEmitter, row_segments, walk
 from kiec.codegen.persistent_abi import header, pack_schedule
@@ -44,8 +44,9 @@ def expected_pages(e: _PersistentEmitter, p0: int, p_end: int, page: int) -> lis
 
 @pytest.mark.parametrize("family,page,sms", [("llama", 16384, 132), ("qwen2", 1024, 7), ("qwen3", 1024, 5)])
 def test_the_streaming_thread_copies_the_pages_the_gemv_tiles_read(tmp_path, family, page, sms):
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    if not os.path.exists(nvcc):
+    try:
+        nvcc = check_toolchain("cuda", "sm_90")
+    except kiec.KiecError:
         pytest.skip("needs nvcc")
     import dataclasses
     make_tiny_hf(tmp_path / "hf", family, hidden_size=256, intermediate_size=640)

@@ -5,9 +5,6 @@
 
 namespace kiec {
 
-// ---- the weight stream: a ring of shared-memory pages that one thread of the last warpgroup fills with TMA
-// bulk copies
-//
 // Weights never depend on activations, so one thread (the producer) walks the SM's instruction list ahead of the
 // compute warps and copies each GEMV share, page by page, into the ring: it is stopped only by a full ring, never
 // by a dependency. A page's `full` barrier completes when its bytes have landed; its `empty` barrier when every
@@ -39,8 +36,9 @@ __device__ __forceinline__ void mbar_expect(unsigned long long* bar, unsigned by
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
 
-// One 16-byte shared-memory load (a plain dereference of a page's uint4 let nvcc split it into eight 2-byte
-// loads, 8-way bank conflicts each). volatile keeps it after the page's mbarrier wait.
+// One 16-byte shared-memory load: a plain dereference of a page's uint4 let nvcc split it into eight 2-byte loads
+// (SASS; 2-byte loads at a 16-byte lane stride conflict 8 ways by the bank arithmetic). volatile keeps it after
+// the page's mbarrier wait.
 __device__ __forceinline__ uint4 lds128(const void* p) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -52,7 +50,7 @@ __device__ __forceinline__ uint4 lds128(const void* p) {
 // graph mode keeps unpack8: this one changed its register allocation there into spills).
 template <typename T>
 __device__ __forceinline__ void widen8(const uint4& raw, float* out) {
-  if constexpr (sizeof(T) == 2 && !__is_same(T, __half)) {
+  if constexpr (__is_same(T, __nv_bfloat16)) {
     const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -128,7 +126,7 @@ struct PageWalk {
   }
 };
 
-// The producer: thread 0 of the last warp. Copies every GEMV share of positions [p0, p_end) into the ring in
+// The producer: thread 0 of the streaming warpgroup. Copies every GEMV share of positions [p0, p_end) into the ring in
 // instruction order, until the compute warps set `quit` (the generation ended early). While the ring is full it
 // asks L2 for up to AHEAD pages beyond it (a second walk over the same pages), so that the memory keeps streaming
 // through waits longer than the ring covers. Before returning it waits for its copies in flight, so that none
