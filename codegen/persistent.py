@@ -14,7 +14,7 @@ from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKern
 
 from .emit import EPILOGUES, Sources, _Emitter, walk
 from .persistent_abi import header as abi_header
-from .persistent_abi import SAMPLE_CANDIDATES, pack_kernel, pack_schedule
+from .persistent_abi import SAMPLE_CANDIDATES, TRACE_SLOTS, pack_kernel, pack_schedule
 from .targets import TargetParams
 
 SMEM_LIMIT = 227 * 1024  # shared memory one H100/H200 block may take
@@ -148,7 +148,7 @@ class _PersistentEmitter(_Emitter):
         src.files["persistent_abi.h"] = abi_header()
         # the instruction table's order, for reading kiec_trace's timestamps: [sm, opcode, kernel, phase] each
         instructions = sum(len(x) for x in self.sched.lists)
-        src.manifest = dict(sms=self.sched.sms, instructions=instructions,
+        src.manifest = dict(sms=self.sched.sms, instructions=instructions, trace_slots=list(TRACE_SLOTS),
                             schedule=[[sm, ins.opcode, ins.kernel, ins.counter]
                                       for sm, lst in enumerate(self.sched.lists) for ins in lst])
         src.files["model.cu"] = self.env.get_template("persistent.cu.j2").render(

@@ -59,10 +59,11 @@ TARGETS: dict[str, TargetParams] = {
                           prefetch_bytes=8 << 20,
                           # persistent: a ring of up to 12 x 16 KB pages per SM in flight (arithmetic: at a 4.6 TB/s
                           # ceiling, 35 GB/s an SM, 192 KB is 5.6 us of it, 25 MB over the GPU)
-                          # persist_l2_ahead_bytes and persist_stop_poll_every: the behavior measured on 2026-11-30
-                          # until an A/B says otherwise (both written that day, not yet run)
+                          # A/B on llama-3.2-1b, 2026-11-30 at 94a9075 (bench/RESULTS.md): asking L2 for 128 or
+                          # 256 KB past the ring 0.839 / 0.838 ms vs 0.840 (noise: left off); looking at the stop
+                          # position every 64 polls, not each, 0.829 vs 0.840 ms (both rounds)
                           persist_warps=8, persist_page_bytes=16 << 10, persist_stages=12, persist_l2_ahead_bytes=0,
-                          persist_stop_poll_every=1,
+                          persist_stop_poll_every=64,
                           persist_counter_stride=1),
 }
 

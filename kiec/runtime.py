@@ -141,11 +141,13 @@ class Engine:
 
     def trace(self, pos: int, steps: int = 4) -> np.ndarray:
         """Persistent mode: in-kernel timestamps of the decode step at `pos` (run as the second of `steps` steps
-        from pos - 1): [instructions, 3] ns (start, inputs ready, done), in the artifact's instruction order."""
-        n = self.manifest["instructions"]
+        from pos - 1): [instructions, slots] in the artifact's instruction order, the slots named by
+        manifest["trace_slots"] (codegen/persistent_abi.py: start, inputs ready, x ready, done in ns; cycles spent
+        waiting for weight pages, cycles from start to done)."""
+        n, slots = self.manifest["instructions"], len(self.manifest["trace_slots"])
         self._check(self._lib.kiec_trace(self._h, pos, None))
         self.time_steps(pos - 1, steps, warmup=0)
-        out = np.zeros((n, 3), dtype=np.uint64)
+        out = np.zeros((n, slots), dtype=np.uint64)
         self._check(self._lib.kiec_trace(self._h, -1, out.ctypes.data_as(ctypes.POINTER(ctypes.c_ulonglong))))
         return out
 

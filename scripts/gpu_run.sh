@@ -63,10 +63,11 @@ for spec in "$@"; do
   keep=" ${TRACE:-} ${PROFILE:-} "; keep=${keep//-persistent/}
   case "$keep" in *" $model "*) ;; *) rm -rf /tmp/kiec_bench/"$model" /tmp/kiec_bench/"$model"-persistent ;; esac
 done
-# TRACE=model: where one persistent token's time goes (in-kernel timestamps; a model benched with MODES=...persistent)
-if [ -n "${TRACE:-}" ]; then
-  timeout 120 python3 scripts/trace_summary.py /tmp/kiec_bench/$TRACE-persistent 2>&1 | tee "$OUT/trace_$TRACE.txt"
-fi
+# TRACE="model ...": where one persistent token's time goes (in-kernel timestamps; models benched above with
+# MODES=...persistent)
+for model in ${TRACE:-}; do
+  timeout 120 python3 scripts/trace_summary.py /tmp/kiec_bench/$model-persistent 2>&1 | tee "$OUT/trace_$model.txt"
+done
 # PROFILE=model: per-kernel times of two decode steps of a model benched above (ncu, clocks left alone)
 if [ -n "${PROFILE:-}" ]; then
   art=/tmp/kiec_bench/$PROFILE; ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)

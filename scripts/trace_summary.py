@@ -14,44 +14,68 @@ def kind(opcode: str, kernel: dict) -> str:
     return opcode if opcode in ("attention", "select", "embed") else f"{kernel.get('family', '?')}:{kernel['name'].split('.')[-1]}"
 
 
-def per_kind(ts: np.ndarray, sched: list, kernels: list, sms: int) -> list[str]:
-    ok = ts[:, 0] > 0
-    span = (ts[ok, 2].max() - ts[ok, 0].min()) / 1e3
-    wait, work, count = collections.Counter(), collections.Counter(), collections.Counter()
-    for (sm, opcode, k, *_), (a, b, c) in zip(sched, ts):
-        if a == 0:
+def columns(ts: np.ndarray, slots: list[str]) -> dict[str, np.ndarray]:
+    """The recording by slot name (codegen/persistent_abi.py's TRACE_SLOTS), the cycles converted to ns at the
+    SMs' clock over the step (all instructions' cycles over their ns)."""
+    col = {name: ts[:, i].astype(np.int64) for i, name in enumerate(slots)}
+    ok = col["start"] > 0
+    ns = (col["done"] - col["start"])[ok].sum()
+    ghz = col["cycles"][ok].sum() / ns if ns > 0 else 1.0
+    col["page_wait"] = col["page_wait_cycles"] / ghz
+    return col
+
+
+def per_kind(ts: np.ndarray, slots: list[str], sched: list, kernels: list, sms: int) -> list[str]:
+    """SM-us per kind of instruction: waiting on inputs, then working, which is split into the prologue (inputs
+    ready to x ready: a GEMV's norm, an attention split's slice), waiting for weight pages, and the rest (the
+    dot products, the epilogue, the signal)."""
+    col = columns(ts, slots)
+    ok = col["start"] > 0
+    span = (col["done"][ok].max() - col["start"][ok].min()) / 1e3
+    sums: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for i, (sm, opcode, k, *_) in enumerate(sched):
+        if not ok[i]:
             continue
-        name = kind(opcode, kernels[k])
-        wait[name] += (b - a) / 1e3
-        work[name] += (c - b) / 1e3
-        count[name] += 1
+        name, ready, done = kind(opcode, kernels[k]), col["ready"][i], col["done"][i]
+        x = col["x_ready"][i] if col["x_ready"][i] >= ready else ready
+        c = sums[name]
+        c["count"] += 1
+        c["waiting"] += (ready - col["start"][i]) / 1e3
+        c["prologue"] += (x - ready) / 1e3
+        c["pages"] += col["page_wait"][i] / 1e3
+        c["rest"] += (done - x - col["page_wait"][i]) / 1e3
+    parts = ("waiting", "prologue", "pages", "rest")
     lines = [f"token span {span:.1f} us over {sms} SMs ({span * sms:.0f} SM-us); per instruction kind, SM-us summed "
-             f"over the SMs (and per token per SM):",
-             f"{'kind':<24}{'count':>7}{'waiting':>12}{'working':>12}{'work/SM':>10}"]
-    for name in sorted(count, key=lambda n: -(wait[n] + work[n])):
-        lines.append(f"{name:<24}{count[name]:>7}{wait[name]:>12.0f}{work[name]:>12.0f}{work[name] / sms:>10.1f}")
-    tw, tk = sum(wait.values()), sum(work.values())
-    lines.append(f"{'total':<24}{sum(count.values()):>7}{tw:>12.0f}{tk:>12.0f}  waiting {tw / (tw + tk) * 100:.0f}% "
-                 f"of the SMs' time")
+             f"over the SMs (working = prologue + pages + rest; work/SM: per token per SM):",
+             f"{'kind':<24}{'count':>7}" + "".join(f"{p:>10}" for p in parts) + f"{'work/SM':>10}"]
+    total = collections.Counter()
+    for name, c in sorted(sums.items(), key=lambda kv: -sum(kv[1][p] for p in parts)):
+        total.update(c)
+        work = c["prologue"] + c["pages"] + c["rest"]
+        lines.append(f"{name:<24}{c['count']:>7}" + "".join(f"{c[p]:>10.1f}" for p in parts) + f"{work / sms:>10.1f}")
+    all_time = sum(total[p] for p in parts)
+    lines.append(f"{'total':<24}{total['count']:>7}" + "".join(f"{total[p]:>10.1f}" for p in parts)
+                 + f"  waiting {total['waiting'] / all_time * 100:.0f}% of the SMs' time")
     return lines
 
 
-def chain(ts: np.ndarray, sched: list, kernels: list) -> dict[str, tuple[int, float, float]]:
+def chain(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> dict[str, tuple[int, float, float]]:
     """Per kind: (phases, mean hop us, mean span us) along the phases in order. A phase's hop runs from the
     previous phase's last signal to its own first inputs-ready, its span from there to its own last signal; a
     phase whose first SM saw its inputs before the previous one ended (they do not depend on each other) has a
     hop of 0."""
+    col = columns(ts, slots)
     phases: dict[int, list[int]] = collections.defaultdict(list)
     for i, entry in enumerate(sched):
-        if ts[i, 0] > 0:
+        if col["start"][i] > 0:
             phases[entry[3]].append(i)
     out: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
     prev_end = None
     for c in sorted(phases):
-        rows = ts[phases[c]]
-        first_ready, last_done = rows[:, 1].min(), rows[:, 2].max()
+        rows = phases[c]
+        first_ready, last_done = col["ready"][rows].min(), col["done"][rows].max()
         hop = 0.0 if prev_end is None else max(0.0, (first_ready - prev_end) / 1e3)
-        _, opcode, k, _ = sched[phases[c][0]]
+        _, opcode, k, _ = sched[rows[0]]
         out[kind(opcode, kernels[k])].append((hop, (last_done - first_ready) / 1e3))
         prev_end = last_done if prev_end is None else max(prev_end, last_done)
     return {name: (len(v), float(np.mean([h for h, _ in v])), float(np.mean([s for _, s in v]))) for name, v in out.items()}
@@ -70,12 +94,12 @@ def chain_lines(ch: dict[str, tuple[int, float, float]]) -> list[str]:
 
 
 def summary(eng, pos: int) -> str:
-    ts = eng.trace(pos).astype(np.int64)
-    sched, kernels, sms = eng.manifest["schedule"], eng.manifest["kernels"], eng.manifest["sms"]
-    lines = per_kind(ts, sched, kernels, sms)
+    ts = eng.trace(pos)
+    m = eng.manifest
+    slots, sched, kernels, sms = m["trace_slots"], m["schedule"], m["kernels"], m["sms"]
+    lines = per_kind(ts, slots, sched, kernels, sms)
     lines[0] = f"position {pos}: {lines[0]}"
-    if sched and len(sched[0]) > 3:
-        lines += ["", *chain_lines(chain(ts, sched, kernels))]
+    lines += ["", *chain_lines(chain(ts, slots, sched, kernels))]
     return "\n".join(lines)
 
 

@@ -14,18 +14,36 @@ KERNELS = [{"name": "L0.attn.qkv", "family": "gemv"}, {"name": "L0.attn", "famil
            {"name": "L0.attn.x", "family": "gemv"}]
 
 
+SLOTS = ["start", "ready", "x_ready", "done", "page_wait_cycles", "cycles"]
+
+
+def recording(rows):
+    """(start, ready, x_ready, done, page wait ns) rows in ns, at a made-up 2 GHz SM clock."""
+    return np.array([[a, b, x, d, 2 * w, 2 * (d - a)] for a, b, x, d, w in rows], dtype=np.int64)
+
+
 def test_the_chain_view_splits_a_token_into_hops_and_spans():
     # two SMs; phase 0 (QKV) ends at 5 us, phase 1 (attention) starts being ready at 7 us and ends at 9 us,
     # phase 2 (O) is ready at 12 us on one SM and 13 us on the other and ends at 15 us (times in ns)
     sched = [[0, "gemv", 0, 0], [1, "gemv", 0, 0], [0, "attention", 1, 1], [1, "attention", 1, 1],
              [0, "gemv", 2, 2], [1, "gemv", 2, 2]]
-    ts = np.array([[1000, 2000, 4000], [1000, 2500, 5000], [5000, 7000, 8000], [5500, 7500, 9000],
-                   [8000, 12000, 14000], [9000, 13000, 15000]], dtype=np.int64)
-    ch = trace_summary.chain(ts, sched, KERNELS)
+    ts = recording([(1000, 2000, 2500, 4000, 500), (1000, 2500, 3000, 5000, 1000), (5000, 7000, 7500, 8000, 0),
+                    (5500, 7500, 8000, 9000, 0), (8000, 12000, 12500, 14000, 0), (9000, 13000, 13500, 15000, 250)])
+    ch = trace_summary.chain(ts, SLOTS, sched, KERNELS)
     assert ch["gemv:qkv"] == (1, 0.0, 3.0)
     assert ch["attention"] == pytest.approx((1, 2.0, 2.0))
     assert ch["gemv:x"] == pytest.approx((1, 3.0, 3.0))
     lines = trace_summary.chain_lines(ch)
     assert lines[-1].split()[1:4] == ["3", "5.0", "8.0"]  # phases, hops, spans
-    kinds = trace_summary.per_kind(ts, sched, KERNELS, 2)
+    kinds = trace_summary.per_kind(ts, SLOTS, sched, KERNELS, 2)
     assert kinds[0].startswith("token span 14.0 us over 2 SMs")
+
+
+def test_the_per_kind_view_splits_working_into_prologue_pages_and_the_rest():
+    # QKV on two SMs: waited 1 + 1.5 us, prologues 0.5 + 0.5, page waits 0.5 + 1 (cycles at 2 GHz), the rest
+    # 1 + 1; an instruction with no x_ready stamp (0) counts all its working time as rest
+    sched = [[0, "gemv", 0, 0], [1, "gemv", 0, 0], [0, "select", 1, 1]]
+    ts = recording([(1000, 2000, 2500, 4000, 500), (1000, 2500, 3000, 5000, 1000), (5000, 6000, 0, 7000, 0)])
+    rows = {line.split()[0]: line.split()[1:] for line in trace_summary.per_kind(ts, SLOTS, sched, KERNELS, 2)[2:]}
+    assert [float(v) for v in rows["gemv:qkv"][:5]] == pytest.approx([2, 2.5, 1, 1.5, 2])  # count, waiting, ...
+    assert [float(v) for v in rows["select"][:5]] == pytest.approx([1, 1, 0, 0, 1])

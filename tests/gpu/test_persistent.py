@@ -96,15 +96,21 @@ def test_trace_times_every_instruction_of_one_step(tmp_path):
     model, art = compile_tiny(tmp_path, "qwen3")
     eng = kiec.Engine(art)
     ts = eng.trace(10).astype(np.int64)
-    assert ts.shape == (eng.manifest["instructions"], 3)
-    assert (ts[:, 0] > 0).all() and (ts[:, 1] >= ts[:, 0]).all() and (ts[:, 2] >= ts[:, 1]).all()
-    assert ts[:, 2].max() - ts[:, 0].min() < 10_000_000  # one step, not a whole run: under 10 ms
+    slots = eng.manifest["trace_slots"]
+    assert ts.shape == (eng.manifest["instructions"], len(slots))
+    start, ready, x, done, page_wait, cycles = (ts[:, slots.index(n)] for n in
+                                                ("start", "ready", "x_ready", "done", "page_wait_cycles", "cycles"))
+    assert (start > 0).all() and (ready >= start).all() and (done >= ready).all()
+    assert done.max() - start.min() < 10_000_000  # one step, not a whole run: under 10 ms
+    gemv = np.array([op == "gemv" for _, op, *_ in eng.manifest["schedule"]])
+    assert ((x >= ready) & (x <= done))[gemv].all()  # every GEMV stamps its prologue's end
+    assert (page_wait <= cycles).all() and (cycles > 0).all()
 
 
 @pytest.mark.parametrize("change", [dict(persist_warps=12), dict(persist_counter_stride=32),
                                     dict(persist_page_bytes=1024, persist_stages=2),
                                     dict(persist_page_bytes=1024, persist_stages=2, persist_l2_ahead_bytes=8192),
-                                    dict(persist_stop_poll_every=64)])
+                                    dict(persist_stop_poll_every=1)])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every

@@ -27,8 +27,22 @@ __device__ __forceinline__ unsigned long long global_ns() {
   return t;
 }
 
-__device__ __forceinline__ void trace(const Turn& u, int what) {
-  if (u.a->trace && u.pos == u.a->trace_pos && threadIdx.x == 0) u.a->trace[(u.ins - u.a->instrs) * 3 + what] = global_ns();
+// kiec_trace's recording (TRACE_SLOTS in persistent_abi.h): thread 0 of the traced step writes it
+__device__ __forceinline__ bool tracing(const Turn& u) {
+  return u.a->trace && u.pos == u.a->trace_pos && threadIdx.x == 0;
+}
+
+__device__ __forceinline__ unsigned long long* trace_row(const Turn& u) {
+  return u.a->trace + (u.ins - u.a->instrs) * TRACE_SLOTS;
+}
+
+// A timestamp (TR_START, TR_READY, TR_X_READY, TR_DONE); the SM cycles from start to done ride along.
+__device__ __forceinline__ void trace(const Turn& u, TraceSlot what) {
+  if (!tracing(u)) return;
+  unsigned long long* row = trace_row(u);
+  row[what] = global_ns();
+  if (what == TR_START) row[TR_CYCLES] = clock64();
+  if (what == TR_DONE) row[TR_CYCLES] = clock64() - row[TR_CYCLES];
 }
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
@@ -56,7 +70,7 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u) {
     }
     go = ok;
   }
-  trace(u, 1);
+  trace(u, TR_READY);
   sync_block();
   return go;
 }
@@ -69,7 +83,7 @@ __device__ __forceinline__ void signal_done(const Turn& u) {
     unsigned* c = u.a->counters + u.ins->counter * u.a->counter_stride;
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(c) : "memory");
   }
-  trace(u, 2);
+  trace(u, TR_DONE);
 }
 
 // ---- tiles: each waits, computes rows [ins.lo, ins.hi) of its kernel, and signals; false when stopped
@@ -182,14 +196,23 @@ __device__ __forceinline__ void dot_item(const char* w0, const char* w1, const f
 }
 
 // Every page of a share of `items` items: this warp's items' segment sums into acc[(row * ROWS_PER_OUT + r) *
-// SEGS + seg]; each thread releases each page when done with it.
+// SEGS + seg]; each thread releases each page when done with it. `timed`: returns the SM cycles this thread
+// waited for pages to arrive (else 0).
 template <typename T, typename G, int WARPS, int SEGS, typename R>
-__device__ __forceinline__ void gemv_pages(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc) {
+__device__ __forceinline__ long long gemv_pages(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
+                                                bool timed) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, seg = warp % SEGS;
   const int pages = (items + G::PER_PAGE - 1) / G::PER_PAGE;
+  long long waited = 0;
   for (int p = 0; p < pages; ++p, ++ring.seq) {
     const unsigned stage = ring.seq % R::STAGES;
-    mbar_wait(ring.full + stage, (ring.seq / R::STAGES) & 1);
+    if (timed) {
+      const long long c0 = clock64();
+      mbar_wait(ring.full + stage, (ring.seq / R::STAGES) & 1);
+      waited += clock64() - c0;
+    } else {
+      mbar_wait(ring.full + stage, (ring.seq / R::STAGES) & 1);
+    }
     const char* page = ring.page(ring.seq);
     const int first = p * G::PER_PAGE, n = min(G::PER_PAGE, items - first);
     for (int j = (warp - first % WARPS + WARPS) % WARPS; j < n; j += WARPS) {
@@ -203,6 +226,7 @@ __device__ __forceinline__ void gemv_pages(R& ring, int items, const float (&xr)
     }
     mbar_arrive(ring.empty + stage);  // every lane: an arrive releases only its own thread's reads
   }
+  return waited;
 }
 
 // Outputs [lo, hi) from the segment sums (added in segment order, so a run's result does not depend on which
@@ -257,9 +281,11 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   prologue.prefetch(norm_w);
   if (!wait_inputs(u)) return false;
   prologue.run(x, norm_w, eps, xs, red);
+  trace(u, TR_X_READY);
   float xr[G::ROUNDS][8];  // this warp's segment of x
   load_x_slice<G>(xs, (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
-  gemv_pages<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc);
+  const long long waited = gemv_pages<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, tracing(u));
+  if (tracing(u)) trace_row(u)[TR_PAGE_WAIT_CYCLES] = waited;
   sync_block();
   gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32>(u, acc, bias, y, lo, outs, n_out);
   signal_done(u);
@@ -286,6 +312,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
         sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi);
     attention_store<HEAD_DIM, GROUP, WARPS, SPLITS>(sm, g, split, active, part_o, part_ml, out);
   }
+  trace(u, TR_X_READY);
   __shared__ int last;
   sync_block();
   if (threadIdx.x == 0) {  // releases this block's partial, acquires the others' when it is the last
@@ -295,7 +322,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   }
   sync_block();
   if (!last) {
-    trace(u, 2);
+    trace(u, TR_DONE);
     return true;
   }
   if (active > 1) attention_combine<HEAD_DIM, GROUP, SPLITS>(g, active, part_o, part_ml, out);
@@ -380,7 +407,7 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
     int i = begin;
     for (; i < end; ++i) {
       const Turn u{a.instrs + i, t, pos, &a};
-      trace(u, 0);
+      trace(u, TR_START);
       if (!Model::run(u, ring, smem)) break;
     }
     if (i < end) break;
