@@ -1,7 +1,8 @@
 """A/B of TargetParams variants on one model, in one process on one GPU (the tuning loop's measurement):
     python3 scripts/variants.py llama-3.2-1b base prefetch_bytes=0 gemv_rows=1
     python3 scripts/variants.py llama-3.2-1b mode=persistent mode=persistent,persist_warps=12
-Each variant is the sm_90 table entry with the given fields replaced (mode= picks graph or persistent);
+    python3 scripts/variants.py llama-3.2-1b:8192 mode=persistent mode=persistent,persist_kv_prefetch=0
+(MODEL:N: timed from N tokens of context.) Each variant is the sm_90 table entry with the given fields replaced (mode= picks graph or persistent);
 prints ms/token and MBU per variant."""
 import dataclasses
 import sys
@@ -12,9 +13,11 @@ from kiec.codegen import targets
 from kiec.summary import bytes_per_token
 
 
-def main(model_name: str, variants: list[str]) -> None:
-    model = kiec.load(model_name, dtype="bf16", max_seq_len=512)
-    nbytes = bytes_per_token(model.graph, 160).read
+def main(spec: str, variants: list[str]) -> None:
+    model_name, _, ctx = spec.partition(":")
+    context = int(ctx or 0)
+    model = kiec.load(model_name, dtype="bf16", max_seq_len=context + 512)
+    nbytes = bytes_per_token(model.graph, max(context, 32) + 128).read  # the middle of the 256 timed steps
     base = targets.TARGETS["sm_90"]
     arts = {}
     for v in variants:
@@ -27,10 +30,10 @@ def main(model_name: str, variants: list[str]) -> None:
         finally:
             targets.TARGETS["sm_90"] = base
     ceil = measure_ceilings("/tmp/kiec_variants")["read_tbps"]
-    print(f"{model_name}: {nbytes / 1e9:.3f} GB/token, read ceiling {ceil:.2f} TB/s, floor {nbytes / ceil / 1e9:.3f} ms")
+    print(f"{spec}: {nbytes / 1e9:.3f} GB/token, read ceiling {ceil:.2f} TB/s, floor {nbytes / ceil / 1e9:.3f} ms")
     for rnd in range(2):  # two rounds, to see the spread between repeats of the same variant
         for v, art in arts.items():
-            s, _ = time_kiec(art, 32, 256, 0)
+            s, _ = time_kiec(art, 32, 256, context)
             print(f"  round {rnd} {v:<32} {s.median_ms:.3f} ms (p10 {s.p10_ms:.3f}, p90 {s.p90_ms:.3f}) "
                   f"{1e3 / s.median_ms:.0f} tok/s MBU {nbytes / (s.median_ms * 1e-3) / (ceil * 1e12) * 100:.1f}%")
 

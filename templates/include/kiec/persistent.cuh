@@ -284,7 +284,10 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   trace(u, TR_X_READY);
   float xr[G::ROUNDS][8];  // this warp's segment of x
   load_x_slice<G>(xs, (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
-  const long long waited = gemv_pages<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, tracing(u));
+  // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
+  // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
+  const bool timed = u.a->trace && u.pos == u.a->trace_pos;
+  const long long waited = gemv_pages<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, timed);
   if (tracing(u)) trace_row(u)[TR_PAGE_WAIT_CYCLES] = waited;
   sync_block();
   gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32>(u, acc, bias, y, lo, outs, n_out);
@@ -296,16 +299,34 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
 // in use, as the output), then an arrival on the head's counter in `arrive` (splits the context is too short for
 // only arrive). The split that arrives last (SPLITS x (t + 1) arrivals: the counter only grows) merges the
 // partials and bumps the phase counter, so that the output projection waits on one hop, not a combine phase.
+#ifndef KIEC_KV_PREFETCH
+#define KIEC_KV_PREFETCH 1
+#endif
+// Ask L2 for KV head g's K and V cache rows [lo, hi), 16 KB an instruction: rows of earlier steps, which this
+// step's inputs do not change, so an attention split can ask before its wait and read them from L2 after it.
+template <typename T, int HEAD_DIM>
+__device__ __forceinline__ void prefetch_kv_rows(const T* cache, int kv_heads, int max_seq, int g, int lo, int hi) {
+  constexpr unsigned CHUNK = 16 << 10;
+  if (hi <= lo) return;
+  const unsigned bytes = (unsigned)(hi - lo) * HEAD_DIM * sizeof(T);
+  for (int kv = 0; kv < 2; ++kv) {
+    const char* p = reinterpret_cast<const char*>(cache + ((size_t)(kv * kv_heads + g) * max_seq + lo) * HEAD_DIM);
+    for (unsigned at = 0; at < bytes; at += CHUNK) prefetch_bulk_l2(p + at, min(CHUNK, bytes - at));
+  }
+}
+
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
                                             float* out, unsigned* arrive, float* smem) {
-  if (!wait_inputs(u)) return false;
   const int g = u.ins->lo, split = u.ins->tile % SPLITS;
   int lo, hi, active;
-  split_range<SPLITS, MIN_KEYS>(u.pos, window, split, lo, hi, active);
+  split_range<SPLITS, MIN_KEYS>(u.pos, window, split, lo, hi, active);  // the position's: known before the wait
+  if (KIEC_KV_PREFETCH && split < active && threadIdx.x == 0)
+    prefetch_kv_rows<T, HEAD_DIM>(cache, kv_heads, max_seq, g, lo, min(hi, u.pos));  // row pos: written after it
+  if (!wait_inputs(u)) return false;
   if (split < active) {
     auto& sm = *reinterpret_cast<AttentionSmem<HEAD_DIM, GROUP, WARPS>*>(smem);
     attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U>(
