@@ -114,6 +114,26 @@ struct Prologue {
     }
   }
   __device__ __forceinline__ void run(const float* x, const T* norm_w, float eps, float* xs, float* red) {
+    if (!NORM) {  // a copy, 4 16-byte loads in flight per thread (8 spilled 12 B on llama-3.1-8b; x is 16-byte
+                  // aligned: buffers.py)
+      constexpr int V = (K / 4 + THREADS - 1) / THREADS, B = V < 4 ? V : 4;
+#pragma unroll
+      for (int e0 = 0; e0 < V; e0 += B) {
+        float4 v[B];
+#pragma unroll
+        for (int e = 0; e < B; ++e) {
+          const int i = threadIdx.x + (e0 + e) * THREADS;
+          if (e0 + e < V && i < K / 4) v[e] = reinterpret_cast<const float4*>(x)[i];
+        }
+#pragma unroll
+        for (int e = 0; e < B; ++e) {
+          const int i = threadIdx.x + (e0 + e) * THREADS;
+          if (e0 + e < V && i < K / 4) reinterpret_cast<float4*>(xs)[i] = v[e];
+        }
+      }
+      sync_block();
+      return;
+    }
     if (!HOLD) {
       gemv_prologue<T, K, NORM, THREADS>(x, norm_w, eps, xs, red);
       return;
@@ -231,9 +251,10 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
 
 // Outputs [lo, hi) from the segment sums (added in segment order, so a run's result does not depend on which
 // warp finished first): SiLU-mul, store, residual add, or store and the packed argmax.
+// y_mine: with EPI_RESIDUAL, y[lo + threadIdx.x] as loaded before the dot products (residual_first).
 template <typename T, int SEGS, int EPI, bool BIAS, int THREADS>
 __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, const T* bias, float* y, int lo,
-                                              int outs, int n_out) {
+                                              int outs, int n_out, float y_mine) {
   auto dot = [&](int r) {  // row r's sum (SiLU: 2 rows per output, gate then up)
     float v = 0.f;
 #pragma unroll
@@ -250,7 +271,7 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
     } else {
       const float v = dot(j) + (BIAS ? to_float<T>(bias[o]) : 0.f);
       if (EPI == EPI_STORE || EPI == EPI_ARGMAX) y[o] = v;
-      if (EPI == EPI_RESIDUAL) y[o] += v;
+      if (EPI == EPI_RESIDUAL) y[o] = (j == (int)threadIdx.x ? y_mine : y[o]) + v;
       if (EPI == EPI_ARGMAX) {
         const unsigned long long key = argmax_key(v, o);
         best = key > best ? key : best;
@@ -280,6 +301,8 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   Prologue<T, K, NORM, WARPS * 32> prologue;
   prologue.prefetch(norm_w);
   if (!wait_inputs(u)) return false;
+  // the residual this tile adds to, asked for now: its load's latency passes under the prologue and the pages
+  const float y_mine = EPI == EPI_RESIDUAL && (int)threadIdx.x < outs ? y[lo + threadIdx.x] : 0.f;
   prologue.run(x, norm_w, eps, xs, red);
   trace(u, TR_X_READY);
   float xr[G::ROUNDS][8];  // this warp's segment of x
@@ -290,7 +313,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   const long long waited = gemv_pages<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, timed);
   if (tracing(u)) trace_row(u)[TR_PAGE_WAIT_CYCLES] = waited;
   sync_block();
-  gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32>(u, acc, bias, y, lo, outs, n_out);
+  gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32>(u, acc, bias, y, lo, outs, n_out, y_mine);
   signal_done(u);
   return true;
 }
@@ -299,34 +322,16 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
 // in use, as the output), then an arrival on the head's counter in `arrive` (splits the context is too short for
 // only arrive). The split that arrives last (SPLITS x (t + 1) arrivals: the counter only grows) merges the
 // partials and bumps the phase counter, so that the output projection waits on one hop, not a combine phase.
-#ifndef KIEC_KV_PREFETCH
-#define KIEC_KV_PREFETCH 1
-#endif
-// Ask L2 for KV head g's K and V cache rows [lo, hi), 16 KB an instruction: rows of earlier steps, which this
-// step's inputs do not change, so an attention split can ask before its wait and read them from L2 after it.
-template <typename T, int HEAD_DIM>
-__device__ __forceinline__ void prefetch_kv_rows(const T* cache, int kv_heads, int max_seq, int g, int lo, int hi) {
-  constexpr unsigned CHUNK = 16 << 10;
-  if (hi <= lo) return;
-  const unsigned bytes = (unsigned)(hi - lo) * HEAD_DIM * sizeof(T);
-  for (int kv = 0; kv < 2; ++kv) {
-    const char* p = reinterpret_cast<const char*>(cache + ((size_t)(kv * kv_heads + g) * max_seq + lo) * HEAD_DIM);
-    for (unsigned at = 0; at < bytes; at += CHUNK) prefetch_bulk_l2(p + at, min(CHUNK, bytes - at));
-  }
-}
-
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
                                             float* out, unsigned* arrive, float* smem) {
+  if (!wait_inputs(u)) return false;
   const int g = u.ins->lo, split = u.ins->tile % SPLITS;
   int lo, hi, active;
-  split_range<SPLITS, MIN_KEYS>(u.pos, window, split, lo, hi, active);  // the position's: known before the wait
-  if (KIEC_KV_PREFETCH && split < active && threadIdx.x == 0)
-    prefetch_kv_rows<T, HEAD_DIM>(cache, kv_heads, max_seq, g, lo, min(hi, u.pos));  // row pos: written after it
-  if (!wait_inputs(u)) return false;
+  split_range<SPLITS, MIN_KEYS>(u.pos, window, split, lo, hi, active);
   if (split < active) {
     auto& sm = *reinterpret_cast<AttentionSmem<HEAD_DIM, GROUP, WARPS>*>(smem);
     attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U>(
