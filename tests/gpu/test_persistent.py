@@ -110,21 +110,26 @@ def test_trace_times_every_instruction_of_one_step(tmp_path):
 @pytest.mark.parametrize("change", [dict(persist_warps=12), dict(persist_counter_stride=32),
                                     dict(persist_page_bytes=1024, persist_stages=2),
                                     dict(persist_page_bytes=1024, persist_stages=2, persist_l2_ahead_bytes=8192),
-                                    dict(persist_stop_poll_every=1)])
+                                    dict(persist_stop_poll_every=1),
+                                    dict(persist_reduce_batch=2), dict(persist_reduce_batch=8)])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
     # share many pages and the weight stream wait on the compute warps all the time (and, with L2 lookahead, ask
-    # L2 for the 8 pages after the ring while it waits)
+    # L2 for the 8 pages after the ring while it waits); a vocabulary of 16384 gives each SM's LM-head share about
+    # 124 rows, 15 items a warp: full and short batches of the batched warp sums
     import dataclasses
 
     from kiec.codegen import targets
-    model, art = compile_tiny(tmp_path, "qwen3")
+    model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
     base = kiec.Engine(art)
     monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], **change))
     eng, ours, r32, r16, tokens = check_against_interpreter(model, kiec.compile(model, str(tmp_path / "v"),
                                                                                  mode="persistent"), positions=24)
     budget_check(ours, r32, r16, f"persistent {change}: logits over 24 positions")
+    if "persist_reduce_batch" in change:  # the batched warp sum adds in warp_sum's order: the same bits
+        assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
+                              np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)
     assert eng.generate(tokens[:5], 24, sampling=params) == base.generate(tokens[:5], 24, sampling=params)

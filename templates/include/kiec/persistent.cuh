@@ -18,6 +18,7 @@
 #include "gemv.cuh"
 #include "persistent_args.cuh"
 #include "ring.cuh"
+#include "warp_batch.cuh"
 
 namespace kiec {
 
@@ -184,10 +185,10 @@ __device__ __forceinline__ void load_x_slice(const float* xs, int seg, int lane,
   }
 }
 
-// One item's dot products (w0: the row segment in the page; w1: its up row's, SiLU only), summed over the warp.
+// One item's dot products (w0: the row segment in the page; w1: its up row's, SiLU only): this lane's part.
 template <typename T, typename G>
-__device__ __forceinline__ void dot_item(const char* w0, const char* w1, const float (&xr)[G::ROUNDS][8], int lane,
-                                         float& a0, float& a1) {
+__device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const float (&xr)[G::ROUNDS][8], int lane,
+                                          float& a0, float& a1) {
   float p0[G::ROUNDS], p1[G::ROUNDS];  // one sum a round: short dependency chains, added in a fixed order
 #pragma unroll
   for (int v = 0; v < G::ROUNDS; ++v) {
@@ -211,18 +212,43 @@ __device__ __forceinline__ void dot_item(const char* w0, const char* w1, const f
     a0 += p0[v];
     a1 += p1[v];
   }
-  a0 = warp_sum(a0);
-  if (G::SILU) a1 = warp_sum(a1);
 }
 
 // Every page of a share of `items` items: this warp's items' segment sums into acc[(row * ROWS_PER_OUT + r) *
-// SEGS + seg]; each thread releases each page when done with it. `timed`: returns the SM cycles this thread
-// waited for pages to arrive (else 0).
+// SEGS + seg]; each thread releases each page when done with it. Items are dealt round-robin, so a warp's k-th item
+// is warp + k * WARPS; its lane parts wait in a batch of KIEC_REDUCE_BATCH (a shift register: static indices) to be
+// summed over the warp together (warp_batch.cuh). `timed`: returns the SM cycles this thread waited for pages to
+// arrive (else 0).
+#ifndef KIEC_REDUCE_BATCH
+#define KIEC_REDUCE_BATCH 1
+#endif
 template <typename T, typename G, int WARPS, int SEGS, typename R>
 __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
                                                 bool timed) {
+  constexpr int B = KIEC_REDUCE_BATCH;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, seg = warp % SEGS;
   const int pages = (items + G::PER_PAGE - 1) / G::PER_PAGE;
+  float b0[B], b1[B];
+  int mine = 0;  // this warp's items so far
+  auto push = [&](float a0, float a1) {
+#pragma unroll
+    for (int k = 0; k + 1 < B; ++k) {
+      b0[k] = b0[k + 1];
+      b1[k] = b1[k + 1];
+    }
+    b0[B - 1] = a0;
+    b1[B - 1] = a1;
+  };
+  auto sums_out = [&](int have) {  // slot k < have: this warp's item mine - have + k
+    const float s0 = warp_sum_batch<B>(b0, lane, WarpXor());
+    const float s1 = G::SILU ? warp_sum_batch<B>(b1, lane, WarpXor()) : 0.f;
+    const int k = lane / (32 / B);
+    if (lane % (32 / B) == 0 && k < have) {
+      const int row = (warp + (mine - have + k) * WARPS) / SEGS;
+      acc[(G::ROWS_PER_OUT * row) * SEGS + seg] = s0;
+      if (G::SILU) acc[(2 * row + 1) * SEGS + seg] = s1;
+    }
+  };
   long long waited = 0;
   for (int p = 0; p < pages; ++p, ++ring.seq) {
     const unsigned stage = ring.seq % R::STAGES;
@@ -236,15 +262,16 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
     const char* page = ring.page(ring.seq);
     const int first = p * G::PER_PAGE, n = min(G::PER_PAGE, items - first);
     for (int j = (warp - first % WARPS + WARPS) % WARPS; j < n; j += WARPS) {
-      const int row = (first + j) / SEGS;
       float a0, a1;
-      dot_item<T, G>(page + j * G::ITEM, page + (G::PER_PAGE + j) * G::ITEM, xr, lane, a0, a1);
-      if (lane == 0) {
-        acc[(G::ROWS_PER_OUT * row) * SEGS + seg] = a0;
-        if (G::SILU) acc[(2 * row + 1) * SEGS + seg] = a1;
-      }
+      dot_lanes<T, G>(page + j * G::ITEM, page + (G::PER_PAGE + j) * G::ITEM, xr, lane, a0, a1);
+      push(a0, a1);
+      if (++mine % B == 0) sums_out(B);
     }
     mbar_arrive(ring.empty + stage);  // every lane: an arrive releases only its own thread's reads
+  }
+  if (const int have = mine % B) {  // the last, short batch: zeros shifted in behind its items
+    for (int k = have; k < B; ++k) push(0.f, 0.f);
+    sums_out(have);
   }
   return waited;
 }
