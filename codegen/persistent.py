@@ -115,7 +115,7 @@ class _PersistentEmitter(_Emitter):
                    a=(self.arena[k.qkv], self.arena[partials(k) + ".o"], self.arena[partials(k) + ".ml"],
                       self.arena[a.out]))
         self.arrivals += k.kv_heads
-        self.smem = max(self.smem, (group * k.head_dim + k.head_dim + 2 * self.warps * group
+        self.smem = max(self.smem, (group * k.head_dim + 2 * k.head_dim + 2 * self.warps * group  # AttentionSmem
                                     + self.warps * group * k.head_dim) * 4)
         self.src.kernels.append(dict(name=k.name, family="attention", cache=a.cache,
                                      bytes_per_row=2 * k.kv_heads * k.head_dim * self.esize))
@@ -156,6 +156,7 @@ class _PersistentEmitter(_Emitter):
             warps=self.warps, smem=smem, stages=stages, page=page, arrivals=max(self.arrivals, 1),
             l2_ahead=self.t.persist_l2_ahead_bytes // page, stop_poll_every=self.t.persist_stop_poll_every,
             reduce_batch=self.t.persist_reduce_batch,
+            attn_early_kv=self.t.persist_attn_early_kv, scratch=self.smem,
             counter_stride=self.t.persist_counter_stride, instr_off=instr_off, starts_off=starts_off,
             kernels_off=kernels_off, instructions=instructions, **self.model_constants(header))
         return src

@@ -145,6 +145,25 @@ class VM:
         part["o"][g, s], part["m"][g, s], part["l"][g, s] = o, m, l
         part["stamp"][g, s] = ins.counter * 1_000_000 + token
 
+    def reached(self, ins: Instr, token: int) -> None:
+        """An SM has reached `ins` (its waits not yet met). A persistent attention split may load the cache rows of
+        earlier steps it reads before it waits (KIEC_ATTN_EARLY_KV): they must be there already, written and
+        ordered before by the waits this SM passed earlier."""
+        if ins.opcode != "attention":
+            return
+        k = self.p.kernels[ins.kernel]
+        splits = self.s.splits[ins.kernel]
+        g, s = ins.lo, ins.tile % splits
+        rows = split_rows(k, token, splits, self.s.min_keys)
+        if s >= len(rows):
+            return
+        lo, hi = rows[s][0], min(rows[s][1], token)
+        stamps = self.cache_stamp[k.append.cache]
+        if not bool((stamps[g, lo:hi] == torch.arange(lo, hi)).all()):
+            raise ScheduleError(f"attention kernel {ins.kernel} head {g} split {s} at token {token}: a KV row of an "
+                                f"earlier step is not in the cache when the SM reaches it, before its wait "
+                                f"({stamps[g, lo:hi].tolist()})")
+
     def arrivals(self, kernel: int) -> int:
         """Arrivals a KV head's last split waits for a token before it merges: one per split (the device's
         SPLITS)."""
@@ -182,10 +201,15 @@ class VM:
         pc = [0] * len(lists)
         tok = [0] * len(lists)
         last = len(self.s.phases) - 1
+        seen = [None] * len(lists)  # the (token, instruction) each SM last reached
         while True:
             live = [i for i in range(len(lists)) if lists[i] and tok[i] < min(steps, self.stop)]
             if not live:
                 return self.logits
+            for i in live:
+                if seen[i] != (tok[i], pc[i]):
+                    seen[i] = (tok[i], pc[i])
+                    self.reached(lists[i][pc[i]], tok[i])
             ready = [i for i in live if self.ready(lists[i][pc[i]], tok[i])]
             if not ready:
                 i = live[0]

@@ -80,6 +80,22 @@ def test_a_missing_wait_on_the_previous_token_is_caught(tmp_path):
         VM(sched, weights, offsets, floats).run([5, 17, 99], 3, "eager")
 
 
+def test_kv_rows_loaded_before_the_wait_need_the_sms_earlier_waits(tmp_path):
+    m, prog, sched, weights, offsets, floats = setup(tmp_path)
+    # attention may load a split's rows of earlier steps before its wait (KIEC_ATTN_EARLY_KV): safe when the SM's
+    # earlier instructions in the step waited on the end of the last one. A split alone on an SM of its own
+    # reaches its next step's tile as soon as it ran the last one; at token 6 split 1 (rows 3-5) reads row 5,
+    # which split 2 wrote at token 5 and has not yet when that SM goes first (SM 0: eager's first pick among
+    # equals). Its wait on QKV orders its reads after the wait: only the early read breaks.
+    attn = next(k for k, kern in enumerate(prog.kernels) if type(kern).__name__ == "AttentionKernel")
+    sm, i = next((sm, i) for sm, lst in enumerate(sched.lists) for i, ins in enumerate(lst)
+                 if ins.kernel == attn and ins.tile % sched.splits[attn] == 1)
+    sched.lists.insert(0, [sched.lists[sm].pop(i)])
+    with pytest.raises(ScheduleError, match=rf"attention kernel {attn} head \d+ split 1 at token 6: a KV row of an "
+                                            r"earlier step is not in the cache when the SM reaches it"):
+        VM(sched, weights, offsets, floats).run([5, 17, 99], 9, "eager")
+
+
 def test_an_impossible_wait_deadlocks_by_name(tmp_path):
     m, prog, sched, weights, offsets, floats = setup(tmp_path)
     ins = sched.lists[0][0]

@@ -41,12 +41,25 @@ def test_persistent_wide_rows_within_budget(tmp_path):
     assert eng.generate(tokens[:5], 40) == graph.generate(tokens[:5], 40)
 
 
-@pytest.mark.parametrize("family,window", [("llama", None), ("mistral", 200)])
-def test_persistent_long_context_within_budget(tmp_path, family, window):
+@pytest.mark.parametrize("family,window,early_kv", [("llama", None, 0), ("mistral", 200, 0), ("mistral", 200, 1)])
+def test_persistent_long_context_within_budget(tmp_path, monkeypatch, family, window, early_kv):
+    # early_kv: each split's first rows load before its wait (persist_attn_early_kv), over 2-16 splits a KV
+    # head and a sliding window; logits bit for bit those of the default kernel
+    import dataclasses
+
+    from kiec.codegen import targets
     extra = {"sliding_window": window} if window else {}
     model, art = compile_tiny(tmp_path, family, max_position_embeddings=1024, **extra)
-    _, ours, r32, r16, _ = check_against_interpreter(model, art, positions=600)
-    budget_check(ours, r32, r16, f"{family} persistent (window {window}): logits over 600 positions")
+    if early_kv:
+        base = kiec.Engine(art)
+        monkeypatch.setitem(targets.TARGETS, "sm_90",
+                            dataclasses.replace(targets.TARGETS["sm_90"], persist_attn_early_kv=1))
+        art = kiec.compile(model, str(tmp_path / "early"), mode="persistent")
+    _, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=600)
+    budget_check(ours, r32, r16, f"{family} persistent (window {window}, early K/V {early_kv}): logits over 600 "
+                                 f"positions")
+    if early_kv:
+        assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
 
 
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 0.9), (0.7, 1.0), (60.0, 0.5)])
@@ -111,7 +124,8 @@ def test_trace_times_every_instruction_of_one_step(tmp_path):
                                     dict(persist_page_bytes=1024, persist_stages=2),
                                     dict(persist_page_bytes=1024, persist_stages=2, persist_l2_ahead_bytes=8192),
                                     dict(persist_stop_poll_every=1),
-                                    dict(persist_reduce_batch=2), dict(persist_reduce_batch=8)])
+                                    dict(persist_reduce_batch=2), dict(persist_reduce_batch=8),
+                                    dict(persist_attn_early_kv=1)])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
@@ -127,7 +141,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     eng, ours, r32, r16, tokens = check_against_interpreter(model, kiec.compile(model, str(tmp_path / "v"),
                                                                                  mode="persistent"), positions=24)
     budget_check(ours, r32, r16, f"persistent {change}: logits over 24 positions")
-    if "persist_reduce_batch" in change:  # the batched warp sum adds in warp_sum's order: the same bits
+    if change.keys() & {"persist_reduce_batch", "persist_attn_early_kv"}:  # same math in the same order: same bits
         assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
                               np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)

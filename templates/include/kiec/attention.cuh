@@ -44,9 +44,9 @@ __device__ __forceinline__ void head_rmsnorm(float* v, const T* w, float eps, fl
 
 // Shared memory of one attention block: its group's queries, the new key, and each warp's softmax state and output.
 template <int HEAD_DIM, int GROUP, int WARPS>
-struct AttentionSmem {
+struct AttentionSmem {  // codegen/persistent.py sizes it: keep the two in step
   float qs[GROUP][HEAD_DIM];
-  float kn[HEAD_DIM];
+  float kn[HEAD_DIM], vn[HEAD_DIM];  // the new row (the split that holds row pos)
   float wm[WARPS][GROUP], wl[WARPS][GROUP];
   float wo[WARPS][GROUP][HEAD_DIM];
 };
@@ -62,24 +62,64 @@ __device__ __forceinline__ void split_range(int pos, int window, int split, int&
   hi = min(lo + chunk, pos + 1);
 }
 
+// One pass of the key loop's K and V loads: lane (sub, part) of warp w takes rows j0 + u * WARPS * KPW + sub (j0 =
+// lo + w * KPW on the first pass) for slots u in [FROM, TO), the 16 bytes at part * 8 of each; rows at or past
+// `hi`, and `skip`, are zeros.
+template <typename T, int HEAD_DIM, int WARPS, int U>
+struct KvPass {
+  static constexpr int LPK = HEAD_DIM / 8, KPW = 32 / LPK;
+  static_assert(HEAD_DIM % 8 == 0 && 32 % LPK == 0, "head_dim must be 64 or 128 (or another divisor layout)");
+  uint4 k[U], v[U];
+  template <int FROM = 0, int TO = U>
+  __device__ __forceinline__ void load(const T* kc, const T* vc, int j0, int hi, int skip) {
+    const int lane = threadIdx.x & 31, sub = lane / LPK, part = lane % LPK;
+#pragma unroll
+    for (int u = FROM; u < TO; ++u) {
+      const int j = j0 + u * WARPS * KPW + sub;
+      k[u] = v[u] = make_uint4(0, 0, 0, 0);
+      if (j < hi && j != skip) {
+        k[u] = *reinterpret_cast<const uint4*>(kc + (size_t)j * HEAD_DIM + part * 8);
+        v[u] = *reinterpret_cast<const uint4*>(vc + (size_t)j * HEAD_DIM + part * 8);
+      }
+    }
+  }
+};
+
+// KV head g's K rows and V rows in the cache.
+template <typename T, int HEAD_DIM>
+__device__ __forceinline__ T* k_rows(T* cache, int max_seq, int g) {
+  return cache + (size_t)g * max_seq * HEAD_DIM;
+}
+template <typename T, int HEAD_DIM>
+__device__ __forceinline__ T* v_rows(T* cache, int kv_heads, int max_seq, int g) {
+  return cache + ((size_t)kv_heads + g) * max_seq * HEAD_DIM;
+}
+
 // KV head g's GROUP query heads over cache rows [lo, hi): q normed, rotated and scaled; the block holding row pos
-// writes the new k (normed, rotated) and v there first. Leaves each warp's (m, l, o) in sm.
-template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U>
+// writes the new k (normed, rotated) and v there first. Leaves each warp's (m, l, o) in sm. EARLY > 0: `early`
+// holds the first pass's slots [0, EARLY) but row pos, loaded before this step's inputs were ready (rows of earlier
+// steps do not change); row pos comes from sm, the same bits the cache gets.
+template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
+          int EARLY = 0>
 __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,
                                                 int kv_heads, int max_seq, const float* inv_freq, const T* q_norm_w,
                                                 const T* k_norm_w, float norm_eps, float scale, float softcap, int g,
-                                                int pos, int lo, int hi) {
-  constexpr int LPK = HEAD_DIM / 8, KPW = 32 / LPK;
-  static_assert(HEAD_DIM % 8 == 0 && 32 % LPK == 0, "head_dim must be 64 or 128 (or another divisor layout)");
+                                                int pos, int lo, int hi,
+                                                const KvPass<T, HEAD_DIM, WARPS, U>* early = nullptr) {
+  using Pass = KvPass<T, HEAD_DIM, WARPS, U>;
+  constexpr int LPK = Pass::LPK, KPW = Pass::KPW;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nq = kv_heads * GROUP;
-  T* kc = cache + (size_t)g * max_seq * HEAD_DIM;               // K rows of this KV head
-  T* vc = cache + ((size_t)kv_heads + g) * max_seq * HEAD_DIM;  // V rows
+  T* kc = k_rows<T, HEAD_DIM>(cache, max_seq, g);
+  T* vc = v_rows<T, HEAD_DIM>(cache, kv_heads, max_seq, g);
 
-  // q of this group: norm, rotate, scale
+  // q of this group: norm, rotate, scale; the new k and v (their loads beside q's)
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) sm.qs[i / HEAD_DIM][i % HEAD_DIM] = qkv[g * GROUP * HEAD_DIM + i];
   const bool owns_pos = hi == pos + 1;  // the last active split holds row pos
   if (owns_pos)
-    for (int i = threadIdx.x; i < HEAD_DIM; i += WARPS * 32) sm.kn[i] = qkv[(nq + g) * HEAD_DIM + i];
+    for (int i = threadIdx.x; i < HEAD_DIM; i += WARPS * 32) {
+      sm.kn[i] = qkv[(nq + g) * HEAD_DIM + i];
+      sm.vn[i] = qkv[(nq + kv_heads + g) * HEAD_DIM + i];
+    }
   sync_block();
   if (QK_NORM) {
     for (int h = warp; h < GROUP; h += WARPS) head_rmsnorm<T, HEAD_DIM>(sm.qs[h], q_norm_w, norm_eps, nullptr);
@@ -92,7 +132,7 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   if (owns_pos) {
     for (int i = threadIdx.x; i < HEAD_DIM; i += WARPS * 32) {
       kc[(size_t)pos * HEAD_DIM + i] = from_float<T>(sm.kn[i]);
-      vc[(size_t)pos * HEAD_DIM + i] = from_float<T>(qkv[(nq + kv_heads + g) * HEAD_DIM + i]);
+      vc[(size_t)pos * HEAD_DIM + i] = from_float<T>(sm.vn[i]);
     }
   }
   sync_block();  // the new row is visible to this block (plain loads below, not the read-only path)
@@ -113,16 +153,22 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   // round the warps first (warp w, slot u takes rows j0 + (u * WARPS + w) * KPW ...), so a short slice
   // spreads over all warps instead of making one warp's online softmax a long serial chain.
   for (int j0 = lo + warp * KPW; j0 < hi; j0 += WARPS * KPW * U) {
-    uint4 kr[U], vr[U];
+    Pass kv;
+    if (EARLY > 0 && j0 == lo + warp * KPW) {
+      kv.template load<EARLY, U>(kc, vc, j0, hi, -1);
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int j = j0 + u * WARPS * KPW + sub;
-      kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
-      if (j < hi) {
-        kr[u] = *reinterpret_cast<const uint4*>(kc + (size_t)j * HEAD_DIM + part * 8);
-        vr[u] = *reinterpret_cast<const uint4*>(vc + (size_t)j * HEAD_DIM + part * 8);
+      for (int u = 0; u < EARLY; ++u) {
+        kv.k[u] = early->k[u];
+        kv.v[u] = early->v[u];
+        if (j0 + u * WARPS * KPW + sub == pos) {
+          kv.k[u] = pack8<T>(sm.kn + part * 8);
+          kv.v[u] = pack8<T>(sm.vn + part * 8);
+        }
       }
+    } else {
+      kv.load(kc, vc, j0, hi, -1);
     }
+    const uint4 (&kr)[U] = kv.k, (&vr)[U] = kv.v;
     // Scores of all U slots first (their dot products and shuffles are independent), then one rescale per
     // head, then the weighted V sum: the serial online-softmax chain is one step per pass, not per key.
     float sc[GROUP][U];

@@ -103,6 +103,16 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float* out) {
   for (int i = 0; i < 8; ++i) out[i] = to_float<T>(v[i]);
 }
 
+// 8 floats narrowed to T and packed as one 16-byte load of them would read (unpack8's inverse).
+template <typename T>
+__device__ __forceinline__ uint4 pack8(const float* in) {
+  uint4 raw;
+  T* v = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = from_float<T>(in[i]);
+  return raw;
+}
+
 __device__ __forceinline__ uint4 load_stream(const void* p) {
   // Weights are read once per token: keep them out of L1. volatile keeps ptxas from sinking each load
   // next to its first use, which left only two 16-byte loads in flight per lane.

@@ -345,6 +345,9 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   return true;
 }
 
+#ifndef KIEC_ATTN_EARLY_KV
+#define KIEC_ATTN_EARLY_KV 0
+#endif
 // Split (ins.tile % SPLITS) of KV head ins.lo: its slice of the context, written as a partial (or, with one split
 // in use, as the output), then an arrival on the head's counter in `arrive` (splits the context is too short for
 // only arrive). The split that arrives last (SPLITS x (t + 1) arrivals: the counter only grows) merges the
@@ -355,14 +358,32 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
                                             float* out, unsigned* arrive, float* smem) {
-  if (!wait_inputs(u)) return false;
   const int g = u.ins->lo, split = u.ins->tile % SPLITS;
   int lo, hi, active;
-  split_range<SPLITS, MIN_KEYS>(u.pos, window, split, lo, hi, active);
+  split_range<SPLITS, MIN_KEYS>(u.pos, window, split, lo, hi, active);  // the position's alone
+  // KIEC_ATTN_EARLY_KV: the split's first rows, but row pos, load before the wait: rows of earlier steps, whose
+  // writes this SM's earlier waits in this step already ordered before it (ir/passes/vm.py checks they are there
+  // when the SM reaches the tile). Up to MIN_KEYS rows (all of a split while the context is under SPLITS x
+  // MIN_KEYS) in at most 2 of the first pass's U slots: the whole pass spilled 152 B on llama-3.2-1b, 4 slots
+  // 40 B on llama-3.1-8b (ptxas -v; its 32 more live registers across the wait).
+  using Pass = KvPass<T, HEAD_DIM, WARPS, U>;
+  constexpr int SLOTS = (MIN_KEYS + WARPS * Pass::KPW - 1) / (WARPS * Pass::KPW), CAP = U < 2 ? U : 2;
+  constexpr int EARLY = KIEC_ATTN_EARLY_KV ? (SLOTS < CAP ? SLOTS : CAP) : 0;
+  Pass early;
+  if (EARLY > 0 && split < active)
+    early.template load<0, EARLY>(k_rows<T, HEAD_DIM>(cache, max_seq, g),
+                                  v_rows<T, HEAD_DIM>(cache, kv_heads, max_seq, g),
+                                  lo + (int)(threadIdx.x >> 5) * Pass::KPW, hi, u.pos);
+  if (!wait_inputs(u)) return false;
+#ifdef KIEC_SCRATCH_BYTES
+  static_assert(sizeof(AttentionSmem<HEAD_DIM, GROUP, WARPS>) <= KIEC_SCRATCH_BYTES,
+                "codegen/persistent.py sized the tiles' scratch below AttentionSmem");
+#endif
   if (split < active) {
     auto& sm = *reinterpret_cast<AttentionSmem<HEAD_DIM, GROUP, WARPS>*>(smem);
-    attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U>(
-        sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi);
+    attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, EARLY>(
+        sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi,
+        &early);
     attention_store<HEAD_DIM, GROUP, WARPS, SPLITS>(sm, g, split, active, part_o, part_ml, out);
   }
   trace(u, TR_X_READY);
