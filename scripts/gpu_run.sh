@@ -46,6 +46,16 @@ if [ -n "${HOPS:-}" ]; then
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/hop_latency.cu -o /tmp/hop_latency \
     && timeout 120 /tmp/hop_latency 2>&1 | tee "$OUT/hops.txt"
 fi
+# COMPUTE=1: how fast the persistent GEMV's compute warps consume pages already in shared memory, warp sums one
+# item at a time and in batches of 8 (bench/gemv_compute.cu)
+if [ -n "${COMPUTE:-}" ]; then
+  mkdir -p /tmp/abi && python3 -c "from kiec.codegen.persistent_abi import header; print(header())" > /tmp/abi/persistent_abi.h
+  for b in 1 8; do
+    nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I /tmp/abi \
+      -DKIEC_COMPUTE_THREADS=256 -DKIEC_REDUCE_BATCH=$b bench/gemv_compute.cu -o /tmp/gemv_compute_$b \
+      && timeout 60 /tmp/gemv_compute_$b
+  done 2>&1 | tee "$OUT/gemv_compute.txt"
+fi
 # MODES=graph,persistent: the modes kiec bench compiles and times (default graph)
 # VARIANTS="model v1 v2 ...": A/B of target-table variants (scripts/variants.py)
 if [ -n "${VARIANTS:-}" ]; then
