@@ -10,9 +10,9 @@ MAX_WAITS = 8
 SAMPLE_CANDIDATES = 1024  # tokens the select tile can sort in shared memory to find top-p's threshold
 # What kiec_trace records per instruction of the traced step (thread 0's view): global-timer ns when it starts,
 # when its inputs are ready, when its x is ready (a GEMV's prologue done, an attention split's slice done; 0 where
-# there is none) and when it is done; the SM cycles it spent waiting for weight pages, and all its SM cycles
-# (their ratio to the ns converts the first).
-TRACE_SLOTS = ("start", "ready", "x_ready", "done", "page_wait_cycles", "cycles")
+# there is none), when a GEMV's dot products are all done (0 elsewhere) and when it is done (epilogue and signal);
+# the SM cycles it spent waiting for weight pages, and all its SM cycles (their ratio to the ns converts the first).
+TRACE_SLOTS = ("start", "ready", "x_ready", "sums_done", "done", "page_wait_cycles", "cycles")
 # (name, C type, struct code): a Wait is (counter, target per token, previous?) packed in 8 bytes
 WAIT_FIELDS = [("counter", "uint16_t", "H"), ("previous", "uint16_t", "H"), ("tiles", "uint32_t", "I")]
 INSTR_FIELDS = [("opcode", "uint16_t", "H"), ("n_waits", "uint16_t", "H"), ("kernel", "uint32_t", "I"),

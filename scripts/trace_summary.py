@@ -27,8 +27,9 @@ def columns(ts: np.ndarray, slots: list[str]) -> dict[str, np.ndarray]:
 
 def per_kind(ts: np.ndarray, slots: list[str], sched: list, kernels: list, sms: int) -> list[str]:
     """SM-us per kind of instruction: waiting on inputs, then working, which is split into the prologue (inputs
-    ready to x ready: a GEMV's norm, an attention split's slice), waiting for weight pages, and the rest (the
-    dot products, the epilogue, the signal)."""
+    ready to x ready: a GEMV's norm, an attention split's slice), waiting for weight pages, the dot products (a
+    GEMV's, the rest of its pages' time) and the epilogue (a GEMV's epilogue and signal; everything after the
+    prologue for the other kinds)."""
     col = columns(ts, slots)
     ok = col["start"] > 0
     span = (col["done"][ok].max() - col["start"][ok].min()) / 1e3
@@ -38,20 +39,22 @@ def per_kind(ts: np.ndarray, slots: list[str], sched: list, kernels: list, sms: 
             continue
         name, ready, done = kind(opcode, kernels[k]), col["ready"][i], col["done"][i]
         x = col["x_ready"][i] if col["x_ready"][i] >= ready else ready
+        dots_end = col["sums_done"][i] if col["sums_done"][i] >= x else x
         c = sums[name]
         c["count"] += 1
         c["waiting"] += (ready - col["start"][i]) / 1e3
         c["prologue"] += (x - ready) / 1e3
         c["pages"] += col["page_wait"][i] / 1e3
-        c["rest"] += (done - x - col["page_wait"][i]) / 1e3
-    parts = ("waiting", "prologue", "pages", "rest")
+        c["dots"] += max(0.0, (dots_end - x - col["page_wait"][i]) / 1e3)
+        c["epilogue"] += (done - dots_end) / 1e3
+    parts = ("waiting", "prologue", "pages", "dots", "epilogue")
     lines = [f"token span {span:.1f} us over {sms} SMs ({span * sms:.0f} SM-us); per instruction kind, SM-us summed "
-             f"over the SMs (working = prologue + pages + rest; work/SM: per token per SM):",
+             f"over the SMs (working = prologue + pages + dots + epilogue; work/SM: per token per SM):",
              f"{'kind':<24}{'count':>7}" + "".join(f"{p:>10}" for p in parts) + f"{'work/SM':>10}"]
     total = collections.Counter()
     for name, c in sorted(sums.items(), key=lambda kv: -sum(kv[1][p] for p in parts)):
         total.update(c)
-        work = c["prologue"] + c["pages"] + c["rest"]
+        work = sum(c[p] for p in parts[1:])
         lines.append(f"{name:<24}{c['count']:>7}" + "".join(f"{c[p]:>10.1f}" for p in parts) + f"{work / sms:>10.1f}")
     all_time = sum(total[p] for p in parts)
     lines.append(f"{'total':<24}{total['count']:>7}" + "".join(f"{total[p]:>10.1f}" for p in parts)

@@ -14,12 +14,12 @@ KERNELS = [{"name": "L0.attn.qkv", "family": "gemv"}, {"name": "L0.attn", "famil
            {"name": "L0.attn.x", "family": "gemv"}]
 
 
-SLOTS = ["start", "ready", "x_ready", "done", "page_wait_cycles", "cycles"]
+SLOTS = ["start", "ready", "x_ready", "sums_done", "done", "page_wait_cycles", "cycles"]
 
 
 def recording(rows):
-    """(start, ready, x_ready, done, page wait ns) rows in ns, at a made-up 2 GHz SM clock."""
-    return np.array([[a, b, x, d, 2 * w, 2 * (d - a)] for a, b, x, d, w in rows], dtype=np.int64)
+    """(start, ready, x_ready, sums_done, done, page wait ns) rows in ns, at a made-up 2 GHz SM clock."""
+    return np.array([[a, b, x, s, d, 2 * w, 2 * (d - a)] for a, b, x, s, d, w in rows], dtype=np.int64)
 
 
 def test_the_chain_view_splits_a_token_into_hops_and_spans():
@@ -27,8 +27,9 @@ def test_the_chain_view_splits_a_token_into_hops_and_spans():
     # phase 2 (O) is ready at 12 us on one SM and 13 us on the other and ends at 15 us (times in ns)
     sched = [[0, "gemv", 0, 0], [1, "gemv", 0, 0], [0, "attention", 1, 1], [1, "attention", 1, 1],
              [0, "gemv", 2, 2], [1, "gemv", 2, 2]]
-    ts = recording([(1000, 2000, 2500, 4000, 500), (1000, 2500, 3000, 5000, 1000), (5000, 7000, 7500, 8000, 0),
-                    (5500, 7500, 8000, 9000, 0), (8000, 12000, 12500, 14000, 0), (9000, 13000, 13500, 15000, 250)])
+    ts = recording([(1000, 2000, 2500, 3500, 4000, 500), (1000, 2500, 3000, 4500, 5000, 1000),
+                    (5000, 7000, 7500, 0, 8000, 0), (5500, 7500, 8000, 0, 9000, 0), (8000, 12000, 12500, 13500, 14000, 0),
+                    (9000, 13000, 13500, 14500, 15000, 250)])
     ch = trace_summary.chain(ts, SLOTS, sched, KERNELS)
     assert ch["gemv:qkv"] == (1, 0.0, 3.0)
     assert ch["attention"] == pytest.approx((1, 2.0, 2.0))
@@ -39,11 +40,13 @@ def test_the_chain_view_splits_a_token_into_hops_and_spans():
     assert kinds[0].startswith("token span 14.0 us over 2 SMs")
 
 
-def test_the_per_kind_view_splits_working_into_prologue_pages_and_the_rest():
-    # QKV on two SMs: waited 1 + 1.5 us, prologues 0.5 + 0.5, page waits 0.5 + 1 (cycles at 2 GHz), the rest
-    # 1 + 1; an instruction with no x_ready stamp (0) counts all its working time as rest
+def test_the_per_kind_view_splits_working_into_prologue_pages_dots_and_epilogue():
+    # QKV on two SMs: waited 1 + 1.5 us, prologues 0.5 + 0.5, page waits 0.5 + 1 (cycles at 2 GHz), dot products
+    # 0.5 + 0.5 (sums done 1.5 us after x, less the page waits), epilogues 0.5 + 0.5; an instruction without
+    # x_ready and sums_done stamps (0) counts all its working time as epilogue
     sched = [[0, "gemv", 0, 0], [1, "gemv", 0, 0], [0, "select", 1, 1]]
-    ts = recording([(1000, 2000, 2500, 4000, 500), (1000, 2500, 3000, 5000, 1000), (5000, 6000, 0, 7000, 0)])
+    ts = recording([(1000, 2000, 2500, 3500, 4000, 500), (1000, 2500, 3000, 4500, 5000, 1000),
+                    (5000, 6000, 0, 0, 7000, 0)])
     rows = {line.split()[0]: line.split()[1:] for line in trace_summary.per_kind(ts, SLOTS, sched, KERNELS, 2)[2:]}
-    assert [float(v) for v in rows["gemv:qkv"][:5]] == pytest.approx([2, 2.5, 1, 1.5, 2])  # count, waiting, ...
-    assert [float(v) for v in rows["select"][:5]] == pytest.approx([1, 1, 0, 0, 1])
+    assert [float(v) for v in rows["gemv:qkv"][:6]] == pytest.approx([2, 2.5, 1, 1.5, 1, 1])  # count, waiting, ...
+    assert [float(v) for v in rows["select"][:6]] == pytest.approx([1, 1, 0, 0, 0, 1])

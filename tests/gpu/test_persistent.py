@@ -111,12 +111,12 @@ def test_trace_times_every_instruction_of_one_step(tmp_path):
     ts = eng.trace(10).astype(np.int64)
     slots = eng.manifest["trace_slots"]
     assert ts.shape == (eng.manifest["instructions"], len(slots))
-    start, ready, x, done, page_wait, cycles = (ts[:, slots.index(n)] for n in
-                                                ("start", "ready", "x_ready", "done", "page_wait_cycles", "cycles"))
+    start, ready, x, sums, done, page_wait, cycles = (
+        ts[:, slots.index(n)] for n in ("start", "ready", "x_ready", "sums_done", "done", "page_wait_cycles", "cycles"))
     assert (start > 0).all() and (ready >= start).all() and (done >= ready).all()
     assert done.max() - start.min() < 10_000_000  # one step, not a whole run: under 10 ms
     gemv = np.array([op == "gemv" for _, op, *_ in eng.manifest["schedule"]])
-    assert ((x >= ready) & (x <= done))[gemv].all()  # every GEMV stamps its prologue's end
+    assert ((x >= ready) & (sums >= x) & (sums <= done))[gemv].all()  # every GEMV stamps its prologue and sums
     assert (page_wait <= cycles).all() and (cycles > 0).all()
 
 

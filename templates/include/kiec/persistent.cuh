@@ -37,7 +37,8 @@ __device__ __forceinline__ unsigned long long* trace_row(const Turn& u) {
   return u.a->trace + (u.ins - u.a->instrs) * TRACE_SLOTS;
 }
 
-// A timestamp (TR_START, TR_READY, TR_X_READY, TR_DONE); the SM cycles from start to done ride along.
+// A timestamp (TR_START, TR_READY, TR_X_READY, TR_SUMS_DONE, TR_DONE); the SM cycles from start to done ride
+// along.
 __device__ __forceinline__ void trace(const Turn& u, TraceSlot what) {
   if (!tracing(u)) return;
   unsigned long long* row = trace_row(u);
@@ -340,6 +341,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   const long long waited = gemv_pages<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, timed);
   if (tracing(u)) trace_row(u)[TR_PAGE_WAIT_CYCLES] = waited;
   sync_block();
+  trace(u, TR_SUMS_DONE);
   gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32>(u, acc, bias, y, lo, outs, n_out, y_mine);
   signal_done(u);
   return true;
