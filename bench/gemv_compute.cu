@@ -26,7 +26,50 @@ constexpr int WARPS = 8, STAGES = 12, PAGE = 16 << 10, ROWS = 64, REPS = 400;
 using R = kiec::Ring<STAGES, PAGE>;
 using T = __nv_bfloat16;
 
-template <typename G, int SEGS>
+// What a page costs without parts of the tile's work, for comparison (the same pages, barriers and item deal as
+// gemv_pages): LOADS reads each item's 16-byte chunks and folds the bits (no math), DOTS also widens and multiplies
+// (dot_lanes) but keeps a running sum per lane instead of summing each item over the warp.
+enum Variant { TILE = 0, LOADS = 1, DOTS = 2 };
+
+template <typename G, int SEGS, int VARIANT>
+__device__ __forceinline__ float pages_without(R& ring, int items, const float (&xr)[G::ROUNDS][8]) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int pages = (items + G::PER_PAGE - 1) / G::PER_PAGE;
+  float run = 0.f;
+  unsigned bits = 0;
+  for (int p = 0; p < pages; ++p, ++ring.seq) {
+    const unsigned stage = ring.seq % R::STAGES;
+    kiec::mbar_wait(ring.full + stage, (ring.seq / R::STAGES) & 1);
+    const char* page = ring.page(ring.seq);
+    const int first = p * G::PER_PAGE, n = min(G::PER_PAGE, items - first);
+    for (int j = (warp - first % WARPS + WARPS) % WARPS; j < n; j += WARPS) {
+      const char* w0 = page + j * G::ITEM;
+      const char* w1 = page + (G::PER_PAGE + j) * G::ITEM;
+      if (VARIANT == LOADS) {
+#pragma unroll
+        for (int v = 0; v < G::ROUNDS; ++v) {
+          const int c = v * 32 + lane;
+          if (G::SEGC % 32 == 0 || c < G::SEGC) {
+            const uint4 a = kiec::lds128(w0 + c * 16);
+            bits ^= a.x ^ a.y ^ a.z ^ a.w;
+            if (G::SILU) {
+              const uint4 b = kiec::lds128(w1 + c * 16);
+              bits ^= b.x ^ b.y ^ b.z ^ b.w;
+            }
+          }
+        }
+      } else {
+        float a0, a1;
+        kiec::dot_lanes<T, G>(w0, w1, xr, lane, a0, a1);
+        run += a0 + a1;
+      }
+    }
+    kiec::mbar_arrive(ring.empty + stage);
+  }
+  return run + __uint_as_float(bits & 0x007fffffu);
+}
+
+template <typename G, int SEGS, int VARIANT>
 __global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1) consume(unsigned long long* ns, float* sink) {
   extern __shared__ __align__(128) char smem_raw[];
   R ring;
@@ -62,37 +105,40 @@ __global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1) consume(
     for (int i = 0; i < 8; ++i) xr[v][i] = 0.5f + 1e-3f * (threadIdx.x + v * 8 + i);
   kiec::sync_block();
   const unsigned long long t0 = kiec::global_ns();
+  float keep = 0.f;
   for (int r = 0; r < REPS; ++r) {
-    kiec::gemv_pages<T, G, WARPS, SEGS>(ring, items, xr, acc, false);
+    if (VARIANT == TILE)
+      kiec::gemv_pages<T, G, WARPS, SEGS>(ring, items, xr, acc, false);
+    else
+      keep += pages_without<G, SEGS, VARIANT>(ring, items, xr);
     kiec::sync_block();
   }
   const unsigned long long t1 = kiec::global_ns();
-  if (threadIdx.x == 0) {
-    ns[blockIdx.x] = t1 - t0;
-    sink[blockIdx.x] = acc[0];
-  }
+  if (threadIdx.x == 0) ns[blockIdx.x] = t1 - t0;
+  if (threadIdx.x == 0 || keep == 1.2345f) sink[blockIdx.x] = acc[0] + keep;  // nothing computed is dead
 }
 
-template <int K, int EPI, int SEGS>
+template <int K, int EPI, int SEGS, int VARIANT = TILE>
 static void run(const char* name, int sms) {
   using G = kiec::GemvShape<T, K, WARPS, EPI, SEGS, PAGE>;
   const size_t smem = 256 + (size_t)STAGES * PAGE + (size_t)G::ROWS_PER_OUT * ROWS * SEGS * 4;
-  CHECK(cudaFuncSetAttribute(consume<G, SEGS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  CHECK(cudaFuncSetAttribute(consume<G, SEGS, VARIANT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   unsigned long long* ns;
   float* sink;
   CHECK(cudaMalloc(&ns, sms * sizeof *ns));
   CHECK(cudaMalloc(&sink, sms * sizeof *sink));
   constexpr int threads = (WARPS + kiec::STREAM_WARPS) * 32;
-  consume<G, SEGS><<<sms, threads, smem>>>(ns, sink);  // warm-up
-  consume<G, SEGS><<<sms, threads, smem>>>(ns, sink);
+  consume<G, SEGS, VARIANT><<<sms, threads, smem>>>(ns, sink);  // warm-up
+  consume<G, SEGS, VARIANT><<<sms, threads, smem>>>(ns, sink);
   CHECK(cudaDeviceSynchronize());
   std::vector<unsigned long long> h(sms);
   CHECK(cudaMemcpy(h.data(), ns, sms * sizeof *ns, cudaMemcpyDeviceToHost));
   std::sort(h.begin(), h.end());
   const double bytes = (double)REPS * ROWS * G::ROWS_PER_OUT * K * sizeof(T);
   const double med = bytes / h[sms / 2], slow = bytes / h[sms - 1];  // bytes per ns = GB/s
-  printf("%-26s K %5d  segs %d  rounds %d  B %2d  %7.1f GB/s an SM (slowest %6.1f)  %6.2f TB/s over %d SMs\n", name, K,
-         SEGS, G::ROUNDS, KIEC_REDUCE_BATCH, med, slow, slow * sms / 1e3, sms);
+  const char* what[] = {"tile", "loads only", "dots, no sums"};
+  printf("%-26s %-13s K %5d  segs %d  rounds %d  B %2d  %7.1f GB/s an SM (slowest %6.1f)  %6.2f TB/s over %d SMs\n",
+         name, what[VARIANT], K, SEGS, G::ROUNDS, KIEC_REDUCE_BATCH, med, slow, slow * sms / 1e3, sms);
   CHECK(cudaFree(ns));
   CHECK(cudaFree(sink));
 }
@@ -100,6 +146,12 @@ static void run(const char* name, int sms) {
 int main() {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+#if KIEC_REDUCE_BATCH == 1  // the parts, once
+  run<2048, kiec::EPI_STORE, 2, LOADS>("llama-1b QKV/O (K 2048)", sms);
+  run<2048, kiec::EPI_STORE, 2, DOTS>("llama-1b QKV/O (K 2048)", sms);
+  run<2048, kiec::EPI_SILU_MUL, 2, LOADS>("llama-1b gate/up", sms);
+  run<2048, kiec::EPI_SILU_MUL, 2, DOTS>("llama-1b gate/up", sms);
+#endif
   run<576, kiec::EPI_STORE, 1>("smollm2 QKV/O (K 576)", sms);
   run<576, kiec::EPI_SILU_MUL, 1>("smollm2 gate/up", sms);
   run<2048, kiec::EPI_STORE, 2>("llama-1b QKV/O (K 2048)", sms);
