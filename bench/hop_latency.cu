@@ -8,8 +8,12 @@
 //   flags     one flag per block and phase; thread j of a consumer spins on block j's flag (no atomics)
 //   tagged    no flags: every element is a 64-bit word (value, phase), and consumers spin on the words themselves
 // Prints microseconds per phase for each (the GEMV's own work and weights excluded: this is the floor a phase
-// costs in latency). Build and run (on the GPU machine):
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/hop_latency.cu -o /tmp/hop && /tmp/hop
+// costs in latency). `loaded`: the same with one more warp a block streaming HBM into a shared-memory ring the way
+// the persistent kernel's weight stream does (ring.cuh's bulk copies, 12 x 16 KB pages), so the hops and the
+// vectors' loads and stores meet a memory system as busy as in a decode step; it prints the TB/s streamed.
+// Build and run (on the GPU machine; DIR holds persistent_abi.h, which ring.cuh's header chain includes):
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I DIR bench/hop_latency.cu
+//        -o /tmp/hop && /tmp/hop
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -18,13 +22,20 @@
 #include <algorithm>
 #include <vector>
 
+#include "persistent_abi.h"
+#include "kiec/ring.cuh"
+
 #define CHECK(x)                                                                              \
   do {                                                                                        \
     cudaError_t e_ = (x);                                                                     \
     if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } \
   } while (0)
 
-constexpr int THREADS = 256;
+constexpr int THREADS = 256, STAGES = 12, PAGE = 16 << 10;
+constexpr size_t LOAD_BYTES = 16ull << 20;  // each block streams its own 16 MB, round and round (2 GB over 132)
+
+// The hop's threads meet on named barrier 1 (the streaming warp, when there is one, never joins).
+__device__ __forceinline__ void bar_hop() { asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory"); }
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
@@ -49,9 +60,9 @@ __device__ __forceinline__ void st_relaxed64(unsigned long long* p, unsigned lon
 __device__ float block_sum(float v) {
   __shared__ float part[THREADS / 32];
   for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
+  bar_hop();
   if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-  __syncthreads();
+  bar_hop();
   float t = 0.f;
   for (int w = 0; w < THREADS / 32; ++w) t += part[w];
   return t;
@@ -65,13 +76,49 @@ __device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
   return v;
 }
 
-// buf: two K-vectors of floats (or, TAGGED, of 64-bit words); sync: counters [phases] or flags [phases][blocks]
-template <int MODE>
-__global__ void __launch_bounds__(THREADS, 1)
-hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* stop, int K, int phases) {
+// The streaming warp's one thread: 16 KB pages of this block's region into the ring until the hops are done,
+// as fast as the pages land (nobody reads them); adds the bytes it moved to *moved.
+__device__ void stream_pages(const char* src, const volatile int* done, unsigned long long* moved) {
+  extern __shared__ __align__(128) char ring[];
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(ring);
+  char* pages = ring + 128 * ((STAGES * 8 + 127) / 128);
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  unsigned seq = 0;
+  size_t off = 0;
+  for (; !*done; ++seq, off = (off + PAGE) % LOAD_BYTES) {
+    const unsigned stage = seq % STAGES;
+    if (seq >= STAGES) kiec::mbar_wait(full + stage, (seq / STAGES - 1) & 1);
+    kiec::mbar_expect(full + stage, PAGE);
+    kiec::bulk_copy(pages + (size_t)stage * PAGE, src + off, PAGE, full + stage, policy);
+  }
+  for (unsigned s = seq > STAGES ? seq - STAGES : 0; s < seq; ++s) kiec::mbar_wait(full + s % STAGES, (s / STAGES) & 1);
+  atomicAdd(moved, (unsigned long long)seq * PAGE);
+}
+
+// buf: two K-vectors of floats (or, TAGGED, of 64-bit words); sync: counters [phases] or flags [phases][blocks].
+// LOADED: the block's last warp streams `load` (LOAD_BYTES a block) meanwhile.
+template <int MODE, bool LOADED>
+__global__ void __launch_bounds__(THREADS + 32, 1)
+hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* stop, int K, int phases,
+     const char* load, unsigned long long* moved) {
   const int nb = gridDim.x, b = blockIdx.x;
   const int lo = (int)((long long)K * b / nb), hi = (int)((long long)K * (b + 1) / nb);
   __shared__ float scale;
+  __shared__ volatile int done;
+  if (LOADED) {
+    extern __shared__ __align__(128) char ring[];
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < STAGES; ++s) kiec::mbar_init(reinterpret_cast<unsigned long long*>(ring) + s, 1);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      done = 0;
+    }
+    __syncthreads();
+    if (threadIdx.x >= THREADS) {
+      if (threadIdx.x == THREADS) stream_pages(load + (size_t)b * LOAD_BYTES, &done, moved);
+      return;
+    }
+  }
   for (int p = 1; p <= phases; ++p) {
     const float* x = buf + (size_t)((p + 1) & 1) * K;
     float* y = buf + (size_t)(p & 1) * K;
@@ -102,7 +149,7 @@ hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* s
             if (MODE == COUNTER_STOP && *stop) break;
         }
       }
-      __syncthreads();
+      bar_hop();
       for (int i = threadIdx.x; i < K; i += THREADS) {
         const float v = __ldcg(x + i);
         ss += v * v;
@@ -110,45 +157,71 @@ hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* s
     }
     const float s = block_sum(ss);
     if (threadIdx.x == 0) scale = rsqrtf(s / K + 1e-6f);
-    __syncthreads();
+    bar_hop();
     for (int i = lo + threadIdx.x; i < hi; i += THREADS) {
       const float v = 0.5f + 1e-3f * scale;  // stands in for the GEMV's output
       if (MODE == TAGGED) st_relaxed64(ty + i, ((unsigned long long)(unsigned)p << 32) | __float_as_uint(v));
       else y[i] = v;
     }
     if (MODE != TAGGED && MODE != GRID) {
-      __syncthreads();
+      bar_hop();
       if (threadIdx.x == 0) {
         if (MODE == FLAGS) st_release(sync + (size_t)p * nb + b, 1u);
         else red_release(sync + p);
       }
     }
   }
+  if (LOADED && threadIdx.x == 0) done = 1;
 }
 
-template <int MODE>
-static double run(int sms, int K, int phases, float* buf, unsigned long long* tbuf, unsigned* sync, int* stop) {
+struct Load {  // what a loaded run streams, and what it moved
+  const char* src;
+  unsigned long long* moved;
+  double tbps;
+};
+
+template <int MODE, bool LOADED = false>
+static double run(int sms, int K, int phases, float* buf, unsigned long long* tbuf, unsigned* sync, int* stop,
+                  Load* load = nullptr) {
   std::vector<float> ms;
+  std::vector<double> tbps;
   cudaEvent_t a, e;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&e));
+  const int threads = THREADS + (LOADED ? 32 : 0);
+  const size_t smem = LOADED ? 128 * ((STAGES * 8 + 127) / 128) + (size_t)STAGES * PAGE : 0;
+  if (LOADED) CHECK(cudaFuncSetAttribute(hops<MODE, LOADED>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  const char* src = load ? load->src : nullptr;
+  unsigned long long* moved = load ? load->moved : nullptr;
   for (int r = 0; r < 6; ++r) {
     CHECK(cudaMemset(sync, 0, (size_t)(phases + 1) * sms * sizeof(unsigned)));
     CHECK(cudaMemset(buf, 0, 2 * (size_t)K * sizeof(float)));
     // tagged: the vector phase 1 reads carries tag 0 (what a memset of zero writes)
     CHECK(cudaMemset(tbuf, 0, 2 * (size_t)K * sizeof(unsigned long long)));
-    void* args[] = {&buf, &tbuf, &sync, &stop, &K, &phases};
+    if (moved) CHECK(cudaMemset(moved, 0, sizeof *moved));
+    void* args[] = {&buf, &tbuf, &sync, &stop, &K, &phases, &src, &moved};
     CHECK(cudaEventRecord(a));
-    CHECK(cudaLaunchCooperativeKernel((const void*)hops<MODE>, dim3(sms), dim3(THREADS), args, 0, 0));
+    CHECK(cudaLaunchCooperativeKernel((const void*)hops<MODE, LOADED>, dim3(sms), dim3(threads), args, smem, 0));
     CHECK(cudaEventRecord(e));
     CHECK(cudaEventSynchronize(e));
     float t;
     CHECK(cudaEventElapsedTime(&t, a, e));
-    if (r > 0) ms.push_back(t);  // the first is a warm-up
+    if (r > 0) {  // the first is a warm-up
+      ms.push_back(t);
+      if (moved) {
+        unsigned long long bytes;
+        CHECK(cudaMemcpy(&bytes, moved, sizeof bytes, cudaMemcpyDeviceToHost));
+        tbps.push_back(bytes / (t * 1e-3) / 1e12);
+      }
+    }
   }
   CHECK(cudaEventDestroy(a));
   CHECK(cudaEventDestroy(e));
   std::sort(ms.begin(), ms.end());
+  if (load) {
+    std::sort(tbps.begin(), tbps.end());
+    load->tbps = tbps[tbps.size() / 2];
+  }
   return ms[ms.size() / 2] * 1e3 / phases;
 }
 
@@ -165,13 +238,24 @@ int main() {
   CHECK(cudaMalloc(&sync, (size_t)(phases + 1) * sms * sizeof(unsigned)));
   CHECK(cudaMalloc(&stop, sizeof(int)));
   CHECK(cudaMemset(stop, 0, sizeof(int)));
+  char* load_src;
+  Load load{};
+  CHECK(cudaMalloc(&load_src, (size_t)sms * LOAD_BYTES));
+  CHECK(cudaMemset(load_src, 1, (size_t)sms * LOAD_BYTES));
+  CHECK(cudaMalloc(&load.moved, sizeof *load.moved));
+  load.src = load_src;
   printf("hop latency, %d blocks x %d threads, %d phases (us per phase, median of 5 runs)\n", sms, THREADS, phases);
-  printf("%6s %9s %13s %9s %9s %9s %9s\n", "K", "counter", "counter+stop", "relaxed", "flags", "tagged", "grid");
+  printf("%6s %9s %13s %9s %9s %9s %9s | loaded: %9s %9s %10s\n", "K", "counter", "counter+stop", "relaxed", "flags",
+         "tagged", "grid", "counter", "tagged", "streamed");
   for (int K : {576, 2048, 4096}) {
-    printf("%6d %9.2f %13.2f %9.2f %9.2f %9.2f %9.2f\n", K, run<COUNTER>(sms, K, phases, buf, tbuf, sync, stop),
+    printf("%6d %9.2f %13.2f %9.2f %9.2f %9.2f %9.2f |", K, run<COUNTER>(sms, K, phases, buf, tbuf, sync, stop),
            run<COUNTER_STOP>(sms, K, phases, buf, tbuf, sync, stop), run<RELAXED>(sms, K, phases, buf, tbuf, sync, stop),
            run<FLAGS>(sms, K, phases, buf, tbuf, sync, stop), run<TAGGED>(sms, K, phases, buf, tbuf, sync, stop),
            run<GRID>(sms, K, phases, buf, tbuf, sync, stop));
+    const double counter = run<COUNTER, true>(sms, K, phases, buf, tbuf, sync, stop, &load);
+    const double streamed = load.tbps;
+    printf("         %9.2f %9.2f %6.2f TB/s\n", counter, run<TAGGED, true>(sms, K, phases, buf, tbuf, sync, stop, &load),
+           streamed);
   }
   return 0;
 }

@@ -41,15 +41,17 @@ if [ "$mode" = tests ]; then
 fi
 # SANITIZE=1: compute-sanitizer over a 2-layer tiny model's persistent kernel (scripts/sanitize.sh)
 [ -n "${SANITIZE:-}" ] && bash scripts/sanitize.sh persistent
-# HOPS=1: the latency of one phase hop three ways (bench/hop_latency.cu: counters, per-block flags, tagged data)
+# HOPS=1: the latency of one phase hop six ways, and two of them with HBM streaming meanwhile (bench/hop_latency.cu)
+if [ -n "${HOPS:-}" ] || [ -n "${COMPUTE:-}" ]; then  # the device benchmarks include the generated ABI header
+  mkdir -p /tmp/abi && python3 -c "from kiec.codegen.persistent_abi import header; print(header())" > /tmp/abi/persistent_abi.h
+fi
 if [ -n "${HOPS:-}" ]; then
-  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/hop_latency.cu -o /tmp/hop_latency \
-    && timeout 120 /tmp/hop_latency 2>&1 | tee "$OUT/hops.txt"
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I /tmp/abi bench/hop_latency.cu \
+    -o /tmp/hop_latency && timeout 180 /tmp/hop_latency 2>&1 | tee "$OUT/hops.txt"
 fi
 # COMPUTE=1: how fast the persistent GEMV's compute warps consume pages already in shared memory, warp sums one
 # item at a time and in batches of 8 (bench/gemv_compute.cu)
 if [ -n "${COMPUTE:-}" ]; then
-  mkdir -p /tmp/abi && python3 -c "from kiec.codegen.persistent_abi import header; print(header())" > /tmp/abi/persistent_abi.h
   for b in 1 8; do
     nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I /tmp/abi \
       -DKIEC_COMPUTE_THREADS=256 -DKIEC_REDUCE_BATCH=$b bench/gemv_compute.cu -o /tmp/gemv_compute_$b \

@@ -23,8 +23,8 @@ struct PersistentArgs {
   int* stop_pos;              // positions from here on are not run (EOS or the host's stop)
   int p0, p_end, n_prompt;    // run positions [p0, p_end); tokens[0 .. n_prompt) are the prompt
   Generation gen;             // argmax or the draw; the EOS ids
-  unsigned long long* trace;  // null, or 3 timestamps (ns) per instruction at position trace_pos: start, inputs
-  int trace_pos;              // ready, done
+  unsigned long long* trace;  // null, or TRACE_SLOTS values per instruction (persistent_abi.h) at position
+  int trace_pos;              // trace_pos
 };
 
 // One instruction on one token.
