@@ -7,6 +7,8 @@
 //   grid      cooperative groups' grid.sync() between phases (for scale)
 //   flags     one flag per block and phase; thread j of a consumer spins on block j's flag (no atomics)
 //   tagged    no flags: every element is a 64-bit word (value, phase), and consumers spin on the words themselves
+//             (each thread loads all its words at once and again until every tag is this phase's; the 2026-11-30
+//             version spun on one word at a time, a round trip each, and lost at K = 2048 and 4096)
 // Prints microseconds per phase for each (the GEMV's own work and weights excluded: this is the floor a phase
 // costs in latency). `loaded`: the same with one more warp a block streaming HBM into a shared-memory ring the way
 // the persistent kernel's weight stream does (ring.cuh's bulk copies, 12 x 16 KB pages), so the hops and the
@@ -31,7 +33,7 @@
     if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } \
   } while (0)
 
-constexpr int THREADS = 256, STAGES = 12, PAGE = 16 << 10;
+constexpr int THREADS = 256, STAGES = 12, PAGE = 16 << 10, MAX_K = 4096;  // K: the vectors' length, at most MAX_K
 constexpr size_t LOAD_BYTES = 16ull << 20;  // each block streams its own 16 MB, round and round (2 GB over 132)
 
 // The hop's threads meet on named barrier 1 (the streaming warp, when there is one, never joins).
@@ -125,11 +127,23 @@ hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* s
     const unsigned long long* tx = tbuf + (size_t)((p + 1) & 1) * K;
     unsigned long long* ty = tbuf + (size_t)(p & 1) * K;
     float ss = 0.f;
-    if (MODE == TAGGED) {
-      for (int i = threadIdx.x; i < K; i += THREADS) {
-        unsigned long long w;
-        do { w = ld_relaxed64(tx + i); } while ((unsigned)(w >> 32) != (unsigned)(p - 1));
-        const float v = __uint_as_float((unsigned)w);
+    if (MODE == TAGGED) {  // all of a thread's words in flight at once, again until every tag is this phase's
+      unsigned long long w[MAX_K / THREADS];
+      bool stale;
+      do {
+        stale = false;
+#pragma unroll
+        for (int e = 0; e < MAX_K / THREADS; ++e) {
+          const int i = threadIdx.x + e * THREADS;
+          if (i < K) {
+            w[e] = ld_relaxed64(tx + i);
+            stale |= (unsigned)(w[e] >> 32) != (unsigned)(p - 1);
+          }
+        }
+      } while (stale);
+#pragma unroll
+      for (int e = 0; e < MAX_K / THREADS; ++e) {
+        const float v = threadIdx.x + e * THREADS < K ? __uint_as_float((unsigned)w[e]) : 0.f;
         ss += v * v;
       }
     } else {
