@@ -1,0 +1,55 @@
+"""scripts/time_model.py on a tiny model's real schedule: in the limits it must reduce to the weight stream alone
+and to the chain of phases alone."""
+import dataclasses
+import importlib.util
+import math
+import os
+import sys
+
+import pytest
+
+import kiec
+from kiec.ir.passes import pipeline
+from kiec.ir.passes.persistent import schedule
+from kiec.ir.passes.program import GemvKernel
+from tests.tiny_hf import make_tiny_hf
+
+spec = importlib.util.spec_from_file_location(
+    "time_model", os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "time_model.py"))
+time_model = sys.modules["time_model"] = importlib.util.module_from_spec(spec)  # dataclasses look it up
+spec.loader.exec_module(time_model)
+
+INSTANT = dict(compute_gbps=1e12, epilogue_us=0.0, hop_us=0.0, poll_us=0.0, prologue_us=0.0,
+               prologue_us_per_kfloat=0.0, attention_us=0.0, other_us=0.0)
+
+
+@pytest.fixture(scope="module")
+def sched(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hf")
+    make_tiny_hf(d, "llama", hidden_size=256, intermediate_size=640)
+    prog = pipeline.run(kiec.load(str(d), max_seq_len=128).graph)
+    return schedule(prog, 7)
+
+
+def test_with_nothing_but_weights_a_token_is_the_busiest_sms_stream(sched):
+    c = dataclasses.replace(time_model.Costs(), page_bytes=1024, ring_pages=4, **INSTANT)
+    pages = [0] * len(sched.lists)
+    for s, lst in enumerate(sched.lists):
+        for ins in lst:
+            k = sched.program.kernels[ins.kernel]
+            if isinstance(k, GemvKernel) and ins.opcode == "gemv":
+                pages[s] += math.ceil(time_model.gemv_bytes(k, ins.hi - ins.lo, c) / c.page_bytes)
+    per_page = c.page_bytes / c.stream_gbps / 1e3
+    got = time_model.simulate(sched, c, tokens=2)
+    assert got[0] == pytest.approx(max(pages) * per_page, rel=1e-9)  # the first token from an empty ring
+    assert sum(got) == pytest.approx(2 * max(pages) * per_page, rel=1e-9)
+
+
+def test_with_weights_free_a_token_is_its_chain_of_hops(sched):
+    # every phase of the tiny llama waits on the one before it (or, for the embedding, on the last token's select),
+    # so with nothing else costing a token is a hop a phase
+    c = dataclasses.replace(time_model.Costs(), **{**INSTANT, "stream_gbps": 1e12, "hop_us": 1.0})
+    got = time_model.simulate(sched, c, tokens=3)
+    assert got[-1] == pytest.approx(len(sched.phases), rel=1e-6)
+    slower = time_model.simulate(sched, dataclasses.replace(c, epilogue_us=0.5), tokens=3)[-1]
+    assert slower > got[-1]
