@@ -1,0 +1,255 @@
+// The persistent kernel's GEMV tile (persistent.cuh): a norm or copy prologue, the dot products over weight pages
+// the ring (ring.cuh) streamed in, and the epilogue; each tile is one SM's share of a GEMV's rows.
+#pragma once
+#include "gemv.cuh"
+#include "persistent_tile.cuh"
+#include "ring.cuh"
+#include "warp_batch.cuh"
+
+namespace kiec {
+
+// The GEMV prologue (gemv_prologue's math, in its order) with the norm's weights loaded into registers before the
+// tile waits on its inputs: weights never depend on activations, and after the wait only x is left to fetch.
+template <typename T, int K, bool NORM, int THREADS>
+struct Prologue {
+  static constexpr int PER = (K + THREADS - 1) / THREADS;
+  static constexpr bool HOLD = NORM && PER <= 16;  // a register budget chosen, not measured against others
+  float w[HOLD ? PER : 1];
+  __device__ __forceinline__ void prefetch(const T* norm_w) {
+    if (HOLD) {
+#pragma unroll
+      for (int e = 0; e < PER; ++e) {
+        const int i = threadIdx.x + e * THREADS;
+        w[e] = i < K ? to_float<T>(norm_w[i]) : 0.f;
+      }
+    }
+  }
+  __device__ __forceinline__ void run(const float* x, const T* norm_w, float eps, float* xs, float* red) {
+    if (!NORM) {  // a copy, 4 16-byte loads in flight per thread (8 spilled 12 B on llama-3.1-8b; x is 16-byte
+                  // aligned: buffers.py)
+      constexpr int V = (K / 4 + THREADS - 1) / THREADS, B = V < 4 ? V : 4;
+#pragma unroll
+      for (int e0 = 0; e0 < V; e0 += B) {
+        float4 v[B];
+#pragma unroll
+        for (int e = 0; e < B; ++e) {
+          const int i = threadIdx.x + (e0 + e) * THREADS;
+          if (e0 + e < V && i < K / 4) v[e] = reinterpret_cast<const float4*>(x)[i];
+        }
+#pragma unroll
+        for (int e = 0; e < B; ++e) {
+          const int i = threadIdx.x + (e0 + e) * THREADS;
+          if (e0 + e < V && i < K / 4) reinterpret_cast<float4*>(xs)[i] = v[e];
+        }
+      }
+      sync_block();
+      return;
+    }
+    if (!HOLD) {
+      gemv_prologue<T, K, NORM, THREADS>(x, norm_w, eps, xs, red);
+      return;
+    }
+    float v[PER], ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < PER; ++e) {
+      const int i = threadIdx.x + e * THREADS;
+      v[e] = i < K ? x[i] : 0.f;
+      ss += v[e] * v[e];
+    }
+    const float scale = rsqrtf(block_sum(ss, red) / K + eps);
+#pragma unroll
+    for (int e = 0; e < PER; ++e) {
+      const int i = threadIdx.x + e * THREADS;
+      if (i < K) xs[i] = v[e] * scale * w[e];
+    }
+    sync_block();
+  }
+};
+
+// A persistent GEMV's geometry: a row is SEGS segments of SEGC 16-byte chunks; work items are (row, segment)
+// (for SiLU-mul: a gate row's segment and its up row's), PER_PAGE of them a ring page, dealt round-robin over the
+// warps. SEGS divides WARPS, so a warp always has the same segment and keeps its slice of x in registers.
+template <typename T, int K, int WARPS, int EPI, int SEGS, int PAGE>
+struct GemvShape {
+  static_assert(K % 8 == 0, "K must be a multiple of 8 (16-byte chunks)");
+  static constexpr int CHUNKS = K / 8, SEGC = CHUNKS / SEGS, ROUNDS = (SEGC + 31) / 32, ITEM = SEGC * 16;
+  static_assert(CHUNKS % SEGS == 0 && WARPS % SEGS == 0, "segments must tile a row and divide the warps");
+  static constexpr bool SILU = EPI == EPI_SILU_MUL;
+  static constexpr int PER_PAGE = items_per_page(PAGE, ITEM, SILU);
+  static_assert(PER_PAGE >= 1, "a page holds at least one item");
+  static constexpr int ROWS_PER_OUT = SILU ? 2 : 1;  // segment sums kept per output: gate and up rows
+};
+
+// This lane's chunks of segment `seg` of the prologue's output: xr[v] = x[(seg * SEGC + v * 32 + lane) * 8 ..].
+template <typename G>
+__device__ __forceinline__ void load_x_slice(const float* xs, int seg, int lane, float (&xr)[G::ROUNDS][8]) {
+#pragma unroll
+  for (int v = 0; v < G::ROUNDS; ++v) {
+    const int c = v * 32 + lane;
+    const bool in = G::SEGC % 32 == 0 || c < G::SEGC;
+    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 xa = in ? *reinterpret_cast<const float4*>(xs + (seg * G::SEGC + c) * 8) : zero;
+    const float4 xb = in ? *reinterpret_cast<const float4*>(xs + (seg * G::SEGC + c) * 8 + 4) : zero;
+    xr[v][0] = xa.x; xr[v][1] = xa.y; xr[v][2] = xa.z; xr[v][3] = xa.w;
+    xr[v][4] = xb.x; xr[v][5] = xb.y; xr[v][6] = xb.z; xr[v][7] = xb.w;
+  }
+}
+
+// One item's dot products (w0: the row segment in the page; w1: its up row's, SiLU only): this lane's part.
+template <typename T, typename G>
+__device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const float (&xr)[G::ROUNDS][8], int lane,
+                                          float& a0, float& a1) {
+  float p0[G::ROUNDS], p1[G::ROUNDS];  // one sum a round: short dependency chains, added in a fixed order
+#pragma unroll
+  for (int v = 0; v < G::ROUNDS; ++v) {
+    const int c = v * 32 + lane;
+    p0[v] = p1[v] = 0.f;
+    if (G::SEGC % 32 == 0 || c < G::SEGC) {
+      float w[8];
+      widen8<T>(lds128(w0 + c * 16), w);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) p0[v] = fmaf(w[i], xr[v][i], p0[v]);
+      if (G::SILU) {
+        widen8<T>(lds128(w1 + c * 16), w);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) p1[v] = fmaf(w[i], xr[v][i], p1[v]);
+      }
+    }
+  }
+  a0 = p0[0], a1 = p1[0];
+#pragma unroll
+  for (int v = 1; v < G::ROUNDS; ++v) {
+    a0 += p0[v];
+    a1 += p1[v];
+  }
+}
+
+// Every page of a share of `items` items: this warp's items' segment sums into acc[(row * ROWS_PER_OUT + r) *
+// SEGS + seg]; each thread releases each page when done with it. Items are dealt round-robin, so a warp's k-th item
+// is warp + k * WARPS; its lane parts wait in a batch of KIEC_REDUCE_BATCH (a shift register: static indices) to be
+// summed over the warp together (warp_batch.cuh). `timed`: returns the SM cycles this thread waited for pages to
+// arrive (else 0). (The batch as a struct with member functions spilled 144 B on llama-3.1-8b at 8 where these
+// lambdas spill none, ptxas -v.)
+#ifndef KIEC_REDUCE_BATCH
+#define KIEC_REDUCE_BATCH 1
+#endif
+template <typename T, typename G, int WARPS, int SEGS, typename R>
+__device__ __forceinline__ long long gemv_pages(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
+                                                bool timed) {
+  constexpr int B = KIEC_REDUCE_BATCH;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, seg = warp % SEGS;
+  const int pages = (items + G::PER_PAGE - 1) / G::PER_PAGE;
+  float b0[B], b1[B];  // the batch: gate (or the only) rows' parts, up rows'
+  int mine = 0;        // this warp's items so far
+  auto shift_in = [&](float a0, float a1) {
+#pragma unroll
+    for (int k = 0; k + 1 < B; ++k) {
+      b0[k] = b0[k + 1];
+      b1[k] = b1[k + 1];
+    }
+    b0[B - 1] = a0;
+    b1[B - 1] = a1;
+  };
+  auto sums_out = [&](int have) {  // slot k < have: this warp's item mine - have + k
+    const float s0 = warp_sum_batch<B>(b0, lane, WarpXor());
+    const float s1 = G::SILU ? warp_sum_batch<B>(b1, lane, WarpXor()) : 0.f;
+    const int k = lane / (32 / B), row = (warp + (mine - have + k) * WARPS) / SEGS;
+    if (lane % (32 / B) == 0 && k < have) {
+      acc[(G::ROWS_PER_OUT * row) * SEGS + seg] = s0;
+      if (G::SILU) acc[(2 * row + 1) * SEGS + seg] = s1;
+    }
+  };
+  long long waited = 0;
+  for (int p = 0; p < pages; ++p, ++ring.seq) {
+    const unsigned stage = ring.seq % R::STAGES;
+    const long long c0 = timed ? clock64() : 0;
+    mbar_wait(ring.full + stage, (ring.seq / R::STAGES) & 1);
+    if (timed) waited += clock64() - c0;
+    const char* page = ring.page(ring.seq);
+    const int first = p * G::PER_PAGE, n = min(G::PER_PAGE, items - first);
+    for (int j = (warp - first % WARPS + WARPS) % WARPS; j < n; j += WARPS) {
+      float a0, a1;
+      dot_lanes<T, G>(page + j * G::ITEM, page + (G::PER_PAGE + j) * G::ITEM, xr, lane, a0, a1);
+      shift_in(a0, a1);
+      if (++mine % B == 0) sums_out(B);
+    }
+    mbar_arrive(ring.empty + stage);  // every lane: an arrive releases only its own thread's reads
+  }
+  if (const int have = mine % B) {  // the last, short batch: zeros shifted in behind its items
+    for (int k = have; k < B; ++k) shift_in(0.f, 0.f);
+    sums_out(have);
+  }
+  return waited;
+}
+
+// Outputs [lo, hi) from the segment sums (added in segment order, so a run's result does not depend on which
+// warp finished first): SiLU-mul, store, residual add, or store and the packed argmax.
+// y_mine: with EPI_RESIDUAL, y[lo + threadIdx.x] as loaded before the dot products (residual_first).
+template <typename T, int SEGS, int EPI, bool BIAS, int THREADS>
+__device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, const T* bias, float* y, int lo,
+                                              int outs, int n_out, float y_mine) {
+  auto dot = [&](int r) {  // row r's sum (SiLU: 2 rows per output, gate then up)
+    float v = 0.f;
+#pragma unroll
+    for (int s = 0; s < SEGS; ++s) v += acc[r * SEGS + s];
+    return v;
+  };
+  unsigned long long best = 0ull;
+  for (int j = threadIdx.x; j < outs; j += THREADS) {
+    const int o = lo + j;
+    if (EPI == EPI_SILU_MUL) {
+      const float g = dot(2 * j) + (BIAS ? to_float<T>(bias[o]) : 0.f);
+      const float up = dot(2 * j + 1) + (BIAS ? to_float<T>(bias[o + n_out]) : 0.f);
+      y[o] = g / (1.f + expf(-g)) * up;
+    } else {
+      const float v = dot(j) + (BIAS ? to_float<T>(bias[o]) : 0.f);
+      if (EPI == EPI_STORE || EPI == EPI_ARGMAX) y[o] = v;
+      if (EPI == EPI_RESIDUAL) y[o] = (j == (int)threadIdx.x ? y_mine : y[o]) + v;
+      if (EPI == EPI_ARGMAX) {
+        const unsigned long long key = argmax_key(v, o);
+        best = key > best ? key : best;
+      }
+    }
+  }
+  if (EPI == EPI_ARGMAX) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const unsigned long long other = __shfl_xor_sync(0xffffffffu, best, o);
+      best = other > best ? other : best;
+    }
+    if ((threadIdx.x & 31) == 0 && best) atomicMax(u.a->argmax + u.pos, best);
+  }
+}
+
+// Outputs [lo, hi) of y = epilogue(W . prologue(x)), the weights read from the ring (GemvShape).
+template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, typename R>
+__device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
+                                          float* y, int n_out, float* smem) {
+  using G = GemvShape<T, K, WARPS, EPI, SEGS, R::PAGE>;
+  const int lo = u.ins->lo, outs = u.ins->hi - lo;
+  float* xs = smem;                               // K: the prologue's output
+  float* acc = smem + K;                          // [ROWS_PER_OUT * outs][SEGS]: each row's segment sums
+  float* red = acc + G::ROWS_PER_OUT * outs * SEGS;  // WARPS
+
+  Prologue<T, K, NORM, WARPS * 32> prologue;
+  prologue.prefetch(norm_w);
+  if (!wait_inputs(u)) return false;
+  // the residual this tile adds to, asked for now: its load's latency passes under the prologue and the pages
+  const float y_mine = EPI == EPI_RESIDUAL && (int)threadIdx.x < outs ? y[lo + threadIdx.x] : 0.f;
+  prologue.run(x, norm_w, eps, xs, red);
+  trace(u, TR_X_READY);
+  float xr[G::ROUNDS][8];  // this warp's segment of x
+  load_x_slice<G>(xs, (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
+  // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
+  // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
+  const bool timed = u.a->trace && u.pos == u.a->trace_pos;
+  const long long waited = gemv_pages<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, timed);
+  if (tracing(u)) trace_row(u)[TR_PAGE_WAIT_CYCLES] = waited;
+  sync_block();
+  trace(u, TR_SUMS_DONE);
+  gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32>(u, acc, bias, y, lo, outs, n_out, y_mine);
+  signal_done(u);
+  return true;
+}
+
+}  // namespace kiec

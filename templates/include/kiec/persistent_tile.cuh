@@ -1,0 +1,74 @@
+// What every persistent tile shares (persistent.cuh): waiting on the phase counters it depends on, signalling its
+// own, and the in-kernel trace (kiec_trace).
+#pragma once
+#include "persistent_args.cuh"
+
+namespace kiec {
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+// kiec_trace's recording (TRACE_SLOTS in persistent_abi.h): thread 0 of the traced step writes it
+__device__ __forceinline__ bool tracing(const Turn& u) {
+  return u.a->trace && u.pos == u.a->trace_pos && threadIdx.x == 0;
+}
+
+__device__ __forceinline__ unsigned long long* trace_row(const Turn& u) {
+  return u.a->trace + (u.ins - u.a->instrs) * TRACE_SLOTS;
+}
+
+// A timestamp (TR_START, TR_READY, TR_X_READY, TR_SUMS_DONE, TR_DONE); the SM cycles from start to done ride
+// along.
+__device__ __forceinline__ void trace(const Turn& u, TraceSlot what) {
+  if (!tracing(u)) return;
+  unsigned long long* row = trace_row(u);
+  row[what] = global_ns();
+  if (what == TR_START) row[TR_CYCLES] = clock64();
+  if (what == TR_DONE) row[TR_CYCLES] = clock64() - row[TR_CYCLES];
+}
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Every thread calls it. Thread 0 spins until each counter the instruction waits on reaches this token's
+// target (tiles * (t + 1), or tiles * t on the previous token's run); false when the generation ended first
+// (looked at every KIEC_STOP_POLL_EVERY polls: each look is one more load in the spin).
+#ifndef KIEC_STOP_POLL_EVERY
+#define KIEC_STOP_POLL_EVERY 1
+#endif
+__device__ __forceinline__ bool wait_inputs(const Turn& u) {
+  __shared__ int go;
+  if (threadIdx.x == 0) {
+    int ok = 1;
+    const int n = u.ins->n_waits;
+    for (int i = 0; i < n && ok; ++i) {
+      const Wait w = u.ins->waits[i];
+      const unsigned target = w.tiles * (unsigned)(u.t + 1 - w.previous);
+      for (unsigned spins = 1; ld_acquire(u.a->counters + w.counter * u.a->counter_stride) < target; ++spins)
+        if (spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)u.a->stop_pos <= u.pos) { ok = 0; break; }
+    }
+    go = ok;
+  }
+  trace(u, TR_READY);
+  sync_block();
+  return go;
+}
+
+// The tile is done: every thread's writes are ordered before the counter moves (the barrier orders them before
+// thread 0's release).
+__device__ __forceinline__ void signal_done(const Turn& u) {
+  sync_block();
+  if (threadIdx.x == 0) {  // a release add: lighter than a full fence and a relaxed add
+    unsigned* c = u.a->counters + u.ins->counter * u.a->counter_stride;
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(c) : "memory");
+  }
+  trace(u, TR_DONE);
+}
+
+}  // namespace kiec
