@@ -73,20 +73,10 @@ template <typename G, int SEGS, int VARIANT>
 __global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1) consume(unsigned long long* ns, float* sink) {
   extern __shared__ __align__(128) char smem_raw[];
   R ring;
-  ring.full = reinterpret_cast<unsigned long long*>(smem_raw);
-  ring.empty = ring.full + STAGES;
-  ring.pages = smem_raw + 256;
-  ring.seq = 0;
-  float* acc = reinterpret_cast<float*>(ring.pages + (size_t)STAGES * PAGE);  // ROWS_PER_OUT x ROWS x SEGS
+  float* acc = reinterpret_cast<float*>(ring.carve(smem_raw));  // ROWS_PER_OUT x ROWS x SEGS
   T* w = reinterpret_cast<T*>(ring.pages);
   for (int i = threadIdx.x; i < STAGES * PAGE / 2; i += blockDim.x) w[i] = __float2bfloat16(1e-3f * (i % 97));
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      kiec::mbar_init(ring.full + s, 1);
-      kiec::mbar_init(ring.empty + s, WARPS * 32);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
+  if (threadIdx.x == 0) ring.init(WARPS * 32);
   __syncthreads();
   const int items = ROWS * SEGS, pages = (items + G::PER_PAGE - 1) / G::PER_PAGE;
   if (threadIdx.x >= WARPS * 32) {  // the producer: every page is full as soon as it is free
@@ -121,7 +111,7 @@ __global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1) consume(
 template <int K, int EPI, int SEGS, int VARIANT = TILE>
 static void run(const char* name, int sms) {
   using G = kiec::GemvShape<T, K, WARPS, EPI, SEGS, PAGE>;
-  const size_t smem = 256 + (size_t)STAGES * PAGE + (size_t)G::ROWS_PER_OUT * ROWS * SEGS * 4;
+  const size_t smem = R::BYTES + (size_t)G::ROWS_PER_OUT * ROWS * SEGS * 4;
   CHECK(cudaFuncSetAttribute(consume<G, SEGS, VARIANT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   unsigned long long* ns;
   float* sink;

@@ -8,7 +8,8 @@
 //   flags     one flag per block and phase; thread j of a consumer spins on block j's flag (no atomics)
 //   tagged    no flags: every element is a 64-bit word (value, phase), and consumers spin on the words themselves
 //             (each thread loads all its words at once and again until every tag is this phase's; the 2026-11-30
-//             version spun on one word at a time, a round trip each, and lost at K = 2048 and 4096)
+//             version spun on one word at a time, a round trip each, and lost at K = 2048 and 4096: that is the
+//             likely reason, not a measured one)
 // Prints microseconds per phase for each (the GEMV's own work and weights excluded: this is the floor a phase
 // costs in latency). `loaded`: the same with one more warp a block streaming HBM into a shared-memory ring the way
 // the persistent kernel's weight stream does (ring.cuh's bulk copies, 12 x 16 KB pages), so the hops and the
@@ -24,7 +25,10 @@
 #include <algorithm>
 #include <vector>
 
+#define KIEC_COMPUTE_THREADS 256  // the hop's threads: kiec::sync_block meets them on a named barrier (the
+                                  // streaming warp, when there is one, never joins)
 #include "persistent_abi.h"
+#include "kiec/persistent_tile.cuh"
 #include "kiec/ring.cuh"
 
 #define CHECK(x)                                                                              \
@@ -33,20 +37,12 @@
     if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } \
   } while (0)
 
-constexpr int THREADS = 256, STAGES = 12, PAGE = 16 << 10, MAX_K = 4096;  // K: the vectors' length, at most MAX_K
+constexpr int THREADS = KIEC_COMPUTE_THREADS, MAX_K = 4096;  // K: the vectors' length, at most MAX_K
+using R = kiec::Ring<12, 16 << 10>;           // the loaded runs' ring: the persistent kernel's 12 x 16 KB
 constexpr size_t LOAD_BYTES = 16ull << 20;  // each block streams its own 16 MB, round and round (2 GB over 132)
+using kiec::ld_acquire;
+using kiec::red_release;
 
-// The hop's threads meet on named barrier 1 (the streaming warp, when there is one, never joins).
-__device__ __forceinline__ void bar_hop() { asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory"); }
-
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void red_release(unsigned* p) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
-}
 __device__ __forceinline__ void st_release(unsigned* p, unsigned v) {
   asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
@@ -59,17 +55,6 @@ __device__ __forceinline__ void st_relaxed64(unsigned long long* p, unsigned lon
   asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-__device__ float block_sum(float v) {
-  __shared__ float part[THREADS / 32];
-  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  bar_hop();
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-  bar_hop();
-  float t = 0.f;
-  for (int w = 0; w < THREADS / 32; ++w) t += part[w];
-  return t;
-}
-
 enum Mode { COUNTER = 0, COUNTER_STOP = 1, FLAGS = 2, TAGGED = 3, RELAXED = 4, GRID = 5 };
 
 __device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
@@ -79,23 +64,21 @@ __device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
 }
 
 // The streaming warp's one thread: 16 KB pages of this block's region into the ring until the hops are done,
-// as fast as the pages land (nobody reads them); adds the bytes it moved to *moved.
-__device__ void stream_pages(const char* src, const volatile int* done, unsigned long long* moved) {
-  extern __shared__ __align__(128) char ring[];
-  unsigned long long* full = reinterpret_cast<unsigned long long*>(ring);
-  char* pages = ring + 128 * ((STAGES * 8 + 127) / 128);
+// as fast as the pages land (nobody reads them, so a page is free again once it landed); adds the bytes it moved
+// to *moved.
+__device__ void stream_pages(const R& ring, const char* src, const volatile int* done, unsigned long long* moved) {
   unsigned long long policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   unsigned seq = 0;
   size_t off = 0;
-  for (; !*done; ++seq, off = (off + PAGE) % LOAD_BYTES) {
-    const unsigned stage = seq % STAGES;
-    if (seq >= STAGES) kiec::mbar_wait(full + stage, (seq / STAGES - 1) & 1);
-    kiec::mbar_expect(full + stage, PAGE);
-    kiec::bulk_copy(pages + (size_t)stage * PAGE, src + off, PAGE, full + stage, policy);
+  for (; !*done; ++seq, off = (off + R::PAGE) % LOAD_BYTES) {
+    const unsigned stage = seq % R::STAGES;
+    if (seq >= R::STAGES) kiec::mbar_wait(ring.full + stage, (seq / R::STAGES - 1) & 1);
+    kiec::mbar_expect(ring.full + stage, R::PAGE);
+    kiec::bulk_copy(ring.page(seq), src + off, R::PAGE, ring.full + stage, policy);
   }
-  for (unsigned s = seq > STAGES ? seq - STAGES : 0; s < seq; ++s) kiec::mbar_wait(full + s % STAGES, (s / STAGES) & 1);
-  atomicAdd(moved, (unsigned long long)seq * PAGE);
+  ring.drain(seq);
+  atomicAdd(moved, (unsigned long long)seq * R::PAGE);
 }
 
 // buf: two K-vectors of floats (or, TAGGED, of 64-bit words); sync: counters [phases] or flags [phases][blocks].
@@ -106,18 +89,19 @@ hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* s
      const char* load, unsigned long long* moved) {
   const int nb = gridDim.x, b = blockIdx.x;
   const int lo = (int)((long long)K * b / nb), hi = (int)((long long)K * (b + 1) / nb);
-  __shared__ float scale;
+  __shared__ float scale, part[THREADS / 32];
   __shared__ volatile int done;
   if (LOADED) {
-    extern __shared__ __align__(128) char ring[];
+    extern __shared__ __align__(128) char smem[];
+    R ring;
+    ring.carve(smem);
     if (threadIdx.x == 0) {
-      for (int s = 0; s < STAGES; ++s) kiec::mbar_init(reinterpret_cast<unsigned long long*>(ring) + s, 1);
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      ring.init(1);  // its empty barriers go unused
       done = 0;
     }
     __syncthreads();
     if (threadIdx.x >= THREADS) {
-      if (threadIdx.x == THREADS) stream_pages(load + (size_t)b * LOAD_BYTES, &done, moved);
+      if (threadIdx.x == THREADS) stream_pages(ring, load + (size_t)b * LOAD_BYTES, &done, moved);
       return;
     }
   }
@@ -163,22 +147,22 @@ hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* s
             if (MODE == COUNTER_STOP && *stop) break;
         }
       }
-      bar_hop();
+      kiec::sync_block();
       for (int i = threadIdx.x; i < K; i += THREADS) {
         const float v = __ldcg(x + i);
         ss += v * v;
       }
     }
-    const float s = block_sum(ss);
+    const float s = kiec::block_sum(ss, part);
     if (threadIdx.x == 0) scale = rsqrtf(s / K + 1e-6f);
-    bar_hop();
+    kiec::sync_block();
     for (int i = lo + threadIdx.x; i < hi; i += THREADS) {
       const float v = 0.5f + 1e-3f * scale;  // stands in for the GEMV's output
       if (MODE == TAGGED) st_relaxed64(ty + i, ((unsigned long long)(unsigned)p << 32) | __float_as_uint(v));
       else y[i] = v;
     }
     if (MODE != TAGGED && MODE != GRID) {
-      bar_hop();
+      kiec::sync_block();
       if (threadIdx.x == 0) {
         if (MODE == FLAGS) st_release(sync + (size_t)p * nb + b, 1u);
         else red_release(sync + p);
@@ -203,7 +187,7 @@ static double run(int sms, int K, int phases, float* buf, unsigned long long* tb
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&e));
   const int threads = THREADS + (LOADED ? 32 : 0);
-  const size_t smem = LOADED ? 128 * ((STAGES * 8 + 127) / 128) + (size_t)STAGES * PAGE : 0;
+  const size_t smem = LOADED ? R::BYTES : 0;
   if (LOADED) CHECK(cudaFuncSetAttribute(hops<MODE, LOADED>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const char* src = load ? load->src : nullptr;
   unsigned long long* moved = load ? load->moved : nullptr;

@@ -1,6 +1,7 @@
 """TargetParams: every tile and launch constant of one GPU, in one table (the rules hold none)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 
@@ -70,6 +71,12 @@ TARGETS: dict[str, TargetParams] = {
                           # compiled, not yet run (2026-11-30)
                           persist_counter_stride=1, persist_reduce_batch=1, persist_attn_early_kv=0),
 }
+
+
+def with_fields(params, assignments: dict[str, str]):
+    """A copy of a dataclass (a TargetParams, a cost table) with `field: value` strings from a command line applied,
+    each converted to its field's type (the A/B scripts: variants.py, ptxas.py, time_model.py)."""
+    return dataclasses.replace(params, **{k: type(getattr(params, k))(v) for k, v in assignments.items()})
 
 
 def target(arch: str) -> TargetParams:

@@ -142,8 +142,7 @@ class Engine:
     def trace(self, pos: int, steps: int = 4) -> np.ndarray:
         """Persistent mode: in-kernel timestamps of the decode step at `pos` (run as the second of `steps` steps
         from pos - 1): [instructions, slots] in the artifact's instruction order, the slots named by
-        manifest["trace_slots"] (codegen/persistent_abi.py: start, inputs ready, x ready, done in ns; cycles spent
-        waiting for weight pages, cycles from start to done)."""
+        manifest["trace_slots"] (codegen/persistent_abi.py's TRACE_SLOTS says what each holds)."""
         n, slots = self.manifest["instructions"], len(self.manifest["trace_slots"])
         self._check(self._lib.kiec_trace(self._h, pos, None))
         self.time_steps(pos - 1, steps, warmup=0)

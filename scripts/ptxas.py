@@ -2,7 +2,6 @@
     python3 scripts/ptxas.py llama-3.2-1b persistent [field=value ...]
 Emits the sources as `kiec compile` would (the sm_90 target with the given TargetParams fields replaced) and
 compiles each unit with `nvcc -Xptxas -v`; prints ptxas's lines for the kernels."""
-import dataclasses
 import os
 import re
 import subprocess
@@ -19,8 +18,7 @@ from kiec.ir.passes import pipeline
 
 def main(name: str, mode: str = "graph", *changes: str) -> None:
     base = targets.TARGETS["sm_90"]
-    fields = dict(c.split("=") for c in changes)
-    tp = dataclasses.replace(base, **{k: type(getattr(base, k))(v) for k, v in fields.items()})
+    tp = targets.with_fields(base, dict(c.split("=") for c in changes))
     model = kiec.load(name, dtype="bf16", max_seq_len=512)
     program = pipeline.run(model.graph)
     src = (emit_persistent if mode == "persistent" else emit)(program, "bf16", model.max_seq_len, tp, "ptxas")

@@ -20,7 +20,8 @@ import dataclasses
 import math
 import sys
 
-from kiec.ir.passes.persistent import Schedule
+from kiec.codegen.targets import with_fields
+from kiec.ir.passes.persistent import Schedule, share_weights
 from kiec.ir.passes.program import AttentionKernel, GemvKernel
 from kiec.ir.passes.simulate import split_rows
 
@@ -42,7 +43,7 @@ class Costs:
 
 
 def gemv_bytes(k: GemvKernel, rows: int, c: Costs) -> int:
-    return rows * k.k * c.element_bytes * (2 if k.epilogue == "silu_mul" else 1)
+    return share_weights(k, rows) * c.element_bytes
 
 
 def simulate(sched: Schedule, c: Costs, tokens: int = 3, pos0: int = 64) -> list[float]:
@@ -114,7 +115,7 @@ def model_schedule(name: str) -> Schedule:
 
 def main(name: str, changes: list[str]) -> None:
     sched = model_schedule(name)
-    c = dataclasses.replace(Costs(), **{k: type(getattr(Costs(), k))(v) for k, v in (x.split("=") for x in changes)})
+    c = with_fields(Costs(), dict(x.split("=") for x in changes))
     base = token_us(sched, c)
     print(f"{name}: {base:.0f} us a token modelled ({1e6 / base:.0f} tok/s)")
     whatif = {"epilogue_us": c.epilogue_us / 2, "hop_us": c.hop_us / 2, "poll_us": c.poll_us / 2,

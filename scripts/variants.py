@@ -4,7 +4,6 @@
     python3 scripts/variants.py llama-3.2-1b:8192 mode=persistent mode=persistent,persist_kv_prefetch=0
 (MODEL:N: timed from N tokens of context.) Each variant is the sm_90 table entry with the given fields replaced (mode= picks graph or persistent);
 prints ms/token and MBU per variant."""
-import dataclasses
 import sys
 
 import kiec
@@ -23,7 +22,7 @@ def main(spec: str, variants: list[str]) -> None:
     for v in variants:
         changes = dict(kv.split("=") for kv in v.split(",") if "=" in kv)
         mode = changes.pop("mode", "graph")
-        tp = dataclasses.replace(base, **{k: type(getattr(base, k))(val) for k, val in changes.items()})
+        tp = targets.with_fields(base, changes)
         targets.TARGETS["sm_90"] = tp
         try:
             arts[v] = kiec.compile(model, f"/tmp/kiec_variants/{model_name}-{len(arts)}", mode=mode)

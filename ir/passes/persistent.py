@@ -201,6 +201,11 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     return sched
 
 
+def share_weights(k: GemvKernel, rows: int) -> int:
+    """Weight elements a share of `rows` outputs of a GEMV reads (SiLU-mul: a gate row and an up row each)."""
+    return rows * (2 if k.epilogue == "silu_mul" else 1) * k.k
+
+
 def balance(sched: Schedule) -> dict:
     """How evenly the weights are dealt (counted in elements: the bounds are ratios). phase_bound: the share of the memory ceiling the schedule can
     reach if each kernel ends when its busiest SM does (sum of per-kernel means / sum of per-kernel maxima);
@@ -210,7 +215,7 @@ def balance(sched: Schedule) -> dict:
         for ins in lst:
             k = sched.program.kernels[ins.kernel]
             if isinstance(k, GemvKernel):
-                per[ins.kernel][where] += (ins.hi - ins.lo) * (2 if k.epilogue == "silu_mul" else 1) * k.k
+                per[ins.kernel][where] += share_weights(k, ins.hi - ins.lo)
     busy = [row for row in per if any(row)]
     total = [sum(row[j] for row in busy) for j in range(sched.sms)]
     return dict(phase_bound=sum(sum(r) / sched.sms for r in busy) / sum(max(r) for r in busy),

@@ -127,19 +127,14 @@ class VM:
     def _attention_split(self, ins: Instr, token: int, k: AttentionKernel) -> None:
         """KV head g = ins.lo, split s: its rows of the context (none when the context is too short for s);
         the split that holds row `token` appends the new K/V row first."""
-        splits = self.s.splits[ins.kernel]
-        g, s = ins.lo, ins.tile % splits
-        rows = split_rows(k, token, splits, self.s.min_keys)
-        if s >= len(rows):
+        split = self._split(ins, token)
+        if split is None:
             return
-        lo, hi = rows[s]
+        g, s, lo, hi = split
         qkv = self.read(ins, token, k.qkv, (k.n_heads + 2 * k.kv_heads) * k.head_dim)
-        stamps = self.cache_stamp[k.append.cache]
         if hi == token + 1:
-            stamps[g, token] = token
-        if not bool((stamps[g, lo:hi] == torch.arange(lo, hi)).all()):
-            raise ScheduleError(f"attention kernel {ins.kernel} head {g} split {s} at token {token}: a KV row is "
-                                f"missing or from the wrong token ({stamps[g, lo:hi].tolist()})")
+            self.cache_stamp[k.append.cache][g, token] = token
+        self._check_rows(ins, token, lo, hi, "a KV row is missing or from the wrong token")
         o, m, l = attention_split(k, qkv, self.w, self.cache[k.append.cache], token, g, lo, hi)
         part = self.parts[ins.kernel]
         part["o"][g, s], part["m"][g, s], part["l"][g, s] = o, m, l
@@ -149,19 +144,26 @@ class VM:
         """An SM has reached `ins` (its waits not yet met). A persistent attention split may load the cache rows of
         earlier steps it reads before it waits (KIEC_ATTN_EARLY_KV): they must be there already, written and
         ordered before by the waits this SM passed earlier."""
-        if ins.opcode != "attention":
-            return
-        k = self.p.kernels[ins.kernel]
+        split = self._split(ins, token) if ins.opcode == "attention" else None
+        if split is not None:
+            _, _, lo, hi = split
+            self._check_rows(ins, token, lo, min(hi, token), "a KV row of an earlier step is not in the cache when "
+                                                             "the SM reaches it, before its wait")
+
+    def _split(self, ins: Instr, token: int) -> tuple[int, int, int, int] | None:
+        """(KV head g = ins.lo, split s, and its rows [lo, hi) of the context at `token`); None when the context
+        is too short for split s."""
         splits = self.s.splits[ins.kernel]
-        g, s = ins.lo, ins.tile % splits
-        rows = split_rows(k, token, splits, self.s.min_keys)
-        if s >= len(rows):
-            return
-        lo, hi = rows[s][0], min(rows[s][1], token)
-        stamps = self.cache_stamp[k.append.cache]
+        s = ins.tile % splits
+        rows = split_rows(self.p.kernels[ins.kernel], token, splits, self.s.min_keys)
+        return (ins.lo, s, *rows[s]) if s < len(rows) else None
+
+    def _check_rows(self, ins: Instr, token: int, lo: int, hi: int, what: str) -> None:
+        """Cache rows [lo, hi) of the split's KV head hold the tokens of those positions."""
+        g, s = ins.lo, ins.tile % self.s.splits[ins.kernel]
+        stamps = self.cache_stamp[self.p.kernels[ins.kernel].append.cache]
         if not bool((stamps[g, lo:hi] == torch.arange(lo, hi)).all()):
-            raise ScheduleError(f"attention kernel {ins.kernel} head {g} split {s} at token {token}: a KV row of an "
-                                f"earlier step is not in the cache when the SM reaches it, before its wait "
+            raise ScheduleError(f"attention kernel {ins.kernel} head {g} split {s} at token {token}: {what} "
                                 f"({stamps[g, lo:hi].tolist()})")
 
     def arrivals(self, kernel: int) -> int:

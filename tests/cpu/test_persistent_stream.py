@@ -8,13 +8,12 @@ import subprocess
 import pytest
 
 import kiec
-from kiec.build import check_toolchain
-from kiec.codegen.emit import INCLUDE_DIR
 from kiec.codegen.persistent import _PersistentEmitter, row_segments, walk
-from kiec.codegen.persistent_abi import header, pack_schedule
+from kiec.codegen.persistent_abi import pack_schedule
 from kiec.codegen.targets import target
 from kiec.ir.passes import pipeline
 from kiec.ir.passes.program import GemvKernel
+from tests.nvcc_host import nvcc_build
 from tests.tiny_hf import make_tiny_hf
 
 HERE = os.path.dirname(__file__)
@@ -44,10 +43,6 @@ def expected_pages(e: _PersistentEmitter, p0: int, p_end: int, page: int) -> lis
 
 @pytest.mark.parametrize("family,page,sms", [("llama", 16384, 132), ("qwen2", 1024, 7), ("qwen3", 1024, 5)])
 def test_the_streaming_thread_copies_the_pages_the_gemv_tiles_read(tmp_path, family, page, sms):
-    try:
-        nvcc = check_toolchain("cuda", "sm_90")
-    except kiec.KiecError:
-        pytest.skip("needs nvcc")
     import dataclasses
     make_tiny_hf(tmp_path / "hf", family, hidden_size=256, intermediate_size=640)
     prog = pipeline.run(kiec.load(str(tmp_path / "hf"), max_seq_len=64).graph)
@@ -58,12 +53,8 @@ def test_the_streaming_thread_copies_the_pages_the_gemv_tiles_read(tmp_path, fam
     (tmp_path / "instrs.bin").write_bytes(blob)
     (tmp_path / "starts.bin").write_bytes(struct.pack(f"<{len(starts) + 1}i", *starts, sum(map(len, e.sched.lists))))
     (tmp_path / "kernels.bin").write_bytes(b"".join(e.descs))
-    (tmp_path / "persistent_abi.h").write_text(header())
-    exe = tmp_path / "page_walk"
-    r = subprocess.run([nvcc, "-std=c++17", "-I", INCLUDE_DIR, "-I", str(tmp_path), os.path.join(HERE, "page_walk.cu"),
-                        "-o", str(exe)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    r = subprocess.run([str(exe), str(tmp_path), "3", "5", str(page)], capture_output=True, text=True, check=True)
+    exe = nvcc_build(tmp_path, os.path.join(HERE, "page_walk.cu"), "-std=c++17")
+    r = subprocess.run([exe, str(tmp_path), "3", "5", str(page)], capture_output=True, text=True, check=True)
     got = [tuple(map(int, line.split())) for line in r.stdout.splitlines()]
     want = expected_pages(e, 3, 5, page)
     assert len(got) == len(want) and got == want

@@ -4,24 +4,11 @@ butterfly bit for bit, in every lane the function says holds it (k = lane / (32 
 import os
 import subprocess
 
-import pytest
-
-import kiec
-from kiec.build import check_toolchain
-
-HERE = os.path.dirname(__file__)
-INCLUDE_DIR = os.path.join(HERE, "..", "..", "templates", "include")
+from tests.nvcc_host import nvcc_build
 
 
 def test_batched_warp_sums_equal_warp_sum_bit_for_bit(tmp_path):
-    try:
-        nvcc = check_toolchain("cuda", "sm_90")
-    except kiec.KiecError:
-        pytest.skip("needs nvcc")
-    exe = tmp_path / "warp_batch"
-    r = subprocess.run([nvcc, "-std=c++20", "-I", INCLUDE_DIR, os.path.join(HERE, "warp_batch.cu"), "-o", str(exe)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    r = subprocess.run([str(exe)], capture_output=True, text=True, check=True, timeout=120)
+    exe = nvcc_build(tmp_path, os.path.join(os.path.dirname(__file__), "warp_batch.cu"), "-std=c++20")
+    r = subprocess.run([exe], capture_output=True, text=True, check=True, timeout=120)
     got = dict(tuple(map(int, line.split())) for line in r.stdout.splitlines())
     assert got == {1: 0, 2: 0, 4: 0, 8: 0, 16: 0, 32: 0}

@@ -20,6 +20,15 @@ def compile_tiny(tmp_path, family, mode="persistent", **overrides):
     return model, kiec.compile(model, str(tmp_path / mode), mode=mode)
 
 
+def compile_variant(model, tmp_path, monkeypatch, **change):
+    """The model's persistent artifact with the sm_90 table's fields replaced (scripts/variants.py's A/B)."""
+    import dataclasses
+
+    from kiec.codegen import targets
+    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], **change))
+    return kiec.compile(model, str(tmp_path / "variant"), mode="persistent")
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_persistent_logits_within_budget_and_greedy_tokens_equal_graph_mode(tmp_path, family):
     model, art = compile_tiny(tmp_path, family)
@@ -45,16 +54,11 @@ def test_persistent_wide_rows_within_budget(tmp_path):
 def test_persistent_long_context_within_budget(tmp_path, monkeypatch, family, window, early_kv):
     # early_kv: each split's first rows load before its wait (persist_attn_early_kv), over 2-16 splits a KV
     # head and a sliding window; logits bit for bit those of the default kernel
-    import dataclasses
-
-    from kiec.codegen import targets
     extra = {"sliding_window": window} if window else {}
     model, art = compile_tiny(tmp_path, family, max_position_embeddings=1024, **extra)
     if early_kv:
         base = kiec.Engine(art)
-        monkeypatch.setitem(targets.TARGETS, "sm_90",
-                            dataclasses.replace(targets.TARGETS["sm_90"], persist_attn_early_kv=1))
-        art = kiec.compile(model, str(tmp_path / "early"), mode="persistent")
+        art = compile_variant(model, tmp_path, monkeypatch, persist_attn_early_kv=1)
     _, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=600)
     budget_check(ours, r32, r16, f"{family} persistent (window {window}, early K/V {early_kv}): logits over 600 "
                                  f"positions")
@@ -132,18 +136,13 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # share many pages and the weight stream wait on the compute warps all the time (and, with L2 lookahead, ask
     # L2 for the 8 pages after the ring while it waits); a vocabulary of 16384 gives each SM's LM-head share about
     # 124 rows, 15 items a warp: full and short batches of the batched warp sums
-    import dataclasses
-
-    from kiec.codegen import targets
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
     base = kiec.Engine(art)
-    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], **change))
-    eng, ours, r32, r16, tokens = check_against_interpreter(model, kiec.compile(model, str(tmp_path / "v"),
-                                                                                 mode="persistent"), positions=24)
+    art = compile_variant(model, tmp_path, monkeypatch, **change)
+    eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, f"persistent {change}: logits over 24 positions")
     if change.keys() & {"persist_reduce_batch", "persist_attn_early_kv"}:  # same math in the same order: same bits
-        assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
-                              np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+        assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)
     assert eng.generate(tokens[:5], 24, sampling=params) == base.generate(tokens[:5], 24, sampling=params)

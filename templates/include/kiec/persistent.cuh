@@ -142,18 +142,10 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
   __shared__ int stopped;
   __shared__ volatile int quit;
   R ring;
-  ring.full = reinterpret_cast<unsigned long long*>(smem_raw);
-  ring.empty = ring.full + R::STAGES;
-  ring.pages = smem_raw + 128 * ((2 * R::STAGES * 8 + 127) / 128);
-  ring.seq = 0;
-  float* smem = reinterpret_cast<float*>(ring.pages + (size_t)R::STAGES * R::PAGE);
+  float* smem = reinterpret_cast<float*>(ring.carve(smem_raw));
   const int begin = a.starts[blockIdx.x], end = a.starts[blockIdx.x + 1];
   if (threadIdx.x == 0) {
-    for (int s = 0; s < R::STAGES; ++s) {
-      mbar_init(ring.full + s, 1);
-      mbar_init(ring.empty + s, COMPUTE_WARPS * 32);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    ring.init(COMPUTE_WARPS * 32);
     quit = 0;
   }
   __syncthreads();  // the last one with the streaming warps

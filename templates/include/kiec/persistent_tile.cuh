@@ -11,10 +11,9 @@ __device__ __forceinline__ unsigned long long global_ns() {
   return t;
 }
 
-// kiec_trace's recording (TRACE_SLOTS in persistent_abi.h): thread 0 of the traced step writes it
-__device__ __forceinline__ bool tracing(const Turn& u) {
-  return u.a->trace && u.pos == u.a->trace_pos && threadIdx.x == 0;
-}
+// kiec_trace's recording (TRACE_SLOTS in persistent_abi.h) of one step: thread 0 of it writes it
+__device__ __forceinline__ bool traced_step(const Turn& u) { return u.a->trace && u.pos == u.a->trace_pos; }
+__device__ __forceinline__ bool tracing(const Turn& u) { return traced_step(u) && threadIdx.x == 0; }
 
 __device__ __forceinline__ unsigned long long* trace_row(const Turn& u) {
   return u.a->trace + (u.ins - u.a->instrs) * TRACE_SLOTS;
@@ -60,14 +59,16 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u) {
   return go;
 }
 
+// *p += 1 after every write this thread has seen: a release add, lighter than a full fence and a relaxed add.
+__device__ __forceinline__ void red_release(unsigned* p) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
+}
+
 // The tile is done: every thread's writes are ordered before the counter moves (the barrier orders them before
 // thread 0's release).
 __device__ __forceinline__ void signal_done(const Turn& u) {
   sync_block();
-  if (threadIdx.x == 0) {  // a release add: lighter than a full fence and a relaxed add
-    unsigned* c = u.a->counters + u.ins->counter * u.a->counter_stride;
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(c) : "memory");
-  }
+  if (threadIdx.x == 0) red_release(u.a->counters + u.ins->counter * u.a->counter_stride);
   trace(u, TR_DONE);
 }
 

@@ -85,11 +85,34 @@ __host__ __device__ constexpr int items_per_page(int page_bytes, int item_bytes,
 template <int STAGES_, int PAGE_>
 struct Ring {
   static constexpr int STAGES = STAGES_, PAGE = PAGE_;
+  static constexpr int HEAD = 128 * ((2 * STAGES * 8 + 127) / 128);  // the barriers' bytes before the pages
+  static constexpr int BYTES = HEAD + STAGES * PAGE;                 // (codegen/persistent.py: ring_head)
   char* pages;                 // STAGES x PAGE bytes, 128-byte aligned
   unsigned long long* full;    // STAGES: the page's bytes landed (one arrival and the transaction count)
   unsigned long long* empty;   // STAGES: every compute thread released the page (one arrival each)
   unsigned seq;                // pages this thread has gone through
   __device__ __forceinline__ char* page(unsigned s) const { return pages + (size_t)(s % STAGES) * PAGE; }
+  // The ring at the start of `smem` (128-byte aligned, BYTES long); returns what follows it.
+  __device__ __forceinline__ char* carve(char* smem) {
+    full = reinterpret_cast<unsigned long long*>(smem);
+    empty = full + STAGES;
+    pages = smem + HEAD;
+    seq = 0;
+    return pages + (size_t)STAGES * PAGE;
+  }
+  // Thread 0, before the block's first barrier: each page released by `releasers` threads.
+  __device__ __forceinline__ void init(unsigned releasers) const {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + s, 1);
+      mbar_init(empty + s, releasers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  // The producer, before its block may end: waits for the copies it issued (the last `issued` pages at most).
+  __device__ __forceinline__ void drain(unsigned issued) const {
+    for (unsigned s = issued > STAGES ? issued - STAGES : 0; s < issued; ++s)
+      mbar_wait(full + s % STAGES, (s / STAGES) & 1);
+  }
 };
 
 // The pages of an SM's GEMV shares, position after position, in the order the compute warps use them. After
@@ -162,8 +185,7 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
     if (copy.up) bulk_copy(dst + copy.up_at, copy.up, copy.bytes, ring.full + stage, policy);
   }
 drain:
-  for (unsigned s = seq > R::STAGES ? seq - R::STAGES : 0; s < seq; ++s)
-    mbar_wait(ring.full + s % R::STAGES, (s / R::STAGES) & 1);
+  ring.drain(seq);
 }
 
 }  // namespace kiec
