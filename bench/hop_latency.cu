@@ -64,16 +64,18 @@ __device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
 }
 
 // The streaming warp's one thread: 16 KB pages of this block's region into the ring until the hops are done,
-// as fast as the pages land (nobody reads them, so a page is free again once it landed); adds the bytes it moved
-// to *moved.
-__device__ void stream_pages(const R& ring, const char* src, const volatile int* done, unsigned long long* moved) {
+// as fast as the pages land (nobody reads them, so a page is free again once it landed), at most `inflight` pages
+// in flight at once; adds the bytes it moved to *moved.
+__device__ void stream_pages(const R& ring, const char* src, const volatile int* done, unsigned long long* moved,
+                             int inflight) {
   unsigned long long policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   unsigned seq = 0;
   size_t off = 0;
   for (; !*done; ++seq, off = (off + R::PAGE) % LOAD_BYTES) {
     const unsigned stage = seq % R::STAGES;
-    if (seq >= R::STAGES) kiec::mbar_wait(ring.full + stage, (seq / R::STAGES - 1) & 1);
+    const unsigned wait = min(inflight, R::STAGES);  // the page `wait` pages back must have landed
+    if (seq >= wait) kiec::mbar_wait(ring.full + (seq - wait) % R::STAGES, ((seq - wait) / R::STAGES) & 1);
     kiec::mbar_expect(ring.full + stage, R::PAGE);
     kiec::bulk_copy(ring.page(seq), src + off, R::PAGE, ring.full + stage, policy);
   }
@@ -86,7 +88,7 @@ __device__ void stream_pages(const R& ring, const char* src, const volatile int*
 template <int MODE, bool LOADED>
 __global__ void __launch_bounds__(THREADS + 32, 1)
 hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* stop, int K, int phases,
-     const char* load, unsigned long long* moved) {
+     const char* load, unsigned long long* moved, int inflight) {
   const int nb = gridDim.x, b = blockIdx.x;
   const int lo = (int)((long long)K * b / nb), hi = (int)((long long)K * (b + 1) / nb);
   __shared__ float scale, part[THREADS / 32];
@@ -101,7 +103,7 @@ hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* s
     }
     __syncthreads();
     if (threadIdx.x >= THREADS) {
-      if (threadIdx.x == THREADS) stream_pages(ring, load + (size_t)b * LOAD_BYTES, &done, moved);
+      if (threadIdx.x == THREADS) stream_pages(ring, load + (size_t)b * LOAD_BYTES, &done, moved, inflight);
       return;
     }
   }
@@ -172,9 +174,10 @@ hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* s
   if (LOADED && threadIdx.x == 0) done = 1;
 }
 
-struct Load {  // what a loaded run streams, and what it moved
+struct Load {  // what a loaded run streams, how many pages a block keeps in flight, and what it moved
   const char* src;
   unsigned long long* moved;
+  int inflight;
   double tbps;
 };
 
@@ -191,13 +194,14 @@ static double run(int sms, int K, int phases, float* buf, unsigned long long* tb
   if (LOADED) CHECK(cudaFuncSetAttribute(hops<MODE, LOADED>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const char* src = load ? load->src : nullptr;
   unsigned long long* moved = load ? load->moved : nullptr;
+  int inflight = load ? load->inflight : 0;
   for (int r = 0; r < 6; ++r) {
     CHECK(cudaMemset(sync, 0, (size_t)(phases + 1) * sms * sizeof(unsigned)));
     CHECK(cudaMemset(buf, 0, 2 * (size_t)K * sizeof(float)));
     // tagged: the vector phase 1 reads carries tag 0 (what a memset of zero writes)
     CHECK(cudaMemset(tbuf, 0, 2 * (size_t)K * sizeof(unsigned long long)));
     if (moved) CHECK(cudaMemset(moved, 0, sizeof *moved));
-    void* args[] = {&buf, &tbuf, &sync, &stop, &K, &phases, &src, &moved};
+    void* args[] = {&buf, &tbuf, &sync, &stop, &K, &phases, &src, &moved, &inflight};
     CHECK(cudaEventRecord(a));
     CHECK(cudaLaunchCooperativeKernel((const void*)hops<MODE, LOADED>, dim3(sms), dim3(threads), args, smem, 0));
     CHECK(cudaEventRecord(e));
@@ -242,6 +246,7 @@ int main() {
   CHECK(cudaMemset(load_src, 1, (size_t)sms * LOAD_BYTES));
   CHECK(cudaMalloc(&load.moved, sizeof *load.moved));
   load.src = load_src;
+  load.inflight = R::STAGES;
   printf("hop latency, %d blocks x %d threads, %d phases (us per phase, median of 5 runs)\n", sms, THREADS, phases);
   printf("%6s %9s %13s %9s %9s %9s %9s | loaded: %9s %9s %10s\n", "K", "counter", "counter+stop", "relaxed", "flags",
          "tagged", "grid", "counter", "tagged", "streamed");
@@ -254,6 +259,14 @@ int main() {
     const double streamed = load.tbps;
     printf("         %9.2f %9.2f %6.2f TB/s\n", counter, run<TAGGED, true>(sms, K, phases, buf, tbuf, sync, stop, &load),
            streamed);
+  }
+  // The loaded hop against the stream's depth: every block's pages in flight bound the queue its hop meets
+  printf("\nloaded counter hop (K 2048) by pages in flight a block (%d KB each)\n%9s %9s %10s\n", R::PAGE >> 10,
+         "in flight", "us/hop", "streamed");
+  for (int inflight : {1, 2, 3, 4, 6, 8, 12}) {
+    load.inflight = inflight;
+    const double hop = run<COUNTER, true>(sms, 2048, phases, buf, tbuf, sync, stop, &load);
+    printf("%9d %9.2f %5.2f TB/s\n", inflight, hop, load.tbps);
   }
   return 0;
 }

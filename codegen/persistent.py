@@ -142,6 +142,10 @@ class _PersistentEmitter(_Emitter):
             raise ValueError(f"the persistent kernel's tiles need {self.smem} bytes of shared memory, which leaves "
                              f"room for {max(stages, 0)} weight pages of {page} bytes (a block has {SMEM_LIMIT}; "
                              f"at least 2 pages are needed)")
+        if self.t.persist_inflight_pages < 0:
+            raise ValueError(f"persist_inflight_pages is {self.t.persist_inflight_pages}: pages in flight at most, "
+                             f"0 for the whole ring")
+        inflight = min(self.t.persist_inflight_pages or stages, stages)
         smem = ring_head + stages * page + self.smem
         src, lay = self.src, self.lay
         src.weights, src.weight_bytes = list(lay.entries.values()), lay.size
@@ -154,7 +158,7 @@ class _PersistentEmitter(_Emitter):
         src.files["model.cu"] = self.env.get_template("persistent.cu.j2").render(
             ctype=self.ctype, cases=self.cases, sms=self.sched.sms, phases=len(self.sched.phases),
             warps=self.warps, smem=smem, stages=stages, page=page, arrivals=max(self.arrivals, 1),
-            l2_ahead=self.t.persist_l2_ahead_bytes // page, stop_poll_every=self.t.persist_stop_poll_every,
+            inflight=inflight, stop_poll_every=self.t.persist_stop_poll_every,
             reduce_batch=self.t.persist_reduce_batch,
             attn_early_kv=self.t.persist_attn_early_kv, scratch=self.smem,
             counter_stride=self.t.persist_counter_stride, instr_off=instr_off, starts_off=starts_off,
