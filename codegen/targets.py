@@ -28,6 +28,7 @@ class TargetParams:
     persist_counter_stride: int  # unsigned ints between two phases' counters (32: one 128-byte line each)
     persist_reduce_batch: int  # persistent GEMV: items a warp sums over its lanes together (1: each on its own)
     persist_attn_early_kv: int  # persistent attention: 1: the first pass's K/V rows load before the wait
+    persist_signal_slots: int  # persistent: > 0: thread 0 hands counters to a signalling thread (mailbox slots)
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -69,7 +70,8 @@ TARGETS: dict[str, TargetParams] = {
                           persist_stop_poll_every=64,
                           # persist_reduce_batch 8 (fewer, independent shuffles) and persist_attn_early_kv 1:
                           # compiled, not yet run (2026-11-30)
-                          persist_counter_stride=1, persist_reduce_batch=1, persist_attn_early_kv=0),
+                          persist_counter_stride=1, persist_reduce_batch=1, persist_attn_early_kv=0,
+                          persist_signal_slots=0),
 }
 
 

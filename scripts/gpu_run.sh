@@ -40,7 +40,7 @@ if [ "$mode" = tests ]; then
     | grep -E "passed|failed|Error|error|assert|agreement|kiec:" | tail -30
 fi
 # SANITIZE=1: compute-sanitizer over a 2-layer tiny model's persistent kernel (scripts/sanitize.sh)
-[ -n "${SANITIZE:-}" ] && bash scripts/sanitize.sh persistent
+[ -n "${SANITIZE:-}" ] && bash scripts/sanitize.sh persistent ${SANITIZE_FIELDS:-}  # SANITIZE_FIELDS: field=value ...
 # HOPS=1: the latency of one phase hop six ways, and two of them with HBM streaming meanwhile (bench/hop_latency.cu)
 if [ -n "${HOPS:-}" ] || [ -n "${COMPUTE:-}" ]; then  # the device benchmarks include the generated ABI header
   mkdir -p /tmp/abi && python3 -c "from kiec.codegen.persistent_abi import header; print(header())" > /tmp/abi/persistent_abi.h

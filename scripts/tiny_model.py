@@ -1,13 +1,16 @@
 """Compile the 2-layer tiny llama the GPU scripts run (gpu_run.sh's SMOKE, sanitize.sh):
-    python3 scripts/tiny_model.py ARTIFACT_DIR [graph|persistent]"""
+    python3 scripts/tiny_model.py ARTIFACT_DIR [graph|persistent] [field=value ...]
+(field=value: the sm_90 target's TargetParams fields replaced, as scripts/variants.py takes them)"""
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo: tests.tiny_hf
 import kiec  # noqa: E402
+from kiec.codegen import targets  # noqa: E402
 from tests.tiny_hf import make_tiny_hf  # noqa: E402
 
 if __name__ == "__main__":
     art, mode = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "persistent"
+    targets.TARGETS["sm_90"] = targets.with_fields(targets.TARGETS["sm_90"], dict(c.split("=") for c in sys.argv[3:]))
     make_tiny_hf(art + "-hf", "llama")
     kiec.compile(kiec.load(art + "-hf", dtype="bf16", max_seq_len=64), art, mode=mode)

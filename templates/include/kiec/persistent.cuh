@@ -124,7 +124,8 @@ __device__ __forceinline__ bool select_tile(Turn u, const float* logits, int voc
 }
 
 // One block per SM: warps [0, COMPUTE_WARPS) run its list token after token (Model::run dispatches an
-// instruction); one more warpgroup streams the weights (stream_weights: one thread of it works). Registers move
+// instruction); one more warpgroup streams the weights (stream_weights: one thread of it works) and, with
+// KIEC_SIGNAL_SLOTS, moves the tiles' counters (signal_loop: one thread of its second warp). Registers move
 // from the streaming warpgroup to the compute warps (setmaxnreg): the launch bounds alone give every thread 168
 // (a 12-warp block; at that ptxas spilled 132 B for llama-3.2-1b before setmaxnreg, ptxas -v). Shared memory: the ring's barriers,
 // its pages, then the tiles' scratch.
@@ -145,6 +146,9 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
   float* smem = reinterpret_cast<float*>(ring.carve(smem_raw));
   const int begin = a.starts[blockIdx.x], end = a.starts[blockIdx.x + 1];
   if (threadIdx.x == 0) {
+#if KIEC_SIGNAL_SLOTS > 0
+    signal_box.init();
+#endif
     ring.init(COMPUTE_WARPS * 32);
     quit = 0;
   }
@@ -152,6 +156,9 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
   if (threadIdx.x >= COMPUTE_WARPS * 32) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(STREAM_REGS));
     if (threadIdx.x == COMPUTE_WARPS * 32) stream_weights<R, INFLIGHT>(a, ring, begin, end, &quit);
+#if KIEC_SIGNAL_SLOTS > 0
+    if (threadIdx.x == COMPUTE_WARPS * 32 + 32) signal_loop(&quit);
+#endif
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(ComputeRegs<COMPUTE_WARPS>::value));
@@ -167,7 +174,10 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
     }
     if (i < end) break;
   }
-  if (threadIdx.x == 0) quit = 1;
+  if (threadIdx.x == 0) {
+    __threadfence_block();  // the last hand-over to the signalling thread before `quit`
+    quit = 1;
+  }
 }
 
 }  // namespace kiec

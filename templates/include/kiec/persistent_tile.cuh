@@ -2,6 +2,7 @@
 // own, and the in-kernel trace (kiec_trace).
 #pragma once
 #include "persistent_args.cuh"
+#include "ring.cuh"
 
 namespace kiec {
 
@@ -64,12 +65,82 @@ __device__ __forceinline__ void red_release(unsigned* p) {
   asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
 }
 
+// KIEC_SIGNAL_SLOTS > 0: thread 0 hands a finished tile's counter to the signalling thread (signal_loop, in the
+// streaming warpgroup) through a mailbox of that many slots and goes on to the next tile; the release add stalls
+// that thread instead (a release waits until the block's writes are acknowledged: while every SM streams weights,
+// microseconds; bench/hop_latency.cu). 0: thread 0 releases the counter itself.
+#ifndef KIEC_SIGNAL_SLOTS
+#define KIEC_SIGNAL_SLOTS 0
+#endif
+#if KIEC_SIGNAL_SLOTS > 0
+struct SignalBox {
+  unsigned long long full[KIEC_SIGNAL_SLOTS];   // thread 0 put a counter in the slot (one arrival)
+  unsigned long long empty[KIEC_SIGNAL_SLOTS];  // the signalling thread released it (one arrival)
+  unsigned* counter[KIEC_SIGNAL_SLOTS];
+  unsigned handed;  // thread 0's count of counters handed over
+  // Thread 0, before the block's first barrier (ring.init's fence then covers these barriers too).
+  __device__ __forceinline__ void init() {
+    for (int s = 0; s < KIEC_SIGNAL_SLOTS; ++s) {
+      mbar_init(full + s, 1);
+      mbar_init(empty + s, 1);
+    }
+    handed = 0;
+  }
+};
+__shared__ SignalBox signal_box;
+#endif
+
+#if KIEC_SIGNAL_SLOTS > 0
+// Thread 0: the counter into the mailbox's next slot, or, while the signalling thread has not released that slot
+// yet, released here (the counters' order does not matter; a loop waiting for the slot made ptxas spill 76 B on
+// llama-3.2-1b with persist_attn_early_kv).
+__device__ __forceinline__ void hand_over(unsigned* counter) {
+  SignalBox& box = signal_box;
+  const unsigned k = box.handed, s = k % KIEC_SIGNAL_SLOTS;
+  if (k >= KIEC_SIGNAL_SLOTS && !mbar_test(box.empty + s, (k / KIEC_SIGNAL_SLOTS - 1) & 1)) {
+    red_release(counter);
+    return;
+  }
+  box.handed = k + 1;
+  box.counter[s] = counter;
+  mbar_arrive(box.full + s);
+}
+#endif
+
 // The tile is done: every thread's writes are ordered before the counter moves (the barrier orders them before
-// thread 0's release).
+// thread 0's release, or before its mbarrier arrival, a release in the block, that the signalling thread's
+// acquire and then its own release at GPU scope carry on).
 __device__ __forceinline__ void signal_done(const Turn& u) {
   sync_block();
-  if (threadIdx.x == 0) red_release(u.a->counters + u.ins->counter * u.a->counter_stride);
+  if (threadIdx.x == 0) {
+    unsigned* counter = u.a->counters + u.ins->counter * u.a->counter_stride;
+#if KIEC_SIGNAL_SLOTS > 0
+    hand_over(counter);
+#else
+    red_release(counter);
+#endif
+  }
   trace(u, TR_DONE);
 }
+
+#if KIEC_SIGNAL_SLOTS > 0
+// The signalling thread: the release adds thread 0 handed over, in order, until the compute warps are done
+// (`done`, set after their last hand-over) and the mailbox is empty.
+__device__ void signal_loop(const volatile int* done) {
+  SignalBox& box = signal_box;
+  for (unsigned k = 0;; ++k) {
+    const unsigned s = k % KIEC_SIGNAL_SLOTS, parity = (k / KIEC_SIGNAL_SLOTS) & 1;
+    while (!mbar_test(box.full + s, parity)) {
+      if (*done) {  // one more look: a hand-over before `done` was set is visible after this fence
+        __threadfence_block();
+        if (!mbar_test(box.full + s, parity)) return;
+        break;
+      }
+    }
+    red_release(box.counter[s]);
+    mbar_arrive(box.empty + s);
+  }
+}
+#endif
 
 }  // namespace kiec
