@@ -157,7 +157,7 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(STREAM_REGS));
     if (threadIdx.x == COMPUTE_WARPS * 32) stream_weights<R, INFLIGHT>(a, ring, begin, end, &quit);
 #if KIEC_SIGNAL_SLOTS > 0
-    if (threadIdx.x == COMPUTE_WARPS * 32 + 32) signal_loop(&quit);
+    if (threadIdx.x == COMPUTE_WARPS * 32 + 32) signal_loop();
 #endif
     return;
   }
@@ -175,7 +175,9 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
     if (i < end) break;
   }
   if (threadIdx.x == 0) {
-    __threadfence_block();  // the last hand-over to the signalling thread before `quit`
+#if KIEC_SIGNAL_SLOTS > 0
+    hand_over_last();
+#endif
     quit = 1;
   }
 }

@@ -124,20 +124,25 @@ __device__ __forceinline__ void signal_done(const Turn& u) {
 }
 
 #if KIEC_SIGNAL_SLOTS > 0
-// The signalling thread: the release adds thread 0 handed over, in order, until the compute warps are done
-// (`done`, set after their last hand-over) and the mailbox is empty.
-__device__ void signal_loop(const volatile int* done) {
+// Thread 0, once the compute warps are done: no counter (the signalling thread's cue to return), waiting for a
+// free slot.
+__device__ __forceinline__ void hand_over_last() {
+  SignalBox& box = signal_box;
+  const unsigned k = box.handed, s = k % KIEC_SIGNAL_SLOTS;
+  if (k >= KIEC_SIGNAL_SLOTS) mbar_wait(box.empty + s, (k / KIEC_SIGNAL_SLOTS - 1) & 1);
+  box.counter[s] = nullptr;
+  mbar_arrive(box.full + s);
+}
+
+// The signalling thread: the release adds thread 0 handed over, in order, until it hands over no counter.
+__device__ void signal_loop() {
   SignalBox& box = signal_box;
   for (unsigned k = 0;; ++k) {
-    const unsigned s = k % KIEC_SIGNAL_SLOTS, parity = (k / KIEC_SIGNAL_SLOTS) & 1;
-    while (!mbar_test(box.full + s, parity)) {
-      if (*done) {  // one more look: a hand-over before `done` was set is visible after this fence
-        __threadfence_block();
-        if (!mbar_test(box.full + s, parity)) return;
-        break;
-      }
-    }
-    red_release(box.counter[s]);
+    const unsigned s = k % KIEC_SIGNAL_SLOTS;
+    mbar_wait(box.full + s, (k / KIEC_SIGNAL_SLOTS) & 1);
+    unsigned* counter = box.counter[s];
+    if (!counter) return;
+    red_release(counter);
     mbar_arrive(box.empty + s);
   }
 }
