@@ -66,10 +66,12 @@ TARGETS: dict[str, TargetParams] = {
                           # A/B on llama-3.2-1b, 2026-11-30 at 94a9075 (bench/RESULTS.md): asking L2 for 128 or
                           # 256 KB past the ring 0.839 / 0.838 ms vs 0.840 (noise: removed); looking at the stop
                           # position every 64 polls, not each, 0.829 vs 0.840 ms (both rounds)
+                          # A/B, 2026-11-30 third session (bench/RESULTS.md), llama-3.2-1b 0.822 ms by default: at
+                          # most 2 / 4 / 6 pages in flight 0.858 / 0.854 / 0.854; 8 warp sums batched 0.833; early
+                          # K/V 0.816-0.820; counters released by a signalling thread 0.818 (smollm2-135m: 0.589 vs
+                          # 0.572, slower); so all off
                           persist_warps=8, persist_page_bytes=16 << 10, persist_stages=12, persist_inflight_pages=0,
                           persist_stop_poll_every=64,
-                          # persist_reduce_batch 8 (fewer, independent shuffles) and persist_attn_early_kv 1:
-                          # compiled, not yet run (2026-11-30)
                           persist_counter_stride=1, persist_reduce_batch=1, persist_attn_early_kv=0,
                           persist_signal_slots=0),
 }
