@@ -42,12 +42,18 @@ fi
 # SANITIZE=1: compute-sanitizer over a 2-layer tiny model's persistent kernel (scripts/sanitize.sh)
 [ -n "${SANITIZE:-}" ] && bash scripts/sanitize.sh persistent ${SANITIZE_FIELDS:-}  # SANITIZE_FIELDS: field=value ...
 # HOPS=1: the latency of one phase hop six ways, and two of them with HBM streaming meanwhile (bench/hop_latency.cu)
-if [ -n "${HOPS:-}" ] || [ -n "${COMPUTE:-}" ]; then  # the device benchmarks include the generated ABI header
+if [ -n "${HOPS:-}${COMPUTE:-}${L2:-}" ]; then  # the device benchmarks include the generated ABI header
   mkdir -p /tmp/abi && python3 -c "from kiec.codegen.persistent_abi import header; print(header())" > /tmp/abi/persistent_abi.h
 fi
 if [ -n "${HOPS:-}" ]; then
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I /tmp/abi bench/hop_latency.cu \
     -o /tmp/hop_latency && timeout 180 /tmp/hop_latency 2>&1 | tee "$OUT/hops.txt"
+fi
+# L2=1: whether pages asked of L2 ahead (cp.async.bulk.prefetch.L2) copy into shared memory faster afterwards,
+# all SMs at once (bench/l2_prefetch.cu)
+if [ -n "${L2:-}" ]; then
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I /tmp/abi bench/l2_prefetch.cu \
+    -o /tmp/l2_prefetch && timeout 120 /tmp/l2_prefetch 2>&1 | tee "$OUT/l2_prefetch.txt"
 fi
 # COMPUTE=1: how fast the persistent GEMV's compute warps consume pages already in shared memory, warp sums one
 # item at a time and in batches of 8 (bench/gemv_compute.cu)
