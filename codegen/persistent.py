@@ -160,7 +160,8 @@ class _PersistentEmitter(_Emitter):
             warps=self.warps, smem=smem, stages=stages, page=page, arrivals=max(self.arrivals, 1),
             inflight=inflight, stop_poll_every=self.t.persist_stop_poll_every,
             reduce_batch=self.t.persist_reduce_batch, signal_slots=self.t.persist_signal_slots,
-            attn_early_kv=self.t.persist_attn_early_kv, scratch=self.smem,
+            attn_early_kv=self.t.persist_attn_early_kv, attn_one_split_signals=self.t.persist_attn_one_split_signals,
+            scratch=self.smem,
             counter_stride=self.t.persist_counter_stride, instr_off=instr_off, starts_off=starts_off,
             kernels_off=kernels_off, instructions=instructions, **self.model_constants(header))
         return src

@@ -29,6 +29,7 @@ class TargetParams:
     persist_reduce_batch: int  # persistent GEMV: items a warp sums over its lanes together (1: each on its own)
     persist_attn_early_kv: int  # persistent attention: 1: the first pass's K/V rows load before the wait
     persist_signal_slots: int  # persistent: > 0: thread 0 hands counters to a signalling thread (mailbox slots)
+    persist_attn_one_split_signals: int  # persistent attention: 1: one split in use signals, not the last arrival
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -73,7 +74,10 @@ TARGETS: dict[str, TargetParams] = {
                           persist_warps=8, persist_page_bytes=16 << 10, persist_stages=12, persist_inflight_pages=0,
                           persist_stop_poll_every=64,
                           persist_counter_stride=1, persist_reduce_batch=1, persist_attn_early_kv=0,
-                          persist_signal_slots=0),
+                          persist_signal_slots=0,
+                          # 1: saves the arrival's round trip while one split covers the context (positions under
+                          # attn_min_keys); the VM checks the arrival order it relies on; not yet run (2026-11-30)
+                          persist_attn_one_split_signals=0),
 }
 
 

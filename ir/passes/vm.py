@@ -73,7 +73,7 @@ class VM:
     # -- instructions
     def execute(self, ins: Instr, token: int, prompt: list[int]) -> bool:
         """Runs one instruction; whether it bumps its phase counter (an attention split only when it is its KV
-        head's last arrival)."""
+        head's last arrival, or split 0 when it is the one split in use)."""
         k = self.p.kernels[ins.kernel]
         if ins.opcode == "select":
             self._select(ins, token, prompt)
@@ -90,9 +90,17 @@ class VM:
             self.write(ins, token, k.out, ins.lo, out)
         elif ins.opcode == "attention":
             self._attention_split(ins, token, k)
-            key = (ins.kernel, ins.lo)
-            self.arrived[key] = self.arrived.get(key, 0) + 1
-            if self.arrived[key] != self.arrivals(ins.kernel) * (token + 1):
+            key, want = (ins.kernel, ins.lo), self.arrivals(ins.kernel)
+            before = self.arrived.get(key, 0)
+            if before < want * token:  # the device counts a token's arrivals on top of all the earlier ones
+                raise ScheduleError(f"attention kernel {ins.kernel} head {ins.lo} split {ins.tile % want} arrived at "
+                                    f"token {token} before the splits of token {token - 1} all had ({before} of "
+                                    f"{want * token} arrivals)")
+            self.arrived[key] = before + 1
+            if len(split_rows(k, token, want, self.s.min_keys)) == 1:  # split 0 signals at once, the others only
+                if ins.tile % want:                                     # arrive
+                    return False
+            elif self.arrived[key] != want * (token + 1):
                 return False
             self._combine(ins, token, k)
         elif isinstance(k, ElementwiseKernel):

@@ -96,6 +96,22 @@ def test_kv_rows_loaded_before_the_wait_need_the_sms_earlier_waits(tmp_path):
         VM(sched, weights, offsets, floats).run([5, 17, 99], 9, "eager")
 
 
+def test_a_split_that_lags_a_token_behind_its_heads_arrivals_is_caught(tmp_path):
+    m, prog, sched, weights, offsets, floats = setup(tmp_path)
+    # while one split is in use (tokens 0 and 1 here), split 0 signals the phase without waiting for the others'
+    # arrivals; the arrival count stays right only if every split's SM passes a later tile that the next token's
+    # attention waits on. A split alone on an SM of its own (last: eager advances it last) arrives at token 0
+    # after the other splits arrived at token 1; on the device the head's count would reach its target at the
+    # wrong arrival and nobody would merge
+    attn = next(k for k, kern in enumerate(prog.kernels) if type(kern).__name__ == "AttentionKernel")
+    sm, i = next((sm, i) for sm, lst in enumerate(sched.lists) for i, ins in enumerate(lst)
+                 if ins.kernel == attn and ins.tile % sched.splits[attn] == 1)
+    sched.lists.append([sched.lists[sm].pop(i)])
+    with pytest.raises(ScheduleError, match=rf"attention kernel {attn} head \d+ split \d+ arrived at token 1 before "
+                                            r"the splits of token 0 all had \(2 of 3 arrivals\)"):
+        VM(sched, weights, offsets, floats).run([5, 17, 99], 6, "eager")
+
+
 def test_an_impossible_wait_deadlocks_by_name(tmp_path):
     m, prog, sched, weights, offsets, floats = setup(tmp_path)
     ins = sched.lists[0][0]

@@ -37,10 +37,15 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 #ifndef KIEC_ATTN_EARLY_KV
 #define KIEC_ATTN_EARLY_KV 0
 #endif
+#ifndef KIEC_ATTN_ONE_SPLIT_SIGNALS
+#define KIEC_ATTN_ONE_SPLIT_SIGNALS 0
+#endif
 // Split (ins.tile % SPLITS) of KV head ins.lo: its slice of the context, written as a partial (or, with one split
 // in use, as the output), then an arrival on the head's counter in `arrive` (splits the context is too short for
 // only arrive). The split that arrives last (SPLITS x (t + 1) arrivals: the counter only grows) merges the
-// partials and bumps the phase counter, so that the output projection waits on one hop, not a combine phase.
+// partials and bumps the phase counter, so that the output projection waits on one hop, not a combine phase;
+// with KIEC_ATTN_ONE_SPLIT_SIGNALS and one split in use, that split bumps it without waiting for the others (one
+// round trip less).
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
@@ -76,6 +81,19 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
     attention_store<HEAD_DIM, GROUP, WARPS, SPLITS>(sm, g, split, active, part_o, part_ml, out);
   }
   trace(u, TR_X_READY);
+  if (KIEC_ATTN_ONE_SPLIT_SIGNALS && active == 1) {  // split 0 wrote the output: it signals at once, without
+    // waiting on the others' arrivals
+    // (its release orders the output); every split still arrives, so that a head counts SPLITS arrivals a token.
+    // A token's arrivals are all in before any of the next token's: each split's SM passes a later tile whose
+    // release the next token's attention waits on (ir/passes/vm.py checks it on every schedule it runs).
+    if (threadIdx.x == 0) red_relaxed(arrive + g);
+    if (split == 0) {
+      signal_done(u);
+    } else {
+      trace(u, TR_DONE);
+    }
+    return true;
+  }
   __shared__ int last;
   sync_block();
   if (threadIdx.x == 0) {  // releases this block's partial, acquires the others' when it is the last

@@ -107,6 +107,11 @@ __device__ __forceinline__ void hand_over(unsigned* counter) {
 }
 #endif
 
+// *p += 1, ordered with nothing: a count no data rides on.
+__device__ __forceinline__ void red_relaxed(unsigned* p) {
+  asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
+}
+
 // The tile is done: every thread's writes are ordered before the counter moves (the barrier orders them before
 // thread 0's release, or before its mbarrier arrival, a release in the block, that the signalling thread's
 // acquire and then its own release at GPU scope carry on).
