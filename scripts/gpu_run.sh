@@ -86,11 +86,23 @@ done
 for model in ${TRACE:-}; do
   timeout 120 python3 scripts/trace_summary.py /tmp/kiec_bench/$model-persistent 2>&1 | tee "$OUT/trace_$model.txt"
 done
-# PROFILE=model: per-kernel times of two decode steps of a model benched above (ncu, clocks left alone)
+# PROFILE=model: per-kernel times of two decode steps of a model benched above (ncu, clocks left alone).
+# PROFILE_KERNEL=regex instead: ncu's speed-of-light, warp-state and memory sections for 4 launches of the kernels
+# it matches, PROFILE_SKIP matching launches in, after a prompt of PROFILE_AT tokens (1): e.g. the attention at
+# 8k context of a 16-layer model benched with :8192, PROFILE_AT=8191 PROFILE_SKIP=$((16 * 8190)) PROFILE_KERNEL=attention
 if [ -n "${PROFILE:-}" ]; then
   art=/tmp/kiec_bench/$PROFILE; ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
-  timeout 240 "$ncu" --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum \
-    "$art/kiec-run" "$art" 1 2 > "$OUT/ncu_$PROFILE.csv" 2>&1
-  grep -v '^"' "$OUT/ncu_$PROFILE.csv" | tail -5
-  python3 scripts/ncu_summary.py "$OUT/ncu_$PROFILE.csv"
+  prompt=$(python3 -c "print(','.join(['1'] * ${PROFILE_AT:-1}))")
+  if [ -n "${PROFILE_KERNEL:-}" ]; then
+    timeout 400 "$ncu" --clock-control none -k "regex:$PROFILE_KERNEL" --launch-skip "${PROFILE_SKIP:-0}" \
+      --launch-count 4 --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
+      "$art/kiec-run" "$art" "$prompt" 2 > "$OUT/ncu_${PROFILE}_kernel.txt" 2>&1
+    grep -E "attention|gemv|Duration|Throughput|Stall|Warp Cycles|Issued|Achieved|L2|DRAM" \
+      "$OUT/ncu_${PROFILE}_kernel.txt" | head -80
+  else
+    timeout 240 "$ncu" --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+      "$art/kiec-run" "$art" "$prompt" 2 > "$OUT/ncu_$PROFILE.csv" 2>&1
+    grep -v '^"' "$OUT/ncu_$PROFILE.csv" | tail -5
+    python3 scripts/ncu_summary.py "$OUT/ncu_$PROFILE.csv"
+  fi
 fi
