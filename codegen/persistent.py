@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 
-from kiec.ir.passes.persistent import Schedule, attention_splits, partials, schedule
+from kiec.ir.passes.persistent import Schedule, attention_splits, merged_attention, partials, schedule
 from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program
 
 from .emit import EPILOGUES, Sources, _Emitter, walk
@@ -40,7 +40,8 @@ class _PersistentEmitter(_Emitter):
     def __init__(self, program: Program, dtype: str, max_seq_len: int, target: TargetParams):
         super().__init__(program, dtype, max_seq_len, target)
         t = target
-        self.sched: Schedule = schedule(program, t.sms, slot_of=dict(self.arena), min_keys=t.attn_min_keys)
+        self.sched: Schedule = schedule(program, t.sms, slot_of=dict(self.arena), min_keys=t.attn_min_keys,
+                                        merge_in_o=bool(t.persist_attn_merge_in_o))
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):
             self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)
@@ -87,16 +88,26 @@ class _PersistentEmitter(_Emitter):
         b_off = self.lay.add(packed + ".bias", k.biases) if k.biases else -1
         silu = k.epilogue == "silu_mul"
         segs = row_segments(k.k, self.warps, self.t.persist_page_bytes, silu)
+        merge, extra, a, window = "", "", (self.arena[k.x], self.arena[k.out]), 0
+        src = merged_attention(self.p, k) if self.sched.merge_in_o else None
+        if src is not None:  # the output projection merges attention's partials (persist_attn_merge_in_o)
+            att = self.p.kernels[src]
+            merge = (f", kiec::SplitMerge<{att.head_dim}, {att.n_heads // att.kv_heads}, {self.splits[att.name]}, "
+                     f"{self.t.attn_min_keys}>")
+            extra = ", A(d.a[2]), A(d.a[3]), d.window"
+            a += (self.arena[partials(att) + ".o"], self.arena[partials(att) + ".ml"])
+            window = att.attention.window
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
-                f"{'true' if k.biases else 'false'}, {segs}>(u, ring, (const T*)WN(d.w[1]), A(d.a[0]), "
-                f"(const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem)")
+                f"{'true' if k.biases else 'false'}, {segs}{merge}>(u, ring, (const T*)WN(d.w[1]), A(d.a[0]), "
+                f"(const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem{extra})")
         if k.epilogue == "argmax":
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
         self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, row_bytes=k.k * self.esize,
                    item_bytes=k.k // 8 // segs * 16, silu=silu, w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
-                   a=(self.arena[k.x], self.arena[k.out]))
+                   a=a, window=window)
         rows = self.rows[self.p.kernels.index(k)]
-        self.smem = max(self.smem, (k.k + (2 if silu else 1) * rows * segs + self.warps) * 4)
+        staged = 0 if src is None else att.kv_heads * self.splits[att.name] * (att.n_heads // att.kv_heads) * 2
+        self.smem = max(self.smem, (k.k + max((2 if silu else 1) * rows * segs, staged) + self.warps) * 4)
         self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * (2 if silu else 1) * k.k * self.esize))
 
     def attention(self, k: AttentionKernel) -> None:
@@ -161,6 +172,7 @@ class _PersistentEmitter(_Emitter):
             inflight=inflight, stop_poll_every=self.t.persist_stop_poll_every,
             reduce_batch=self.t.persist_reduce_batch, signal_slots=self.t.persist_signal_slots,
             attn_early_kv=self.t.persist_attn_early_kv, attn_one_split_signals=self.t.persist_attn_one_split_signals,
+            attn_merge_in_o=int(self.sched.merge_in_o),
             scratch=self.smem,
             counter_stride=self.t.persist_counter_stride, instr_off=instr_off, starts_off=starts_off,
             kernels_off=kernels_off, instructions=instructions, **self.model_constants(header))

@@ -30,6 +30,7 @@ class TargetParams:
     persist_attn_early_kv: int  # persistent attention: 1: the first pass's K/V rows load before the wait
     persist_signal_slots: int  # persistent: > 0: thread 0 hands counters to a signalling thread (mailbox slots)
     persist_attn_one_split_signals: int  # persistent attention: 1: one split in use signals, not the last arrival
+    persist_attn_merge_in_o: int  # persistent attention: 1: every split signals, the output projection merges
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -77,7 +78,10 @@ TARGETS: dict[str, TargetParams] = {
                           persist_signal_slots=0,
                           # 1: saves the arrival's round trip while one split covers the context (positions under
                           # attn_min_keys); the VM checks the arrival order it relies on; not yet run (2026-11-30)
-                          persist_attn_one_split_signals=0),
+                          persist_attn_one_split_signals=0,
+                          # 1: each split signals and the output projection's prologue merges the partials (no
+                          # arrival round trip, no merge between); not yet run (2026-11-30)
+                          persist_attn_merge_in_o=0),
 }
 
 

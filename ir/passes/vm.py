@@ -14,7 +14,7 @@ import torch
 from kiec.sampling import SamplingParams, sample
 
 from .. import interp
-from .persistent import TOKEN, Instr, Schedule, reads_writes
+from .persistent import TOKEN, Instr, Schedule, merged_attention, reads_writes
 from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel
 from .simulate import attention_split, gemv_rows, merge_splits, split_rows
 
@@ -81,7 +81,13 @@ class VM:
             tok = prompt[0] if token == 0 else self._token(ins, token)
             self.write(ins, token, k.out, ins.lo, self.w[k.table][tok][ins.lo:ins.hi].float())
         elif isinstance(k, GemvKernel):
-            env = {k.x: self.read(ins, token, k.x, self.p.graph.types[k.x].shape[0])}
+            src = merged_attention(self.p, k) if self.s.merge_in_o else None
+            if src is not None and self._used(src, token) > 1:  # the splits' partials, merged here
+                a = self.p.kernels[src]
+                env = {k.x: torch.cat([self._merged(src, g, token, f"gemv kernel {ins.kernel} tile {ins.tile}")
+                                       for g in range(a.kv_heads)])}
+            else:
+                env = {k.x: self.read(ins, token, k.x, self.p.graph.types[k.x].shape[0])}
             if k.residual:  # this tile reads (and then overwrites) only its own rows of the residual stream
                 full = torch.zeros(k.n_out)
                 full[ins.lo:ins.hi] = self.read(ins, token, k.residual, k.n_out, ins.lo, ins.hi)
@@ -90,6 +96,10 @@ class VM:
             self.write(ins, token, k.out, ins.lo, out)
         elif ins.opcode == "attention":
             self._attention_split(ins, token, k)
+            if self.s.merge_in_o:  # every split signals; with one split in use, split 0 wrote the output
+                if self._used(ins.kernel, token) == 1 and ins.tile % self.s.splits[ins.kernel] == 0:
+                    self._combine(ins, token, k)
+                return True
             key, want = (ins.kernel, ins.lo), self.arrivals(ins.kernel)
             before = self.arrived.get(key, 0)
             if before < want * token:  # the device counts a token's arrivals on top of all the earlier ones
@@ -97,7 +107,7 @@ class VM:
                                     f"token {token} before the splits of token {token - 1} all had ({before} of "
                                     f"{want * token} arrivals)")
             self.arrived[key] = before + 1
-            if len(split_rows(k, token, want, self.s.min_keys)) == 1:  # split 0 signals at once, the others only
+            if self._used(ins.kernel, token) == 1:  # split 0 signals at once, the others only
                 if ins.tile % want:                                     # arrive
                     return False
             elif self.arrived[key] != want * (token + 1):
@@ -179,18 +189,25 @@ class VM:
         SPLITS)."""
         return self.s.splits[kernel]
 
+    def _used(self, kernel: int, token: int) -> int:
+        """Splits of attention kernel `kernel` in use at `token`."""
+        return len(split_rows(self.p.kernels[kernel], token, self.s.splits[kernel], self.s.min_keys))
+
+    def _merged(self, kernel: int, g: int, token: int, who: str) -> torch.Tensor:
+        """KV head g's output at `token` from the partials of the splits in use, which must be this token's."""
+        used, part = self._used(kernel, token), self.parts[kernel]
+        want = next(c for c, (i, op) in enumerate(self.s.phases) if i == kernel) * 1_000_000 + token
+        got = part["stamp"][g, :used]
+        if not bool((got == want).all()):
+            raise ScheduleError(f"{who} (token {token}) merged partials of attention kernel {kernel} head {g} "
+                                f"stamped {got.tolist()}; the dataflow wants {want}")
+        return merge_splits(part["o"][g, :used], part["m"][g, :used], part["l"][g, :used])
+
     def _combine(self, ins: Instr, token: int, k: AttentionKernel) -> None:
         """KV head g's last split: the partials of the splits in use at this token, merged into its heads'
         outputs (the device skips the merge when one split is in use: that split wrote the output)."""
         g, group, dh = ins.lo, k.n_heads // k.kv_heads, k.head_dim
-        used = len(split_rows(k, token, self.s.splits[ins.kernel], self.s.min_keys))
-        part = self.parts[ins.kernel]
-        want = ins.counter * 1_000_000 + token
-        got = part["stamp"][g, :used]
-        if not bool((got == want).all()):
-            raise ScheduleError(f"attention kernel {ins.kernel} head {g} (token {token}) merged partials stamped "
-                                f"{got.tolist()}; the dataflow wants {want}")
-        out = merge_splits(part["o"][g, :used], part["m"][g, :used], part["l"][g, :used])
+        out = self._merged(ins.kernel, g, token, f"attention kernel {ins.kernel} head {g}")
         self.write(ins, token, k.attention.out, g * group * dh, out)
 
     # -- the machine

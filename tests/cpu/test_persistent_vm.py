@@ -12,14 +12,15 @@ from kiec.ir.passes.vm import VM, ScheduleError
 from tests.tiny_hf import make_tiny_hf
 
 
-def setup(tmp_path, family="qwen3", sms=7, min_keys=2):
-    # min_keys 2: from the 4th token on, attention spreads over 2-3 splits per KV head, merged by the last
+def setup(tmp_path, family="qwen3", sms=7, min_keys=2, merge_in_o=False):
+    # min_keys 2: from the 4th token on, attention spreads over 2-3 splits per KV head, merged by the last (or,
+    # merge_in_o, by the output projection's tiles)
     make_tiny_hf(tmp_path, family)
     m = kiec.load(str(tmp_path), max_seq_len=16)
     prog = pipeline.run(m.graph)
     offsets, floats = plan_buffers(prog, {})
     slots = {v: o for v, o in offsets.items()}
-    sched = schedule(prog, sms, tile_rows=32, slot_of=slots, min_keys=min_keys)
+    sched = schedule(prog, sms, tile_rows=32, slot_of=slots, min_keys=min_keys, merge_in_o=merge_in_o)
     weights = {n: m.weights[n].float() for n in m.graph.params}
     return m, prog, sched, weights, offsets, floats
 
@@ -34,10 +35,12 @@ def reference_logits(m, prompt, steps):
     return out
 
 
-@pytest.mark.parametrize("policy,seed,min_keys", [("eager", 0, 2), ("random", 1, 2), ("random", 2, 2),
-                                                  ("random", 3, 64)])
-def test_schedule_computes_the_graph_on_any_interleaving(tmp_path, policy, seed, min_keys):
-    m, prog, sched, weights, offsets, floats = setup(tmp_path, min_keys=min_keys)
+@pytest.mark.parametrize("policy,seed,min_keys,merge_in_o", [("eager", 0, 2, False), ("random", 1, 2, False),
+                                                             ("random", 2, 2, False), ("random", 3, 64, False),
+                                                             ("eager", 0, 2, True), ("random", 1, 2, True),
+                                                             ("random", 4, 2, True), ("random", 3, 64, True)])
+def test_schedule_computes_the_graph_on_any_interleaving(tmp_path, policy, seed, min_keys, merge_in_o):
+    m, prog, sched, weights, offsets, floats = setup(tmp_path, min_keys=min_keys, merge_in_o=merge_in_o)
     assert set(sched.splits.values()) == {3}  # 7 SMs / 2 KV heads
     prompt, steps = [5, 17, 99], 6
     got = VM(sched, weights, offsets, floats).run(prompt, steps, policy, seed)
@@ -64,7 +67,23 @@ def test_a_merge_before_every_split_arrived_is_caught(tmp_path, monkeypatch):
     # a KV head's last split merges the partials once all its splits arrived; expecting one arrival fewer
     # lets a split merge before the others wrote theirs
     monkeypatch.setattr(VM, "arrivals", lambda self, kernel: self.s.splits[kernel] - 1)
-    with pytest.raises(ScheduleError, match=r"attention kernel \d+ head \d+ \(token \d+\) merged partials stamped"):
+    with pytest.raises(ScheduleError, match=r"attention kernel \d+ head \d+ \(token \d+\) merged partials of attention"):
+        VM(sched, weights, offsets, floats).run([5, 17, 99, 4, 8], 6, "eager")
+
+
+def test_with_the_merge_in_the_output_projection_a_missing_wait_is_caught(tmp_path):
+    m, prog, sched, weights, offsets, floats = setup(tmp_path, merge_in_o=True)
+    # every split signals the attention phase and the output projection merges their partials: without its
+    # wait on the attention phase it merges partials of the last token (or none)
+    attn = next(k for k, kern in enumerate(prog.kernels) if type(kern).__name__ == "AttentionKernel")
+    assert sched.tiles[attn] == prog.kernels[attn].kv_heads * sched.splits[attn]
+    o_proj = next(i for i, k in enumerate(prog.kernels) if getattr(k, "x", None) == prog.kernels[attn].attention.out)
+    for lst in sched.lists:
+        for i, ins in enumerate(lst):
+            if ins.kernel == o_proj:
+                lst[i] = dataclasses.replace(ins, waits=tuple(w for w in ins.waits if w.counter != attn))
+    with pytest.raises(ScheduleError, match=rf"gemv kernel {o_proj} tile \d+ \(token \d+\) (merged partials of "
+                                            rf"attention kernel {attn} head \d+ stamped|read %L0\.attn)"):
         VM(sched, weights, offsets, floats).run([5, 17, 99, 4, 8], 6, "eager")
 
 

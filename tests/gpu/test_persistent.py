@@ -20,13 +20,14 @@ def compile_tiny(tmp_path, family, mode="persistent", **overrides):
     return model, kiec.compile(model, str(tmp_path / mode), mode=mode)
 
 
-def compile_variant(model, tmp_path, monkeypatch, **change):
-    """The model's persistent artifact with the sm_90 table's fields replaced (scripts/variants.py's A/B)."""
+def compile_variant(model, tmp_path, monkeypatch, name="variant", **change):
+    """The model's persistent artifact with the sm_90 table's fields replaced (scripts/variants.py's A/B), on top
+    of earlier replacements in the same test."""
     import dataclasses
 
     from kiec.codegen import targets
     monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], **change))
-    return kiec.compile(model, str(tmp_path / "variant"), mode="persistent")
+    return kiec.compile(model, str(tmp_path / name), mode="persistent")
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -132,25 +133,27 @@ def test_trace_times_every_instruction_of_one_step(tmp_path):
                                     dict(persist_attn_early_kv=1), dict(persist_signal_slots=1),
                                     dict(persist_signal_slots=8, persist_attn_early_kv=1),
                                     dict(persist_attn_one_split_signals=1),
-                                    dict(persist_attn_one_split_signals=1, attn_min_keys=8)])
+                                    dict(persist_attn_one_split_signals=1, attn_min_keys=8),
+                                    dict(persist_attn_merge_in_o=1), dict(persist_attn_merge_in_o=1, attn_min_keys=8)])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
     # share many pages and the weight stream wait on the compute warps all the time (and, with one page in flight
     # of four, on its own copies too); a vocabulary of 16384 gives each SM's LM-head share about
     # 124 rows, 15 items a warp: full and short batches of the batched warp sums; a one-slot mailbox to the
-    # signalling thread makes thread 0 find it taken and release counters itself now and then; with one split
-    # signalling alone, 8 keys a split go from one split in use to four over the 24 positions (the arrival count
-    # must stay right across that), in a different merge order than the base: within the budget, not the same bits
+    # signalling thread makes thread 0 find it taken and release counters itself now and then; 8 keys a split go
+    # from one split in use to four over the 24 positions (the base then has 8 keys a split too): the arrival count
+    # of one split signalling alone must stay right across that, and the output projection's merge must match the
+    # last split's
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
+    if "attn_min_keys" in change:
+        art = compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=change["attn_min_keys"])
     base = kiec.Engine(art)
     art = compile_variant(model, tmp_path, monkeypatch, **change)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, f"persistent {change}: logits over 24 positions")
-    if "attn_min_keys" in change:
-        return
     if change.keys() & {"persist_reduce_batch", "persist_attn_early_kv", "persist_signal_slots",
-                        "persist_attn_one_split_signals"} and "attn_min_keys" not in change:  # same math in
+                        "persist_attn_one_split_signals", "persist_attn_merge_in_o"}:  # same math in
         # the same order: the same bits
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)

@@ -270,24 +270,34 @@ __device__ __forceinline__ void attention_store(const AttentionSmem<HEAD_DIM, GR
   }
 }
 
-// KV head g's output from the partials of its `active` splits, in one pass (loads independent of the math).
+// Element d of query head h (of KV head g's GROUP) from the partials of the `active` splits, in split order (loads
+// independent of the math); ml(slot * 2 + 0 or 1) reads a split's (m, l), from global memory or a copy of it.
+// attention_combine and the persistent output projection's merging prologue (merge_partials) both call it: the
+// same bits either way.
+template <int HEAD_DIM, int GROUP, int SPLITS, typename ML>
+__device__ __forceinline__ float combine_one(int g, int h, int d, int active, const float* part_o, ML ml) {
+  float mx = -INFINITY, lsum = 0.f, o = 0.f;
+#pragma unroll 8
+  for (int s = 0; s < active; ++s) {
+    const size_t slot = ((size_t)g * SPLITS + s) * GROUP + h;
+    const float ms = ml(slot * 2), ls = ml(slot * 2 + 1);
+    const float os = __ldcg(part_o + slot * HEAD_DIM + d);
+    const float mn = fmaxf(mx, ms);
+    const float c_old = mx == -INFINITY ? 0.f : __expf(mx - mn), c_new = ms == -INFINITY ? 0.f : __expf(ms - mn);
+    lsum = lsum * c_old + ls * c_new;
+    o = o * c_old + os * c_new;
+    mx = mn;
+  }
+  return o / lsum;
+}
+
+// KV head g's output from the partials of its `active` splits.
 template <int HEAD_DIM, int GROUP, int SPLITS>
 __device__ __forceinline__ void attention_combine(int g, int active, const float* part_o, const float* part_ml, float* out) {
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += block_threads()) {
     const int h = i / HEAD_DIM, d = i % HEAD_DIM;
-    float mx = -INFINITY, lsum = 0.f, o = 0.f;
-#pragma unroll 8
-    for (int s = 0; s < active; ++s) {
-      const size_t slot = ((size_t)g * SPLITS + s) * GROUP + h;
-      const float ms = __ldcg(part_ml + slot * 2), ls = __ldcg(part_ml + slot * 2 + 1);
-      const float os = __ldcg(part_o + slot * HEAD_DIM + d);
-      const float mn = fmaxf(mx, ms);
-      const float c_old = mx == -INFINITY ? 0.f : __expf(mx - mn), c_new = ms == -INFINITY ? 0.f : __expf(ms - mn);
-      lsum = lsum * c_old + ls * c_new;
-      o = o * c_old + os * c_new;
-      mx = mn;
-    }
-    out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
+    out[(g * GROUP + h) * HEAD_DIM + d] = combine_one<HEAD_DIM, GROUP, SPLITS>(
+        g, h, d, active, part_o, [&](size_t i) { return __ldcg(part_ml + i); });
   }
 }
 

@@ -40,12 +40,16 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 #ifndef KIEC_ATTN_ONE_SPLIT_SIGNALS
 #define KIEC_ATTN_ONE_SPLIT_SIGNALS 0
 #endif
+#ifndef KIEC_ATTN_MERGE_IN_O
+#define KIEC_ATTN_MERGE_IN_O 0
+#endif
 // Split (ins.tile % SPLITS) of KV head ins.lo: its slice of the context, written as a partial (or, with one split
 // in use, as the output), then an arrival on the head's counter in `arrive` (splits the context is too short for
 // only arrive). The split that arrives last (SPLITS x (t + 1) arrivals: the counter only grows) merges the
 // partials and bumps the phase counter, so that the output projection waits on one hop, not a combine phase;
 // with KIEC_ATTN_ONE_SPLIT_SIGNALS and one split in use, that split bumps it without waiting for the others (one
-// round trip less).
+// round trip less). KIEC_ATTN_MERGE_IN_O: every split bumps the phase counter after writing its partial, and the
+// output projection merges the partials in its prologue (gemv_tile's SplitMerge): no arrival, no merge here.
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
@@ -81,6 +85,10 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
     attention_store<HEAD_DIM, GROUP, WARPS, SPLITS>(sm, g, split, active, part_o, part_ml, out);
   }
   trace(u, TR_X_READY);
+  if (KIEC_ATTN_MERGE_IN_O) {
+    signal_done(u);
+    return true;
+  }
   if (KIEC_ATTN_ONE_SPLIT_SIGNALS && active == 1) {  // split 0 wrote the output: it signals at once, without
     // waiting on the others' arrivals
     // (its release orders the output); every split still arrives, so that a head counts SPLITS arrivals a token.
