@@ -169,7 +169,7 @@ class _PersistentEmitter(_Emitter):
         src.files["model.cu"] = self.env.get_template("persistent.cu.j2").render(
             ctype=self.ctype, cases=self.cases, sms=self.sched.sms, phases=len(self.sched.phases),
             warps=self.warps, smem=smem, stages=stages, page=page, arrivals=max(self.arrivals, 1),
-            inflight=inflight, stop_poll_every=self.t.persist_stop_poll_every,
+            inflight=inflight, l2_ahead=self.t.persist_l2_ahead_bytes // page, stop_poll_every=self.t.persist_stop_poll_every,
             reduce_batch=self.t.persist_reduce_batch, signal_slots=self.t.persist_signal_slots,
             attn_early_kv=self.t.persist_attn_early_kv, attn_one_split_signals=self.t.persist_attn_one_split_signals,
             attn_merge_in_o=int(self.sched.merge_in_o),

@@ -24,6 +24,7 @@ class TargetParams:
     persist_page_bytes: int  # persistent: bytes of one page of the shared-memory weight ring (one TMA copy)
     persist_stages: int  # persistent: pages in the ring at most (fewer where the tiles' scratch needs the room)
     persist_inflight_pages: int  # persistent: ring pages in flight at most (0: the whole ring; landed ones do not count)
+    persist_l2_ahead_bytes: int  # persistent: bytes past a full ring the streaming thread asks L2 for (per SM)
     persist_stop_poll_every: int  # persistent: counter polls between two looks at the stop position (1: each)
     persist_counter_stride: int  # unsigned ints between two phases' counters (32: one 128-byte line each)
     persist_reduce_batch: int  # persistent GEMV: items a warp sums over its lanes together (1: each on its own)
@@ -66,13 +67,14 @@ TARGETS: dict[str, TargetParams] = {
                           # persistent: a ring of up to 12 x 16 KB pages per SM in flight (arithmetic: at a 4.6 TB/s
                           # ceiling, 35 GB/s an SM, 192 KB is 5.6 us of it, 25 MB over the GPU)
                           # A/B on llama-3.2-1b, 2026-11-30 at 94a9075 (bench/RESULTS.md): asking L2 for 128 or
-                          # 256 KB past the ring 0.839 / 0.838 ms vs 0.840 (noise: removed); looking at the stop
+                          # 256 KB past the ring 0.839 / 0.838 ms vs 0.840 (noise: off; bench/l2_prefetch.cu asks why); looking at the stop
                           # position every 64 polls, not each, 0.829 vs 0.840 ms (both rounds)
                           # A/B, 2026-11-30 third session (bench/RESULTS.md), llama-3.2-1b 0.822 ms by default: at
                           # most 2 / 4 / 6 pages in flight 0.858 / 0.854 / 0.854; 8 warp sums batched 0.833; early
                           # K/V 0.816-0.820; counters released by a signalling thread 0.818 (smollm2-135m: 0.589 vs
                           # 0.572, slower); so all off
                           persist_warps=8, persist_page_bytes=16 << 10, persist_stages=12, persist_inflight_pages=0,
+                          persist_l2_ahead_bytes=0,
                           persist_stop_poll_every=64,
                           persist_counter_stride=1, persist_reduce_batch=1, persist_attn_early_kv=0,
                           persist_signal_slots=0,

@@ -128,6 +128,7 @@ def test_trace_times_every_instruction_of_one_step(tmp_path):
 @pytest.mark.parametrize("change", [dict(persist_warps=12), dict(persist_counter_stride=32),
                                     dict(persist_page_bytes=1024, persist_stages=2),
                                     dict(persist_page_bytes=1024, persist_stages=4, persist_inflight_pages=1),
+                                    dict(persist_page_bytes=1024, persist_stages=2, persist_l2_ahead_bytes=8192),
                                     dict(persist_stop_poll_every=1),
                                     dict(persist_reduce_batch=2), dict(persist_reduce_batch=8),
                                     dict(persist_attn_early_kv=1), dict(persist_signal_slots=1),
@@ -139,7 +140,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
     # share many pages and the weight stream wait on the compute warps all the time (and, with one page in flight
-    # of four, on its own copies too); a vocabulary of 16384 gives each SM's LM-head share about
+    # of four, on its own copies too; with L2 lookahead, ask L2 for the 8 pages after the ring meanwhile); a vocabulary of 16384 gives each SM's LM-head share about
     # 124 rows, 15 items a warp: full and short batches of the batched warp sums; a one-slot mailbox to the
     # signalling thread makes thread 0 find it taken and release counters itself now and then; 8 keys a split go
     # from one split in use to four over the 24 positions (the base then has 8 keys a split too): the arrival count

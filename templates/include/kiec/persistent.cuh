@@ -162,7 +162,7 @@ struct ComputeRegs {  // what the register file leaves the compute warps, in ste
   static constexpr int value = free > 248 ? 248 : free;
 };
 
-template <typename Model, typename R, int COMPUTE_WARPS, int INFLIGHT>
+template <typename Model, typename R, int COMPUTE_WARPS, int INFLIGHT, int L2_AHEAD>
 __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persistent_kernel(PersistentArgs a) {
   static_assert(COMPUTE_WARPS % 4 == 0, "the compute warps are whole warpgroups (setmaxnreg)");
   extern __shared__ __align__(128) char smem_raw[];
@@ -181,7 +181,7 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
   __syncthreads();  // the last one with the streaming warps
   if (threadIdx.x >= COMPUTE_WARPS * 32) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(STREAM_REGS));
-    if (threadIdx.x == COMPUTE_WARPS * 32) stream_weights<R, INFLIGHT>(a, ring, begin, end, &quit);
+    if (threadIdx.x == COMPUTE_WARPS * 32) stream_weights<R, INFLIGHT, L2_AHEAD>(a, ring, begin, end, &quit);
 #if KIEC_SIGNAL_SLOTS > 0
     if (threadIdx.x == COMPUTE_WARPS * 32 + 32) signal_loop();
 #endif

@@ -70,6 +70,12 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned b
                ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy) : "memory");
 }
 
+// Ask L2 for `bytes` from p (16-byte aligned) in one instruction; nothing waits for the data.
+__device__ __forceinline__ void prefetch_bulk_l2(const void* p, unsigned bytes) {
+  bytes &= ~15u;
+  if (bytes) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
 // How a GEMV share is cut into pages: items are (row, K segment) of item_bytes each, in memory order, so a run
 // of them is one contiguous copy; with SiLU-mul a page holds `per_page` gate items and then the same up items.
 __host__ __device__ constexpr int items_per_page(int page_bytes, int item_bytes, bool silu) {
@@ -147,20 +153,36 @@ struct PageWalk {
 // instruction order, until the compute warps set `quit` (the generation ended early). At most INFLIGHT pages are
 // in flight at once (landed pages waiting in the ring do not count): every SM's bytes in flight are a queue that
 // all other loads and the counters' round trips wait behind (bench/hop_latency.cu: a hop of 1.7 us took 18-20 us
-// with 12 x 16 KB in flight from every SM), and INFLIGHT == STAGES is no bound. Before returning it waits for its
-// copies in flight, so that none lands after the block is gone.
-template <typename R, int INFLIGHT>
+// with 12 x 16 KB in flight from every SM), and INFLIGHT == STAGES is no bound. While the ring is full it asks L2
+// for up to AHEAD pages beyond it (a second walk over the same pages), so that the memory keeps streaming through
+// waits longer than the ring covers (0.839 vs 0.840 ms on llama-3.2-1b at 94a9075 with 8 pages: whether the
+// prefetch lands at all is bench/l2_prefetch.cu's question). Before returning it waits for its copies in flight,
+// so that none lands after the block is gone.
+template <typename R, int INFLIGHT, int AHEAD>
 __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int end, const volatile int* quit) {
   static_assert(INFLIGHT >= 1 && INFLIGHT <= R::STAGES, "pages in flight: 1 to the ring's");
   unsigned long long policy;  // weights are read once a token: first out of L2
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  PageWalk<R::PAGE> copy(&a, begin, end);
-  unsigned seq = 0;  // pages copied into the ring
+  PageWalk<R::PAGE> copy(&a, begin, end), ahead(&a, begin, end);
+  unsigned seq = 0, asked = 0;  // pages copied into the ring; pages asked of L2 (the walk `ahead` is past them)
   for (; copy.next(); ++seq) {
     const unsigned stage = seq % R::STAGES, use = seq / R::STAGES;
     if (use > 0) {
-      while (!mbar_test(ring.empty + stage, (use - 1) & 1))
+      while (!mbar_test(ring.empty + stage, (use - 1) & 1)) {
         if (*quit) goto drain;
+        if (AHEAD > 0 && asked < seq + AHEAD) {
+          if (asked <= seq) {  // start from this page
+            ahead = copy;
+            asked = seq + 1;
+          } else if (ahead.next()) {
+            ++asked;
+          } else {
+            continue;
+          }
+          prefetch_bulk_l2(ahead.gate, ahead.bytes);
+          if (ahead.up) prefetch_bulk_l2(ahead.up, ahead.bytes);
+        }
+      }
     }
     if (INFLIGHT < R::STAGES && seq >= INFLIGHT) {  // page seq - INFLIGHT landed (its stage's next use is past seq)
       const unsigned back = seq - INFLIGHT;
