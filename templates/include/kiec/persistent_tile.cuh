@@ -68,7 +68,8 @@ __device__ __forceinline__ void red_release(unsigned* p) {
 // KIEC_SIGNAL_SLOTS > 0: thread 0 hands a finished tile's counter to the signalling thread (signal_loop, in the
 // streaming warpgroup) through a mailbox of that many slots and goes on to the next tile; the release add stalls
 // that thread instead (a release waits until the block's writes are acknowledged: while every SM streams weights,
-// microseconds; bench/hop_latency.cu). 0: thread 0 releases the counter itself.
+// microseconds; bench/hop_latency.cu). 0: thread 0 releases the counter itself. Measured 2026-11-30 with 8 slots:
+// llama-3.2-1b 0.818 vs 0.822 ms, smollm2-135m 0.589 vs 0.572 (the hand-over lengthens every hop of the chain).
 #ifndef KIEC_SIGNAL_SLOTS
 #define KIEC_SIGNAL_SLOTS 0
 #endif
