@@ -149,17 +149,16 @@ struct PageWalk {
   }
 };
 
-// The producer: thread 0 of the streaming warpgroup. Copies every GEMV share of positions [p0, p_end) into the ring in
-// instruction order, until the compute warps set `quit` (the generation ended early). At most INFLIGHT pages are
-// in flight at once (landed pages waiting in the ring do not count): every SM's bytes in flight are a queue that
-// all other loads and the counters' round trips wait behind (bench/hop_latency.cu: a hop of 1.7 us took 18-20 us
-// with 12 x 16 KB in flight from every SM), and INFLIGHT == STAGES is no bound (2, 4, 6 pages measured 0.858,
-// 0.854, 0.854 ms against 0.822 on llama-3.2-1b, 2026-11-30: SMs still streaming need the depth while others
-// wait with full rings). While the ring is full it asks L2
-// for up to AHEAD pages beyond it (a second walk over the same pages), so that the memory keeps streaming through
-// waits longer than the ring covers (0.839 vs 0.840 ms on llama-3.2-1b at 94a9075 with 8 pages: whether the
-// prefetch lands at all is bench/l2_prefetch.cu's question). Before returning it waits for its copies in flight,
-// so that none lands after the block is gone.
+// The producer: thread 0 of the streaming warpgroup. Copies every GEMV share of positions [p0, p_end) into the ring
+// in instruction order, until the compute warps set `quit` (the generation ended early). At most INFLIGHT pages are
+// in flight at once (landed pages waiting in the ring do not count): every SM's bytes in flight are a queue that all
+// other loads and the counters' round trips wait behind (bench/hop_latency.cu: a hop of 1.7 us took 18-20 us with 12
+// x 16 KB in flight from every SM), and INFLIGHT == STAGES is no bound (2, 4, 6 pages measured 0.858, 0.854, 0.854
+// ms against 0.822 on llama-3.2-1b, 2026-11-30: SMs still streaming need the depth while others wait with full
+// rings). While the ring is full it asks L2 for up to AHEAD pages beyond it (a second walk over the same pages), so
+// that the memory keeps streaming through waits longer than the ring covers (0.839 vs 0.840 ms on llama-3.2-1b at
+// 94a9075 with 8 pages: whether the prefetch lands at all is bench/l2_prefetch.cu's question). Before returning it
+// waits for its copies in flight, so that none lands after the block is gone.
 template <typename R, int INFLIGHT, int AHEAD>
 __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int end, const volatile int* quit) {
   static_assert(INFLIGHT >= 1 && INFLIGHT <= R::STAGES, "pages in flight: 1 to the ring's");
