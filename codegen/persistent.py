@@ -116,11 +116,13 @@ class _PersistentEmitter(_Emitter):
         group, splits = k.n_heads // k.kv_heads, self.splits[k.name]
         tmpl = (f"T, {k.head_dim}, {group}, {r.rotary_dim}, {'true' if r.interleaved else 'false'}, "
                 f"{'true' if k.q_norm else 'false'}, {self.warps}, {splits}, {self.attn_keys(group)}, {t.attn_min_keys}")
-        self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
+        self._case(f"kiec::attention_tile<{tmpl}>(u, ring, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",
                    n=k.kv_heads, m=self.seq, window=a.window, eps=k.q_norm.eps if k.q_norm else 0.0, scale=a.scale,
-                   softcap=a.softcap, arrive=self.arrivals,
+                   softcap=a.softcap, arrive=self.arrivals, splits=splits, min_keys=t.attn_min_keys,
+                   kv_pages=bool(t.persist_attn_kv_pages),
+                   item_bytes=k.head_dim * self.esize if t.persist_attn_kv_pages else 0,
                    w=(self.kv_offset[k.append.cache], f_off, self._w(k.q_norm and k.q_norm.weight),
                       self._w(k.k_norm and k.k_norm.weight)),
                    a=(self.arena[k.qkv], self.arena[partials(k) + ".o"], self.arena[partials(k) + ".ml"],
@@ -157,6 +159,7 @@ class _PersistentEmitter(_Emitter):
             raise ValueError(f"persist_inflight_pages is {self.t.persist_inflight_pages}: pages in flight at most, "
                              f"0 for the whole ring")
         inflight = min(self.t.persist_inflight_pages or stages, stages)
+        last_attn = max((c for c, (_, op) in enumerate(self.sched.phases) if op == "attention"), default=-1)
         smem = ring_head + stages * page + self.smem
         src, lay = self.src, self.lay
         src.weights, src.weight_bytes = list(lay.entries.values()), lay.size
@@ -172,7 +175,8 @@ class _PersistentEmitter(_Emitter):
             inflight=inflight, l2_ahead=self.t.persist_l2_ahead_bytes // page, stop_poll_every=self.t.persist_stop_poll_every,
             reduce_batch=self.t.persist_reduce_batch, signal_slots=self.t.persist_signal_slots,
             attn_early_kv=self.t.persist_attn_early_kv, attn_one_split_signals=self.t.persist_attn_one_split_signals,
-            attn_merge_in_o=int(self.sched.merge_in_o),
+            attn_merge_in_o=int(self.sched.merge_in_o), attn_kv_pages=self.t.persist_attn_kv_pages,
+            kv_acquire_counter=last_attn, kv_acquire_tiles=self.sched.tiles[last_attn] if last_attn >= 0 else 0,
             scratch=self.smem,
             counter_stride=self.t.persist_counter_stride, instr_off=instr_off, starts_off=starts_off,
             kernels_off=kernels_off, instructions=instructions, **self.model_constants(header))

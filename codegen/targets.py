@@ -32,6 +32,7 @@ class TargetParams:
     persist_signal_slots: int  # persistent: > 0: thread 0 hands counters to a signalling thread (mailbox slots)
     persist_attn_one_split_signals: int  # persistent attention: 1: one split in use signals, not the last arrival
     persist_attn_merge_in_o: int  # persistent attention: 1: every split signals, the output projection merges
+    persist_attn_kv_pages: int  # persistent attention: 1: cache rows of earlier steps stream through the ring
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -83,7 +84,10 @@ TARGETS: dict[str, TargetParams] = {
                           persist_attn_one_split_signals=0,
                           # 1: each split signals and the output projection's prologue merges the partials (no
                           # arrival round trip, no merge between); not yet run (2026-11-30)
-                          persist_attn_merge_in_o=0),
+                          persist_attn_merge_in_o=0,
+                          # 1: a split's K/V rows of earlier steps are copied into the ring a ring ahead like
+                          # weights (at 8k, attention's plain loads ran at a third of the ceiling); not yet run
+                          persist_attn_kv_pages=0),
 }
 
 

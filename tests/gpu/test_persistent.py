@@ -20,6 +20,17 @@ def compile_tiny(tmp_path, family, mode="persistent", **overrides):
     return model, kiec.compile(model, str(tmp_path / mode), mode=mode)
 
 
+def stepped_greedy(eng, prompt, n):
+    """The greedy continuation of `prompt` by n tokens, one Engine.step (one launch) a position."""
+    seq, out = list(prompt), []
+    for p in range(len(prompt) + n - 1):
+        logits = eng.step(seq[p], p)
+        if p + 1 >= len(seq):
+            seq.append(int(np.argmax(logits)))
+            out.append(seq[-1])
+    return out
+
+
 def compile_variant(model, tmp_path, monkeypatch, name="variant", **change):
     """The model's persistent artifact with the sm_90 table's fields replaced (scripts/variants.py's A/B), on top
     of earlier replacements in the same test."""
@@ -51,20 +62,25 @@ def test_persistent_wide_rows_within_budget(tmp_path):
     assert eng.generate(tokens[:5], 40) == graph.generate(tokens[:5], 40)
 
 
-@pytest.mark.parametrize("family,window,early_kv", [("llama", None, 0), ("mistral", 200, 0), ("mistral", 200, 1)])
-def test_persistent_long_context_within_budget(tmp_path, monkeypatch, family, window, early_kv):
-    # early_kv: each split's first rows load before its wait (persist_attn_early_kv), over 2-16 splits a KV
-    # head and a sliding window; logits bit for bit those of the default kernel
+@pytest.mark.parametrize("family,window,change", [("llama", None, {}), ("mistral", 200, {}),
+                                                   ("mistral", 200, {"persist_attn_early_kv": 1}),
+                                                   ("llama", None, {"persist_attn_kv_pages": 1}),
+                                                   ("mistral", 200, {"persist_attn_kv_pages": 1})])
+def test_persistent_long_context_within_budget(tmp_path, monkeypatch, family, window, change):
+    # early K/V: each split's first rows load before its wait (persist_attn_early_kv), over 2-16 splits a KV
+    # head and a sliding window; logits bit for bit those of the default kernel. kv pages: each split's rows of
+    # earlier steps through the ring, many pages a split, within the budget
     extra = {"sliding_window": window} if window else {}
     model, art = compile_tiny(tmp_path, family, max_position_embeddings=1024, **extra)
-    if early_kv:
+    if change:
         base = kiec.Engine(art)
-        art = compile_variant(model, tmp_path, monkeypatch, persist_attn_early_kv=1)
-    _, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=600)
-    budget_check(ours, r32, r16, f"{family} persistent (window {window}, early K/V {early_kv}): logits over 600 "
-                                 f"positions")
-    if early_kv:
+        art = compile_variant(model, tmp_path, monkeypatch, **change)
+    eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=600)
+    budget_check(ours, r32, r16, f"{family} persistent (window {window}, {change}): logits over 600 positions")
+    if "persist_attn_early_kv" in change:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+    if "persist_attn_kv_pages" in change:  # one launch over 300 positions against a launch a position
+        assert eng.generate(tokens[:280], 20) == stepped_greedy(eng, tokens[:280], 20)
 
 
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 0.9), (0.7, 1.0), (60.0, 0.5)])
@@ -135,7 +151,10 @@ def test_trace_times_every_instruction_of_one_step(tmp_path):
                                     dict(persist_signal_slots=8, persist_attn_early_kv=1),
                                     dict(persist_attn_one_split_signals=1),
                                     dict(persist_attn_one_split_signals=1, attn_min_keys=8),
-                                    dict(persist_attn_merge_in_o=1), dict(persist_attn_merge_in_o=1, attn_min_keys=8)])
+                                    dict(persist_attn_merge_in_o=1), dict(persist_attn_merge_in_o=1, attn_min_keys=8),
+                                    dict(persist_attn_kv_pages=1), dict(persist_attn_kv_pages=1, attn_min_keys=8),
+                                    dict(persist_attn_kv_pages=1, attn_min_keys=8, persist_page_bytes=1024,
+                                         persist_stages=4)])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
@@ -153,6 +172,11 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     art = compile_variant(model, tmp_path, monkeypatch, **change)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, f"persistent {change}: logits over 24 positions")
+    if "persist_attn_kv_pages" in change:  # cache rows through the ring, in another order than the base's loads:
+        # not its bits. One launch over a whole generation (each token's cache pages wait for the last token's
+        # attention) against a launch a token (stepped: rows from earlier launches only)
+        assert eng.generate(tokens[:5], 24) == stepped_greedy(eng, tokens[:5], 24)
+        return
     if change.keys() & {"persist_reduce_batch", "persist_attn_early_kv", "persist_signal_slots",
                         "persist_attn_one_split_signals", "persist_attn_merge_in_o"}:  # same math in
         # the same order: the same bits

@@ -6,6 +6,7 @@
 // block whose slice holds row `pos` writes the new k (normed, rotated) and v there first. Lanes are grouped LPK = HEAD_DIM/8 to a key (16 bytes each), so a warp reads 32/LPK keys per pass.
 #pragma once
 #include "common.cuh"
+#include "mbarrier.cuh"
 
 namespace kiec {
 
@@ -53,13 +54,18 @@ struct AttentionSmem {  // codegen/persistent.py sizes it: keep the two in step
 
 // The rows [lo, hi) split `split` takes at `pos`, and how many splits are in use (simulate.split_rows): each takes
 // at least MIN_KEYS rows, so a short context is one block per KV head and a long one spreads over all SPLITS.
-template <int SPLITS, int MIN_KEYS>
-__device__ __forceinline__ void split_range(int pos, int window, int split, int& lo, int& hi, int& active) {
+// split_range_of: the same with the split count and minimum at run time (the persistent weight stream's page walk).
+__host__ __device__ __forceinline__ void split_range_of(int pos, int window, int split, int splits, int min_keys,
+                                                        int& lo, int& hi, int& active) {
   const int start = window > 0 ? max(0, pos + 1 - window) : 0, n = pos + 1 - start;
-  const int chunk = max(MIN_KEYS, (n + SPLITS - 1) / SPLITS);
+  const int chunk = max(min_keys, (n + splits - 1) / splits);
   active = (n + chunk - 1) / chunk;
   lo = start + split * chunk;
   hi = min(lo + chunk, pos + 1);
+}
+template <int SPLITS, int MIN_KEYS>
+__device__ __forceinline__ void split_range(int pos, int window, int split, int& lo, int& hi, int& active) {
+  split_range_of(pos, window, split, SPLITS, MIN_KEYS, lo, hi, active);
 }
 
 // One pass of the key loop's K and V loads: lane (sub, part) of warp w takes rows j0 + u * WARPS * KPW + sub (j0 =
@@ -98,14 +104,18 @@ __device__ __forceinline__ T* v_rows(T* cache, int kv_heads, int max_seq, int g)
 // KV head g's GROUP query heads over cache rows [lo, hi): q normed, rotated and scaled; the block holding row pos
 // writes the new k (normed, rotated) and v there first. Leaves each warp's (m, l, o) in sm. EARLY > 0: `early`
 // holds the first pass's slots [0, EARLY) but row pos, loaded before this step's inputs were ready (rows of earlier
-// steps do not change); row pos comes from sm, the same bits the cache gets.
+// steps do not change); row pos comes from sm, the same bits the cache gets. PAGES (the persistent kernel's
+// kv_pages): rows [lo, min(hi, pos)) come as pages of the weight ring (ring.cuh's PageWalk: K rows, then V rows at
+// half a page), row pos from sm; the slice consumes and releases them.
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
-          int EARLY = 0>
+          int EARLY = 0, bool PAGES = false, typename Ring = int>
 __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,
                                                 int kv_heads, int max_seq, const float* inv_freq, const T* q_norm_w,
                                                 const T* k_norm_w, float norm_eps, float scale, float softcap, int g,
                                                 int pos, int lo, int hi,
-                                                const KvPass<T, HEAD_DIM, WARPS, U>* early = nullptr) {
+                                                const KvPass<T, HEAD_DIM, WARPS, U>* early = nullptr,
+                                                Ring* ring = nullptr) {
+  static_assert(!(PAGES && EARLY), "paged K/V rows are not loaded early");
   using Pass = KvPass<T, HEAD_DIM, WARPS, U>;
   constexpr int LPK = Pass::LPK, KPW = Pass::KPW;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nq = kv_heads * GROUP;
@@ -134,6 +144,7 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
       kc[(size_t)pos * HEAD_DIM + i] = from_float<T>(sm.kn[i]);
       vc[(size_t)pos * HEAD_DIM + i] = from_float<T>(sm.vn[i]);
     }
+    if (PAGES) asm volatile("fence.proxy.async.global;" ::: "memory");  // later steps copy the row with TMA
   }
   sync_block();  // the new row is visible to this block (plain loads below, not the read-only path)
 
@@ -149,33 +160,15 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
       acc[h][i] = 0.f;
     }
   }
-  // U keys per lane group per pass: 2U 16-byte loads in flight per lane before the first use. Key groups go
-  // round the warps first (warp w, slot u takes rows j0 + (u * WARPS + w) * KPW ...), so a short slice
-  // spreads over all warps instead of making one warp's online softmax a long serial chain.
-  for (int j0 = lo + warp * KPW; j0 < hi; j0 += WARPS * KPW * U) {
-    Pass kv;
-    if (EARLY > 0 && j0 == lo + warp * KPW) {
-      kv.template load<EARLY, U>(kc, vc, j0, hi, -1);
-#pragma unroll
-      for (int u = 0; u < EARLY; ++u) {
-        kv.k[u] = early->k[u];
-        kv.v[u] = early->v[u];
-        if (j0 + u * WARPS * KPW + sub == pos) {
-          kv.k[u] = pack8<T>(sm.kn + part * 8);
-          kv.v[u] = pack8<T>(sm.vn + part * 8);
-        }
-      }
-    } else {
-      kv.load(kc, vc, j0, hi, -1);
-    }
-    const uint4 (&kr)[U] = kv.k, (&vr)[U] = kv.v;
-    // Scores of all U slots first (their dot products and shuffles are independent), then one rescale per
-    // head, then the weighted V sum: the serial online-softmax chain is one step per pass, not per key.
+  // One pass: slots u of this warp hold rows j0 + u * WARPS * KPW + sub (of its lane group), valid below `end`.
+  // Scores of all U slots first (their dot products and shuffles are independent), then one rescale per head, then
+  // the weighted V sum: the serial online-softmax chain is one step per pass, not per key.
+  auto step = [&](const uint4 (&kr)[U], const uint4 (&vr)[U], int j0, int end) {
     float sc[GROUP][U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int j = j0 + u * WARPS * KPW + sub;
-      if (j0 + u * WARPS * KPW < hi) {  // warp-uniform: the shuffles below run on all lanes or none
+      if (j0 + u * WARPS * KPW < end) {  // warp-uniform: the shuffles below run on all lanes or none
         float k[8];
         unpack8<T>(kr[u], k);
 #pragma unroll
@@ -186,7 +179,7 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
 #pragma unroll
           for (int o = LPK / 2; o > 0; o >>= 1) sv += __shfl_xor_sync(0xffffffffu, sv, o);
           if (softcap > 0.f) sv = softcap * tanhf(sv / softcap);
-          sc[h][u] = j < hi ? sv : -INFINITY;
+          sc[h][u] = j < end ? sv : -INFINITY;
         }
       } else {
 #pragma unroll
@@ -206,7 +199,7 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (j0 + u * WARPS * KPW >= hi) break;
+      if (j0 + u * WARPS * KPW >= end) break;
       float v[8];
       unpack8<T>(vr[u], v);
 #pragma unroll
@@ -216,6 +209,61 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[h][i] = fmaf(p, v[i], acc[h][i]);
       }
+    }
+  };
+  if constexpr (PAGES) {
+    // rows of earlier steps, page by page (each page: PER rows of K, then PER rows of V), U slots a pass
+    constexpr int ROW = HEAD_DIM * (int)sizeof(T), PER = Ring::PAGE / (2 * ROW);
+    const int rows = min(hi, pos) - lo;
+    for (int first = 0; first < rows; first += PER, ++ring->seq) {
+      const unsigned stage = ring->seq % Ring::STAGES;
+      mbar_wait(ring->full + stage, (ring->seq / Ring::STAGES) & 1);
+      const char* page = ring->page(ring->seq);
+      const int n = min(PER, rows - first);
+      for (int j0 = warp * KPW; j0 < n; j0 += WARPS * KPW * U) {
+        Pass kv;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int r = j0 + u * WARPS * KPW + sub;
+          kv.k[u] = kv.v[u] = make_uint4(0, 0, 0, 0);
+          if (r < n) {
+            kv.k[u] = lds128(page + r * ROW + part * 16);
+            kv.v[u] = lds128(page + (PER + r) * ROW + part * 16);
+          }
+        }
+        step(kv.k, kv.v, j0, n);
+      }
+      mbar_arrive(ring->empty + stage);
+    }
+    if (owns_pos) {  // row pos, from sm: lane group 0 of warp 0
+      Pass kv;
+#pragma unroll
+      for (int u = 0; u < U; ++u) kv.k[u] = kv.v[u] = make_uint4(0, 0, 0, 0);
+      kv.k[0] = pack8<T>(sm.kn + part * 8);
+      kv.v[0] = pack8<T>(sm.vn + part * 8);
+      step(kv.k, kv.v, warp * KPW, 1);
+    }
+  } else {
+    // U keys per lane group per pass: 2U 16-byte loads in flight per lane before the first use. Key groups go
+    // round the warps first (warp w, slot u takes rows j0 + (u * WARPS + w) * KPW ...), so a short slice
+    // spreads over all warps instead of making one warp's online softmax a long serial chain.
+    for (int j0 = lo + warp * KPW; j0 < hi; j0 += WARPS * KPW * U) {
+      Pass kv;
+      if (EARLY > 0 && j0 == lo + warp * KPW) {
+        kv.template load<EARLY, U>(kc, vc, j0, hi, -1);
+#pragma unroll
+        for (int u = 0; u < EARLY; ++u) {
+          kv.k[u] = early->k[u];
+          kv.v[u] = early->v[u];
+          if (j0 + u * WARPS * KPW + sub == pos) {
+            kv.k[u] = pack8<T>(sm.kn + part * 8);
+            kv.v[u] = pack8<T>(sm.vn + part * 8);
+          }
+        }
+      } else {
+        kv.load(kc, vc, j0, hi, -1);
+      }
+      step(kv.k, kv.v, j0, hi);
     }
   }
   // merge the KPW key slots of the warp (lanes with the same `part`)

@@ -43,6 +43,9 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 #ifndef KIEC_ATTN_MERGE_IN_O
 #define KIEC_ATTN_MERGE_IN_O 0
 #endif
+#ifndef KIEC_ATTN_KV_PAGES
+#define KIEC_ATTN_KV_PAGES 0
+#endif
 // Split (ins.tile % SPLITS) of KV head ins.lo: its slice of the context, written as a partial (or, with one split
 // in use, as the output), then an arrival on the head's counter in `arrive` (splits the context is too short for
 // only arrive). The split that arrives last (SPLITS x (t + 1) arrivals: the counter only grows) merges the
@@ -50,9 +53,11 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // with KIEC_ATTN_ONE_SPLIT_SIGNALS and one split in use, that split bumps it without waiting for the others (one
 // round trip less). KIEC_ATTN_MERGE_IN_O: every split bumps the phase counter after writing its partial, and the
 // output projection merges the partials in its prologue (gemv_tile's SplitMerge): no arrival, no merge here.
+// KIEC_ATTN_KV_PAGES: the split's cache rows of earlier steps come through the weight ring (the producer copies
+// them a ring ahead, ring.cuh), not as loads after the wait.
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
-          int MIN_KEYS>
-__device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
+          int MIN_KEYS, typename R>
+__device__ __forceinline__ bool attention_tile(Turn u, R& ring, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
                                             float* out, unsigned* arrive, float* smem) {
@@ -66,7 +71,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   // 40 B on llama-3.1-8b (ptxas -v; its 32 more live registers across the wait).
   using Pass = KvPass<T, HEAD_DIM, WARPS, U>;
   constexpr int SLOTS = (MIN_KEYS + WARPS * Pass::KPW - 1) / (WARPS * Pass::KPW), CAP = U < 2 ? U : 2;
-  constexpr int EARLY = KIEC_ATTN_EARLY_KV ? (SLOTS < CAP ? SLOTS : CAP) : 0;
+  constexpr int EARLY = KIEC_ATTN_EARLY_KV && !KIEC_ATTN_KV_PAGES ? (SLOTS < CAP ? SLOTS : CAP) : 0;
   Pass early;
   if (EARLY > 0 && split < active)
     early.template load<0, EARLY>(k_rows<T, HEAD_DIM>(cache, max_seq, g),
@@ -79,9 +84,9 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
 #endif
   if (split < active) {
     auto& sm = *reinterpret_cast<AttentionSmem<HEAD_DIM, GROUP, WARPS>*>(smem);
-    attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, EARLY>(
+    attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, EARLY, KIEC_ATTN_KV_PAGES != 0>(
         sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi,
-        &early);
+        &early, &ring);
     attention_store<HEAD_DIM, GROUP, WARPS, SPLITS>(sm, g, split, active, part_o, part_ml, out);
   }
   trace(u, TR_X_READY);

@@ -27,6 +27,12 @@ struct PersistentArgs {
   int trace_pos;              // trace_pos
 };
 
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // One instruction on one token.
 struct Turn {
   const Instr* ins;

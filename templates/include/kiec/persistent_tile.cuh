@@ -30,12 +30,6 @@ __device__ __forceinline__ void trace(const Turn& u, TraceSlot what) {
   if (what == TR_DONE) row[TR_CYCLES] = clock64() - row[TR_CYCLES];
 }
 
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 // Every thread calls it. Thread 0 spins until each counter the instruction waits on reaches this token's
 // target (tiles * (t + 1), or tiles * t on the previous token's run); false when the generation ended first
 // (looked at every KIEC_STOP_POLL_EVERY polls: each look is one more load in the spin).

@@ -1,7 +1,13 @@
 // The persistent kernel's weight stream (persistent.cuh): shared-memory pages, their mbarriers, and the thread
 // that fills them with TMA bulk copies ahead of the GEMV tiles.
 #pragma once
+#include "attention.cuh"
+#include "mbarrier.cuh"
 #include "persistent_args.cuh"
+
+#ifndef KIEC_ATTN_KV_PAGES
+#define KIEC_ATTN_KV_PAGES 0  // 1: attention's cache rows of earlier steps stream through the ring (codegen)
+#endif
 
 namespace kiec {
 
@@ -10,41 +16,6 @@ namespace kiec {
 // by a dependency. A page's `full` barrier completes when its bytes have landed; its `empty` barrier when every
 // compute thread is done with it. Both sides count pages the same way (seq), so page seq sits in stage
 // seq % STAGES and is that stage's (seq / STAGES)-th use.
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ bool mbar_test(unsigned long long* bar, unsigned parity) {
-  unsigned ok;
-  asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-               : "=r"(ok) : "r"(smem_addr(bar)), "r"(parity) : "memory");
-  return ok;
-}
-
-__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
-  while (!mbar_test(bar, parity)) {}
-}
-
-__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-
-__device__ __forceinline__ void mbar_expect(unsigned long long* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-
-// One 16-byte shared-memory load: a plain dereference of a page's uint4 let nvcc split it into eight 2-byte loads
-// (SASS; 2-byte loads at a 16-byte lane stride conflict 8 ways by the bank arithmetic). volatile keeps it after
-// the page's mbarrier wait.
-__device__ __forceinline__ uint4 lds128(const void* p) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(smem_addr(p)));
-  return v;
-}
 
 // unpack8 with bf16 widened in one shift or one mask a value (nvcc's generic widening spends two on the odd ones;
 // graph mode keeps unpack8: this one changed its register allocation there into spills).
@@ -60,14 +31,6 @@ __device__ __forceinline__ void widen8(const uint4& raw, float* out) {
   } else {
     unpack8<T>(raw, out);
   }
-}
-
-// `bytes` (a multiple of 16) from global src to shared dst; bar's transaction count drops by them on arrival.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar,
-                                          unsigned long long policy) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-               " [%0], [%1], %2, [%3], %4;"
-               ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy) : "memory");
 }
 
 // Ask L2 for `bytes` from p (16-byte aligned) in one instruction; nothing waits for the data.
@@ -117,20 +80,27 @@ struct Ring {
 
 // The pages of an SM's GEMV shares, position after position, in the order the compute warps use them. After
 // next(), gate (and for SiLU-mul up) hold the current page's sources, `bytes` each, and up_at where its up half
-// goes in the page.
-template <int PAGE>
+// goes in the page. An attention kernel with kv_pages streams its split's K rows (gate) and V rows (up) of
+// earlier steps the same way (`kv`: the page is cache rows, written by earlier steps' attention); KV false leaves
+// attention out at compile time (the kernel without KIEC_ATTN_KV_PAGES).
+template <int PAGE, bool KV = true>
 struct PageWalk {
   const PersistentArgs* a;
   int begin, end, pos, i, first;  // the next page: position, instruction, first item
   const char* gate;
   const char* up;
   unsigned bytes, up_at;
+  bool kv;
   __host__ __device__ __forceinline__ PageWalk(const PersistentArgs* a_, int begin_, int end_)
       : a(a_), begin(begin_), end(end_), pos(a_->p0), i(begin_), first(0) {}
   __host__ __device__ __forceinline__ bool next() {  // host too: tests/cpu/page_walk.cu runs it
     for (; pos < a->p_end; ++pos, i = begin) {
       for (; i < end; ++i, first = 0) {
         const Instr& ins = a->instrs[i];
+        if (KV && ins.opcode == OP_ATTENTION) {
+          if (kv_page(ins)) return true;
+          continue;
+        }
         if (ins.opcode != OP_GEMV) continue;
         const KernelDesc& d = a->kernels[ins.kernel];
         const int per_page = items_per_page(PAGE, d.item_bytes, d.silu);
@@ -142,10 +112,30 @@ struct PageWalk {
         bytes = (unsigned)min(per_page, items - first) * d.item_bytes;
         up_at = per_page * d.item_bytes;
         first += per_page;
+        kv = false;
         return true;
       }
     }
     return false;
+  }
+  // The next page of attention instruction ins's rows of earlier steps [lo, min(hi, pos)) of KV head ins.lo (row
+  // pos is this step's: the tile has it from its own q/k/v), K rows then V rows; false when none is left.
+  __host__ __device__ __forceinline__ bool kv_page(const Instr& ins) {
+    const KernelDesc& d = a->kernels[ins.kernel];
+    if (!d.kv_pages) return false;
+    int lo, hi, active;
+    split_range_of(pos, d.window, ins.tile % d.splits, d.splits, d.min_keys, lo, hi, active);
+    const int rows = ins.tile % d.splits < active ? min(hi, pos) - lo : 0;
+    const int per_page = PAGE / (2 * d.item_bytes);
+    if (first >= rows) return false;
+    const size_t head = (size_t)d.m * d.item_bytes;  // one KV head's rows: [K heads][max_seq], then [V heads]
+    gate = a->kv + d.w[0] + (size_t)ins.lo * head + (size_t)(lo + first) * d.item_bytes;
+    up = gate + (size_t)d.n * head;
+    bytes = (unsigned)min(per_page, rows - first) * d.item_bytes;
+    up_at = per_page * d.item_bytes;
+    first += per_page;
+    kv = true;
+    return true;
   }
 };
 
@@ -164,9 +154,23 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
   static_assert(INFLIGHT >= 1 && INFLIGHT <= R::STAGES, "pages in flight: 1 to the ring's");
   unsigned long long policy;  // weights are read once a token: first out of L2
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  PageWalk<R::PAGE> copy(&a, begin, end), ahead(&a, begin, end);
+  PageWalk<R::PAGE, KIEC_ATTN_KV_PAGES != 0> copy(&a, begin, end), ahead(&a, begin, end);
   unsigned seq = 0, asked = 0;  // pages copied into the ring; pages asked of L2 (the walk `ahead` is past them)
+  int ordered = 0;  // tokens of this launch whose K/V rows are ordered before this thread's copies
   for (; copy.next(); ++seq) {
+#ifdef KIEC_KV_ACQUIRE_COUNTER
+    // Cache rows of earlier steps (kv_pages): written by generic stores on other SMs, read here by the async
+    // proxy. Rows of the launch's own tokens are there once the previous token's last attention phase completed
+    // (each layer's attention waits on the one before it); acquire that, then order the async proxy after it.
+    // Rows from before the launch need nothing. The phase is long done by the time the stream gets here.
+    if (copy.kv && copy.pos - a.p0 > ordered) {
+      const unsigned target = KIEC_KV_ACQUIRE_TILES * (unsigned)(copy.pos - a.p0);
+      while (ld_acquire(a.counters + KIEC_KV_ACQUIRE_COUNTER * a.counter_stride) < target)
+        if (*quit) goto drain;
+      asm volatile("fence.proxy.async.global;" ::: "memory");
+      ordered = copy.pos - a.p0;
+    }
+#endif
     const unsigned stage = seq % R::STAGES, use = seq / R::STAGES;
     if (use > 0) {
       while (!mbar_test(ring.empty + stage, (use - 1) & 1)) {
