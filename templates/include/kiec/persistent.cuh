@@ -94,11 +94,11 @@ __device__ __forceinline__ bool attention_tile(Turn u, R& ring, const float* qkv
     signal_done(u);
     return true;
   }
-  if (KIEC_ATTN_ONE_SPLIT_SIGNALS && active == 1) {  // split 0 wrote the output: it signals at once, without
-    // waiting on the others' arrivals
-    // (its release orders the output); every split still arrives, so that a head counts SPLITS arrivals a token.
-    // A token's arrivals are all in before any of the next token's: each split's SM passes a later tile whose
-    // release the next token's attention waits on (ir/passes/vm.py checks it on every schedule it runs).
+  if (KIEC_ATTN_ONE_SPLIT_SIGNALS && active == 1) {
+    // Split 0 wrote the output: it signals at once, without waiting on the others' arrivals (its release orders
+    // the output); every split still arrives, so that a head counts SPLITS arrivals a token. A token's arrivals
+    // are all in before any of the next token's: each split's SM passes a later tile whose release the next
+    // token's attention waits on (ir/passes/vm.py checks it on every schedule it runs).
     if (threadIdx.x == 0) red_relaxed(arrive + g);
     if (split == 0) {
       signal_done(u);
