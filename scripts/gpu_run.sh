@@ -65,9 +65,9 @@ if [ -n "${COMPUTE:-}" ]; then
   done 2>&1 | tee "$OUT/gemv_compute.txt"
 fi
 # MODES=graph,persistent: the modes kiec bench compiles and times (default graph)
-# VARIANTS="model v1 v2 ...": A/B of target-table variants (scripts/variants.py)
+# VARIANTS="model v1 v2 ... [/ model v1 ...]": A/B of target-table variants (scripts/variants.py)
 if [ -n "${VARIANTS:-}" ]; then
-  timeout 300 python3 scripts/variants.py $VARIANTS 2>&1 | grep -v "^\[kiec\]" | tee "$OUT/variants.log"
+  timeout 450 python3 scripts/variants.py $VARIANTS 2>&1 | grep -v "^\[kiec\]" | tee "$OUT/variants.log"
 fi
 for spec in "$@"; do
   # MODEL runs both default contexts (0 and 8192); MODEL:N runs context N alone

@@ -2,8 +2,10 @@
     python3 scripts/variants.py llama-3.2-1b base prefetch_bytes=0 gemv_rows=1
     python3 scripts/variants.py llama-3.2-1b mode=persistent mode=persistent,persist_warps=12
     python3 scripts/variants.py llama-3.2-1b:8192 mode=persistent mode=persistent,persist_kv_prefetch=0
-(MODEL:N: timed from N tokens of context.) Each variant is the sm_90 table entry with the given fields replaced (mode= picks graph or persistent);
-prints ms/token and MBU per variant."""
+    python3 scripts/variants.py smollm2-135m mode=persistent / llama-3.2-1b:8192 mode=persistent
+(MODEL:N: timed from N tokens of context; a lone / starts the next model's list, so one call runs several.) Each
+variant is the sm_90 table entry with the given fields replaced (mode= picks graph or persistent); prints ms/token
+and MBU per variant."""
 import sys
 
 import kiec
@@ -38,4 +40,8 @@ def main(spec: str, variants: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:])
+    args = sys.argv[1:]
+    while args:
+        cut = args.index("/") if "/" in args else len(args)
+        main(args[0], args[1:cut])
+        args = args[cut + 1:]
