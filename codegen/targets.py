@@ -68,8 +68,8 @@ TARGETS: dict[str, TargetParams] = {
                           # persistent: a ring of up to 12 x 16 KB pages per SM in flight (arithmetic: at a 4.6 TB/s
                           # ceiling, 35 GB/s an SM, 192 KB is 5.6 us of it, 25 MB over the GPU)
                           # A/B on llama-3.2-1b, 2026-11-30 at 94a9075 (bench/RESULTS.md): asking L2 for 128 or
-                          # 256 KB past the ring 0.839 / 0.838 ms vs 0.840 (noise: off; bench/l2_prefetch.cu asks why); looking at the stop
-                          # position every 64 polls, not each, 0.829 vs 0.840 ms (both rounds)
+                          # 256 KB past the ring 0.839 / 0.838 ms vs 0.840 (noise: off; bench/l2_prefetch.cu asks
+                          # why); looking at the stop position every 64 polls, not each, 0.829 vs 0.840 ms
                           # A/B, 2026-11-30 third session (bench/RESULTS.md), llama-3.2-1b 0.822 ms by default: at
                           # most 2 / 4 / 6 pages in flight 0.858 / 0.854 / 0.854; 8 warp sums batched 0.833; early
                           # K/V 0.816-0.820; counters released by a signalling thread 0.818 (smollm2-135m: 0.589 vs
