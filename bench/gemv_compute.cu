@@ -37,10 +37,8 @@ __device__ __forceinline__ float pages_without(R& ring, int items, const float (
   const int pages = (items + G::PER_PAGE - 1) / G::PER_PAGE;
   float run = 0.f;
   unsigned bits = 0;
-  for (int p = 0; p < pages; ++p, ++ring.seq) {
-    const unsigned stage = ring.seq % R::STAGES;
-    kiec::mbar_wait(ring.full + stage, (ring.seq / R::STAGES) & 1);
-    const char* page = ring.page(ring.seq);
+  for (int p = 0; p < pages; ++p) {
+    const char* page = ring.next_page();
     const int first = p * G::PER_PAGE, n = min(G::PER_PAGE, items - first);
     for (int j = (warp - first % WARPS + WARPS) % WARPS; j < n; j += WARPS) {
       const char* w0 = page + j * G::ITEM;
@@ -64,7 +62,7 @@ __device__ __forceinline__ float pages_without(R& ring, int items, const float (
         run += a0 + a1;
       }
     }
-    kiec::mbar_arrive(ring.empty + stage);
+    ring.release();
   }
   return run + __uint_as_float(bits & 0x007fffffu);
 }

@@ -68,17 +68,11 @@ __device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
 // in flight at once; adds the bytes it moved to *moved.
 __device__ void stream_pages(const R& ring, const char* src, const volatile int* done, unsigned long long* moved,
                              int inflight) {
-  unsigned long long policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  const unsigned long long policy = kiec::evict_first_policy();
   unsigned seq = 0;
   size_t off = 0;
-  for (; !*done; ++seq, off = (off + R::PAGE) % LOAD_BYTES) {
-    const unsigned stage = seq % R::STAGES;
-    const unsigned wait = min(inflight, R::STAGES);  // the page `wait` pages back must have landed
-    if (seq >= wait) kiec::mbar_wait(ring.full + (seq - wait) % R::STAGES, ((seq - wait) / R::STAGES) & 1);
-    kiec::mbar_expect(ring.full + stage, R::PAGE);
-    kiec::bulk_copy(ring.page(seq), src + off, R::PAGE, ring.full + stage, policy);
-  }
+  for (; !*done; ++seq, off = (off + R::PAGE) % LOAD_BYTES)
+    ring.copy_landed(seq, src + off, min(inflight, R::STAGES), policy);
   ring.drain(seq);
   atomicAdd(moved, (unsigned long long)seq * R::PAGE);
 }

@@ -58,9 +58,13 @@ class _PersistentEmitter(_Emitter):
         """Each layer's attention partials get their own region, so that layers never wait on each other's."""
         out = {}
         for k in self.attn:
-            slots = k.kv_heads * self.splits[k.name] * (k.n_heads // k.kv_heads)
+            slots = self.partial_slots(k)
             out[partials(k) + ".o"], out[partials(k) + ".ml"] = slots * k.head_dim, slots * 2
         return out
+
+    def partial_slots(self, k: AttentionKernel) -> int:
+        """An attention kernel's partials: one (o, m, l) per query head and split."""
+        return k.kv_heads * self.splits[k.name] * (k.n_heads // k.kv_heads)
 
     def attn_keys(self, group: int) -> int:
         """Keys in flight per lane group: graph mode's keys per block, spread over this block's warps."""
@@ -106,7 +110,7 @@ class _PersistentEmitter(_Emitter):
                    item_bytes=k.k // 8 // segs * 16, silu=silu, w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
                    a=a, window=window)
         rows = self.rows[self.p.kernels.index(k)]
-        staged = 0 if src is None else att.kv_heads * self.splits[att.name] * (att.n_heads // att.kv_heads) * 2
+        staged = 0 if src is None else 2 * self.partial_slots(att)  # merge_partials' copy of the (m, l)
         self.smem = max(self.smem, (k.k + max((2 if silu else 1) * rows * segs, staged) + self.warps) * 4)
         self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * (2 if silu else 1) * k.k * self.esize))
 

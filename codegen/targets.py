@@ -86,7 +86,8 @@ TARGETS: dict[str, TargetParams] = {
                           # arrival round trip, no merge between); not yet run (2026-11-30)
                           persist_attn_merge_in_o=0,
                           # 1: a split's K/V rows of earlier steps are copied into the ring a ring ahead like
-                          # weights (at 8k, attention's plain loads ran at a third of the ceiling); not yet run
+                          # weights (graph mode's attention kernel at 8192: 16.8 MB in the 10.9 us it takes more
+                          # than at 32, a third of the ceiling; bench/RESULTS.md); not yet run
                           persist_attn_kv_pages=0),
 }
 

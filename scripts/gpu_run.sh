@@ -41,27 +41,30 @@ if [ "$mode" = tests ]; then
 fi
 # SANITIZE=1: compute-sanitizer over a 2-layer tiny model's persistent kernel (scripts/sanitize.sh)
 [ -n "${SANITIZE:-}" ] && bash scripts/sanitize.sh persistent ${SANITIZE_FIELDS:-}  # SANITIZE_FIELDS: field=value ...
-# HOPS=1: the latency of one phase hop six ways, and two of them with HBM streaming meanwhile (bench/hop_latency.cu)
-if [ -n "${HOPS:-}${COMPUTE:-}${L2:-}" ]; then  # the device benchmarks include the generated ABI header
+# The device benchmarks (bench/*.cu) build against kiec's headers and the generated ABI header:
+# bench_build SOURCE OUT [nvcc flags ...] makes /tmp/OUT from bench/SOURCE.cu
+if [ -n "${HOPS:-}${COMPUTE:-}${L2:-}" ]; then
   mkdir -p /tmp/abi && python3 -c "from kiec.codegen.persistent_abi import header; print(header())" > /tmp/abi/persistent_abi.h
 fi
+bench_build() {
+  local src=$1 out=$2; shift 2
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I /tmp/abi "$@" \
+    "bench/$src.cu" -o "/tmp/$out"
+}
+# HOPS=1: the latency of one phase hop six ways, and two of them with HBM streaming meanwhile (bench/hop_latency.cu)
 if [ -n "${HOPS:-}" ]; then
-  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I /tmp/abi bench/hop_latency.cu \
-    -o /tmp/hop_latency && timeout 180 /tmp/hop_latency 2>&1 | tee "$OUT/hops.txt"
+  bench_build hop_latency hop_latency && timeout 180 /tmp/hop_latency 2>&1 | tee "$OUT/hops.txt"
 fi
 # L2=1: whether pages asked of L2 ahead (cp.async.bulk.prefetch.L2) copy into shared memory faster afterwards,
 # all SMs at once (bench/l2_prefetch.cu)
 if [ -n "${L2:-}" ]; then
-  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I /tmp/abi bench/l2_prefetch.cu \
-    -o /tmp/l2_prefetch && timeout 120 /tmp/l2_prefetch 2>&1 | tee "$OUT/l2_prefetch.txt"
+  bench_build l2_prefetch l2_prefetch && timeout 120 /tmp/l2_prefetch 2>&1 | tee "$OUT/l2_prefetch.txt"
 fi
 # COMPUTE=1: how fast the persistent GEMV's compute warps consume pages already in shared memory, warp sums one
 # item at a time and in batches of 8 (bench/gemv_compute.cu)
 if [ -n "${COMPUTE:-}" ]; then
   for b in 1 8; do
-    nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I /tmp/abi \
-      -DKIEC_COMPUTE_THREADS=256 -DKIEC_REDUCE_BATCH=$b bench/gemv_compute.cu -o /tmp/gemv_compute_$b \
-      && timeout 60 /tmp/gemv_compute_$b
+    bench_build gemv_compute gemv_compute_$b -DKIEC_COMPUTE_THREADS=256 -DKIEC_REDUCE_BATCH=$b && timeout 60 /tmp/gemv_compute_$b
   done 2>&1 | tee "$OUT/gemv_compute.txt"
 fi
 # MODES=graph,persistent: the modes kiec bench compiles and times (default graph)

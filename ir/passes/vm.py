@@ -14,7 +14,7 @@ import torch
 from kiec.sampling import SamplingParams, sample
 
 from .. import interp
-from .persistent import TOKEN, Instr, Schedule, merged_attention, reads_writes
+from .persistent import TOKEN, Instr, Schedule, merged_attention, partials, reads_writes
 from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel
 from .simulate import attention_split, gemv_rows, merge_splits, split_rows
 
@@ -38,6 +38,9 @@ class VM:
             for v in reads_writes(self.p.kernels[i], self.p, opcode)[1]:
                 self.producer[v] = c
         self.counters = [0] * len(sched.phases)
+        # merge_in_o: GEMV kernel -> the attention kernel whose partials it merges
+        self.merges = ({i: merged_attention(self.p, k) for i, k in enumerate(self.p.kernels)}
+                       if sched.merge_in_o else {})
         # attention partials per layer: o [kv_heads, splits, group, dh], m and l [kv_heads, splits, group]
         self.parts = {}
         for i, s in sched.splits.items():
@@ -81,7 +84,7 @@ class VM:
             tok = prompt[0] if token == 0 else self._token(ins, token)
             self.write(ins, token, k.out, ins.lo, self.w[k.table][tok][ins.lo:ins.hi].float())
         elif isinstance(k, GemvKernel):
-            src = merged_attention(self.p, k) if self.s.merge_in_o else None
+            src = self.merges.get(ins.kernel)
             if src is not None and self._used(src, token) > 1:  # the splits' partials, merged here
                 a = self.p.kernels[src]
                 env = {k.x: torch.cat([self._merged(src, g, token, f"gemv kernel {ins.kernel} tile {ins.tile}")
@@ -107,8 +110,8 @@ class VM:
                                     f"token {token} before the splits of token {token - 1} all had ({before} of "
                                     f"{want * token} arrivals)")
             self.arrived[key] = before + 1
-            if self._used(ins.kernel, token) == 1:  # split 0 signals at once, the others only
-                if ins.tile % want:                                     # arrive
+            if self._used(ins.kernel, token) == 1:  # split 0 signals at once, the others only arrive
+                if ins.tile % want:
                     return False
             elif self.arrived[key] != want * (token + 1):
                 return False
@@ -196,7 +199,7 @@ class VM:
     def _merged(self, kernel: int, g: int, token: int, who: str) -> torch.Tensor:
         """KV head g's output at `token` from the partials of the splits in use, which must be this token's."""
         used, part = self._used(kernel, token), self.parts[kernel]
-        want = next(c for c, (i, op) in enumerate(self.s.phases) if i == kernel) * 1_000_000 + token
+        want = self.producer[partials(self.p.kernels[kernel])] * 1_000_000 + token  # the attention phase's stamp
         got = part["stamp"][g, :used]
         if not bool((got == want).all()):
             raise ScheduleError(f"{who} (token {token}) merged partials of attention kernel {kernel} head {g} "

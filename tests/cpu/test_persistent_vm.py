@@ -25,6 +25,19 @@ def setup(tmp_path, family="qwen3", sms=7, min_keys=2, merge_in_o=False):
     return m, prog, sched, weights, offsets, floats
 
 
+def first_attention(prog) -> int:
+    """The index of the program's first attention kernel (layer 0's)."""
+    return next(k for k, kern in enumerate(prog.kernels) if type(kern).__name__ == "AttentionKernel")
+
+
+def split_alone(sched, attn: int, split: int, at: int) -> None:
+    """Planted fault: the first instruction of attention kernel `attn` for `split` moves off its SM onto an SM of
+    its own, inserted at position `at` of the SM lists (0: first, len: last)."""
+    sm, i = next((sm, i) for sm, lst in enumerate(sched.lists) for i, ins in enumerate(lst)
+                 if ins.kernel == attn and ins.tile % sched.splits[attn] == split)
+    sched.lists.insert(at, [sched.lists[sm].pop(i)])
+
+
 def reference_logits(m, prompt, steps):
     ref = kiec.Reference(m)
     out, seq = [], list(prompt)
@@ -53,7 +66,7 @@ def test_schedule_computes_the_graph_on_any_interleaving(tmp_path, policy, seed,
 def test_a_missing_wait_is_caught(tmp_path):
     m, prog, sched, weights, offsets, floats = setup(tmp_path)
     # drop the wait of the first attention instruction on the QKV GEMV before it (read after write)
-    attn = next(k for k, kern in enumerate(prog.kernels) if type(kern).__name__ == "AttentionKernel")
+    attn = first_attention(prog)
     for lst in sched.lists:
         for i, ins in enumerate(lst):
             if ins.kernel == attn:
@@ -75,7 +88,7 @@ def test_with_the_merge_in_the_output_projection_a_missing_wait_is_caught(tmp_pa
     m, prog, sched, weights, offsets, floats = setup(tmp_path, merge_in_o=True)
     # every split signals the attention phase and the output projection merges their partials: without its
     # wait on the attention phase it merges partials of the last token (or none)
-    attn = next(k for k, kern in enumerate(prog.kernels) if type(kern).__name__ == "AttentionKernel")
+    attn = first_attention(prog)
     assert sched.tiles[attn] == prog.kernels[attn].kv_heads * sched.splits[attn]
     o_proj = next(i for i, k in enumerate(prog.kernels) if getattr(k, "x", None) == prog.kernels[attn].attention.out)
     for lst in sched.lists:
@@ -106,10 +119,8 @@ def test_kv_rows_loaded_before_the_wait_need_the_sms_earlier_waits(tmp_path):
     # reaches its next step's tile as soon as it ran the last one; at token 6 split 1 (rows 3-5) reads row 5,
     # which split 2 wrote at token 5 and has not yet when that SM goes first (SM 0: eager's first pick among
     # equals). Its wait on QKV orders its reads after the wait: only the early read breaks.
-    attn = next(k for k, kern in enumerate(prog.kernels) if type(kern).__name__ == "AttentionKernel")
-    sm, i = next((sm, i) for sm, lst in enumerate(sched.lists) for i, ins in enumerate(lst)
-                 if ins.kernel == attn and ins.tile % sched.splits[attn] == 1)
-    sched.lists.insert(0, [sched.lists[sm].pop(i)])
+    attn = first_attention(prog)
+    split_alone(sched, attn, 1, 0)
     with pytest.raises(ScheduleError, match=rf"attention kernel {attn} head \d+ split 1 at token 6: a KV row of an "
                                             r"earlier step is not in the cache when the SM reaches it"):
         VM(sched, weights, offsets, floats).run([5, 17, 99], 9, "eager")
@@ -122,10 +133,8 @@ def test_a_split_that_lags_a_token_behind_its_heads_arrivals_is_caught(tmp_path)
     # attention waits on. A split alone on an SM of its own (last: eager advances it last) arrives at token 0
     # after the other splits arrived at token 1; on the device the head's count would reach its target at the
     # wrong arrival and nobody would merge
-    attn = next(k for k, kern in enumerate(prog.kernels) if type(kern).__name__ == "AttentionKernel")
-    sm, i = next((sm, i) for sm, lst in enumerate(sched.lists) for i, ins in enumerate(lst)
-                 if ins.kernel == attn and ins.tile % sched.splits[attn] == 1)
-    sched.lists.append([sched.lists[sm].pop(i)])
+    attn = first_attention(prog)
+    split_alone(sched, attn, 1, len(sched.lists))
     with pytest.raises(ScheduleError, match=rf"attention kernel {attn} head \d+ split \d+ arrived at token 1 before "
                                             r"the splits of token 0 all had \(2 of 3 arrivals\)"):
         VM(sched, weights, offsets, floats).run([5, 17, 99], 6, "eager")

@@ -33,6 +33,17 @@ def host_draws(eng, prompt, tokens, params):
     return out
 
 
+def stepped_greedy(eng, prompt, n):
+    """The greedy continuation of `prompt` by n tokens, one Engine.step a position (argmax of its own logits)."""
+    seq, out = list(prompt), []
+    for pos in range(len(prompt) + n - 1):
+        logits = eng.step(seq[pos], pos)
+        if pos >= len(prompt) - 1:
+            out.append(int(logits.argmax()))
+            seq.append(out[-1])
+    return out
+
+
 def check_against_interpreter(model, artifact, positions, device="cuda"):
     eng = kiec.Engine(artifact)
     ref32 = kiec.Reference(model, torch.float32, device)
@@ -57,13 +68,7 @@ def test_tiny_family_logits_within_budget(tmp_path, family):
     # the queued, fed-back path makes the same tokens as stepping one at a time
     prompt = tokens[:5]
     gen = eng.generate(prompt, max_new_tokens=12)
-    seq, expect = list(prompt), []
-    for pos in range(len(prompt) + 11):
-        logits = eng.step(seq[pos], pos)
-        if pos >= len(prompt) - 1:
-            expect.append(int(logits.argmax()))
-            seq.append(expect[-1])
-    assert gen == expect
+    assert gen == stepped_greedy(eng, prompt, 12)
 
 
 def test_llama_3_2_1b_random_weights_within_budget(tmp_path):

@@ -6,7 +6,7 @@ import pytest
 
 import kiec
 from kiec.sampling import SamplingParams
-from tests.gpu.test_engine import budget_check, check_against_interpreter, host_draws
+from tests.gpu.test_engine import budget_check, check_against_interpreter, host_draws, stepped_greedy
 from tests.tiny_hf import make_tiny_hf
 
 pytestmark = pytest.mark.gpu
@@ -18,17 +18,6 @@ def compile_tiny(tmp_path, family, mode="persistent", **overrides):
     make_tiny_hf(tmp_path / "hf", family, **overrides)
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=overrides.get("max_position_embeddings", 256))
     return model, kiec.compile(model, str(tmp_path / mode), mode=mode)
-
-
-def stepped_greedy(eng, prompt, n):
-    """The greedy continuation of `prompt` by n tokens, one Engine.step (one launch) a position."""
-    seq, out = list(prompt), []
-    for p in range(len(prompt) + n - 1):
-        logits = eng.step(seq[p], p)
-        if p + 1 >= len(seq):
-            seq.append(int(np.argmax(logits)))
-            out.append(seq[-1])
-    return out
 
 
 def compile_variant(model, tmp_path, monkeypatch, name="variant", **change):

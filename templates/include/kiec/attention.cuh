@@ -89,6 +89,20 @@ struct KvPass {
       }
     }
   }
+  // The same rows of a ring page instead (persistent kv_pages): `per` K rows, then `per` V rows, `n` of them there.
+  __device__ __forceinline__ void load_page(const char* page, int per, int j0, int n) {
+    constexpr int ROW = HEAD_DIM * (int)sizeof(T);
+    const int lane = threadIdx.x & 31, sub = lane / LPK, part = lane % LPK;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int r = j0 + u * WARPS * KPW + sub;
+      k[u] = v[u] = make_uint4(0, 0, 0, 0);
+      if (r < n) {
+        k[u] = lds128(page + r * ROW + part * 16);
+        v[u] = lds128(page + (per + r) * ROW + part * 16);
+      }
+    }
+  }
 };
 
 // KV head g's K rows and V rows in the cache.
@@ -213,27 +227,17 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   };
   if constexpr (PAGES) {
     // rows of earlier steps, page by page (each page: PER rows of K, then PER rows of V), U slots a pass
-    constexpr int ROW = HEAD_DIM * (int)sizeof(T), PER = Ring::PAGE / (2 * ROW);
+    constexpr int ROW = HEAD_DIM * (int)sizeof(T), PER = items_per_page(Ring::PAGE, ROW, true);
     const int rows = min(hi, pos) - lo;
-    for (int first = 0; first < rows; first += PER, ++ring->seq) {
-      const unsigned stage = ring->seq % Ring::STAGES;
-      mbar_wait(ring->full + stage, (ring->seq / Ring::STAGES) & 1);
-      const char* page = ring->page(ring->seq);
+    for (int first = 0; first < rows; first += PER) {
+      const char* page = ring->next_page();
       const int n = min(PER, rows - first);
       for (int j0 = warp * KPW; j0 < n; j0 += WARPS * KPW * U) {
         Pass kv;
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int r = j0 + u * WARPS * KPW + sub;
-          kv.k[u] = kv.v[u] = make_uint4(0, 0, 0, 0);
-          if (r < n) {
-            kv.k[u] = lds128(page + r * ROW + part * 16);
-            kv.v[u] = lds128(page + (PER + r) * ROW + part * 16);
-          }
-        }
+        kv.load_page(page, PER, j0, n);
         step(kv.k, kv.v, j0, n);
       }
-      mbar_arrive(ring->empty + stage);
+      ring->release();
     }
     if (owns_pos) {  // row pos, from sm: lane group 0 of warp 0
       Pass kv;

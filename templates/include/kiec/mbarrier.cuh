@@ -1,6 +1,6 @@
-// Shared-memory barriers (mbarrier), 16-byte shared loads and TMA bulk copies: what the persistent kernel's weight
-// ring (ring.cuh) and the attention slice reading K/V rows from it (attention.cuh) share. No persistent ABI here:
-// graph mode's kernels include it too.
+// Shared-memory barriers (mbarrier), 16-byte shared loads, TMA bulk copies and how a ring page is cut into items:
+// what the persistent kernel's weight ring (ring.cuh) and the attention slice reading K/V rows from it
+// (attention.cuh) share. No persistent ABI here: graph mode's kernels include it too.
 #pragma once
 #include "common.cuh"
 
@@ -47,6 +47,20 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned b
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
                " [%0], [%1], %2, [%3], %4;"
                ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy) : "memory");
+}
+
+// An L2 cache policy for data read once: first out of L2 (the bulk copies' hint).
+__device__ __forceinline__ unsigned long long evict_first_policy() {
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+// How a page is cut into items: a GEMV share's items are (row, K segment) of item_bytes each, in memory order,
+// so a run of them is one contiguous copy; paired (SiLU-mul's gate and up rows, attention's K and V rows), a page
+// holds the items of the first kind and then as many of the second.
+__host__ __device__ constexpr int items_per_page(int page_bytes, int item_bytes, bool paired) {
+  return page_bytes / (item_bytes * (paired ? 2 : 1));
 }
 
 }  // namespace kiec

@@ -43,9 +43,6 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 #ifndef KIEC_ATTN_MERGE_IN_O
 #define KIEC_ATTN_MERGE_IN_O 0
 #endif
-#ifndef KIEC_ATTN_KV_PAGES
-#define KIEC_ATTN_KV_PAGES 0
-#endif
 // Split (ins.tile % SPLITS) of KV head ins.lo: its slice of the context, written as a partial (or, with one split
 // in use, as the output), then an arrival on the head's counter in `arrive` (splits the context is too short for
 // only arrive). The split that arrives last (SPLITS x (t + 1) arrivals: the counter only grows) merges the
@@ -53,8 +50,8 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // with KIEC_ATTN_ONE_SPLIT_SIGNALS and one split in use, that split bumps it without waiting for the others (one
 // round trip less). KIEC_ATTN_MERGE_IN_O: every split bumps the phase counter after writing its partial, and the
 // output projection merges the partials in its prologue (gemv_tile's SplitMerge): no arrival, no merge here.
-// KIEC_ATTN_KV_PAGES: the split's cache rows of earlier steps come through the weight ring (the producer copies
-// them a ring ahead, ring.cuh), not as loads after the wait.
+// KIEC_ATTN_KV_PAGES (ring.cuh): the split's cache rows of earlier steps come through the weight ring (the producer
+// copies them a ring ahead), not as loads after the wait.
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS, typename R>
 __device__ __forceinline__ bool attention_tile(Turn u, R& ring, const float* qkv, T* cache, int kv_heads, int max_seq,

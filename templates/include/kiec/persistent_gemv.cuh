@@ -161,12 +161,10 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
     }
   };
   long long waited = 0;
-  for (int p = 0; p < pages; ++p, ++ring.seq) {
-    const unsigned stage = ring.seq % R::STAGES;
+  for (int p = 0; p < pages; ++p) {
     const long long c0 = timed ? clock64() : 0;
-    mbar_wait(ring.full + stage, (ring.seq / R::STAGES) & 1);
+    const char* page = ring.next_page();
     if (timed) waited += clock64() - c0;
-    const char* page = ring.page(ring.seq);
     const int first = p * G::PER_PAGE, n = min(G::PER_PAGE, items - first);
     for (int j = (warp - first % WARPS + WARPS) % WARPS; j < n; j += WARPS) {
       float a0, a1;
@@ -174,7 +172,7 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
       shift_in(a0, a1);
       if (++mine % B == 0) sums_out(B);
     }
-    mbar_arrive(ring.empty + stage);  // every lane: an arrive releases only its own thread's reads
+    ring.release();
   }
   if (const int have = mine % B) {  // the last, short batch: zeros shifted in behind its items
     for (int k = have; k < B; ++k) shift_in(0.f, 0.f);

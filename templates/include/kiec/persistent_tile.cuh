@@ -1,8 +1,8 @@
 // What every persistent tile shares (persistent.cuh): waiting on the phase counters it depends on, signalling its
 // own, and the in-kernel trace (kiec_trace).
 #pragma once
+#include "mbarrier.cuh"
 #include "persistent_args.cuh"
-#include "ring.cuh"
 
 namespace kiec {
 
@@ -83,9 +83,7 @@ struct SignalBox {
   }
 };
 __shared__ SignalBox signal_box;
-#endif
 
-#if KIEC_SIGNAL_SLOTS > 0
 // Thread 0: the counter into the mailbox's next slot, or, while the signalling thread has not released that slot
 // yet, released here (the counters' order does not matter; a loop waiting for the slot made ptxas spill 76 B on
 // llama-3.2-1b with persist_attn_early_kv).

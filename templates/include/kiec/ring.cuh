@@ -13,7 +13,7 @@ namespace kiec {
 
 // Weights never depend on activations, so one thread (the producer) walks the SM's instruction list ahead of the
 // compute warps and copies each GEMV share, page by page, into the ring: it is stopped only by a full ring, never
-// by a dependency. A page's `full` barrier completes when its bytes have landed; its `empty` barrier when every
+// by a dependency (cache rows, with KIEC_ATTN_KV_PAGES, wait once a token for the previous token's attention). A page's `full` barrier completes when its bytes have landed; its `empty` barrier when every
 // compute thread is done with it. Both sides count pages the same way (seq), so page seq sits in stage
 // seq % STAGES and is that stage's (seq / STAGES)-th use.
 
@@ -37,12 +37,6 @@ __device__ __forceinline__ void widen8(const uint4& raw, float* out) {
 __device__ __forceinline__ void prefetch_bulk_l2(const void* p, unsigned bytes) {
   bytes &= ~15u;
   if (bytes) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
-// How a GEMV share is cut into pages: items are (row, K segment) of item_bytes each, in memory order, so a run
-// of them is one contiguous copy; with SiLU-mul a page holds `per_page` gate items and then the same up items.
-__host__ __device__ constexpr int items_per_page(int page_bytes, int item_bytes, bool silu) {
-  return page_bytes / (item_bytes * (silu ? 2 : 1));
 }
 
 template <int STAGES_, int PAGE_>
@@ -70,6 +64,24 @@ struct Ring {
       mbar_init(empty + s, releasers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  // A consumer (every compute thread, in the same order): the next page, once it has landed; release() when this
+  // thread is done reading it.
+  __device__ __forceinline__ const char* next_page() const {
+    mbar_wait(full + seq % STAGES, (seq / STAGES) & 1);
+    return page(seq);
+  }
+  __device__ __forceinline__ void release() {
+    mbar_arrive(empty + seq % STAGES);  // an arrive releases only this thread's reads
+    ++seq;
+  }
+  // A benchmark's stream that nobody reads (bench/): page `s` from src into its stage once the page `depth`
+  // before it has landed, so that at most depth <= STAGES pages are in flight.
+  __device__ __forceinline__ void copy_landed(unsigned s, const char* src, unsigned depth,
+                                              unsigned long long policy) const {
+    if (s >= depth) mbar_wait(full + (s - depth) % STAGES, ((s - depth) / STAGES) & 1);
+    mbar_expect(full + s % STAGES, PAGE);
+    bulk_copy(page(s), src, PAGE, full + s % STAGES, policy);
   }
   // The producer, before its block may end: waits for the copies it issued (the last `issued` pages at most).
   __device__ __forceinline__ void drain(unsigned issued) const {
@@ -126,7 +138,7 @@ struct PageWalk {
     int lo, hi, active;
     split_range_of(pos, d.window, ins.tile % d.splits, d.splits, d.min_keys, lo, hi, active);
     const int rows = ins.tile % d.splits < active ? min(hi, pos) - lo : 0;
-    const int per_page = PAGE / (2 * d.item_bytes);
+    const int per_page = items_per_page(PAGE, d.item_bytes, true);
     if (first >= rows) return false;
     const size_t head = (size_t)d.m * d.item_bytes;  // one KV head's rows: [K heads][max_seq], then [V heads]
     gate = a->kv + d.w[0] + (size_t)ins.lo * head + (size_t)(lo + first) * d.item_bytes;
@@ -142,7 +154,7 @@ struct PageWalk {
 // The producer: thread 0 of the streaming warpgroup. Copies every GEMV share of positions [p0, p_end) into the ring
 // in instruction order, until the compute warps set `quit` (the generation ended early). At most INFLIGHT pages are
 // in flight at once (landed pages waiting in the ring do not count): every SM's bytes in flight are a queue that all
-// other loads and the counters' round trips wait behind (bench/hop_latency.cu: a hop of 1.7 us took 18-20 us with 12
+// other loads and the counters' round trips wait behind (bench/hop_latency.cu: a hop of 1.7 us took 18-22 us with 12
 // x 16 KB in flight from every SM), and INFLIGHT == STAGES is no bound (2, 4, 6 pages measured 0.858, 0.854, 0.854
 // ms against 0.822 on llama-3.2-1b, 2026-11-30: SMs still streaming need the depth while others wait with full
 // rings). While the ring is full it asks L2 for up to AHEAD pages beyond it (a second walk over the same pages), so
@@ -152,8 +164,7 @@ struct PageWalk {
 template <typename R, int INFLIGHT, int AHEAD>
 __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int end, const volatile int* quit) {
   static_assert(INFLIGHT >= 1 && INFLIGHT <= R::STAGES, "pages in flight: 1 to the ring's");
-  unsigned long long policy;  // weights are read once a token: first out of L2
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  const unsigned long long policy = evict_first_policy();  // weights are read once a token
   PageWalk<R::PAGE, KIEC_ATTN_KV_PAGES != 0> copy(&a, begin, end), ahead(&a, begin, end);
   unsigned seq = 0, asked = 0;  // pages copied into the ring; pages asked of L2 (the walk `ahead` is past them)
   int ordered = 0;  // tokens of this launch whose K/V rows are ordered before this thread's copies
