@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 
-from kiec.ir.passes.persistent import Schedule, attention_splits, merged_attention, partials, schedule
+from kiec.ir.passes.persistent import Schedule, attention_splits, partials, schedule
 from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program
 
 from .emit import EPILOGUES, Sources, _Emitter, walk
@@ -40,8 +40,7 @@ class _PersistentEmitter(_Emitter):
     def __init__(self, program: Program, dtype: str, max_seq_len: int, target: TargetParams):
         super().__init__(program, dtype, max_seq_len, target)
         t = target
-        self.sched: Schedule = schedule(program, t.sms, slot_of=dict(self.arena), min_keys=t.attn_min_keys,
-                                        merge_in_o=bool(t.persist_attn_merge_in_o))
+        self.sched: Schedule = schedule(program, t.sms, slot_of=dict(self.arena), min_keys=t.attn_min_keys)
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):
             self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)
@@ -92,26 +91,16 @@ class _PersistentEmitter(_Emitter):
         b_off = self.lay.add(packed + ".bias", k.biases) if k.biases else -1
         silu = k.epilogue == "silu_mul"
         segs = row_segments(k.k, self.warps, self.t.persist_page_bytes, silu)
-        merge, extra, a, window = "", "", (self.arena[k.x], self.arena[k.out]), 0
-        src = merged_attention(self.p, k) if self.sched.merge_in_o else None
-        if src is not None:  # the output projection merges attention's partials (persist_attn_merge_in_o)
-            att = self.p.kernels[src]
-            merge = (f", kiec::SplitMerge<{att.head_dim}, {att.n_heads // att.kv_heads}, {self.splits[att.name]}, "
-                     f"{self.t.attn_min_keys}>")
-            extra = ", A(d.a[2]), A(d.a[3]), d.window"
-            a += (self.arena[partials(att) + ".o"], self.arena[partials(att) + ".ml"])
-            window = att.attention.window
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
-                f"{'true' if k.biases else 'false'}, {segs}{merge}>(u, ring, (const T*)WN(d.w[1]), A(d.a[0]), "
-                f"(const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem{extra})")
+                f"{'true' if k.biases else 'false'}, {segs}>(u, ring, (const T*)WN(d.w[1]), A(d.a[0]), "
+                f"(const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem)")
         if k.epilogue == "argmax":
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
         self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, row_bytes=k.k * self.esize,
                    item_bytes=k.k // 8 // segs * 16, silu=silu, w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
-                   a=a, window=window)
+                   a=(self.arena[k.x], self.arena[k.out]))
         rows = self.rows[self.p.kernels.index(k)]
-        staged = 0 if src is None else 2 * self.partial_slots(att)  # merge_partials' copy of the (m, l)
-        self.smem = max(self.smem, (k.k + max((2 if silu else 1) * rows * segs, staged) + self.warps) * 4)
+        self.smem = max(self.smem, (k.k + (2 if silu else 1) * rows * segs + self.warps) * 4)
         self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * (2 if silu else 1) * k.k * self.esize))
 
     def attention(self, k: AttentionKernel) -> None:
@@ -120,13 +109,11 @@ class _PersistentEmitter(_Emitter):
         group, splits = k.n_heads // k.kv_heads, self.splits[k.name]
         tmpl = (f"T, {k.head_dim}, {group}, {r.rotary_dim}, {'true' if r.interleaved else 'false'}, "
                 f"{'true' if k.q_norm else 'false'}, {self.warps}, {splits}, {self.attn_keys(group)}, {t.attn_min_keys}")
-        self._case(f"kiec::attention_tile<{tmpl}>(u, ring, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
+        self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",
                    n=k.kv_heads, m=self.seq, window=a.window, eps=k.q_norm.eps if k.q_norm else 0.0, scale=a.scale,
-                   softcap=a.softcap, arrive=self.arrivals, splits=splits, min_keys=t.attn_min_keys,
-                   kv_pages=bool(t.persist_attn_kv_pages),
-                   item_bytes=k.head_dim * self.esize if t.persist_attn_kv_pages else 0,
+                   softcap=a.softcap, arrive=self.arrivals,
                    w=(self.kv_offset[k.append.cache], f_off, self._w(k.q_norm and k.q_norm.weight),
                       self._w(k.k_norm and k.k_norm.weight)),
                    a=(self.arena[k.qkv], self.arena[partials(k) + ".o"], self.arena[partials(k) + ".ml"],
@@ -159,11 +146,6 @@ class _PersistentEmitter(_Emitter):
             raise ValueError(f"the persistent kernel's tiles need {self.smem} bytes of shared memory, which leaves "
                              f"room for {max(stages, 0)} weight pages of {page} bytes (a block has {SMEM_LIMIT}; "
                              f"at least 2 pages are needed)")
-        if self.t.persist_inflight_pages < 0:
-            raise ValueError(f"persist_inflight_pages is {self.t.persist_inflight_pages}: pages in flight at most, "
-                             f"0 for the whole ring")
-        inflight = min(self.t.persist_inflight_pages or stages, stages)
-        last_attn = max((c for c, (_, op) in enumerate(self.sched.phases) if op == "attention"), default=-1)
         smem = ring_head + stages * page + self.smem
         src, lay = self.src, self.lay
         src.weights, src.weight_bytes = list(lay.entries.values()), lay.size
@@ -176,11 +158,8 @@ class _PersistentEmitter(_Emitter):
         src.files["model.cu"] = self.env.get_template("persistent.cu.j2").render(
             ctype=self.ctype, cases=self.cases, sms=self.sched.sms, phases=len(self.sched.phases),
             warps=self.warps, smem=smem, stages=stages, page=page, arrivals=max(self.arrivals, 1),
-            inflight=inflight, l2_ahead=self.t.persist_l2_ahead_bytes // page, stop_poll_every=self.t.persist_stop_poll_every,
-            reduce_batch=self.t.persist_reduce_batch, signal_slots=self.t.persist_signal_slots,
-            attn_early_kv=self.t.persist_attn_early_kv, attn_one_split_signals=self.t.persist_attn_one_split_signals,
-            attn_merge_in_o=int(self.sched.merge_in_o), attn_kv_pages=self.t.persist_attn_kv_pages,
-            kv_acquire_counter=last_attn, kv_acquire_tiles=self.sched.tiles[last_attn] if last_attn >= 0 else 0,
+            l2_ahead=self.t.persist_l2_ahead_bytes // page, stop_poll_every=self.t.persist_stop_poll_every,
+            reduce_batch=self.t.persist_reduce_batch,
             scratch=self.smem,
             counter_stride=self.t.persist_counter_stride, instr_off=instr_off, starts_off=starts_off,
             kernels_off=kernels_off, instructions=instructions, **self.model_constants(header))

@@ -23,16 +23,10 @@ class TargetParams:
     persist_warps: int  # persistent mode: compute warps of the one block per SM (one more streams the weights)
     persist_page_bytes: int  # persistent: bytes of one page of the shared-memory weight ring (one TMA copy)
     persist_stages: int  # persistent: pages in the ring at most (fewer where the tiles' scratch needs the room)
-    persist_inflight_pages: int  # persistent: ring pages in flight at most (0: the whole ring; landed ones do not count)
     persist_l2_ahead_bytes: int  # persistent: bytes past a full ring the streaming thread asks L2 for (per SM)
     persist_stop_poll_every: int  # persistent: counter polls between two looks at the stop position (1: each)
     persist_counter_stride: int  # unsigned ints between two phases' counters (32: one 128-byte line each)
     persist_reduce_batch: int  # persistent GEMV: items a warp sums over its lanes together (1: each on its own)
-    persist_attn_early_kv: int  # persistent attention: 1: the first pass's K/V rows load before the wait
-    persist_signal_slots: int  # persistent: > 0: thread 0 hands counters to a signalling thread (mailbox slots)
-    persist_attn_one_split_signals: int  # persistent attention: 1: one split in use signals, not the last arrival
-    persist_attn_merge_in_o: int  # persistent attention: 1: every split signals, the output projection merges
-    persist_attn_kv_pages: int  # persistent attention: 1: cache rows of earlier steps stream through the ring
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -73,22 +67,16 @@ TARGETS: dict[str, TargetParams] = {
                           # A/B, 2026-11-30 third session (bench/RESULTS.md), llama-3.2-1b 0.822 ms by default: at
                           # most 2 / 4 / 6 pages in flight 0.858 / 0.854 / 0.854; 8 warp sums batched 0.833; early
                           # K/V 0.816-0.820; counters released by a signalling thread 0.818 (smollm2-135m: 0.589 vs
-                          # 0.572, slower); so all off
-                          persist_warps=8, persist_page_bytes=16 << 10, persist_stages=12, persist_inflight_pages=0,
+                          # 0.572, slower); so all off. Fourth session at 9cd28d0: one split signalling alone 0.824-
+                          # 0.828 vs 0.822; the output projection merging the splits 0.887 (smollm2 0.605 vs 0.570,
+                          # 1B at 8192 1.19 vs 1.03); cache rows through the ring 1.050 vs 1.034 at 8192. Early
+                          # K/V, these three, the in-flight bound and the signalling thread were taken out (their
+                          # code: git log -S persist_attn_ / -S persist_signal_slots / -S persist_inflight_pages);
+                          # batched warp sums stay a knob (gemv_compute.cu measures with it)
+                          persist_warps=8, persist_page_bytes=16 << 10, persist_stages=12,
                           persist_l2_ahead_bytes=0,
                           persist_stop_poll_every=64,
-                          persist_counter_stride=1, persist_reduce_batch=1, persist_attn_early_kv=0,
-                          persist_signal_slots=0,
-                          # 1: saves the arrival's round trip while one split covers the context (positions under
-                          # attn_min_keys); the VM checks the arrival order it relies on; not yet run (2026-11-30)
-                          persist_attn_one_split_signals=0,
-                          # 1: each split signals and the output projection's prologue merges the partials (no
-                          # arrival round trip, no merge between); not yet run (2026-11-30)
-                          persist_attn_merge_in_o=0,
-                          # 1: a split's K/V rows of earlier steps are copied into the ring a ring ahead like
-                          # weights (graph mode's attention kernel at 8192: 16.8 MB in the 10.9 us it takes more
-                          # than at 32, a third of the ceiling; bench/RESULTS.md); not yet run
-                          persist_attn_kv_pages=0),
+                          persist_counter_stride=1, persist_reduce_batch=1),
 }
 
 

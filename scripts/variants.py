@@ -1,7 +1,7 @@
 """A/B of TargetParams variants on one model, in one process on one GPU (the tuning loop's measurement):
     python3 scripts/variants.py llama-3.2-1b base prefetch_bytes=0 gemv_rows=1
     python3 scripts/variants.py llama-3.2-1b mode=persistent mode=persistent,persist_warps=12
-    python3 scripts/variants.py llama-3.2-1b:8192 mode=persistent mode=persistent,persist_attn_kv_pages=1
+    python3 scripts/variants.py llama-3.2-1b:8192 mode=persistent mode=persistent,attn_min_keys=256
     python3 scripts/variants.py smollm2-135m mode=persistent / llama-3.2-1b:8192 mode=persistent
 (MODEL:N: timed from N tokens of context; a lone / starts the next model's list, so one call runs several.) Each
 variant is the sm_90 table entry with the given fields replaced (mode= picks graph or persistent); prints ms/token

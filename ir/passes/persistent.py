@@ -7,9 +7,7 @@ logits (argmax or a seeded draw), checks EOS and the length, and hands the token
 embedding. Attention is cut into (KV head, split) tiles over the KV length, so that attention at long context
 spreads over the SMs; each split writes a partial and arrives on its KV head's arrival counter, and the split
 that arrives last merges the partials and bumps the phase counter: the phase completes once per KV head, one
-hop after the splits, with no separate combine phase to wait on. With `merge_in_o`, every split bumps the phase
-counter itself and the GEMV that reads attention's output (the output projection) merges the partials in its
-prologue: no arrival, no merge between the splits and that GEMV.
+hop after the splits, with no separate combine phase to wait on.
 
 Dependencies come from the dataflow, not from kernel order: an instruction waits for every kernel that
 wrote a value it reads (read after write) and for every kernel that still reads the buffer slot it is about
@@ -49,13 +47,11 @@ class Instr:
 class Schedule:
     program: Program
     sms: int
-    tiles: list[int]  # per phase (counter): its bumps per token (attention: one per KV head, by its last split;
-    # with merge_in_o one per split)
+    tiles: list[int]  # per phase (counter): its bumps per token (attention: one per KV head, by its last split)
     lists: list[list[Instr]] = field(default_factory=list)  # per SM, in execution order
     phases: list[tuple[int, str]] = field(default_factory=list)  # counter -> (kernel, opcode)
     splits: dict[int, int] = field(default_factory=dict)  # attention kernel -> splits over the KV length
     min_keys: int = 64  # rows a split takes at least (simulate.split_rows)
-    merge_in_o: bool = False  # the GEMV reading attention's output merges its partials (module docstring)
 
 
 def phases(program: Program) -> list[tuple[int, str]]:
@@ -87,28 +83,14 @@ def output_size(k: Kernel, program: Program) -> int:
     raise TypeError(type(k).__name__)
 
 
-def merged_attention(program: Program, k: Kernel) -> int | None:
-    """The attention kernel whose output GEMV k reads as its x (with merge_in_o it merges that kernel's
-    partials); None for any other kernel."""
-    if not isinstance(k, GemvKernel):
-        return None
-    return next((i for i, a in enumerate(program.kernels)
-                 if isinstance(a, AttentionKernel) and a.attention.out == k.x), None)
-
-
-def reads_writes(k: Kernel, program: Program, opcode: str | None = None,
-                 merge_in_o: bool = False) -> tuple[set[str], set[str]]:
+def reads_writes(k: Kernel, program: Program, opcode: str | None = None) -> tuple[set[str], set[str]]:
     """Values (and KV state, and attention partials) a kernel's phase reads and writes. The embedding reads
     the token select wrote (the previous step's choice once the prompt is consumed). Attention writes its
-    partials (read back by its own last split, or with merge_in_o by the GEMV reading its output) and the
-    output."""
+    partials (read back by its own last split) and the output."""
     if opcode == "select":
         return {program.graph.outputs[0]}, {TOKEN}
     reads, writes = kernel_io(k)
     r, w = set(reads), {v for v, _, _ in writes}
-    src = merged_attention(program, k) if merge_in_o else None
-    if src is not None:
-        r.add(partials(program.kernels[src]))
     if isinstance(k, EmbedKernel):
         r.add(TOKEN)
     if isinstance(k, AttentionKernel):
@@ -125,11 +107,10 @@ def _conflict(a: tuple[set, set], b: tuple[set, set], slot_of) -> bool:
     return bool(ra & wb or wa & rb or wa & wb)
 
 
-def dependencies(program: Program, slot_of: dict[str, int] | None = None,
-                 merge_in_o: bool = False) -> list[list[Wait]]:
+def dependencies(program: Program, slot_of: dict[str, int] | None = None) -> list[list[Wait]]:
     """For each phase: the earlier phases of the same token it conflicts with, and the phases at or after
     it of the previous token (their reads and writes of shared slots and state must be done)."""
-    io = [reads_writes(program.kernels[i], program, op, merge_in_o) for i, op in phases(program)]
+    io = [reads_writes(program.kernels[i], program, op) for i, op in phases(program)]
     deps: list[list[Wait]] = []
     for i in range(len(io)):
         same = [Wait(j, 0) for j in range(i) if _conflict(io[i], io[j], slot_of)]
@@ -187,12 +168,12 @@ def gemv_shares(n: int, sms: int, first_sm: int = 0) -> list[tuple[int, int, int
 
 
 def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None,
-             min_keys: int = 64, max_splits: int = 64, merge_in_o: bool = False) -> Schedule:
+             min_keys: int = 64, max_splits: int = 64) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock)."""
-    sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys, merge_in_o)
-    deps = reduce_waits(dependencies(program, slot_of, merge_in_o))
+    sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys)
+    deps = reduce_waits(dependencies(program, slot_of))
     sm = 0
     for c, (i, opcode) in enumerate(sched.phases):
         k = program.kernels[i]
@@ -206,8 +187,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
             placed = [((sm + t) % sms, g, g + 1) for t, g in enumerate(g for g in range(n) for _ in range(splits))]
         else:
             placed = [((sm + t) % sms, lo, min(lo + tile_rows, n)) for t, lo in enumerate(range(0, n, tile_rows))]
-        # attention: its KV heads' last splits (merge_in_o: every split)
-        sched.tiles.append(n if opcode == "attention" and not merge_in_o else len(placed))
+        sched.tiles.append(n if opcode == "attention" else len(placed))  # attention: its KV heads' last splits
         for t, (where, lo, hi) in enumerate(placed):
             sched.lists[where].append(Instr(opcode, i, t, lo, hi, tuple(deps[c]), c))  # tile counts below
         advance = len({where for where, _, _ in placed})

@@ -14,7 +14,7 @@ import torch
 from kiec.sampling import SamplingParams, sample
 
 from .. import interp
-from .persistent import TOKEN, Instr, Schedule, merged_attention, partials, reads_writes
+from .persistent import TOKEN, Instr, Schedule, partials, reads_writes
 from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel
 from .simulate import attention_split, gemv_rows, merge_splits, split_rows
 
@@ -38,9 +38,6 @@ class VM:
             for v in reads_writes(self.p.kernels[i], self.p, opcode)[1]:
                 self.producer[v] = c
         self.counters = [0] * len(sched.phases)
-        # merge_in_o: GEMV kernel -> the attention kernel whose partials it merges
-        self.merges = ({i: merged_attention(self.p, k) for i, k in enumerate(self.p.kernels)}
-                       if sched.merge_in_o else {})
         # attention partials per layer: o [kv_heads, splits, group, dh], m and l [kv_heads, splits, group]
         self.parts = {}
         for i, s in sched.splits.items():
@@ -76,7 +73,7 @@ class VM:
     # -- instructions
     def execute(self, ins: Instr, token: int, prompt: list[int]) -> bool:
         """Runs one instruction; whether it bumps its phase counter (an attention split only when it is its KV
-        head's last arrival, or split 0 when it is the one split in use)."""
+        head's last arrival)."""
         k = self.p.kernels[ins.kernel]
         if ins.opcode == "select":
             self._select(ins, token, prompt)
@@ -84,13 +81,7 @@ class VM:
             tok = prompt[0] if token == 0 else self._token(ins, token)
             self.write(ins, token, k.out, ins.lo, self.w[k.table][tok][ins.lo:ins.hi].float())
         elif isinstance(k, GemvKernel):
-            src = self.merges.get(ins.kernel)
-            if src is not None and self._used(src, token) > 1:  # the splits' partials, merged here
-                a = self.p.kernels[src]
-                env = {k.x: torch.cat([self._merged(src, g, token, f"gemv kernel {ins.kernel} tile {ins.tile}")
-                                       for g in range(a.kv_heads)])}
-            else:
-                env = {k.x: self.read(ins, token, k.x, self.p.graph.types[k.x].shape[0])}
+            env = {k.x: self.read(ins, token, k.x, self.p.graph.types[k.x].shape[0])}
             if k.residual:  # this tile reads (and then overwrites) only its own rows of the residual stream
                 full = torch.zeros(k.n_out)
                 full[ins.lo:ins.hi] = self.read(ins, token, k.residual, k.n_out, ins.lo, ins.hi)
@@ -99,10 +90,6 @@ class VM:
             self.write(ins, token, k.out, ins.lo, out)
         elif ins.opcode == "attention":
             self._attention_split(ins, token, k)
-            if self.s.merge_in_o:  # every split signals; with one split in use, split 0 wrote the output
-                if self._used(ins.kernel, token) == 1 and ins.tile % self.s.splits[ins.kernel] == 0:
-                    self._combine(ins, token, k)
-                return True
             key, want = (ins.kernel, ins.lo), self.arrivals(ins.kernel)
             before = self.arrived.get(key, 0)
             if before < want * token:  # the device counts a token's arrivals on top of all the earlier ones
@@ -110,10 +97,7 @@ class VM:
                                     f"token {token} before the splits of token {token - 1} all had ({before} of "
                                     f"{want * token} arrivals)")
             self.arrived[key] = before + 1
-            if self._used(ins.kernel, token) == 1:  # split 0 signals at once, the others only arrive
-                if ins.tile % want:
-                    return False
-            elif self.arrived[key] != want * (token + 1):
+            if self.arrived[key] != want * (token + 1):
                 return False
             self._combine(ins, token, k)
         elif isinstance(k, ElementwiseKernel):
@@ -160,16 +144,6 @@ class VM:
         part = self.parts[ins.kernel]
         part["o"][g, s], part["m"][g, s], part["l"][g, s] = o, m, l
         part["stamp"][g, s] = ins.counter * 1_000_000 + token
-
-    def reached(self, ins: Instr, token: int) -> None:
-        """An SM has reached `ins` (its waits not yet met). A persistent attention split may load the cache rows of
-        earlier steps it reads before it waits (KIEC_ATTN_EARLY_KV): they must be there already, written and
-        ordered before by the waits this SM passed earlier."""
-        split = self._split(ins, token) if ins.opcode == "attention" else None
-        if split is not None:
-            _, _, lo, hi = split
-            self._check_rows(ins, token, lo, min(hi, token), "a KV row of an earlier step is not in the cache when "
-                                                             "the SM reaches it, before its wait")
 
     def _split(self, ins: Instr, token: int) -> tuple[int, int, int, int] | None:
         """(KV head g = ins.lo, split s, and its rows [lo, hi) of the context at `token`); None when the context
@@ -231,15 +205,10 @@ class VM:
         pc = [0] * len(lists)
         tok = [0] * len(lists)
         last = len(self.s.phases) - 1
-        seen = [None] * len(lists)  # the (token, instruction) each SM last reached
         while True:
             live = [i for i in range(len(lists)) if lists[i] and tok[i] < min(steps, self.stop)]
             if not live:
                 return self.logits
-            for i in live:
-                if seen[i] != (tok[i], pc[i]):
-                    seen[i] = (tok[i], pc[i])
-                    self.reached(lists[i][pc[i]], tok[i])
             ready = [i for i in live if self.ready(lists[i][pc[i]], tok[i])]
             if not ready:
                 i = live[0]

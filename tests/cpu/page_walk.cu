@@ -1,7 +1,6 @@
 // Host harness for tests/cpu/test_persistent_stream.py: runs the streaming thread's page walk (PageWalk in
 // ring.cuh) over an instruction table and prints every page it would copy, one line each:
-//   sm kv gate_offset up_offset(-1: none) bytes up_at
-// (kv 1: attention's cache rows, offsets into the KV allocation; 0: weights, offsets into the weights)
+//   sm gate_offset up_offset(-1: none) bytes up_at   (offsets into the weights)
 // Usage: page_walk DIR P0 P_END PAGE_BYTES   (DIR holds instrs.bin, starts.bin, kernels.bin as the artifact packs them)
 #include <cstdio>
 #include <cstdlib>
@@ -27,11 +26,9 @@ template <int PAGE>
 static void walk(const kiec::PersistentArgs& a, int sms) {
   for (int sm = 0; sm < sms; ++sm) {
     kiec::PageWalk<PAGE> w(&a, a.starts[sm], a.starts[sm + 1]);
-    while (w.next()) {
-      const char* base = w.kv ? a.kv : a.weights;
-      printf("%d %d %lld %lld %u %u\n", sm, (int)w.kv, (long long)(w.gate - base),
-             w.up ? (long long)(w.up - base) : -1ll, w.bytes, w.up_at);
-    }
+    while (w.next())
+      printf("%d %lld %lld %u %u\n", sm, (long long)(w.gate - a.weights),
+             w.up ? (long long)(w.up - a.weights) : -1ll, w.bytes, w.up_at);
   }
 }
 
@@ -39,13 +36,12 @@ int main(int argc, char** argv) {
   if (argc != 5) { fprintf(stderr, "usage: %s DIR P0 P_END PAGE_BYTES\n", argv[0]); return 2; }
   std::vector<char> instrs = slurp(argv[1], "instrs.bin"), starts = slurp(argv[1], "starts.bin"),
                     kernels = slurp(argv[1], "kernels.bin");
-  static char base[16], kv[16];  // the weights' and the cache's bases: only offsets from them are printed
+  static char base[16];  // the weights' base: only offsets from it are printed
   kiec::PersistentArgs a = {};
   a.instrs = reinterpret_cast<const kiec::Instr*>(instrs.data());
   a.starts = reinterpret_cast<const int*>(starts.data());
   a.kernels = reinterpret_cast<const kiec::KernelDesc*>(kernels.data());
   a.weights = base;
-  a.kv = kv;
   a.p0 = atoi(argv[2]);
   a.p_end = atoi(argv[3]);
   const int sms = (int)(starts.size() / sizeof(int)) - 1;

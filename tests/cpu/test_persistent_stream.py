@@ -1,7 +1,6 @@
 """The persistent kernel's weight stream on the CPU: the streaming thread's page walk (PageWalk in ring.cuh,
 compiled for the host by nvcc) copies exactly the pages the GEMV tiles consume, in their order, from the weights
-the layout put there, and with persist_attn_kv_pages the attention splits' cache rows of earlier steps; computed
-here independently from the schedule and the kernels' shapes."""
+the layout put there; computed here independently from the schedule and the kernels' shapes."""
 import os
 import struct
 import subprocess
@@ -13,8 +12,7 @@ from kiec.codegen.persistent import _PersistentEmitter, row_segments, walk
 from kiec.codegen.persistent_abi import pack_schedule
 from kiec.codegen.targets import target
 from kiec.ir.passes import pipeline
-from kiec.ir.passes.program import AttentionKernel, GemvKernel
-from kiec.ir.passes.simulate import split_rows
+from kiec.ir.passes.program import GemvKernel
 from tests.nvcc_host import nvcc_build
 from tests.tiny_hf import make_tiny_hf
 
@@ -22,27 +20,13 @@ HERE = os.path.dirname(__file__)
 
 
 def expected_pages(e: _PersistentEmitter, p0: int, p_end: int, page: int) -> list[tuple[int, ...]]:
-    """(sm, kv, gate offset, up offset or -1, bytes, up_at) per page: the GEMV tile's view (gemv_tile: SEGS from
-    row_segments, items of K / 8 / SEGS chunks, PER_PAGE items (SiLU: gate items then up items) a page), and
-    with kv pages the attention slice's (its split's rows of earlier steps, PER rows of K then of V a page)."""
+    """(sm, gate offset, up offset or -1, bytes, up_at) per page: the GEMV tile's view (gemv_tile: SEGS from
+    row_segments, items of K / 8 / SEGS chunks, PER_PAGE items (SiLU: gate items then up items) a page)."""
     out = []
     for sm, lst in enumerate(e.sched.lists):
         for pos in range(p0, p_end):
             for ins in lst:
                 k = e.p.kernels[ins.kernel]
-                if ins.opcode == "attention" and e.t.persist_attn_kv_pages:
-                    assert isinstance(k, AttentionKernel)
-                    splits, row = e.sched.splits[ins.kernel], k.head_dim * 2
-                    rows = split_rows(k, pos, splits, e.sched.min_keys)
-                    s = ins.tile % splits
-                    if s >= len(rows):
-                        continue
-                    lo, hi = rows[s]
-                    n, per, head = min(hi, pos) - lo, page // (2 * row), e.seq * row
-                    for first in range(0, max(n, 0), per):
-                        gate = e.kv_offset[k.append.cache] + ins.lo * head + (lo + first) * row
-                        out.append((sm, 1, gate, gate + k.kv_heads * head, min(per, n - first) * row, per * row))
-                    continue
                 if ins.opcode != "gemv" or not isinstance(k, GemvKernel):
                     continue
                 silu = k.epilogue == "silu_mul"
@@ -52,21 +36,18 @@ def expected_pages(e: _PersistentEmitter, p0: int, p_end: int, page: int) -> lis
                 base = e.lay.entries["+".join(k.weights)].offset + ins.lo * row
                 for first in range(0, items, per_page):
                     gate = base + first * item
-                    out.append((sm, 0, gate, gate + k.n_out * row if silu else -1,
+                    out.append((sm, gate, gate + k.n_out * row if silu else -1,
                                 min(per_page, items - first) * item, per_page * item))
     return out
 
 
-@pytest.mark.parametrize("family,page,sms,kv,p0,p_end", [("llama", 16384, 132, 0, 3, 5), ("qwen2", 1024, 7, 0, 3, 5),
-                                                         ("qwen3", 1024, 5, 0, 3, 5), ("qwen3", 1024, 5, 1, 3, 30),
-                                                         ("llama", 16384, 132, 1, 60, 63)])
-def test_the_streaming_thread_copies_the_pages_the_gemv_tiles_read(tmp_path, family, page, sms, kv, p0, p_end):
-    # kv: 2 keys a split, so that rows of earlier steps spread over several splits and pages
+@pytest.mark.parametrize("family,page,sms,p0,p_end", [("llama", 16384, 132, 3, 5), ("qwen2", 1024, 7, 3, 5),
+                                                      ("qwen3", 1024, 5, 3, 5)])
+def test_the_streaming_thread_copies_the_pages_the_gemv_tiles_read(tmp_path, family, page, sms, p0, p_end):
     import dataclasses
     make_tiny_hf(tmp_path / "hf", family, hidden_size=256, intermediate_size=640)
     prog = pipeline.run(kiec.load(str(tmp_path / "hf"), max_seq_len=64).graph)
-    t = dataclasses.replace(target("sm_90"), sms=sms, persist_page_bytes=page, persist_attn_kv_pages=kv,
-                            attn_min_keys=2 if kv else target("sm_90").attn_min_keys)
+    t = dataclasses.replace(target("sm_90"), sms=sms, persist_page_bytes=page)
     e = _PersistentEmitter(prog, "bf16", 64, t)
     walk(e, prog, "test")
     blob, starts = pack_schedule(e.sched)
@@ -79,7 +60,4 @@ def test_the_streaming_thread_copies_the_pages_the_gemv_tiles_read(tmp_path, fam
     got = [tuple(map(int, line.split())) for line in r.stdout.splitlines()]
     want = expected_pages(e, p0, p_end, page)
     assert len(got) == len(want) and got == want
-    assert any(g[3] >= 0 for g in got) and len({g[4] for g in got}) > 1  # SiLU pages and short last pages seen
-    if kv:  # cache pages; with 1 KB pages full ones too (a split over more than a page)
-        kvp = [g for g in got if g[1]]
-        assert any(g[4] < g[5] for g in kvp) and (page > 1024 or any(g[4] == g[5] for g in kvp))
+    assert any(g[2] >= 0 for g in got) and len({g[3] for g in got}) > 1  # SiLU pages and short last pages seen

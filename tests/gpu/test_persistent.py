@@ -51,25 +51,14 @@ def test_persistent_wide_rows_within_budget(tmp_path):
     assert eng.generate(tokens[:5], 40) == graph.generate(tokens[:5], 40)
 
 
-@pytest.mark.parametrize("family,window,change", [("llama", None, {}), ("mistral", 200, {}),
-                                                   ("mistral", 200, {"persist_attn_early_kv": 1}),
-                                                   ("llama", None, {"persist_attn_kv_pages": 1}),
-                                                   ("mistral", 200, {"persist_attn_kv_pages": 1})])
-def test_persistent_long_context_within_budget(tmp_path, monkeypatch, family, window, change):
-    # early K/V: each split's first rows load before its wait (persist_attn_early_kv), over 2-16 splits a KV
-    # head and a sliding window; logits bit for bit those of the default kernel. kv pages: each split's rows of
-    # earlier steps through the ring, many pages a split, within the budget
+@pytest.mark.parametrize("family,window", [("llama", None), ("mistral", 200)])
+def test_persistent_long_context_within_budget(tmp_path, family, window):
+    # 600 positions: attention goes from one split a KV head to many merged by the last, over a sliding window too
     extra = {"sliding_window": window} if window else {}
     model, art = compile_tiny(tmp_path, family, max_position_embeddings=1024, **extra)
-    if change:
-        base = kiec.Engine(art)
-        art = compile_variant(model, tmp_path, monkeypatch, **change)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=600)
-    budget_check(ours, r32, r16, f"{family} persistent (window {window}, {change}): logits over 600 positions")
-    if "persist_attn_early_kv" in change:
-        assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
-    if "persist_attn_kv_pages" in change:  # one launch over 300 positions against a launch a position
-        assert eng.generate(tokens[:280], 20) == stepped_greedy(eng, tokens[:280], 20)
+    budget_check(ours, r32, r16, f"{family} persistent (window {window}): logits over 600 positions")
+    assert eng.generate(tokens[:280], 20) == stepped_greedy(eng, tokens[:280], 20)  # one launch, a launch a step
 
 
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 0.9), (0.7, 1.0), (60.0, 0.5)])
@@ -132,44 +121,18 @@ def test_trace_times_every_instruction_of_one_step(tmp_path):
 
 @pytest.mark.parametrize("change", [dict(persist_warps=12), dict(persist_counter_stride=32),
                                     dict(persist_page_bytes=1024, persist_stages=2),
-                                    dict(persist_page_bytes=1024, persist_stages=4, persist_inflight_pages=1),
                                     dict(persist_page_bytes=1024, persist_stages=2, persist_l2_ahead_bytes=8192),
-                                    dict(persist_stop_poll_every=1),
-                                    dict(persist_reduce_batch=2), dict(persist_reduce_batch=8),
-                                    dict(persist_attn_early_kv=1), dict(persist_signal_slots=1),
-                                    dict(persist_signal_slots=8, persist_attn_early_kv=1),
-                                    dict(persist_attn_one_split_signals=1),
-                                    dict(persist_attn_one_split_signals=1, attn_min_keys=8),
-                                    dict(persist_attn_merge_in_o=1), dict(persist_attn_merge_in_o=1, attn_min_keys=8),
-                                    dict(persist_attn_kv_pages=1), dict(persist_attn_kv_pages=1, attn_min_keys=8),
-                                    dict(persist_attn_kv_pages=1, attn_min_keys=8, persist_page_bytes=1024,
-                                         persist_stages=4)])
+                                    dict(persist_stop_poll_every=1)])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
-    # share many pages and the weight stream wait on the compute warps all the time (and, with one page in flight
-    # of four, on its own copies too; with L2 lookahead, ask L2 for the 8 pages after the ring meanwhile); a vocabulary of 16384 gives each SM's LM-head share about
-    # 124 rows, 15 items a warp: full and short batches of the batched warp sums; a one-slot mailbox to the
-    # signalling thread makes thread 0 find it taken and release counters itself now and then; 8 keys a split go
-    # from one split in use to four over the 24 positions (the base then has 8 keys a split too): the arrival count
-    # of one split signalling alone must stay right across that, and the output projection's merge must match the
-    # last split's
+    # share many pages and the weight stream wait on the compute warps all the time (with L2 lookahead, asking L2
+    # for the 8 pages after the ring meanwhile); a vocabulary of 16384 gives each SM's LM-head share about 124 rows
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
-    if "attn_min_keys" in change:
-        art = compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=change["attn_min_keys"])
     base = kiec.Engine(art)
     art = compile_variant(model, tmp_path, monkeypatch, **change)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, f"persistent {change}: logits over 24 positions")
-    if "persist_attn_kv_pages" in change:  # cache rows through the ring, in another order than the base's loads:
-        # not its bits. One launch over a whole generation (each token's cache pages wait for the last token's
-        # attention) against a launch a token (stepped: rows from earlier launches only)
-        assert eng.generate(tokens[:5], 24) == stepped_greedy(eng, tokens[:5], 24)
-        return
-    if change.keys() & {"persist_reduce_batch", "persist_attn_early_kv", "persist_signal_slots",
-                        "persist_attn_one_split_signals", "persist_attn_merge_in_o"}:  # same math in
-        # the same order: the same bits
-        assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)
     assert eng.generate(tokens[:5], 24, sampling=params) == base.generate(tokens[:5], 24, sampling=params)

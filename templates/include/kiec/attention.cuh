@@ -6,7 +6,6 @@
 // block whose slice holds row `pos` writes the new k (normed, rotated) and v there first. Lanes are grouped LPK = HEAD_DIM/8 to a key (16 bytes each), so a warp reads 32/LPK keys per pass.
 #pragma once
 #include "common.cuh"
-#include "mbarrier.cuh"
 
 namespace kiec {
 
@@ -54,18 +53,13 @@ struct AttentionSmem {  // codegen/persistent.py sizes it: keep the two in step
 
 // The rows [lo, hi) split `split` takes at `pos`, and how many splits are in use (simulate.split_rows): each takes
 // at least MIN_KEYS rows, so a short context is one block per KV head and a long one spreads over all SPLITS.
-// split_range_of: the same with the split count and minimum at run time (the persistent weight stream's page walk).
-__host__ __device__ __forceinline__ void split_range_of(int pos, int window, int split, int splits, int min_keys,
-                                                        int& lo, int& hi, int& active) {
+template <int SPLITS, int MIN_KEYS>
+__device__ __forceinline__ void split_range(int pos, int window, int split, int& lo, int& hi, int& active) {
   const int start = window > 0 ? max(0, pos + 1 - window) : 0, n = pos + 1 - start;
-  const int chunk = max(min_keys, (n + splits - 1) / splits);
+  const int chunk = max(MIN_KEYS, (n + SPLITS - 1) / SPLITS);
   active = (n + chunk - 1) / chunk;
   lo = start + split * chunk;
   hi = min(lo + chunk, pos + 1);
-}
-template <int SPLITS, int MIN_KEYS>
-__device__ __forceinline__ void split_range(int pos, int window, int split, int& lo, int& hi, int& active) {
-  split_range_of(pos, window, split, SPLITS, MIN_KEYS, lo, hi, active);
 }
 
 // One pass of the key loop's K and V loads: lane (sub, part) of warp w takes rows j0 + u * WARPS * KPW + sub (j0 =
@@ -76,30 +70,16 @@ struct KvPass {
   static constexpr int LPK = HEAD_DIM / 8, KPW = 32 / LPK;
   static_assert(HEAD_DIM % 8 == 0 && 32 % LPK == 0, "head_dim must be 64 or 128 (or another divisor layout)");
   uint4 k[U], v[U];
-  template <int FROM = 0, int TO = U>
-  __device__ __forceinline__ void load(const T* kc, const T* vc, int j0, int hi, int skip) {
-    const int lane = threadIdx.x & 31, sub = lane / LPK, part = lane % LPK;
-#pragma unroll
-    for (int u = FROM; u < TO; ++u) {
-      const int j = j0 + u * WARPS * KPW + sub;
-      k[u] = v[u] = make_uint4(0, 0, 0, 0);
-      if (j < hi && j != skip) {
-        k[u] = *reinterpret_cast<const uint4*>(kc + (size_t)j * HEAD_DIM + part * 8);
-        v[u] = *reinterpret_cast<const uint4*>(vc + (size_t)j * HEAD_DIM + part * 8);
-      }
-    }
-  }
-  // The same rows of a ring page instead (persistent kv_pages): `per` K rows, then `per` V rows, `n` of them there.
-  __device__ __forceinline__ void load_page(const char* page, int per, int j0, int n) {
-    constexpr int ROW = HEAD_DIM * (int)sizeof(T);
+  __device__ __forceinline__ void load(const T* kc, const T* vc, int j0, int hi) {
     const int lane = threadIdx.x & 31, sub = lane / LPK, part = lane % LPK;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int r = j0 + u * WARPS * KPW + sub;
+      const int j = j0 + u * WARPS * KPW + sub;
       k[u] = v[u] = make_uint4(0, 0, 0, 0);
-      if (r < n) {
-        k[u] = lds128(page + r * ROW + part * 16);
-        v[u] = lds128(page + (per + r) * ROW + part * 16);
+      if (j < hi && j != -1) {  // (j >= 0 always: without the test ptxas schedules graph mode's kernel
+        // differently from the one measured, 2026-11-30; keep it until an A/B says otherwise)
+        k[u] = *reinterpret_cast<const uint4*>(kc + (size_t)j * HEAD_DIM + part * 8);
+        v[u] = *reinterpret_cast<const uint4*>(vc + (size_t)j * HEAD_DIM + part * 8);
       }
     }
   }
@@ -116,20 +96,12 @@ __device__ __forceinline__ T* v_rows(T* cache, int kv_heads, int max_seq, int g)
 }
 
 // KV head g's GROUP query heads over cache rows [lo, hi): q normed, rotated and scaled; the block holding row pos
-// writes the new k (normed, rotated) and v there first. Leaves each warp's (m, l, o) in sm. EARLY > 0: `early`
-// holds the first pass's slots [0, EARLY) but row pos, loaded before this step's inputs were ready (rows of earlier
-// steps do not change); row pos comes from sm, the same bits the cache gets. PAGES (the persistent kernel's
-// kv_pages): rows [lo, min(hi, pos)) come as pages of the weight ring (ring.cuh's PageWalk: K rows, then V rows at
-// half a page), row pos from sm; the slice consumes and releases them.
-template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
-          int EARLY = 0, bool PAGES = false, typename Ring = int>
+// writes the new k (normed, rotated) and v there first. Leaves each warp's (m, l, o) in sm.
+template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U>
 __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,
                                                 int kv_heads, int max_seq, const float* inv_freq, const T* q_norm_w,
                                                 const T* k_norm_w, float norm_eps, float scale, float softcap, int g,
-                                                int pos, int lo, int hi,
-                                                const KvPass<T, HEAD_DIM, WARPS, U>* early = nullptr,
-                                                Ring* ring = nullptr) {
-  static_assert(!(PAGES && EARLY), "paged K/V rows are not loaded early");
+                                                int pos, int lo, int hi) {
   using Pass = KvPass<T, HEAD_DIM, WARPS, U>;
   constexpr int LPK = Pass::LPK, KPW = Pass::KPW;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nq = kv_heads * GROUP;
@@ -158,7 +130,6 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
       kc[(size_t)pos * HEAD_DIM + i] = from_float<T>(sm.kn[i]);
       vc[(size_t)pos * HEAD_DIM + i] = from_float<T>(sm.vn[i]);
     }
-    if (PAGES) asm volatile("fence.proxy.async.global;" ::: "memory");  // later steps copy the row with TMA
   }
   sync_block();  // the new row is visible to this block (plain loads below, not the read-only path)
 
@@ -225,50 +196,13 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
       }
     }
   };
-  if constexpr (PAGES) {
-    // rows of earlier steps, page by page (each page: PER rows of K, then PER rows of V), U slots a pass
-    constexpr int ROW = HEAD_DIM * (int)sizeof(T), PER = items_per_page(Ring::PAGE, ROW, true);
-    const int rows = min(hi, pos) - lo;
-    for (int first = 0; first < rows; first += PER) {
-      const char* page = ring->next_page();
-      const int n = min(PER, rows - first);
-      for (int j0 = warp * KPW; j0 < n; j0 += WARPS * KPW * U) {
-        Pass kv;
-        kv.load_page(page, PER, j0, n);
-        step(kv.k, kv.v, j0, n);
-      }
-      ring->release();
-    }
-    if (owns_pos) {  // row pos, from sm: lane group 0 of warp 0
-      Pass kv;
-#pragma unroll
-      for (int u = 0; u < U; ++u) kv.k[u] = kv.v[u] = make_uint4(0, 0, 0, 0);
-      kv.k[0] = pack8<T>(sm.kn + part * 8);
-      kv.v[0] = pack8<T>(sm.vn + part * 8);
-      step(kv.k, kv.v, warp * KPW, 1);
-    }
-  } else {
-    // U keys per lane group per pass: 2U 16-byte loads in flight per lane before the first use. Key groups go
-    // round the warps first (warp w, slot u takes rows j0 + (u * WARPS + w) * KPW ...), so a short slice
-    // spreads over all warps instead of making one warp's online softmax a long serial chain.
-    for (int j0 = lo + warp * KPW; j0 < hi; j0 += WARPS * KPW * U) {
-      Pass kv;
-      if (EARLY > 0 && j0 == lo + warp * KPW) {
-        kv.template load<EARLY, U>(kc, vc, j0, hi, -1);
-#pragma unroll
-        for (int u = 0; u < EARLY; ++u) {
-          kv.k[u] = early->k[u];
-          kv.v[u] = early->v[u];
-          if (j0 + u * WARPS * KPW + sub == pos) {
-            kv.k[u] = pack8<T>(sm.kn + part * 8);
-            kv.v[u] = pack8<T>(sm.vn + part * 8);
-          }
-        }
-      } else {
-        kv.load(kc, vc, j0, hi, -1);
-      }
-      step(kv.k, kv.v, j0, hi);
-    }
+  // U keys per lane group per pass: 2U 16-byte loads in flight per lane before the first use. Key groups go
+  // round the warps first (warp w, slot u takes rows j0 + (u * WARPS + w) * KPW ...), so a short slice
+  // spreads over all warps instead of making one warp's online softmax a long serial chain.
+  for (int j0 = lo + warp * KPW; j0 < hi; j0 += WARPS * KPW * U) {
+    Pass kv;
+    kv.load(kc, vc, j0, hi);
+    step(kv.k, kv.v, j0, hi);
   }
   // merge the KPW key slots of the warp (lanes with the same `part`)
 #pragma unroll

@@ -34,46 +34,22 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
   return true;
 }
 
-#ifndef KIEC_ATTN_EARLY_KV
-#define KIEC_ATTN_EARLY_KV 0
-#endif
-#ifndef KIEC_ATTN_ONE_SPLIT_SIGNALS
-#define KIEC_ATTN_ONE_SPLIT_SIGNALS 0
-#endif
-#ifndef KIEC_ATTN_MERGE_IN_O
-#define KIEC_ATTN_MERGE_IN_O 0
-#endif
 // Split (ins.tile % SPLITS) of KV head ins.lo: its slice of the context, written as a partial (or, with one split
 // in use, as the output), then an arrival on the head's counter in `arrive` (splits the context is too short for
 // only arrive). The split that arrives last (SPLITS x (t + 1) arrivals: the counter only grows) merges the
-// partials and bumps the phase counter, so that the output projection waits on one hop, not a combine phase;
-// with KIEC_ATTN_ONE_SPLIT_SIGNALS and one split in use, that split bumps it without waiting for the others (one
-// round trip less). KIEC_ATTN_MERGE_IN_O: every split bumps the phase counter after writing its partial, and the
-// output projection merges the partials in its prologue (gemv_tile's SplitMerge): no arrival, no merge here.
-// KIEC_ATTN_KV_PAGES (ring.cuh): the split's cache rows of earlier steps come through the weight ring (the producer
-// copies them a ring ahead), not as loads after the wait.
+// partials and bumps the phase counter, so that the output projection waits on one hop, not a combine phase.
+// Measured and taken out (bench/RESULTS.md, 2026-11-30): the first K/V rows loaded before the wait, the one split
+// in use signalling without the arrival, every split signalling with the output projection merging, cache rows
+// through the weight ring.
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
-          int MIN_KEYS, typename R>
-__device__ __forceinline__ bool attention_tile(Turn u, R& ring, const float* qkv, T* cache, int kv_heads, int max_seq,
+          int MIN_KEYS>
+__device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
                                             float* out, unsigned* arrive, float* smem) {
   const int g = u.ins->lo, split = u.ins->tile % SPLITS;
   int lo, hi, active;
   split_range<SPLITS, MIN_KEYS>(u.pos, window, split, lo, hi, active);  // the position's alone
-  // KIEC_ATTN_EARLY_KV: the split's first rows, but row pos, load before the wait: rows of earlier steps, whose
-  // writes this SM's earlier waits in this step already ordered before it (ir/passes/vm.py checks they are there
-  // when the SM reaches the tile). Up to MIN_KEYS rows (all of a split while the context is under SPLITS x
-  // MIN_KEYS) in at most 2 of the first pass's U slots: the whole pass spilled 152 B on llama-3.2-1b, 4 slots
-  // 40 B on llama-3.1-8b (ptxas -v; its 32 more live registers across the wait).
-  using Pass = KvPass<T, HEAD_DIM, WARPS, U>;
-  constexpr int SLOTS = (MIN_KEYS + WARPS * Pass::KPW - 1) / (WARPS * Pass::KPW), CAP = U < 2 ? U : 2;
-  constexpr int EARLY = KIEC_ATTN_EARLY_KV && !KIEC_ATTN_KV_PAGES ? (SLOTS < CAP ? SLOTS : CAP) : 0;
-  Pass early;
-  if (EARLY > 0 && split < active)
-    early.template load<0, EARLY>(k_rows<T, HEAD_DIM>(cache, max_seq, g),
-                                  v_rows<T, HEAD_DIM>(cache, kv_heads, max_seq, g),
-                                  lo + (int)(threadIdx.x >> 5) * Pass::KPW, hi, u.pos);
   if (!wait_inputs(u)) return false;
 #ifdef KIEC_SCRATCH_BYTES
   static_assert(sizeof(AttentionSmem<HEAD_DIM, GROUP, WARPS>) <= KIEC_SCRATCH_BYTES,
@@ -81,29 +57,11 @@ __device__ __forceinline__ bool attention_tile(Turn u, R& ring, const float* qkv
 #endif
   if (split < active) {
     auto& sm = *reinterpret_cast<AttentionSmem<HEAD_DIM, GROUP, WARPS>*>(smem);
-    attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, EARLY, KIEC_ATTN_KV_PAGES != 0>(
-        sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi,
-        &early, &ring);
+    attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U>(
+        sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi);
     attention_store<HEAD_DIM, GROUP, WARPS, SPLITS>(sm, g, split, active, part_o, part_ml, out);
   }
   trace(u, TR_X_READY);
-  if (KIEC_ATTN_MERGE_IN_O) {
-    signal_done(u);
-    return true;
-  }
-  if (KIEC_ATTN_ONE_SPLIT_SIGNALS && active == 1) {
-    // Split 0 wrote the output: it signals at once, without waiting on the others' arrivals (its release orders
-    // the output); every split still arrives, so that a head counts SPLITS arrivals a token. A token's arrivals
-    // are all in before any of the next token's: each split's SM passes a later tile whose release the next
-    // token's attention waits on (ir/passes/vm.py checks it on every schedule it runs).
-    if (threadIdx.x == 0) red_relaxed(arrive + g);
-    if (split == 0) {
-      signal_done(u);
-    } else {
-      trace(u, TR_DONE);
-    }
-    return true;
-  }
   __shared__ int last;
   sync_block();
   if (threadIdx.x == 0) {  // releases this block's partial, acquires the others' when it is the last
@@ -152,8 +110,7 @@ __device__ __forceinline__ bool select_tile(Turn u, const float* logits, int voc
 }
 
 // One block per SM: warps [0, COMPUTE_WARPS) run its list token after token (Model::run dispatches an
-// instruction); one more warpgroup streams the weights (stream_weights: one thread of it works) and, with
-// KIEC_SIGNAL_SLOTS, moves the tiles' counters (signal_loop: one thread of its second warp). Registers move
+// instruction); one more warpgroup streams the weights (stream_weights: one thread of it works). Registers move
 // from the streaming warpgroup to the compute warps (setmaxnreg): the launch bounds alone give every thread 168
 // (a 12-warp block; at that ptxas spilled 132 B for llama-3.2-1b before setmaxnreg, ptxas -v). Shared memory: the ring's barriers,
 // its pages, then the tiles' scratch.
@@ -164,7 +121,7 @@ struct ComputeRegs {  // what the register file leaves the compute warps, in ste
   static constexpr int value = free > 248 ? 248 : free;
 };
 
-template <typename Model, typename R, int COMPUTE_WARPS, int INFLIGHT, int L2_AHEAD>
+template <typename Model, typename R, int COMPUTE_WARPS, int L2_AHEAD>
 __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persistent_kernel(PersistentArgs a) {
   static_assert(COMPUTE_WARPS % 4 == 0, "the compute warps are whole warpgroups (setmaxnreg)");
   extern __shared__ __align__(128) char smem_raw[];
@@ -174,19 +131,13 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
   float* smem = reinterpret_cast<float*>(ring.carve(smem_raw));
   const int begin = a.starts[blockIdx.x], end = a.starts[blockIdx.x + 1];
   if (threadIdx.x == 0) {
-#if KIEC_SIGNAL_SLOTS > 0
-    signal_box.init();
-#endif
     ring.init(COMPUTE_WARPS * 32);
     quit = 0;
   }
   __syncthreads();  // the last one with the streaming warps
   if (threadIdx.x >= COMPUTE_WARPS * 32) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(STREAM_REGS));
-    if (threadIdx.x == COMPUTE_WARPS * 32) stream_weights<R, INFLIGHT, L2_AHEAD>(a, ring, begin, end, &quit);
-#if KIEC_SIGNAL_SLOTS > 0
-    if (threadIdx.x == COMPUTE_WARPS * 32 + 32) signal_loop();
-#endif
+    if (threadIdx.x == COMPUTE_WARPS * 32) stream_weights<R, L2_AHEAD>(a, ring, begin, end, &quit);
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(ComputeRegs<COMPUTE_WARPS>::value));
@@ -202,12 +153,7 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
     }
     if (i < end) break;
   }
-  if (threadIdx.x == 0) {
-#if KIEC_SIGNAL_SLOTS > 0
-    hand_over_last();
-#endif
-    quit = 1;
-  }
+  if (threadIdx.x == 0) quit = 1;
 }
 
 }  // namespace kiec

@@ -1,7 +1,6 @@
 // The persistent kernel's GEMV tile (persistent.cuh): a norm or copy prologue, the dot products over weight pages
 // the ring (ring.cuh) streamed in, and the epilogue; each tile is one SM's share of a GEMV's rows.
 #pragma once
-#include "attention.cuh"
 #include "gemv.cuh"
 #include "persistent_tile.cuh"
 #include "ring.cuh"
@@ -220,43 +219,10 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
   }
 }
 
-// Where a GEMV's x comes from: the buffer (NoMerge), or, for the output projection with
-// persist_attn_merge_in_o, the partials of attention's splits, merged in the prologue (SplitMerge: attention's
-// shape; while one split is in use that split wrote x itself).
-struct NoMerge {
-  static constexpr int SPLITS = 0;
-};
-template <int HEAD_DIM_, int GROUP_, int SPLITS_, int MIN_KEYS_>
-struct SplitMerge {
-  static constexpr int HEAD_DIM = HEAD_DIM_, GROUP = GROUP_, SPLITS = SPLITS_, MIN_KEYS = MIN_KEYS_;
-};
-
-// xs[0, n) (n = the query heads x HEAD_DIM) from the partials of the `active` splits of every KV head; the splits'
-// (m, l) go through `ml` (kv_heads x SPLITS x GROUP x 2 floats of scratch) first, read once instead of once an
-// element.
-template <typename M>
-__device__ __forceinline__ void merge_partials(int n, int active, const float* part_o, const float* part_ml, float* xs,
-                                               float* ml) {
-  constexpr int PER_G = M::SPLITS * M::GROUP * 2;  // floats of one KV head's (m, l)
-  const int kv_heads = n / (M::GROUP * M::HEAD_DIM);
-  for (int i = threadIdx.x; i < kv_heads * PER_G; i += block_threads())
-    if (i % PER_G < active * M::GROUP * 2) ml[i] = __ldcg(part_ml + i);
-  sync_block();
-  for (int i = threadIdx.x; i < n; i += block_threads()) {
-    const int h = i / M::HEAD_DIM;
-    xs[i] = combine_one<M::HEAD_DIM, M::GROUP, M::SPLITS>(h / M::GROUP, h % M::GROUP, i % M::HEAD_DIM, active,
-                                                          part_o, [&](size_t j) { return ml[j]; });
-  }
-  sync_block();
-}
-
-// Outputs [lo, hi) of y = epilogue(W . prologue(x)), the weights read from the ring (GemvShape). MERGE: where x
-// comes from (part_o, part_ml and the window are SplitMerge's).
-template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, typename MERGE = NoMerge, typename R>
+// Outputs [lo, hi) of y = epilogue(W . prologue(x)), the weights read from the ring (GemvShape).
+template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, typename R>
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
-                                          float* y, int n_out, float* smem, const float* part_o = nullptr,
-                                          const float* part_ml = nullptr, int window = 0) {
-  static_assert(MERGE::SPLITS == 0 || !NORM, "a merged x has no norm (the output projection's)");
+                                          float* y, int n_out, float* smem) {
   using G = GemvShape<T, K, WARPS, EPI, SEGS, R::PAGE>;
   const int lo = u.ins->lo, outs = u.ins->hi - lo;
   float* xs = smem;                               // K: the prologue's output
@@ -268,14 +234,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   if (!wait_inputs(u)) return false;
   // the residual this tile adds to, asked for now: its load's latency passes under the prologue and the pages
   const float y_mine = EPI == EPI_RESIDUAL && (int)threadIdx.x < outs ? y[lo + threadIdx.x] : 0.f;
-  if constexpr (MERGE::SPLITS > 0) {
-    int first, end, active;
-    split_range<MERGE::SPLITS, MERGE::MIN_KEYS>(u.pos, window, 0, first, end, active);
-    if (active > 1) merge_partials<MERGE>(K, active, part_o, part_ml, xs, acc);  // acc is free until the dots
-    else prologue.run(x, norm_w, eps, xs, red);
-  } else {
-    prologue.run(x, norm_w, eps, xs, red);
-  }
+  prologue.run(x, norm_w, eps, xs, red);
   trace(u, TR_X_READY);
   float xr[G::ROUNDS][8];  // this warp's segment of x
   load_x_slice<G>(xs, (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);

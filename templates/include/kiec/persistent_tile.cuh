@@ -59,91 +59,13 @@ __device__ __forceinline__ void red_release(unsigned* p) {
   asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
 }
 
-// KIEC_SIGNAL_SLOTS > 0: thread 0 hands a finished tile's counter to the signalling thread (signal_loop, in the
-// streaming warpgroup) through a mailbox of that many slots and goes on to the next tile; the release add stalls
-// that thread instead (a release waits until the block's writes are acknowledged: while every SM streams weights,
-// microseconds; bench/hop_latency.cu). 0: thread 0 releases the counter itself. Measured 2026-11-30 with 8 slots:
-// llama-3.2-1b 0.818 vs 0.822 ms, smollm2-135m 0.589 vs 0.572 (the hand-over lengthens every hop of the chain).
-#ifndef KIEC_SIGNAL_SLOTS
-#define KIEC_SIGNAL_SLOTS 0
-#endif
-#if KIEC_SIGNAL_SLOTS > 0
-struct SignalBox {
-  unsigned long long full[KIEC_SIGNAL_SLOTS];   // thread 0 put a counter in the slot (one arrival)
-  unsigned long long empty[KIEC_SIGNAL_SLOTS];  // the signalling thread released it (one arrival)
-  unsigned* counter[KIEC_SIGNAL_SLOTS];
-  unsigned handed;  // thread 0's count of counters handed over
-  // Thread 0, before the block's first barrier (ring.init's fence then covers these barriers too).
-  __device__ __forceinline__ void init() {
-    for (int s = 0; s < KIEC_SIGNAL_SLOTS; ++s) {
-      mbar_init(full + s, 1);
-      mbar_init(empty + s, 1);
-    }
-    handed = 0;
-  }
-};
-__shared__ SignalBox signal_box;
-
-// Thread 0: the counter into the mailbox's next slot, or, while the signalling thread has not released that slot
-// yet, released here (the counters' order does not matter; a loop waiting for the slot made ptxas spill 76 B on
-// llama-3.2-1b with persist_attn_early_kv).
-__device__ __forceinline__ void hand_over(unsigned* counter) {
-  SignalBox& box = signal_box;
-  const unsigned k = box.handed, s = k % KIEC_SIGNAL_SLOTS;
-  if (k >= KIEC_SIGNAL_SLOTS && !mbar_test(box.empty + s, (k / KIEC_SIGNAL_SLOTS - 1) & 1)) {
-    red_release(counter);
-    return;
-  }
-  box.handed = k + 1;
-  box.counter[s] = counter;
-  mbar_arrive(box.full + s);
-}
-#endif
-
-// *p += 1, ordered with nothing: a count no data rides on.
-__device__ __forceinline__ void red_relaxed(unsigned* p) {
-  asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
-}
-
 // The tile is done: every thread's writes are ordered before the counter moves (the barrier orders them before
-// thread 0's release, or before its mbarrier arrival, a release in the block, that the signalling thread's
-// acquire and then its own release at GPU scope carry on).
+// thread 0's release). Handing the release to a thread of the streaming warpgroup through a mailbox measured
+// 0.818 vs 0.822 ms on llama-3.2-1b and 0.589 vs 0.572 on smollm2-135m (2026-11-30, bench/RESULTS.md): taken out.
 __device__ __forceinline__ void signal_done(const Turn& u) {
   sync_block();
-  if (threadIdx.x == 0) {
-    unsigned* counter = u.a->counters + u.ins->counter * u.a->counter_stride;
-#if KIEC_SIGNAL_SLOTS > 0
-    hand_over(counter);
-#else
-    red_release(counter);
-#endif
-  }
+  if (threadIdx.x == 0) red_release(u.a->counters + u.ins->counter * u.a->counter_stride);
   trace(u, TR_DONE);
 }
-
-#if KIEC_SIGNAL_SLOTS > 0
-// Thread 0, once the compute warps are done: no counter (the signalling thread's cue to return), waiting for a
-// free slot.
-__device__ __forceinline__ void hand_over_last() {
-  SignalBox& box = signal_box;
-  const unsigned k = box.handed, s = k % KIEC_SIGNAL_SLOTS;
-  if (k >= KIEC_SIGNAL_SLOTS) mbar_wait(box.empty + s, (k / KIEC_SIGNAL_SLOTS - 1) & 1);
-  box.counter[s] = nullptr;
-  mbar_arrive(box.full + s);
-}
-
-// The signalling thread: the release adds thread 0 handed over, in order, until it hands over no counter.
-__device__ void signal_loop() {
-  SignalBox& box = signal_box;
-  for (unsigned k = 0;; ++k) {
-    const unsigned s = k % KIEC_SIGNAL_SLOTS;
-    mbar_wait(box.full + s, (k / KIEC_SIGNAL_SLOTS) & 1);
-    unsigned* counter = box.counter[s];
-    if (!counter) return;
-    red_release(counter);
-    mbar_arrive(box.empty + s);
-  }
-}
-#endif
 
 }  // namespace kiec

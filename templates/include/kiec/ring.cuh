@@ -1,19 +1,14 @@
 // The persistent kernel's weight stream (persistent.cuh): shared-memory pages, their mbarriers, and the thread
 // that fills them with TMA bulk copies ahead of the GEMV tiles.
 #pragma once
-#include "attention.cuh"
 #include "mbarrier.cuh"
 #include "persistent_args.cuh"
-
-#ifndef KIEC_ATTN_KV_PAGES
-#define KIEC_ATTN_KV_PAGES 0  // 1: attention's cache rows of earlier steps stream through the ring (codegen)
-#endif
 
 namespace kiec {
 
 // Weights never depend on activations, so one thread (the producer) walks the SM's instruction list ahead of the
 // compute warps and copies each GEMV share, page by page, into the ring: it is stopped only by a full ring, never
-// by a dependency (cache rows, with KIEC_ATTN_KV_PAGES, wait once a token for the previous token's attention). A page's `full` barrier completes when its bytes have landed; its `empty` barrier when every
+// by a dependency. A page's `full` barrier completes when its bytes have landed; its `empty` barrier when every
 // compute thread is done with it. Both sides count pages the same way (seq), so page seq sits in stage
 // seq % STAGES and is that stage's (seq / STAGES)-th use.
 
@@ -92,27 +87,20 @@ struct Ring {
 
 // The pages of an SM's GEMV shares, position after position, in the order the compute warps use them. After
 // next(), gate (and for SiLU-mul up) hold the current page's sources, `bytes` each, and up_at where its up half
-// goes in the page. An attention kernel with kv_pages streams its split's K rows (gate) and V rows (up) of
-// earlier steps the same way (`kv`: the page is cache rows, written by earlier steps' attention); KV false leaves
-// attention out at compile time (the kernel without KIEC_ATTN_KV_PAGES).
-template <int PAGE, bool KV = true>
+// goes in the page.
+template <int PAGE>
 struct PageWalk {
   const PersistentArgs* a;
   int begin, end, pos, i, first;  // the next page: position, instruction, first item
   const char* gate;
   const char* up;
   unsigned bytes, up_at;
-  bool kv;
   __host__ __device__ __forceinline__ PageWalk(const PersistentArgs* a_, int begin_, int end_)
       : a(a_), begin(begin_), end(end_), pos(a_->p0), i(begin_), first(0) {}
   __host__ __device__ __forceinline__ bool next() {  // host too: tests/cpu/page_walk.cu runs it
     for (; pos < a->p_end; ++pos, i = begin) {
       for (; i < end; ++i, first = 0) {
         const Instr& ins = a->instrs[i];
-        if (KV && ins.opcode == OP_ATTENTION) {
-          if (kv_page(ins)) return true;
-          continue;
-        }
         if (ins.opcode != OP_GEMV) continue;
         const KernelDesc& d = a->kernels[ins.kernel];
         const int per_page = items_per_page(PAGE, d.item_bytes, d.silu);
@@ -124,64 +112,29 @@ struct PageWalk {
         bytes = (unsigned)min(per_page, items - first) * d.item_bytes;
         up_at = per_page * d.item_bytes;
         first += per_page;
-        kv = false;
         return true;
       }
     }
     return false;
   }
-  // The next page of attention instruction ins's rows of earlier steps [lo, min(hi, pos)) of KV head ins.lo (row
-  // pos is this step's: the tile has it from its own q/k/v), K rows then V rows; false when none is left.
-  __host__ __device__ __forceinline__ bool kv_page(const Instr& ins) {
-    const KernelDesc& d = a->kernels[ins.kernel];
-    if (!d.kv_pages) return false;
-    int lo, hi, active;
-    split_range_of(pos, d.window, ins.tile % d.splits, d.splits, d.min_keys, lo, hi, active);
-    const int rows = ins.tile % d.splits < active ? min(hi, pos) - lo : 0;
-    const int per_page = items_per_page(PAGE, d.item_bytes, true);
-    if (first >= rows) return false;
-    const size_t head = (size_t)d.m * d.item_bytes;  // one KV head's rows: [K heads][max_seq], then [V heads]
-    gate = a->kv + d.w[0] + (size_t)ins.lo * head + (size_t)(lo + first) * d.item_bytes;
-    up = gate + (size_t)d.n * head;
-    bytes = (unsigned)min(per_page, rows - first) * d.item_bytes;
-    up_at = per_page * d.item_bytes;
-    first += per_page;
-    kv = true;
-    return true;
-  }
 };
 
 // The producer: thread 0 of the streaming warpgroup. Copies every GEMV share of positions [p0, p_end) into the ring
-// in instruction order, until the compute warps set `quit` (the generation ended early). At most INFLIGHT pages are
-// in flight at once (landed pages waiting in the ring do not count): every SM's bytes in flight are a queue that all
-// other loads and the counters' round trips wait behind (bench/hop_latency.cu: a hop of 1.7 us took 18-22 us with 12
-// x 16 KB in flight from every SM), and INFLIGHT == STAGES is no bound (2, 4, 6 pages measured 0.858, 0.854, 0.854
-// ms against 0.822 on llama-3.2-1b, 2026-11-30: SMs still streaming need the depth while others wait with full
-// rings). While the ring is full it asks L2 for up to AHEAD pages beyond it (a second walk over the same pages), so
-// that the memory keeps streaming through waits longer than the ring covers (0.839 vs 0.840 ms on llama-3.2-1b at
-// 94a9075 with 8 pages: whether the prefetch lands at all is bench/l2_prefetch.cu's question). Before returning it
-// waits for its copies in flight, so that none lands after the block is gone.
-template <typename R, int INFLIGHT, int AHEAD>
+// in instruction order, until the compute warps set `quit` (the generation ended early). Every SM's bytes in flight
+// are a queue that all other loads and the counters' round trips wait behind (bench/hop_latency.cu: a hop of 1.7 us
+// took 18-22 us with 12 x 16 KB in flight from every SM), yet bounding the pages in flight to 2, 4 or 6 measured
+// 0.858, 0.854, 0.854 ms against 0.822 on llama-3.2-1b (2026-11-30: SMs still streaming need the depth while others
+// wait with full rings), so the whole ring may be in flight. While the ring is full it asks L2 for up to AHEAD pages
+// beyond it (a second walk over the same pages), so that the memory keeps streaming through waits longer than the
+// ring covers (noise on llama-3.2-1b at 94a9075 and 9cd28d0; bench/l2_prefetch.cu: a region waiting in L2 copies
+// only 15-35% faster than one from HBM). Before returning it waits for its copies in flight, so that none lands
+// after the block is gone.
+template <typename R, int AHEAD>
 __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int end, const volatile int* quit) {
-  static_assert(INFLIGHT >= 1 && INFLIGHT <= R::STAGES, "pages in flight: 1 to the ring's");
   const unsigned long long policy = evict_first_policy();  // weights are read once a token
-  PageWalk<R::PAGE, KIEC_ATTN_KV_PAGES != 0> copy(&a, begin, end), ahead(&a, begin, end);
+  PageWalk<R::PAGE> copy(&a, begin, end), ahead(&a, begin, end);
   unsigned seq = 0, asked = 0;  // pages copied into the ring; pages asked of L2 (the walk `ahead` is past them)
-  int ordered = 0;  // tokens of this launch whose K/V rows are ordered before this thread's copies
   for (; copy.next(); ++seq) {
-#ifdef KIEC_KV_ACQUIRE_COUNTER
-    // Cache rows of earlier steps (kv_pages): written by generic stores on other SMs, read here by the async
-    // proxy. Rows of the launch's own tokens are there once the previous token's last attention phase completed
-    // (each layer's attention waits on the one before it); acquire that, then order the async proxy after it.
-    // Rows from before the launch need nothing. The phase is long done by the time the stream gets here.
-    if (copy.kv && copy.pos - a.p0 > ordered) {
-      const unsigned target = KIEC_KV_ACQUIRE_TILES * (unsigned)(copy.pos - a.p0);
-      while (ld_acquire(a.counters + KIEC_KV_ACQUIRE_COUNTER * a.counter_stride) < target)
-        if (*quit) goto drain;
-      asm volatile("fence.proxy.async.global;" ::: "memory");
-      ordered = copy.pos - a.p0;
-    }
-#endif
     const unsigned stage = seq % R::STAGES, use = seq / R::STAGES;
     if (use > 0) {
       while (!mbar_test(ring.empty + stage, (use - 1) & 1)) {
@@ -199,10 +152,6 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
           if (ahead.up) prefetch_bulk_l2(ahead.up, ahead.bytes);
         }
       }
-    }
-    if (INFLIGHT < R::STAGES && seq >= INFLIGHT) {  // page seq - INFLIGHT landed (its stage's next use is past seq)
-      const unsigned back = seq - INFLIGHT;
-      while (!mbar_test(ring.full + back % R::STAGES, (back / R::STAGES) & 1)) {}
     }
     mbar_expect(ring.full + stage, copy.up ? 2 * copy.bytes : copy.bytes);
     char* dst = ring.page(seq);
