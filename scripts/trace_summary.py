@@ -22,14 +22,21 @@ def columns(ts: np.ndarray, slots: list[str]) -> dict[str, np.ndarray]:
     ns = (col["done"] - col["start"])[ok].sum()
     ghz = col["cycles"][ok].sum() / ns if ns > 0 else 1.0
     col["page_wait"] = col["page_wait_cycles"] / ghz
+    zeros = np.zeros(len(ts), dtype=np.int64)  # recordings from before these slots
+    col["pages_ready"] = col.get("pages_ready", zeros)
+    col["stream_stall"] = col.get("stream_stall_cycles", zeros) / ghz
+    col["stored"] = col.get("stored", zeros)
     return col
 
 
 def per_kind(ts: np.ndarray, slots: list[str], sched: list, kernels: list, sms: int) -> list[str]:
     """SM-us per kind of instruction: waiting on inputs, then working, which is split into the prologue (inputs
     ready to x ready: a GEMV's norm, an attention split's slice), waiting for weight pages, the dot products (a
-    GEMV's, the rest of its pages' time) and the epilogue (a GEMV's epilogue and signal; everything after the
-    prologue for the other kinds)."""
+    GEMV's, the rest of its pages' time), the epilogue (a GEMV's, to its stores issued; everything after the
+    prologue for the other kinds) and the release (a GEMV's signal: the block's barrier and the release add, which
+    waits until the stores are acknowledged). Beside them: a GEMV's pages already in the ring when its x was ready (mean),
+    and the time the SM's weight stream stood still on a full ring before this kind's pages (SM-us; it happens
+    while earlier instructions run or wait)."""
     col = columns(ts, slots)
     ok = col["start"] > 0
     span = (col["done"][ok].max() - col["start"][ok].min()) / 1e3
@@ -40,25 +47,35 @@ def per_kind(ts: np.ndarray, slots: list[str], sched: list, kernels: list, sms: 
         name, ready, done = kind(opcode, kernels[k]), col["ready"][i], col["done"][i]
         x = col["x_ready"][i] if col["x_ready"][i] >= ready else ready
         dots_end = col["sums_done"][i] if col["sums_done"][i] >= x else x
+        stored = col["stored"][i] if dots_end <= col["stored"][i] <= done else done
         c = sums[name]
         c["count"] += 1
         c["waiting"] += (ready - col["start"][i]) / 1e3
         c["prologue"] += (x - ready) / 1e3
         c["pages"] += col["page_wait"][i] / 1e3
         c["dots"] += max(0.0, (dots_end - x - col["page_wait"][i]) / 1e3)
-        c["epilogue"] += (done - dots_end) / 1e3
-    parts = ("waiting", "prologue", "pages", "dots", "epilogue")
+        c["epilogue"] += (stored - dots_end) / 1e3
+        c["release"] += (done - stored) / 1e3
+        c["stalled"] += col["stream_stall"][i] / 1e3
+        if opcode == "gemv":
+            c["gemvs"] += 1
+            c["pages_ready"] += int(col["pages_ready"][i])
+    parts = ("waiting", "prologue", "pages", "dots", "epilogue", "release")
     lines = [f"token span {span:.1f} us over {sms} SMs ({span * sms:.0f} SM-us); per instruction kind, SM-us summed "
-             f"over the SMs (working = prologue + pages + dots + epilogue; work/SM: per token per SM):",
-             f"{'kind':<24}{'count':>7}" + "".join(f"{p:>10}" for p in parts) + f"{'work/SM':>10}"]
+             f"over the SMs (working = prologue + pages + dots + epilogue + release; work/SM: per token per SM):",
+             f"{'kind':<24}{'count':>7}" + "".join(f"{p:>10}" for p in parts) + f"{'work/SM':>10}{'ready pg':>10}"
+             f"{'stalled':>10}"]
     total = collections.Counter()
     for name, c in sorted(sums.items(), key=lambda kv: -sum(kv[1][p] for p in parts)):
         total.update(c)
         work = sum(c[p] for p in parts[1:])
-        lines.append(f"{name:<24}{c['count']:>7}" + "".join(f"{c[p]:>10.1f}" for p in parts) + f"{work / sms:>10.1f}")
+        ready = f"{c['pages_ready'] / c['gemvs']:>10.1f}" if c["gemvs"] else f"{'-':>10}"
+        lines.append(f"{name:<24}{c['count']:>7}" + "".join(f"{c[p]:>10.1f}" for p in parts) + f"{work / sms:>10.1f}"
+                     + ready + f"{c['stalled']:>10.1f}")
     all_time = sum(total[p] for p in parts)
     lines.append(f"{'total':<24}{total['count']:>7}" + "".join(f"{total[p]:>10.1f}" for p in parts)
-                 + f"  waiting {total['waiting'] / all_time * 100:.0f}% of the SMs' time")
+                 + f"  waiting {total['waiting'] / all_time * 100:.0f}% of the SMs' time; the weight stream stood "
+                 f"still {total['stalled'] / all_time * 100:.0f}% of it")
     return lines
 
 

@@ -236,6 +236,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   const float y_mine = EPI == EPI_RESIDUAL && (int)threadIdx.x < outs ? y[lo + threadIdx.x] : 0.f;
   prologue.run(x, norm_w, eps, xs, red);
   trace(u, TR_X_READY);
+  if (tracing(u)) trace_row(u)[TR_PAGES_READY] = ring.landed((outs * SEGS + G::PER_PAGE - 1) / G::PER_PAGE);
   float xr[G::ROUNDS][8];  // this warp's segment of x
   load_x_slice<G>(xs, (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
   // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
@@ -245,6 +246,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   sync_block();
   trace(u, TR_SUMS_DONE);
   gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32>(u, acc, bias, y, lo, outs, n_out, y_mine);
+  trace(u, TR_STORED);
   signal_done(u);
   return true;
 }

@@ -20,8 +20,8 @@ __device__ __forceinline__ unsigned long long* trace_row(const Turn& u) {
   return u.a->trace + (u.ins - u.a->instrs) * TRACE_SLOTS;
 }
 
-// A timestamp (TR_START, TR_READY, TR_X_READY, TR_SUMS_DONE, TR_DONE); the SM cycles from start to done ride
-// along.
+// A timestamp (TR_START, TR_READY, TR_X_READY, TR_SUMS_DONE, TR_STORED, TR_DONE: thread 0's view); the SM cycles
+// from start to done ride along.
 __device__ __forceinline__ void trace(const Turn& u, TraceSlot what) {
   if (!tracing(u)) return;
   unsigned long long* row = trace_row(u);

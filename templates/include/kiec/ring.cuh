@@ -70,6 +70,13 @@ struct Ring {
     mbar_arrive(empty + seq % STAGES);  // an arrive releases only this thread's reads
     ++seq;
   }
+  // How many of this consumer's next `upto` pages (at most STAGES) have landed, counted in order (kiec_trace).
+  __device__ __forceinline__ int landed(int upto) const {
+    int n = 0;
+    for (; n < upto && n < STAGES; ++n)
+      if (!mbar_test(full + (seq + n) % STAGES, ((seq + n) / STAGES) & 1)) break;
+    return n;
+  }
   // A benchmark's stream that nobody reads (bench/): page `s` from src into its stage once the page `depth`
   // before it has landed, so that at most depth <= STAGES pages are in flight.
   __device__ __forceinline__ void copy_landed(unsigned s, const char* src, unsigned depth,
@@ -128,14 +135,20 @@ struct PageWalk {
 // beyond it (a second walk over the same pages), so that the memory keeps streaming through waits longer than the
 // ring covers (noise on llama-3.2-1b at 94a9075 and 9cd28d0; bench/l2_prefetch.cu: a region waiting in L2 copies
 // only 15-35% faster than one from HBM). Before returning it waits for its copies in flight, so that none lands
-// after the block is gone.
+// after the block is gone. In the step kiec_trace records, it adds up the cycles it waits for a free stage before
+// each instruction's pages (TR_STREAM_STALL_CYCLES).
 template <typename R, int AHEAD>
 __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int end, const volatile int* quit) {
   const unsigned long long policy = evict_first_policy();  // weights are read once a token
   PageWalk<R::PAGE> copy(&a, begin, end), ahead(&a, begin, end);
   unsigned seq = 0, asked = 0;  // pages copied into the ring; pages asked of L2 (the walk `ahead` is past them)
+  long long stalled = 0;        // the traced step's wait before instruction `stall_i`'s pages so far
+  int stall_i = -1;
   for (; copy.next(); ++seq) {
     const unsigned stage = seq % R::STAGES, use = seq / R::STAGES;
+    const bool traced = a.trace && copy.pos == a.trace_pos;
+    if (copy.i != stall_i) stall_i = copy.i, stalled = 0;
+    const long long t0 = traced ? clock64() : 0;
     if (use > 0) {
       while (!mbar_test(ring.empty + stage, (use - 1) & 1)) {
         if (*quit) goto drain;
@@ -153,6 +166,7 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
         }
       }
     }
+    if (traced) a.trace[(size_t)copy.i * TRACE_SLOTS + TR_STREAM_STALL_CYCLES] = stalled += clock64() - t0;
     mbar_expect(ring.full + stage, copy.up ? 2 * copy.bytes : copy.bytes);
     char* dst = ring.page(seq);
     bulk_copy(dst, copy.gate, copy.bytes, ring.full + stage, policy);
