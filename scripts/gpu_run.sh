@@ -81,13 +81,16 @@ for spec in "$@"; do
     | grep -v "^\[kiec\] weights"
   # the disk holds 64 GB and each bench writes the weights once a mode (it recompiles every time): keep only
   # what TRACE or PROFILE reads after the loop
-  keep=" ${TRACE:-} ${PROFILE:-} "; keep=${keep//-persistent/}
+  keep=" "; for t in ${TRACE:-} ${PROFILE:-}; do keep+="${t%%:*} "; done; keep=${keep//-persistent/}
   case "$keep" in *" $model "*) ;; *) rm -rf /tmp/kiec_bench/"$model" /tmp/kiec_bench/"$model"-persistent ;; esac
 done
-# TRACE="model ...": where one persistent token's time goes (in-kernel timestamps; models benched above with
-# MODES=...persistent)
-for model in ${TRACE:-}; do
-  timeout 120 python3 scripts/trace_summary.py /tmp/kiec_bench/$model-persistent 2>&1 | tee "$OUT/trace_$model.txt"
+# TRACE="model[:pos] ...": where one persistent token's time goes (in-kernel timestamps of the step at pos, 64 by
+# default; models benched above with MODES=...persistent, the last bench of a model compiled its artifact: bench
+# MODEL:8192 last to trace MODEL:8192)
+for t in ${TRACE:-}; do
+  model=${t%%:*}; pos=64; [ "$t" != "$model" ] && pos=${t##*:}
+  timeout 120 python3 scripts/trace_summary.py /tmp/kiec_bench/$model-persistent $pos 2>&1 \
+    | tee "$OUT/trace_${model}_$pos.txt"
 done
 # PROFILE=model: per-kernel times of two decode steps of a model benched above (ncu, clocks left alone).
 # PROFILE_KERNEL=regex instead: ncu's speed-of-light, warp-state and memory sections for 4 launches of the kernels
