@@ -43,7 +43,7 @@ fi
 [ -n "${SANITIZE:-}" ] && bash scripts/sanitize.sh persistent ${SANITIZE_FIELDS:-}  # SANITIZE_FIELDS: field=value ...
 # The device benchmarks (bench/*.cu) build against kiec's headers and the generated ABI header:
 # bench_build SOURCE OUT [nvcc flags ...] makes /tmp/OUT from bench/SOURCE.cu
-if [ -n "${HOPS:-}${COMPUTE:-}${L2:-}" ]; then
+if [ -n "${HOPS:-}${COMPUTE:-}${L2:-}${STREAM:-}" ]; then
   mkdir -p /tmp/abi && python3 -c "from kiec.codegen.persistent_abi import header; print(header())" > /tmp/abi/persistent_abi.h
 fi
 bench_build() {
@@ -59,6 +59,11 @@ fi
 # all SMs at once (bench/l2_prefetch.cu)
 if [ -n "${L2:-}" ]; then
   bench_build l2_prefetch l2_prefetch && timeout 120 /tmp/l2_prefetch 2>&1 | tee "$OUT/l2_prefetch.txt"
+fi
+# STREAM=1: how fast the weight ring delivers when nothing stops it (the LM head's case), against the read ceiling,
+# with the GEMV tile consuming, other ring shapes and L2 policy (bench/stream_rate.cu)
+if [ -n "${STREAM:-}" ]; then
+  bench_build stream_rate stream_rate -DKIEC_COMPUTE_THREADS=256 && timeout 120 /tmp/stream_rate 2>&1 | tee "$OUT/stream_rate.txt"
 fi
 # COMPUTE=1: how fast the persistent GEMV's compute warps consume pages already in shared memory, warp sums one
 # item at a time and in batches of 8 (bench/gemv_compute.cu)

@@ -1,6 +1,6 @@
 // Shared-memory barriers (mbarrier), 16-byte shared loads, TMA bulk copies and how a ring page is cut into items:
-// what the persistent kernel's weight ring (ring.cuh) and the attention slice reading K/V rows from it
-// (attention.cuh) share. No persistent ABI here: graph mode's kernels include it too.
+// the persistent kernel's weight ring (ring.cuh), its tiles' waits (persistent_tile.cuh) and the device benchmarks
+// (bench/) use them. No persistent ABI here.
 #pragma once
 #include "common.cuh"
 
