@@ -15,12 +15,7 @@
 
 #include "persistent_abi.h"
 #include "kiec/persistent.cuh"
-
-#define CHECK(x)                                                                              \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } \
-  } while (0)
+#include "bench_common.cuh"
 
 constexpr int WARPS = 8, STAGES = 12, PAGE = 16 << 10, ROWS = 64, REPS = 400;
 using R = kiec::Ring<STAGES, PAGE>;
@@ -87,10 +82,7 @@ __global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1) consume(
     return;
   }
   float xr[G::ROUNDS][8];
-#pragma unroll
-  for (int v = 0; v < G::ROUNDS; ++v)
-#pragma unroll
-    for (int i = 0; i < 8; ++i) xr[v][i] = 0.5f + 1e-3f * (threadIdx.x + v * 8 + i);
+  made_up_x<G>(xr);
   kiec::sync_block();
   const unsigned long long t0 = kiec::global_ns();
   float keep = 0.f;

@@ -30,12 +30,7 @@
 #include "persistent_abi.h"
 #include "kiec/persistent_tile.cuh"
 #include "kiec/ring.cuh"
-
-#define CHECK(x)                                                                              \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } \
-  } while (0)
+#include "bench_common.cuh"
 
 constexpr int THREADS = KIEC_COMPUTE_THREADS, MAX_K = 4096;  // K: the vectors' length, at most MAX_K
 using R = kiec::Ring<12, 16 << 10>;           // the loaded runs' ring: the persistent kernel's 12 x 16 KB

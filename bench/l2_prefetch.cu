@@ -23,12 +23,7 @@
 #include "persistent_abi.h"
 #include "kiec/persistent_tile.cuh"
 #include "kiec/ring.cuh"
-
-#define CHECK(x)                                                                              \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } \
-  } while (0)
+#include "bench_common.cuh"
 
 using R = kiec::Ring<12, 16 << 10>;          // the persistent kernel's ring
 constexpr size_t REGION = 1 << 20;           // a block's region in one run: the largest `bytes` below

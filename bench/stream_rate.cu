@@ -24,12 +24,7 @@
 
 #include "persistent_abi.h"
 #include "kiec/persistent.cuh"
-
-#define CHECK(x)                                                                              \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } \
-  } while (0)
+#include "bench_common.cuh"
 
 using T = __nv_bfloat16;
 constexpr int WARPS = 8, K = 2048, SEGS = 2, RUNS = 5;
@@ -71,10 +66,7 @@ stream(const char* src, size_t share, int way, unsigned long long* stamps, float
     return;
   }
   float xr[G::ROUNDS][8];
-#pragma unroll
-  for (int v = 0; v < G::ROUNDS; ++v)
-#pragma unroll
-    for (int i = 0; i < 8; ++i) xr[v][i] = 0.5f + 1e-3f * (threadIdx.x + v * 8 + i);
+  made_up_x<G>(xr);
   if (way == LANDED) {
     for (int p = 0; p < pages; ++p) {
       ring.next_page();
