@@ -19,6 +19,15 @@ __device__ __forceinline__ bool mbar_test(unsigned long long* bar, unsigned pari
   return ok;
 }
 
+// Whether the phase has completed, without waiting at all (try_wait above may suspend the thread for a while
+// first: fine in a spin loop, not for a look).
+__device__ __forceinline__ bool mbar_done(unsigned long long* bar, unsigned parity) {
+  unsigned ok;
+  asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+               : "=r"(ok) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  return ok;
+}
+
 __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
   while (!mbar_test(bar, parity)) {}
 }
