@@ -31,12 +31,6 @@ constexpr int WARPS = 8, K = 2048, SEGS = 2, RUNS = 5;
 constexpr size_t MAX_SHARE = 4 << 20;  // bytes a block streams at most
 enum Way { LANDED = 0, TILE = 1, NORMAL = 2 };
 
-__device__ __forceinline__ unsigned long long evict_normal_policy() {
-  unsigned long long policy;
-  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-
 // Block b streams [src + b * share, + share) through ring R; stamps[2b], stamps[2b + 1]: its start and end (ns).
 template <typename R>
 __global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1)
@@ -52,7 +46,7 @@ stream(const char* src, size_t share, int way, unsigned long long* stamps, float
   const unsigned long long t0 = kiec::global_ns();
   if (threadIdx.x >= WARPS * 32) {  // the producer: the kernel's copies, minus the page walk
     if (threadIdx.x == WARPS * 32) {
-      const unsigned long long policy = way == NORMAL ? evict_normal_policy() : kiec::evict_first_policy();
+      const unsigned long long policy = way == NORMAL ? kiec::evict_normal_policy() : kiec::evict_first_policy();
       for (unsigned seq = 0; seq < (unsigned)pages; ++seq) {
         const unsigned stage = seq % R::STAGES;
         if (seq >= R::STAGES) kiec::mbar_wait(ring.empty + stage, (seq / R::STAGES - 1) & 1);

@@ -159,7 +159,7 @@ class _PersistentEmitter(_Emitter):
             ctype=self.ctype, cases=self.cases, sms=self.sched.sms, phases=len(self.sched.phases),
             warps=self.warps, smem=smem, stages=stages, page=page, arrivals=max(self.arrivals, 1),
             l2_ahead=self.t.persist_l2_ahead_bytes // page, stop_poll_every=self.t.persist_stop_poll_every,
-            reduce_batch=self.t.persist_reduce_batch,
+            reduce_batch=self.t.persist_reduce_batch, evict_first=int(bool(self.t.persist_evict_first)),
             scratch=self.smem,
             counter_stride=self.t.persist_counter_stride, instr_off=instr_off, starts_off=starts_off,
             kernels_off=kernels_off, instructions=instructions, **self.model_constants(header))

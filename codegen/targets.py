@@ -27,6 +27,7 @@ class TargetParams:
     persist_stop_poll_every: int  # persistent: counter polls between two looks at the stop position (1: each)
     persist_counter_stride: int  # unsigned ints between two phases' counters (32: one 128-byte line each)
     persist_reduce_batch: int  # persistent GEMV: items a warp sums over its lanes together (1: each on its own)
+    persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -76,7 +77,9 @@ TARGETS: dict[str, TargetParams] = {
                           persist_warps=8, persist_page_bytes=16 << 10, persist_stages=12,
                           persist_l2_ahead_bytes=0,
                           persist_stop_poll_every=64,
-                          persist_counter_stride=1, persist_reduce_batch=1),
+                          persist_counter_stride=1, persist_reduce_batch=1,
+                          # evict-first since the ring's first version; bench/stream_rate.cu compares (not yet run)
+                          persist_evict_first=1),
 }
 
 

@@ -65,6 +65,13 @@ __device__ __forceinline__ unsigned long long evict_first_policy() {
   return policy;
 }
 
+// The same with the default priority (bench/stream_rate.cu compares the two; persist_evict_first picks).
+__device__ __forceinline__ unsigned long long evict_normal_policy() {
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
 // How a page is cut into items: a GEMV share's items are (row, K segment) of item_bytes each, in memory order,
 // so a run of them is one contiguous copy; paired (SiLU-mul's gate and up rows, attention's K and V rows), a page
 // holds the items of the first kind and then as many of the second.

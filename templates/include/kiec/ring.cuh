@@ -4,6 +4,10 @@
 #include "mbarrier.cuh"
 #include "persistent_args.cuh"
 
+#ifndef KIEC_WEIGHT_EVICT_FIRST
+#define KIEC_WEIGHT_EVICT_FIRST 1
+#endif
+
 namespace kiec {
 
 // Weights never depend on activations, so one thread (the producer) walks the SM's instruction list ahead of the
@@ -139,7 +143,8 @@ struct PageWalk {
 // each instruction's pages (TR_STREAM_STALL_CYCLES).
 template <typename R, int AHEAD>
 __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int end, const volatile int* quit) {
-  const unsigned long long policy = evict_first_policy();  // weights are read once a token
+  // weights are read once a token: first out of L2 (KIEC_WEIGHT_EVICT_FIRST 0: L2's default; bench/stream_rate.cu)
+  const unsigned long long policy = KIEC_WEIGHT_EVICT_FIRST ? evict_first_policy() : evict_normal_policy();
   PageWalk<R::PAGE> copy(&a, begin, end), ahead(&a, begin, end);
   unsigned seq = 0, asked = 0;  // pages copied into the ring; pages asked of L2 (the walk `ahead` is past them)
   long long stalled = 0;        // the traced step's wait before instruction `stall_i`'s pages so far
