@@ -7,7 +7,7 @@
 //   landed    the ring, each page released as soon as it lands (nobody reads it)
 //   tile      the ring feeding the real GEMV tile loop (persistent_gemv.cuh's gemv_pages, K 2048 like the LM head)
 //   normal    tile, the copies with L2's evict-normal policy instead of evict-first
-//   pages     tile with other ring shapes: 24 x 8 KB, 6 x 32 KB, 10 x 16 KB (llama-3.1-8b's ring)
+//   pages     tile with other ring shapes: 24 x 8 KB, 6 x 32 KB, 10 x 16 KB (llama-3.1-8b's ring), 13 x 16 KB
 // for a share of 4 MB an SM (the LM head's) and of 512 KB (a big GEMV's share on llama-3.2-1b: a phase starting
 // with an empty ring). Prints, per way: TB/s over the GPU (all bytes over the first start to the last end: what a
 // phase costs), and GB/s an SM (median SM, slowest SM), median of 5 runs; each run reads bytes no earlier run of it
@@ -166,6 +166,7 @@ int main() {
     way<24, 8 << 10>("tile, 24 x 8 KB", b, sms, share, TILE);
     way<6, 32 << 10>("tile, 6 x 32 KB", b, sms, share, TILE);
     way<10, 16 << 10>("tile, 10 x 16 KB (llama-3.1-8b's)", b, sms, share, TILE);
+    way<13, 16 << 10>("tile, 13 x 16 KB", b, sms, share, TILE);
   }
   return 0;
 }
