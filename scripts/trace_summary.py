@@ -113,6 +113,32 @@ def chain_lines(ch: dict[str, tuple[int, float, float]]) -> list[str]:
     return lines
 
 
+def tails(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> tuple[dict[str, float], collections.Counter]:
+    """Per GEMV kind: the mean over its phases of the last SM's signal after the median SM's (us: what waiting
+    for the slowest tile costs the phase); and how often each SM signalled a GEMV phase last."""
+    col = columns(ts, slots)
+    phases: dict[int, list[int]] = collections.defaultdict(list)
+    for i, (sm, opcode, k, c) in enumerate(sched):
+        if col["start"][i] > 0 and opcode == "gemv":
+            phases[c].append(i)
+    out: dict[str, list[float]] = collections.defaultdict(list)
+    last: collections.Counter = collections.Counter()
+    for c, rows in phases.items():
+        done = col["done"][rows]
+        out[kind("gemv", kernels[sched[rows[0]][2]])].append((done.max() - np.median(done)) / 1e3)
+        last[sched[rows[int(done.argmax())]][0]] += 1
+    return {name: float(np.mean(v)) for name, v in out.items()}, last
+
+
+def tail_lines(t: dict[str, float], last: collections.Counter) -> list[str]:
+    lines = ["the slowest tile of each GEMV phase (last signal after the median SM's, us, mean over the phases):",
+             "  " + ", ".join(f"{name} {us:.2f}" for name, us in sorted(t.items(), key=lambda kv: -kv[1]))]
+    phases = sum(last.values())
+    lines.append(f"  the SMs most often last ({phases} phases): "
+                 + ", ".join(f"SM {sm} {n}x" for sm, n in last.most_common(6)))
+    return lines
+
+
 def summary(eng, pos: int) -> str:
     ts = eng.trace(pos)
     m = eng.manifest
@@ -120,6 +146,7 @@ def summary(eng, pos: int) -> str:
     lines = per_kind(ts, slots, sched, kernels, sms)
     lines[0] = f"position {pos}: {lines[0]}"
     lines += ["", *chain_lines(chain(ts, slots, sched, kernels))]
+    lines += ["", *tail_lines(*tails(ts, slots, sched, kernels))]
     return "\n".join(lines)
 
 

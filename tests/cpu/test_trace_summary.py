@@ -74,3 +74,17 @@ def test_the_per_kind_view_reports_pages_ready_and_the_stream_standing_still():
     old = ts[:, :7]  # (and no stores stamp: the whole epilogue is epilogue)
     rows = {line.split()[0]: line.split()[1:] for line in trace_summary.per_kind(old, SLOTS[:7], sched, KERNELS, 2)[2:]}
     assert [float(v) for v in rows["gemv:qkv"][-2:]] == [0, 0] and [float(v) for v in rows["gemv:qkv"][5:7]] == [1, 0]
+
+
+def test_the_tails_view_names_the_slowest_tiles():
+    # two GEMV phases on three SMs: phase 0 ends at 4, 5, 9 us (median 5: a 4 us tail, SM 2 last), phase 2 at
+    # 14, 15, 15.5 us (median 15: 0.5 us, SM 1 last); the attention phase between does not count
+    sched = [[0, "gemv", 0, 0], [1, "gemv", 0, 0], [2, "gemv", 0, 0], [0, "attention", 1, 1],
+             [0, "gemv", 2, 2], [1, "gemv", 2, 2], [2, "gemv", 2, 2]]
+    ts = recording([(1000, 2000, 2500, 3500, 4000, 0), (1000, 2000, 2500, 3500, 5000, 0), (1000, 2000, 2500, 3500, 9000, 0),
+                    (9000, 9500, 10000, 0, 11000, 0), (11000, 12000, 12500, 13500, 14000, 0),
+                    (11000, 12000, 12500, 13500, 15500, 0), (11000, 12000, 12500, 13500, 15000, 0)])
+    t, last = trace_summary.tails(ts, SLOTS, sched, KERNELS)
+    assert t == pytest.approx({"gemv:qkv": 4.0, "gemv:x": 0.5}) and last == {2: 1, 1: 1}
+    lines = trace_summary.tail_lines(t, last)
+    assert lines[1] == "  gemv:qkv 4.00, gemv:x 0.50" and lines[2].startswith("  the SMs most often last (2 phases): SM 2 1x")
