@@ -158,12 +158,13 @@ class _Emitter:
         a, r, t = k.attention, k.rope, self.t
         group, splits = k.n_heads // k.kv_heads, self.splits[k.name]
         spec = (f"attention_{self.dtype}_d{k.head_dim}_g{group}_r{r.rotary_dim}{'i' if r.interleaved else ''}"
-                f"{'_qknorm' if k.q_norm else ''}_w{t.attn_warps}s{splits}u{t.attn_unroll(group)}m{t.attn_min_keys}")
+                f"{'_qknorm' if k.q_norm else ''}_w{t.attn_warps}s{splits}u{t.attn_unroll(group)}m{t.attn_min_keys}"
+                f"{'_l2' if t.attn_l2_prefetch else ''}")
         self.spec_file(spec, "attention.cu.j2", "const float*, void*, int, int, const float*, const void*, const void*, "
                        "float, float, float, int, float*, float*, unsigned int*, float*, kiec::StepState*, cudaStream_t",
                        True, head_dim=k.head_dim, group=group, rotary=r.rotary_dim, interleaved=r.interleaved,
                        qk_norm=k.q_norm is not None, warps=t.attn_warps, splits=splits, threads=t.attn_warps * 32,
-                       unroll=t.attn_unroll(group), min_keys=t.attn_min_keys)
+                       unroll=t.attn_unroll(group), min_keys=t.attn_min_keys, l2_hint=bool(t.attn_l2_prefetch))
         qn = self.lay.param(k.q_norm.weight) if k.q_norm else "nullptr"
         kn = self.lay.param(k.k_norm.weight) if k.k_norm else "nullptr"
         eps = f"{k.q_norm.eps!r}f" if k.q_norm else "0.f"

@@ -160,6 +160,7 @@ class _PersistentEmitter(_Emitter):
             warps=self.warps, smem=smem, stages=stages, page=page, arrivals=max(self.arrivals, 1),
             l2_ahead=self.t.persist_l2_ahead_bytes // page, stop_poll_every=self.t.persist_stop_poll_every,
             reduce_batch=self.t.persist_reduce_batch, evict_first=int(bool(self.t.persist_evict_first)),
+            attn_l2_hint=int(bool(self.t.attn_l2_prefetch)),
             scratch=self.smem,
             counter_stride=self.t.persist_counter_stride, instr_off=instr_off, starts_off=starts_off,
             kernels_off=kernels_off, instructions=instructions, **self.model_constants(header))

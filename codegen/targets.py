@@ -18,6 +18,7 @@ class TargetParams:
     attn_blocks: int  # target blocks per attention launch: splits = attn_blocks // kv_heads
     attn_keys: int  # keys each lane group loads before the first use (halved per doubling of the group above 4)
     attn_min_keys: int  # rows per split at least: a short context uses one block per KV head and no combine
+    attn_l2_prefetch: int  # 1: each attention split asks L2 for its cache rows of earlier steps before its wait
     gencode: str
     prefetch_bytes: int  # weights a GEMV pulls into L2 (beyond its register batch) before waiting on the previous kernel
     persist_warps: int  # persistent mode: compute warps of the one block per SM (one more streams the weights)
@@ -58,6 +59,9 @@ TARGETS: dict[str, TargetParams] = {
     "sm_90": TargetParams(arch="sm_90", sms=132, gemv_warps=4, gemv_rows=2, gemv_blocks_per_sm=8, gemv_min_blocks=4,
                           gemv_early_loads=1,
                           attn_warps=8, attn_blocks=132, attn_keys=8, attn_min_keys=64,
+                          # graph mode's attention at 8192: 16.8 MB in the 10.9 us more than at 32, 1.5 TB/s (a
+                          # latency-bound pass or two a split); asking L2 ahead: not yet run
+                          attn_l2_prefetch=0,
                           gencode="-gencode=arch=compute_90a,code=sm_90a",
                           prefetch_bytes=8 << 20,
                           # persistent: a ring of up to 12 x 16 KB pages per SM in flight (arithmetic: at a 4.6 TB/s

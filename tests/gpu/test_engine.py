@@ -78,16 +78,23 @@ def test_llama_3_2_1b_random_weights_within_budget(tmp_path):
     budget_check(ours, r32, r16, "llama-3.2-1b: logits at 8 positions")
 
 
-@pytest.mark.parametrize("family,window", [("llama", None), ("mistral", 200)])
-def test_long_context_spreads_attention_over_splits_within_budget(tmp_path, family, window):
+@pytest.mark.parametrize("family,window,l2", [("llama", None, 0), ("mistral", 200, 0), ("mistral", 200, 1)])
+def test_long_context_spreads_attention_over_splits_within_budget(tmp_path, monkeypatch, family, window, l2):
     # 600 positions: attention goes from one block per KV head (no combine) to many splits merged by the last
-    # block (>= 64 rows each); with a window of 200 the rows in use start past 0
+    # block (>= 64 rows each); with a window of 200 the rows in use start past 0. l2: each block asks L2 for its
+    # rows before waiting on the QKV kernel (attn_l2_prefetch), a hint: the same bits as without
     extra = {"sliding_window": window} if window else {}
     make_tiny_hf(tmp_path / "hf", family, max_position_embeddings=1024, **extra)
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=1024)
+    if l2:
+        base = kiec.compile(model, str(tmp_path / "base"))
+        monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], attn_l2_prefetch=1))
     art = kiec.compile(model, str(tmp_path / "art"))
-    _, ours, r32, r16, _ = check_against_interpreter(model, art, positions=600)
-    budget_check(ours, r32, r16, f"{family} (window {window}): logits over 600 positions")
+    eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=600)
+    budget_check(ours, r32, r16, f"{family} (window {window}, L2 hint {l2}): logits over 600 positions")
+    if l2:
+        plain = kiec.Engine(base)
+        assert np.array_equal(ours, np.stack([plain.step(t, p) for p, t in enumerate(tokens)]))
 
 
 def test_engine_sampling_is_the_seeded_draw_over_its_own_logits(tmp_path):

@@ -95,6 +95,21 @@ __device__ __forceinline__ T* v_rows(T* cache, int kv_heads, int max_seq, int g)
   return cache + ((size_t)kv_heads + g) * max_seq * HEAD_DIM;
 }
 
+// Thread 0 asks L2 for split (g, split)'s cache rows of earlier steps at `pos` ([lo, min(hi, pos)), K and V): they
+// do not depend on this step, so a split can ask before its inputs are ready and find them in L2 when it loads
+// them (attn_l2_prefetch). A hint only: a position off by one asks for a row more or less.
+template <typename T, int HEAD_DIM, int SPLITS, int MIN_KEYS>
+__device__ __forceinline__ void prefetch_split_l2(const T* cache, int kv_heads, int max_seq, int g, int split, int pos,
+                                                  int window) {
+  int lo, hi, active;
+  split_range<SPLITS, MIN_KEYS>(pos, window, split, lo, hi, active);
+  const int rows = min(hi, pos) - lo;
+  if (threadIdx.x != 0 || split >= active || rows <= 0) return;
+  const unsigned bytes = (unsigned)rows * HEAD_DIM * sizeof(T);
+  prefetch_bulk_l2(cache + ((size_t)g * max_seq + lo) * HEAD_DIM, bytes);
+  prefetch_bulk_l2(cache + (((size_t)kv_heads + g) * max_seq + lo) * HEAD_DIM, bytes);
+}
+
 // KV head g's GROUP query heads over cache rows [lo, hi): q normed, rotated and scaled; the block holding row pos
 // writes the new k (normed, rotated) and v there first. Leaves each warp's (m, l, o) in sm.
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U>
@@ -288,9 +303,11 @@ __device__ __forceinline__ void attention_combine(int g, int active, const float
 }
 
 // Graph mode: grid (kv_heads, SPLITS); block (g, s) takes slice s of KV head g, and the last block of each KV
-// head to finish combines (a counter per KV head, reset for the next layer).
+// head to finish combines (a counter per KV head, reset for the next layer). L2_HINT: before waiting on the QKV
+// kernel (it launches while that one runs), each block asks L2 for its cache rows of earlier steps; the position is
+// this step's (the step's kernels run after the previous step's advance: a graph replay starts after the last).
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
-          int MIN_KEYS>
+          int MIN_KEYS, bool L2_HINT = false>
 __global__ void __launch_bounds__(WARPS * 32)
 attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_seq, const float* __restrict__ inv_freq,
                  const T* __restrict__ q_norm_w, const T* __restrict__ k_norm_w, float norm_eps, float scale,
@@ -299,6 +316,9 @@ attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_
   __shared__ AttentionSmem<HEAD_DIM, GROUP, WARPS> sm;
   __shared__ int last;
   pdl_launch_dependents();
+  if (L2_HINT)
+    prefetch_split_l2<T, HEAD_DIM, SPLITS, MIN_KEYS>(cache, kv_heads, max_seq, blockIdx.x, blockIdx.y,
+                                                     *(volatile const int*)&st->pos, window);
   pdl_wait();
   const int g = blockIdx.x, split = blockIdx.y, pos = st->pos;
   int lo, hi, active;

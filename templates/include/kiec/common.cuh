@@ -32,6 +32,15 @@ __device__ __forceinline__ void pdl_wait() {
 
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
+// Ask L2 for `bytes` from p (16-byte aligned) in one instruction (Hopper's bulk prefetch; nothing elsewhere);
+// nothing waits for the data.
+__device__ __forceinline__ void prefetch_bulk_l2(const void* p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  bytes &= ~15u;
+  if (bytes) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
 #ifndef __CUDACC_RTC__
 // Launch with the programmatic-serialization attribute, so that captured graphs get programmatic edges.
 template <typename... Params, typename... Args>

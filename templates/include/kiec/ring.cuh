@@ -32,12 +32,6 @@ __device__ __forceinline__ void widen8(const uint4& raw, float* out) {
   }
 }
 
-// Ask L2 for `bytes` from p (16-byte aligned) in one instruction; nothing waits for the data.
-__device__ __forceinline__ void prefetch_bulk_l2(const void* p, unsigned bytes) {
-  bytes &= ~15u;
-  if (bytes) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
 template <int STAGES_, int PAGE_>
 struct Ring {
   static constexpr int STAGES = STAGES_, PAGE = PAGE_;
