@@ -113,7 +113,8 @@ class _PersistentEmitter(_Emitter):
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",
                    n=k.kv_heads, m=self.seq, window=a.window, eps=k.q_norm.eps if k.q_norm else 0.0, scale=a.scale,
-                   softcap=a.softcap, arrive=self.arrivals,
+                   softcap=a.softcap, arrive=self.arrivals, splits=splits, min_keys=t.attn_min_keys,
+                   row_bytes=k.head_dim * self.esize,
                    w=(self.kv_offset[k.append.cache], f_off, self._w(k.q_norm and k.q_norm.weight),
                       self._w(k.k_norm and k.k_norm.weight)),
                    a=(self.arena[k.qkv], self.arena[partials(k) + ".o"], self.arena[partials(k) + ".ml"],
@@ -160,7 +161,7 @@ class _PersistentEmitter(_Emitter):
             warps=self.warps, smem=smem, stages=stages, page=page, arrivals=max(self.arrivals, 1),
             l2_ahead=self.t.persist_l2_ahead_bytes // page, stop_poll_every=self.t.persist_stop_poll_every,
             reduce_batch=self.t.persist_reduce_batch, evict_first=int(bool(self.t.persist_evict_first)),
-            attn_l2_hint=int(bool(self.t.attn_l2_prefetch)),
+            attn_l2_hint=self.t.attn_l2_prefetch,
             scratch=self.smem,
             counter_stride=self.t.persist_counter_stride, instr_off=instr_off, starts_off=starts_off,
             kernels_off=kernels_off, instructions=instructions, **self.model_constants(header))

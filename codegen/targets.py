@@ -18,7 +18,8 @@ class TargetParams:
     attn_blocks: int  # target blocks per attention launch: splits = attn_blocks // kv_heads
     attn_keys: int  # keys each lane group loads before the first use (halved per doubling of the group above 4)
     attn_min_keys: int  # rows per split at least: a short context uses one block per KV head and no combine
-    attn_l2_prefetch: int  # 1: each attention split asks L2 for its cache rows of earlier steps before its wait
+    attn_l2_prefetch: int  # 1: each attention split asks L2 for its cache rows of earlier steps before its wait;
+    # 2 (persistent): the weight stream asks as it walks past the split, a phase or so earlier
     gencode: str
     prefetch_bytes: int  # weights a GEMV pulls into L2 (beyond its register batch) before waiting on the previous kernel
     persist_warps: int  # persistent mode: compute warps of the one block per SM (one more streams the weights)

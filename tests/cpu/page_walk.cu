@@ -1,6 +1,8 @@
 // Host harness for tests/cpu/test_persistent_stream.py: runs the streaming thread's page walk (PageWalk in
 // ring.cuh) over an instruction table and prints every page it would copy, one line each:
 //   sm gate_offset up_offset(-1: none) bytes up_at   (offsets into the weights)
+// then, for each attention instruction at each position, the cache rows of earlier steps it would ask L2 for:
+//   kv sm pos instruction lo rows
 // Usage: page_walk DIR P0 P_END PAGE_BYTES   (DIR holds instrs.bin, starts.bin, kernels.bin as the artifact packs them)
 #include <cstdio>
 #include <cstdlib>
@@ -50,5 +52,14 @@ int main(int argc, char** argv) {
     case 16384: walk<16384>(a, sms); break;
     default: fprintf(stderr, "page size %s: add it to the switch\n", argv[4]); return 2;
   }
+  kiec::PageWalk<1024> w(&a, 0, 0);
+  for (int sm = 0; sm < sms; ++sm)
+    for (w.pos = a.p0; w.pos < a.p_end; ++w.pos)
+      for (int i = a.starts[sm]; i < a.starts[sm + 1]; ++i)
+        if (a.instrs[i].opcode == kiec::OP_ATTENTION) {
+          int lo;
+          const int rows = w.kv_rows(a.instrs[i], lo);
+          printf("kv %d %d %d %d %d\n", sm, w.pos, i, rows > 0 ? lo : 0, rows);
+        }
   return 0;
 }

@@ -13,6 +13,7 @@ from kiec.codegen.persistent_abi import pack_schedule
 from kiec.codegen.targets import target
 from kiec.ir.passes import pipeline
 from kiec.ir.passes.program import GemvKernel
+from kiec.ir.passes.simulate import split_rows
 from tests.nvcc_host import nvcc_build
 from tests.tiny_hf import make_tiny_hf
 
@@ -41,13 +42,12 @@ def expected_pages(e: _PersistentEmitter, p0: int, p_end: int, page: int) -> lis
     return out
 
 
-@pytest.mark.parametrize("family,page,sms,p0,p_end", [("llama", 16384, 132, 3, 5), ("qwen2", 1024, 7, 3, 5),
-                                                      ("qwen3", 1024, 5, 3, 5)])
-def test_the_streaming_thread_copies_the_pages_the_gemv_tiles_read(tmp_path, family, page, sms, p0, p_end):
+def run_walk(tmp_path, family, page, sms, p0, p_end, **target_fields):
+    """The emitter for a tiny model of `family`, and the host page walk's lines: its pages, and its "kv" lines."""
     import dataclasses
     make_tiny_hf(tmp_path / "hf", family, hidden_size=256, intermediate_size=640)
     prog = pipeline.run(kiec.load(str(tmp_path / "hf"), max_seq_len=64).graph)
-    t = dataclasses.replace(target("sm_90"), sms=sms, persist_page_bytes=page)
+    t = dataclasses.replace(target("sm_90"), sms=sms, persist_page_bytes=page, **target_fields)
     e = _PersistentEmitter(prog, "bf16", 64, t)
     walk(e, prog, "test")
     blob, starts = pack_schedule(e.sched)
@@ -57,7 +57,38 @@ def test_the_streaming_thread_copies_the_pages_the_gemv_tiles_read(tmp_path, fam
     exe = nvcc_build(tmp_path, os.path.join(HERE, "page_walk.cu"), "-std=c++17")
     r = subprocess.run([exe, str(tmp_path), str(p0), str(p_end), str(page)], capture_output=True, text=True,
                        check=True)
-    got = [tuple(map(int, line.split())) for line in r.stdout.splitlines()]
+    lines = r.stdout.splitlines()
+    return (e, [tuple(map(int, x.split())) for x in lines if not x.startswith("kv")],
+            [tuple(map(int, x.split()[1:])) for x in lines if x.startswith("kv")])
+
+
+@pytest.mark.parametrize("family,page,sms,p0,p_end", [("llama", 16384, 132, 3, 5), ("qwen2", 1024, 7, 3, 5),
+                                                      ("qwen3", 1024, 5, 3, 5)])
+def test_the_streaming_thread_copies_the_pages_the_gemv_tiles_read(tmp_path, family, page, sms, p0, p_end):
+    e, got, _ = run_walk(tmp_path, family, page, sms, p0, p_end)
     want = expected_pages(e, p0, p_end, page)
     assert len(got) == len(want) and got == want
     assert any(g[2] >= 0 for g in got) and len({g[3] for g in got}) > 1  # SiLU pages and short last pages seen
+
+
+@pytest.mark.parametrize("family,sms", [("llama", 7), ("mistral", 11)])
+def test_the_streaming_thread_asks_l2_for_the_rows_each_split_reads(tmp_path, family, sms):
+    # attn_l2_prefetch 2: as it walks past an attention split the stream asks L2 for the split's cache rows of
+    # earlier steps; the walk's rows (the descriptor's splits, min_keys and window) against simulate.split_rows,
+    # with 2 keys a split so that 1 to all splits are in use over positions 1-40 (mistral: a window of 5)
+    e, _, kv = run_walk(tmp_path, family, 1024, sms, 1, 40, attn_l2_prefetch=2, attn_min_keys=2)
+    want = []
+    for sm, lst in enumerate(e.sched.lists):
+        first = sum(len(x) for x in e.sched.lists[:sm])
+        for pos in range(1, 40):
+            for j, ins in enumerate(lst):
+                if ins.opcode != "attention":
+                    continue
+                k, splits = e.p.kernels[ins.kernel], e.sched.splits[ins.kernel]
+                rows = split_rows(k, pos, splits, e.sched.min_keys)
+                s = ins.tile % splits
+                lo, hi = rows[s] if s < len(rows) else (0, 0)
+                n = max(0, min(hi, pos) - lo)
+                want.append((sm, pos, first + j, lo if n else 0, n))
+    assert kv == want
+    assert {n for *_, n in kv} >= {0, 1, 2} and len({lo for *_, lo, n in kv if n}) > 3  # none, short, full; many starts

@@ -34,9 +34,6 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
   return true;
 }
 
-#ifndef KIEC_ATTN_L2_HINT
-#define KIEC_ATTN_L2_HINT 0
-#endif
 // Split (ins.tile % SPLITS) of KV head ins.lo: its slice of the context, written as a partial (or, with one split
 // in use, as the output), then an arrival on the head's counter in `arrive` (splits the context is too short for
 // only arrive). The split that arrives last (SPLITS x (t + 1) arrivals: the counter only grows) merges the
@@ -53,7 +50,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   const int g = u.ins->lo, split = u.ins->tile % SPLITS;
   int lo, hi, active;
   split_range<SPLITS, MIN_KEYS>(u.pos, window, split, lo, hi, active);  // the position's alone
-  if (KIEC_ATTN_L2_HINT)  // the split's rows of earlier steps, asked of L2 before the wait (attn_l2_prefetch)
+  if (KIEC_ATTN_L2_HINT == 1)  // the split's rows of earlier steps, asked of L2 before the wait (attn_l2_prefetch)
     prefetch_split_l2<T, HEAD_DIM, SPLITS, MIN_KEYS>(cache, kv_heads, max_seq, g, split, u.pos, window);
   if (!wait_inputs(u)) return false;
 #ifdef KIEC_SCRATCH_BYTES

@@ -7,6 +7,9 @@
 #ifndef KIEC_WEIGHT_EVICT_FIRST
 #define KIEC_WEIGHT_EVICT_FIRST 1
 #endif
+#ifndef KIEC_ATTN_L2_HINT
+#define KIEC_ATTN_L2_HINT 0  // 2: the weight stream asks L2 for attention's cache rows (PageWalk::next)
+#endif
 
 namespace kiec {
 
@@ -92,7 +95,8 @@ struct Ring {
 
 // The pages of an SM's GEMV shares, position after position, in the order the compute warps use them. After
 // next(), gate (and for SiLU-mul up) hold the current page's sources, `bytes` each, and up_at where its up half
-// goes in the page.
+// goes in the page. next(true) also asks L2 for the cache rows of earlier steps of each attention split it walks
+// past (attn_l2_prefetch 2: the split loads them a phase or so later).
 template <int PAGE>
 struct PageWalk {
   const PersistentArgs* a;
@@ -102,11 +106,14 @@ struct PageWalk {
   unsigned bytes, up_at;
   __host__ __device__ __forceinline__ PageWalk(const PersistentArgs* a_, int begin_, int end_)
       : a(a_), begin(begin_), end(end_), pos(a_->p0), i(begin_), first(0) {}
-  __host__ __device__ __forceinline__ bool next() {  // host too: tests/cpu/page_walk.cu runs it
+  __host__ __device__ __forceinline__ bool next(bool hint_kv = false) {  // host too: tests/cpu/page_walk.cu
     for (; pos < a->p_end; ++pos, i = begin) {
       for (; i < end; ++i, first = 0) {
         const Instr& ins = a->instrs[i];
-        if (ins.opcode != OP_GEMV) continue;
+        if (ins.opcode != OP_GEMV) {
+          if (hint_kv && ins.opcode == OP_ATTENTION) ask_l2_for_rows(ins);
+          continue;
+        }
         const KernelDesc& d = a->kernels[ins.kernel];
         const int per_page = items_per_page(PAGE, d.item_bytes, d.silu);
         const int items = (ins.hi - ins.lo) * (d.row_bytes / d.item_bytes);
@@ -121,6 +128,28 @@ struct PageWalk {
       }
     }
     return false;
+  }
+  // Attention split ins.tile % splits of KV head ins.lo at `pos`: its rows of earlier steps are [lo, lo + the
+  // count returned) (split_range's arithmetic with the descriptor's splits and min_keys; 0 rows: none).
+  __host__ __device__ __forceinline__ int kv_rows(const Instr& ins, int& lo) const {
+    const KernelDesc& d = a->kernels[ins.kernel];
+    const int start = d.window > 0 ? max(0, pos + 1 - d.window) : 0, n = pos + 1 - start;
+    const int chunk = max(d.min_keys, (n + d.splits - 1) / d.splits), split = ins.tile % d.splits;
+    lo = start + split * chunk;
+    return split < (n + chunk - 1) / chunk ? max(0, min(lo + chunk, pos) - lo) : 0;
+  }
+  // Those rows of K and of V, asked of L2.
+  __host__ __device__ __forceinline__ void ask_l2_for_rows(const Instr& ins) const {
+#ifdef __CUDA_ARCH__
+    int lo;
+    const int rows = kv_rows(ins, lo);
+    if (rows <= 0) return;
+    const KernelDesc& d = a->kernels[ins.kernel];
+    const size_t head = (size_t)d.m * d.row_bytes;  // one KV head's rows: [K heads][max_seq], then [V heads]
+    const char* k = a->kv + d.w[0] + (size_t)ins.lo * head + (size_t)lo * d.row_bytes;
+    prefetch_bulk_l2(k, (unsigned)rows * d.row_bytes);
+    prefetch_bulk_l2(k + (size_t)d.n * head, (unsigned)rows * d.row_bytes);
+#endif
   }
 };
 
@@ -143,7 +172,7 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
   unsigned seq = 0, asked = 0;  // pages copied into the ring; pages asked of L2 (the walk `ahead` is past them)
   long long stalled = 0;        // the traced step's wait before instruction `stall_i`'s pages so far
   int stall_i = -1;
-  for (; copy.next(); ++seq) {
+  for (; copy.next(KIEC_ATTN_L2_HINT == 2); ++seq) {
     const unsigned stage = seq % R::STAGES, use = seq / R::STAGES;
     const bool traced = a.trace && copy.pos == a.trace_pos;
     if (copy.i != stall_i) stall_i = copy.i, stalled = 0;
