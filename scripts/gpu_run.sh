@@ -82,7 +82,10 @@ for spec in "$@"; do
   model=${spec%%:*}; ctx=(); [ "$spec" != "$model" ] && ctx=(--context "${spec##*:}")
   name=$(echo "$spec" | tr -c 'A-Za-z0-9.\n-' '_')
   echo "=== kiec bench $model ${ctx[*]}"
-  timeout 500 kiec bench "$model" "${ctx[@]}" ${MODES:+--mode $MODES} --json "$OUT/bench_${name}.json" --work-dir /tmp/kiec_bench 2>&1 \
+  # VS="eager" or VS="" (set, empty): fewer peers than eager and torch.compile (runs that only compare kiec's modes)
+  vs=(); [ -n "${VS+set}" ] && vs=(--vs "$VS")
+  timeout 500 kiec bench "$model" "${ctx[@]}" ${MODES:+--mode $MODES} "${vs[@]}" --json "$OUT/bench_${name}.json" \
+    --work-dir /tmp/kiec_bench 2>&1 \
     | grep -v "^\[kiec\] weights"
   # the disk holds 64 GB and each bench writes the weights once a mode (it recompiles every time): keep only
   # what TRACE or PROFILE reads after the loop
