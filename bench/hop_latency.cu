@@ -1,6 +1,6 @@
 // How long one dependency hop between phases of a persistent kernel takes, with no weights to stream: every SM
 // reads the whole K-vector the previous phase wrote (as a GEMV prologue does), reduces it (the norm's statistic),
-// writes its slice of the next vector and hands over. Three ways to hand over:
+// writes its slice of the next vector and hands over, these ways:
 //   counter   one counter a phase; thread 0 of each block adds to it with a release, consumers spin with acquire
 //             loads (the persistent kernel's way); `counter+stop` also reads a stop flag at every poll, as the kernel
 //             does while waiting; `relaxed` spins with relaxed loads and fences once it sees the target
@@ -10,6 +10,10 @@
 //             (each thread loads all its words at once and again until every tag is this phase's; the 2026-11-30
 //             version spun on one word at a time, a round trip each, and lost at K = 2048 and 4096: that is the
 //             likely reason, not a measured one)
+//   hinted    tagged words, read once the phase's counter says every block wrote them: the counter moves with a
+//             relaxed add (no release, so no wait for the stores' acknowledgement) and is only a hint; a word read
+//             before its store landed is read again (the data's tag, not the counter, says it is there). Consumers
+//             spin on one word instead of whole vectors (what the kernel would do with tags; not yet run)
 // Prints microseconds per phase for each (the GEMV's own work and weights excluded: this is the floor a phase
 // costs in latency). `loaded`: the same with one more warp a block streaming HBM into a shared-memory ring the way
 // the persistent kernel's weight stream does (ring.cuh's bulk copies, 12 x 16 KB pages), so the hops and the
@@ -50,7 +54,11 @@ __device__ __forceinline__ void st_relaxed64(unsigned long long* p, unsigned lon
   asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-enum Mode { COUNTER = 0, COUNTER_STOP = 1, FLAGS = 2, TAGGED = 3, RELAXED = 4, GRID = 5 };
+enum Mode { COUNTER = 0, COUNTER_STOP = 1, FLAGS = 2, TAGGED = 3, RELAXED = 4, GRID = 5, HINTED = 6 };
+
+__device__ __forceinline__ void red_relaxed(unsigned* p) {
+  asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
+}
 
 __device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
   unsigned v;
@@ -102,8 +110,13 @@ hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* s
     const unsigned long long* tx = tbuf + (size_t)((p + 1) & 1) * K;
     unsigned long long* ty = tbuf + (size_t)(p & 1) * K;
     float ss = 0.f;
-    if (MODE == TAGGED) {  // all of a thread's words in flight at once, again until every tag is this phase's
-      unsigned long long w[MAX_K / THREADS];
+    if (MODE == HINTED && p > 1) {  // the hint first: then the words are (almost always) there
+      if (threadIdx.x == 0)
+        while (ld_relaxed(sync + p - 1) < (unsigned)nb) {}
+      kiec::sync_block();
+    }
+    if (MODE == TAGGED || MODE == HINTED) {  // all of a thread's words in flight at once, again until every tag is
+      unsigned long long w[MAX_K / THREADS];  // this phase's
       bool stale;
       do {
         stale = false;
@@ -149,10 +162,16 @@ hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* s
     kiec::sync_block();
     for (int i = lo + threadIdx.x; i < hi; i += THREADS) {
       const float v = 0.5f + 1e-3f * scale;  // stands in for the GEMV's output
-      if (MODE == TAGGED) st_relaxed64(ty + i, ((unsigned long long)(unsigned)p << 32) | __float_as_uint(v));
-      else y[i] = v;
+      if (MODE == TAGGED || MODE == HINTED)
+        st_relaxed64(ty + i, ((unsigned long long)(unsigned)p << 32) | __float_as_uint(v));
+      else
+        y[i] = v;
     }
-    if (MODE != TAGGED && MODE != GRID) {
+    if (MODE == HINTED) {
+      kiec::sync_block();
+      if (threadIdx.x == 0) red_relaxed(sync + p);
+    }
+    if (MODE != TAGGED && MODE != HINTED && MODE != GRID) {
       kiec::sync_block();
       if (threadIdx.x == 0) {
         if (MODE == FLAGS) st_release(sync + (size_t)p * nb + b, 1u);
@@ -237,17 +256,18 @@ int main() {
   load.src = load_src;
   load.inflight = R::STAGES;
   printf("hop latency, %d blocks x %d threads, %d phases (us per phase, median of 5 runs)\n", sms, THREADS, phases);
-  printf("%6s %9s %13s %9s %9s %9s %9s | loaded: %9s %9s %10s\n", "K", "counter", "counter+stop", "relaxed", "flags",
-         "tagged", "grid", "counter", "tagged", "streamed");
+  printf("%6s %9s %13s %9s %9s %9s %9s %9s | loaded: %9s %9s %9s %10s\n", "K", "counter", "counter+stop", "relaxed",
+         "flags", "tagged", "hinted", "grid", "counter", "tagged", "hinted", "streamed");
   for (int K : {576, 2048, 4096}) {
-    printf("%6d %9.2f %13.2f %9.2f %9.2f %9.2f %9.2f |", K, run<COUNTER>(sms, K, phases, buf, tbuf, sync, stop),
+    printf("%6d %9.2f %13.2f %9.2f %9.2f %9.2f %9.2f %9.2f |", K, run<COUNTER>(sms, K, phases, buf, tbuf, sync, stop),
            run<COUNTER_STOP>(sms, K, phases, buf, tbuf, sync, stop), run<RELAXED>(sms, K, phases, buf, tbuf, sync, stop),
            run<FLAGS>(sms, K, phases, buf, tbuf, sync, stop), run<TAGGED>(sms, K, phases, buf, tbuf, sync, stop),
-           run<GRID>(sms, K, phases, buf, tbuf, sync, stop));
+           run<HINTED>(sms, K, phases, buf, tbuf, sync, stop), run<GRID>(sms, K, phases, buf, tbuf, sync, stop));
     const double counter = run<COUNTER, true>(sms, K, phases, buf, tbuf, sync, stop, &load);
     const double streamed = load.tbps;
-    printf("         %9.2f %9.2f %6.2f TB/s\n", counter, run<TAGGED, true>(sms, K, phases, buf, tbuf, sync, stop, &load),
-           streamed);
+    const double tagged = run<TAGGED, true>(sms, K, phases, buf, tbuf, sync, stop, &load);
+    printf("         %9.2f %9.2f %9.2f %6.2f TB/s\n", counter, tagged,
+           run<HINTED, true>(sms, K, phases, buf, tbuf, sync, stop, &load), streamed);
   }
   // The loaded hop against the stream's depth: every block's pages in flight bound the queue its hop meets
   printf("\nloaded counter hop (K 2048) by pages in flight a block (%d KB each)\n%9s %9s %10s\n", R::PAGE >> 10,
