@@ -130,6 +130,18 @@ def tails(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> tuple
     return {name: float(np.mean(v)) for name, v in out.items()}, last
 
 
+def ready_pages(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> dict[str, list[int]]:
+    """Per GEMV kind: the spread of pages already in the ring when a tile's x was ready (min, p10, median, p90,
+    max over its tiles): a ring that filled while the tile waited shows as the ring's page count."""
+    col = columns(ts, slots)
+    out: dict[str, list[int]] = collections.defaultdict(list)
+    for i, (sm, opcode, k, *_) in enumerate(sched):
+        if col["start"][i] > 0 and opcode == "gemv":
+            out[kind(opcode, kernels[k])].append(int(col["pages_ready"][i]))
+    return {name: [int(np.percentile(v, q, method="nearest")) for q in (0, 10, 50, 90, 100)]
+            for name, v in out.items()}
+
+
 def tail_lines(t: dict[str, float], last: collections.Counter) -> list[str]:
     lines = ["the slowest tile of each GEMV phase (last signal after the median SM's, us, mean over the phases):",
              "  " + ", ".join(f"{name} {us:.2f}" for name, us in sorted(t.items(), key=lambda kv: -kv[1]))]
@@ -147,6 +159,8 @@ def summary(eng, pos: int) -> str:
     lines[0] = f"position {pos}: {lines[0]}"
     lines += ["", *chain_lines(chain(ts, slots, sched, kernels))]
     lines += ["", *tail_lines(*tails(ts, slots, sched, kernels))]
+    lines += ["", "pages in the ring when a GEMV tile's x was ready (min, p10, median, p90, max over its tiles):"]
+    lines += [f"  {name:<22} {' '.join(f'{v:>3}' for v in q)}" for name, q in ready_pages(ts, slots, sched, kernels).items()]
     return "\n".join(lines)
 
 

@@ -88,3 +88,9 @@ def test_the_tails_view_names_the_slowest_tiles():
     assert t == pytest.approx({"gemv:qkv": 4.0, "gemv:x": 0.5}) and last == {2: 1, 1: 1}
     lines = trace_summary.tail_lines(t, last)
     assert lines[1] == "  gemv:qkv 4.00, gemv:x 0.50" and lines[2].startswith("  the SMs most often last (2 phases): SM 2 1x")
+
+
+def test_the_ready_pages_view_gives_their_spread():
+    sched = [[s, "gemv", 0, 0] for s in range(5)] + [[0, "attention", 1, 1]]
+    ts = recording([(1000, 2000, 2500, 3500, 4000, 0)] * 6, [(r, 0, 0) for r in (12, 0, 3, 7, 12, 0)])
+    assert trace_summary.ready_pages(ts, SLOTS, sched, KERNELS) == {"gemv:qkv": [0, 0, 7, 12, 12]}
