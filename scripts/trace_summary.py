@@ -34,9 +34,9 @@ def per_kind(ts: np.ndarray, slots: list[str], sched: list, kernels: list, sms: 
     ready to x ready: a GEMV's norm, an attention split's slice), waiting for weight pages, the dot products (a
     GEMV's, the rest of its pages' time), the epilogue (a GEMV's, to its stores issued; everything after the
     prologue for the other kinds) and the release (a GEMV's signal: the block's barrier and the release add, which
-    waits until the stores are acknowledged). Beside them: a GEMV's pages already in the ring when its x was ready (mean),
-    and the time the SM's weight stream stood still on a full ring before this kind's pages (SM-us; it happens
-    while earlier instructions run or wait)."""
+    waits until the stores are acknowledged). Beside them: a GEMV's pages already in the ring when its x was
+    ready (mean), and the time the SM's weight stream stood still on a full ring before this kind's pages (SM-us;
+    it happens while earlier instructions run or wait)."""
     col = columns(ts, slots)
     ok = col["start"] > 0
     span = (col["done"][ok].max() - col["start"][ok].min()) / 1e3
