@@ -95,11 +95,15 @@ done
 # TRACE="model[:pos] ...": where one persistent token's time goes (in-kernel timestamps of the step at pos, 64 by
 # default; models benched above with MODES=...persistent, the last bench of a model compiled its artifact: bench
 # MODEL:8192 last to trace MODEL:8192)
+# the recordings themselves go home in one traces.tar (python3 scripts/trace_summary.py FILE.npz reads one there)
 for t in ${TRACE:-}; do
   model=${t%%:*}; pos=64; [ "$t" != "$model" ] && pos=${t##*:}
-  timeout 120 python3 scripts/trace_summary.py /tmp/kiec_bench/$model-persistent $pos 2>&1 \
-    | tee "$OUT/trace_${model}_$pos.txt"
+  timeout 120 python3 scripts/trace_summary.py /tmp/kiec_bench/$model-persistent $pos \
+    --save="$OUT/trace_${model}_$pos.npz" 2>&1 | tee "$OUT/trace_${model}_$pos.txt"
 done
+if [ -n "${TRACE:-}" ]; then
+  (cd "$OUT" && tar cf traces.tar trace_*.npz && rm -f trace_*.npz)
+fi
 # PROFILE=model: per-kernel times of two decode steps of a model benched above (ncu, clocks left alone).
 # PROFILE_KERNEL=regex instead: ncu's speed-of-light, warp-state and memory sections for 4 launches of the kernels
 # it matches, PROFILE_SKIP matching launches in, after a prompt of PROFILE_AT tokens (1): e.g. the attention at

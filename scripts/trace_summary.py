@@ -1,10 +1,13 @@
 """Where a persistent kernel's token goes: in-kernel timestamps of one decode step (Engine.trace).
-Usage: python scripts/trace_summary.py ARTIFACT [POS]  (needs the GPU).
+Usage: python scripts/trace_summary.py ARTIFACT [POS] [--save=FILE.npz]  (needs the GPU; --save keeps the recording)
+       python scripts/trace_summary.py FILE.npz                           (a saved recording, no GPU)
 
-Two views: per kind of instruction, the SMs' time waiting and working; and along the chain of phases, for each
-phase the hop (from the previous phase's last signal to this phase's first SM seeing its inputs) and the span
-(from that first SM to this phase's last signal), averaged per kind."""
+Views: per kind of instruction, the SMs' time waiting and working (and the weight stream's stalls, the pages
+ready); along the chain of phases, for each phase the hop (from the previous phase's last signal to this phase's
+first SM seeing its inputs) and the span (from that first SM to this phase's last signal), averaged per kind; the
+slowest tile of each GEMV phase; and the spread of ready pages."""
 import collections
+import json
 import sys
 
 import numpy as np
@@ -151,9 +154,25 @@ def tail_lines(t: dict[str, float], last: collections.Counter) -> list[str]:
     return lines
 
 
-def summary(eng, pos: int) -> str:
+def save(path: str, ts: np.ndarray, manifest: dict, pos: int) -> None:
+    """The recording and what reading it needs, for summary_of elsewhere (no GPU): one .npz."""
+    keep = {k: manifest[k] for k in ("trace_slots", "schedule", "kernels", "sms")}
+    np.savez_compressed(path, ts=ts, pos=pos, manifest=json.dumps(keep))
+
+
+def load(path: str) -> tuple[np.ndarray, dict, int]:
+    with np.load(path) as f:
+        return f["ts"], json.loads(str(f["manifest"])), int(f["pos"])
+
+
+def summary(eng, pos: int, save_to: str | None = None) -> str:
     ts = eng.trace(pos)
-    m = eng.manifest
+    if save_to:
+        save(save_to, ts, eng.manifest, pos)
+    return summary_of(ts, eng.manifest, pos)
+
+
+def summary_of(ts: np.ndarray, m: dict, pos: int) -> str:
     slots, sched, kernels, sms = m["trace_slots"], m["schedule"], m["kernels"], m["sms"]
     lines = per_kind(ts, slots, sched, kernels, sms)
     lines[0] = f"position {pos}: {lines[0]}"
@@ -165,6 +184,10 @@ def summary(eng, pos: int) -> str:
 
 
 if __name__ == "__main__":
-    import kiec
-    eng = kiec.Engine(sys.argv[1])
-    print(summary(eng, int(sys.argv[2]) if len(sys.argv) > 2 else 64))
+    args = [a for a in sys.argv[1:] if not a.startswith("--save=")]
+    saves = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--save=")]
+    if args[0].endswith(".npz"):  # a saved recording: no GPU
+        print(summary_of(*load(args[0])))
+    else:
+        import kiec
+        print(summary(kiec.Engine(args[0]), int(args[1]) if len(args) > 1 else 64, saves[0] if saves else None))

@@ -94,3 +94,16 @@ def test_the_ready_pages_view_gives_their_spread():
     sched = [[s, "gemv", 0, 0] for s in range(5)] + [[0, "attention", 1, 1]]
     ts = recording([(1000, 2000, 2500, 3500, 4000, 0)] * 6, [(r, 0, 0) for r in (12, 0, 3, 7, 12, 0)])
     assert trace_summary.ready_pages(ts, SLOTS, sched, KERNELS) == {"gemv:qkv": [0, 0, 7, 12, 12]}
+
+
+def test_a_saved_recording_summarizes_the_same_without_a_gpu(tmp_path):
+    sched = [[0, "gemv", 0, 0], [1, "gemv", 0, 0], [0, "attention", 1, 1], [1, "attention", 1, 1]]
+    ts = recording([(1000, 2000, 2500, 3500, 4000, 500), (1000, 2500, 3000, 4500, 5000, 1000),
+                    (5000, 7000, 7500, 0, 8000, 0), (5500, 7500, 8000, 0, 9000, 0)],
+                   [(3, 10, 3800), (5, 0, 4700), (0, 0, 0), (0, 0, 0)])
+    manifest = {"trace_slots": SLOTS, "schedule": sched, "kernels": KERNELS, "sms": 2, "instructions": 4}
+    trace_summary.save(str(tmp_path / "t.npz"), ts, manifest, 64)
+    got_ts, got_manifest, pos = trace_summary.load(str(tmp_path / "t.npz"))
+    assert pos == 64 and np.array_equal(got_ts, ts) and got_manifest["schedule"] == sched
+    text = trace_summary.summary_of(got_ts, got_manifest, pos)
+    assert text == trace_summary.summary_of(ts, manifest, 64) and text.startswith("position 64: token span 8.0 us")
