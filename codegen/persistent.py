@@ -91,16 +91,17 @@ class _PersistentEmitter(_Emitter):
         b_off = self.lay.add(packed + ".bias", k.biases) if k.biases else -1
         silu = k.epilogue == "silu_mul"
         segs = row_segments(k.k, self.warps, self.t.persist_page_bytes, silu)
+        direct = bool(self.t.persist_x_direct) and not k.norm  # x straight from memory, none in the scratch
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
-                f"{'true' if k.biases else 'false'}, {segs}>(u, ring, (const T*)WN(d.w[1]), A(d.a[0]), "
-                f"(const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem)")
+                f"{'true' if k.biases else 'false'}, {segs}{', true' if direct else ''}>(u, ring, "
+                f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem)")
         if k.epilogue == "argmax":
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
         self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, row_bytes=k.k * self.esize,
                    item_bytes=k.k // 8 // segs * 16, silu=silu, w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
                    a=(self.arena[k.x], self.arena[k.out]))
         rows = self.rows[self.p.kernels.index(k)]
-        self.smem = max(self.smem, (k.k + (2 if silu else 1) * rows * segs + self.warps) * 4)
+        self.smem = max(self.smem, ((0 if direct else k.k) + (2 if silu else 1) * rows * segs + self.warps) * 4)
         self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * (2 if silu else 1) * k.k * self.esize))
 
     def attention(self, k: AttentionKernel) -> None:

@@ -30,6 +30,7 @@ class TargetParams:
     persist_counter_stride: int  # unsigned ints between two phases' counters (32: one 128-byte line each)
     persist_reduce_batch: int  # persistent GEMV: items a warp sums over its lanes together (1: each on its own)
     persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
+    persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch)
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -84,7 +85,10 @@ TARGETS: dict[str, TargetParams] = {
                           persist_stop_poll_every=64,
                           persist_counter_stride=1, persist_reduce_batch=1,
                           # evict-first since the ring's first version; bench/stream_rate.cu compares (not yet run)
-                          persist_evict_first=1),
+                          persist_evict_first=1,
+                          # 1 frees llama-3.1-8b's 57 KB x scratch: its ring 10 -> 12 pages (with persist_stages
+                          # 13, llama-3.2-1b's 12 -> 13); time model: -1.7% and -1% (not yet run)
+                          persist_x_direct=0),
 }
 
 

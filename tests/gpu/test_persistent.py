@@ -130,14 +130,18 @@ def test_trace_times_every_instruction_of_one_step(tmp_path):
                                     dict(persist_page_bytes=1024, persist_stages=2),
                                     dict(persist_page_bytes=1024, persist_stages=2, persist_l2_ahead_bytes=8192),
                                     dict(persist_stop_poll_every=1), dict(persist_evict_first=0),
-                                    dict(attn_l2_prefetch=1, attn_min_keys=8), dict(attn_l2_prefetch=2, attn_min_keys=8)])
+                                    dict(attn_l2_prefetch=1, attn_min_keys=8),
+                                    dict(attn_l2_prefetch=2, attn_min_keys=8),
+                                    dict(persist_x_direct=1), dict(persist_x_direct=1, persist_stages=13)])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
     # share many pages and the weight stream wait on the compute warps all the time (with L2 lookahead, asking L2
     # for the 8 pages after the ring meanwhile); the weight copies with L2's default policy; a vocabulary of 16384
     # gives each SM's LM-head share about 124 rows; attention's rows asked of L2 by the split before its wait or by
-    # the weight stream, with 8 keys a split (the base too) so that several splits ask. Knobs that leave the math alone leave the bits alone
+    # the weight stream, with 8 keys a split (the base too) so that several splits ask; x slices loaded straight
+    # from memory where there is no norm, with the ring deeper for the room. Knobs that leave the math alone leave
+    # the bits alone
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
     if "attn_min_keys" in change:
         art = compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=change["attn_min_keys"])
@@ -146,7 +150,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, f"persistent {change}: logits over 24 positions")
     if change.keys() <= {"persist_counter_stride", "persist_stop_poll_every", "persist_evict_first", "attn_l2_prefetch",
-                         "attn_min_keys"}:
+                         "attn_min_keys", "persist_x_direct", "persist_stages"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)

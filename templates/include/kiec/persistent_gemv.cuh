@@ -220,13 +220,17 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 }
 
 // Outputs [lo, hi) of y = epilogue(W . prologue(x)), the weights read from the ring (GemvShape).
-template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, typename R>
+// DIRECT (persist_x_direct, a GEMV without a norm): each warp loads its slice of x straight from memory, and the
+// tile takes no shared memory for x (a deeper ring where the longest such x set the scratch: llama-3.1-8b's down
+// projection, K 14336, 57 KB).
+template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, typename R>
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
                                           float* y, int n_out, float* smem) {
+  static_assert(!(DIRECT && NORM), "a normed x is staged in shared memory (the norm needs all of it first)");
   using G = GemvShape<T, K, WARPS, EPI, SEGS, R::PAGE>;
   const int lo = u.ins->lo, outs = u.ins->hi - lo;
-  float* xs = smem;                               // K: the prologue's output
-  float* acc = smem + K;                          // [ROWS_PER_OUT * outs][SEGS]: each row's segment sums
+  float* xs = smem;                               // K: the prologue's output (none with DIRECT)
+  float* acc = smem + (DIRECT ? 0 : K);           // [ROWS_PER_OUT * outs][SEGS]: each row's segment sums
   float* red = acc + G::ROWS_PER_OUT * outs * SEGS;  // WARPS
 
   Prologue<T, K, NORM, WARPS * 32> prologue;
@@ -234,11 +238,11 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   if (!wait_inputs(u)) return false;
   // the residual this tile adds to, asked for now: its load's latency passes under the prologue and the pages
   const float y_mine = EPI == EPI_RESIDUAL && (int)threadIdx.x < outs ? y[lo + threadIdx.x] : 0.f;
-  prologue.run(x, norm_w, eps, xs, red);
+  if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
   trace(u, TR_X_READY);
   if (tracing(u)) trace_row(u)[TR_PAGES_READY] = ring.landed((outs * SEGS + G::PER_PAGE - 1) / G::PER_PAGE);
   float xr[G::ROUNDS][8];  // this warp's segment of x
-  load_x_slice<G>(xs, (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
+  load_x_slice<G>(DIRECT ? x : xs, (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
   // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
   // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
   const long long waited = gemv_pages<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
