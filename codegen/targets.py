@@ -27,6 +27,7 @@ class TargetParams:
     persist_stages: int  # persistent: pages in the ring at most (fewer where the tiles' scratch needs the room)
     persist_l2_ahead_bytes: int  # persistent: bytes past a full ring the streaming thread asks L2 for (per SM)
     persist_stop_poll_every: int  # persistent: counter polls between two looks at the stop position (1: each)
+    persist_poll_sleep_ns: int  # persistent: > 0: a waiting thread sleeps about this long between counter polls
     persist_counter_stride: int  # unsigned ints between two phases' counters (32: one 128-byte line each)
     persist_reduce_batch: int  # persistent GEMV: items a warp sums over its lanes together (1: each on its own)
     persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
@@ -82,7 +83,7 @@ TARGETS: dict[str, TargetParams] = {
                           # batched warp sums stay a knob (gemv_compute.cu measures with it)
                           persist_warps=8, persist_page_bytes=16 << 10, persist_stages=12,
                           persist_l2_ahead_bytes=0,
-                          persist_stop_poll_every=64,
+                          persist_stop_poll_every=64, persist_poll_sleep_ns=0,  # sleeping: not yet run
                           persist_counter_stride=1, persist_reduce_batch=1,
                           # evict-first since the ring's first version; bench/stream_rate.cu compares (not yet run)
                           persist_evict_first=1,

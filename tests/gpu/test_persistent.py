@@ -129,7 +129,8 @@ def test_trace_times_every_instruction_of_one_step(tmp_path):
 @pytest.mark.parametrize("change", [dict(persist_warps=12), dict(persist_counter_stride=32),
                                     dict(persist_page_bytes=1024, persist_stages=2),
                                     dict(persist_page_bytes=1024, persist_stages=2, persist_l2_ahead_bytes=8192),
-                                    dict(persist_stop_poll_every=1), dict(persist_evict_first=0),
+                                    dict(persist_stop_poll_every=1), dict(persist_poll_sleep_ns=100),
+                                    dict(persist_evict_first=0),
                                     dict(attn_l2_prefetch=1, attn_min_keys=8),
                                     dict(attn_l2_prefetch=2, attn_min_keys=8),
                                     dict(persist_x_direct=1), dict(persist_x_direct=1, persist_stages=13)])
@@ -150,7 +151,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, f"persistent {change}: logits over 24 positions")
     if change.keys() <= {"persist_counter_stride", "persist_stop_poll_every", "persist_evict_first", "attn_l2_prefetch",
-                         "attn_min_keys", "persist_x_direct", "persist_stages"}:
+                         "attn_min_keys", "persist_x_direct", "persist_stages", "persist_poll_sleep_ns"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)

@@ -36,6 +36,12 @@ __device__ __forceinline__ void trace(const Turn& u, TraceSlot what) {
 #ifndef KIEC_STOP_POLL_EVERY
 #define KIEC_STOP_POLL_EVERY 1
 #endif
+// KIEC_POLL_SLEEP_NS > 0: the spinning thread sleeps about that long between two polls of a counter it found short
+// (every SM's thread 0 polls the same line while a phase's tiles add to it; fewer stop-flag loads a poll paid
+// 1.3%, 2026-11-30; persist_poll_sleep_ns, not yet run).
+#ifndef KIEC_POLL_SLEEP_NS
+#define KIEC_POLL_SLEEP_NS 0
+#endif
 __device__ __forceinline__ bool wait_inputs(const Turn& u) {
   __shared__ int go;
   if (threadIdx.x == 0) {
@@ -44,8 +50,10 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u) {
     for (int i = 0; i < n && ok; ++i) {
       const Wait w = u.ins->waits[i];
       const unsigned target = w.tiles * (unsigned)(u.t + 1 - w.previous);
-      for (unsigned spins = 1; ld_acquire(u.a->counters + w.counter * u.a->counter_stride) < target; ++spins)
+      for (unsigned spins = 1; ld_acquire(u.a->counters + w.counter * u.a->counter_stride) < target; ++spins) {
         if (spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)u.a->stop_pos <= u.pos) { ok = 0; break; }
+        if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
+      }
     }
     go = ok;
   }
