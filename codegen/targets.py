@@ -88,7 +88,8 @@ TARGETS: dict[str, TargetParams] = {
                           # evict-first since the ring's first version; bench/stream_rate.cu compares (not yet run)
                           persist_evict_first=1,
                           # 1 frees llama-3.1-8b's 57 KB x scratch: its ring 10 -> 12 pages (with persist_stages
-                          # 13, llama-3.2-1b's 12 -> 13); time model: -1.7% and -1% (not yet run)
+                          # 13, llama-3.2-1b's 12 -> 13). Not yet run; modelled only (`scripts/time_model.py MODEL
+                          # stream_gbps=32.1 ring_pages=N`): 8B 3834 -> 3767 us, 1B 756 -> 748 us
                           persist_x_direct=0),
 }
 

@@ -166,25 +166,19 @@ class VM:
         SPLITS)."""
         return self.s.splits[kernel]
 
-    def _used(self, kernel: int, token: int) -> int:
-        """Splits of attention kernel `kernel` in use at `token`."""
-        return len(split_rows(self.p.kernels[kernel], token, self.s.splits[kernel], self.s.min_keys))
-
-    def _merged(self, kernel: int, g: int, token: int, who: str) -> torch.Tensor:
-        """KV head g's output at `token` from the partials of the splits in use, which must be this token's."""
-        used, part = self._used(kernel, token), self.parts[kernel]
-        want = self.producer[partials(self.p.kernels[kernel])] * 1_000_000 + token  # the attention phase's stamp
+    def _combine(self, ins: Instr, token: int, k: AttentionKernel) -> None:
+        """KV head g's last split: the partials of the splits in use at this token, which must be this token's,
+        merged into its heads' outputs (the device skips the merge when one split is in use: that split wrote the
+        output)."""
+        g, group, dh = ins.lo, k.n_heads // k.kv_heads, k.head_dim
+        used = len(split_rows(k, token, self.s.splits[ins.kernel], self.s.min_keys))
+        part = self.parts[ins.kernel]
+        want = self.producer[partials(k)] * 1_000_000 + token  # the attention phase's stamp
         got = part["stamp"][g, :used]
         if not bool((got == want).all()):
-            raise ScheduleError(f"{who} (token {token}) merged partials of attention kernel {kernel} head {g} "
-                                f"stamped {got.tolist()}; the dataflow wants {want}")
-        return merge_splits(part["o"][g, :used], part["m"][g, :used], part["l"][g, :used])
-
-    def _combine(self, ins: Instr, token: int, k: AttentionKernel) -> None:
-        """KV head g's last split: the partials of the splits in use at this token, merged into its heads'
-        outputs (the device skips the merge when one split is in use: that split wrote the output)."""
-        g, group, dh = ins.lo, k.n_heads // k.kv_heads, k.head_dim
-        out = self._merged(ins.kernel, g, token, f"attention kernel {ins.kernel} head {g}")
+            raise ScheduleError(f"attention kernel {ins.kernel} head {g} (token {token}) merged partials of attention "
+                                f"kernel {ins.kernel} head {g} stamped {got.tolist()}; the dataflow wants {want}")
+        out = merge_splits(part["o"][g, :used], part["m"][g, :used], part["l"][g, :used])
         self.write(ins, token, k.attention.out, g * group * dh, out)
 
     # -- the machine

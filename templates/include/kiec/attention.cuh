@@ -51,20 +51,15 @@ struct AttentionSmem {  // codegen/persistent.py sizes it: keep the two in step
   float wo[WARPS][GROUP][HEAD_DIM];
 };
 
-// The rows [lo, hi) split `split` takes at `pos`, and how many splits are in use (simulate.split_rows): each takes
-// at least MIN_KEYS rows, so a short context is one block per KV head and a long one spreads over all SPLITS.
+// split_range_of (common.cuh) with the split count and minimum known at compile time.
 template <int SPLITS, int MIN_KEYS>
 __device__ __forceinline__ void split_range(int pos, int window, int split, int& lo, int& hi, int& active) {
-  const int start = window > 0 ? max(0, pos + 1 - window) : 0, n = pos + 1 - start;
-  const int chunk = max(MIN_KEYS, (n + SPLITS - 1) / SPLITS);
-  active = (n + chunk - 1) / chunk;
-  lo = start + split * chunk;
-  hi = min(lo + chunk, pos + 1);
+  split_range_of(pos, window, split, SPLITS, MIN_KEYS, lo, hi, active);
 }
 
 // One pass of the key loop's K and V loads: lane (sub, part) of warp w takes rows j0 + u * WARPS * KPW + sub (j0 =
-// lo + w * KPW on the first pass) for slots u in [FROM, TO), the 16 bytes at part * 8 of each; rows at or past
-// `hi`, and `skip`, are zeros.
+// lo + w * KPW on the first pass) for slots u in [0, U), the 16 bytes at part * 8 of each; rows at or past `hi`
+// are zeros.
 template <typename T, int HEAD_DIM, int WARPS, int U>
 struct KvPass {
   static constexpr int LPK = HEAD_DIM / 8, KPW = 32 / LPK;
@@ -95,19 +90,15 @@ __device__ __forceinline__ T* v_rows(T* cache, int kv_heads, int max_seq, int g)
   return cache + ((size_t)kv_heads + g) * max_seq * HEAD_DIM;
 }
 
-// Thread 0 asks L2 for split (g, split)'s cache rows of earlier steps at `pos` ([lo, min(hi, pos)), K and V): they
-// do not depend on this step, so a split can ask before its inputs are ready and find them in L2 when it loads
-// them (attn_l2_prefetch). A hint only: a position off by one asks for a row more or less.
-template <typename T, int HEAD_DIM, int SPLITS, int MIN_KEYS>
-__device__ __forceinline__ void prefetch_split_l2(const T* cache, int kv_heads, int max_seq, int g, int split, int pos,
-                                                  int window) {
-  int lo, hi, active;
-  split_range<SPLITS, MIN_KEYS>(pos, window, split, lo, hi, active);
-  const int rows = min(hi, pos) - lo;
-  if (threadIdx.x != 0 || split >= active || rows <= 0) return;
-  const unsigned bytes = (unsigned)rows * HEAD_DIM * sizeof(T);
-  prefetch_bulk_l2(cache + ((size_t)g * max_seq + lo) * HEAD_DIM, bytes);
-  prefetch_bulk_l2(cache + (((size_t)kv_heads + g) * max_seq + lo) * HEAD_DIM, bytes);
+// Thread 0 asks L2 for a split's cache rows of earlier steps, [lo, min(hi, pos)) of KV head g: they do not depend
+// on this step, so a split can ask before its inputs are ready and find them in L2 when it loads them
+// (attn_l2_prefetch 1).
+template <typename T, int HEAD_DIM>
+__device__ __forceinline__ void prefetch_split_l2(const T* cache, int kv_heads, int max_seq, int g, int lo, int hi,
+                                                  int pos) {
+  if (threadIdx.x == 0)
+    prefetch_kv_rows_l2(reinterpret_cast<const char*>(cache), kv_heads, max_seq, HEAD_DIM * (int)sizeof(T), g, lo,
+                        min(hi, pos) - lo);
 }
 
 // KV head g's GROUP query heads over cache rows [lo, hi): q normed, rotated and scaled; the block holding row pos
@@ -271,34 +262,24 @@ __device__ __forceinline__ void attention_store(const AttentionSmem<HEAD_DIM, GR
   }
 }
 
-// Element d of query head h (of KV head g's GROUP) from the partials of the `active` splits, in split order (loads
-// independent of the math); ml(slot * 2 + 0 or 1) reads a split's (m, l), from global memory or a copy of it.
-// attention_combine and the persistent output projection's merging prologue (merge_partials) both call it: the
-// same bits either way.
-template <int HEAD_DIM, int GROUP, int SPLITS, typename ML>
-__device__ __forceinline__ float combine_one(int g, int h, int d, int active, const float* part_o, ML ml) {
-  float mx = -INFINITY, lsum = 0.f, o = 0.f;
-#pragma unroll 8
-  for (int s = 0; s < active; ++s) {
-    const size_t slot = ((size_t)g * SPLITS + s) * GROUP + h;
-    const float ms = ml(slot * 2), ls = ml(slot * 2 + 1);
-    const float os = __ldcg(part_o + slot * HEAD_DIM + d);
-    const float mn = fmaxf(mx, ms);
-    const float c_old = mx == -INFINITY ? 0.f : __expf(mx - mn), c_new = ms == -INFINITY ? 0.f : __expf(ms - mn);
-    lsum = lsum * c_old + ls * c_new;
-    o = o * c_old + os * c_new;
-    mx = mn;
-  }
-  return o / lsum;
-}
-
-// KV head g's output from the partials of its `active` splits.
+// KV head g's output from the partials of its `active` splits, in split order (loads independent of the math).
 template <int HEAD_DIM, int GROUP, int SPLITS>
 __device__ __forceinline__ void attention_combine(int g, int active, const float* part_o, const float* part_ml, float* out) {
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += block_threads()) {
     const int h = i / HEAD_DIM, d = i % HEAD_DIM;
-    out[(g * GROUP + h) * HEAD_DIM + d] = combine_one<HEAD_DIM, GROUP, SPLITS>(
-        g, h, d, active, part_o, [&](size_t i) { return __ldcg(part_ml + i); });
+    float mx = -INFINITY, lsum = 0.f, o = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < active; ++s) {
+      const size_t slot = ((size_t)g * SPLITS + s) * GROUP + h;
+      const float ms = __ldcg(part_ml + slot * 2), ls = __ldcg(part_ml + slot * 2 + 1);
+      const float os = __ldcg(part_o + slot * HEAD_DIM + d);
+      const float mn = fmaxf(mx, ms);
+      const float c_old = mx == -INFINITY ? 0.f : __expf(mx - mn), c_new = ms == -INFINITY ? 0.f : __expf(ms - mn);
+      lsum = lsum * c_old + ls * c_new;
+      o = o * c_old + os * c_new;
+      mx = mn;
+    }
+    out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
   }
 }
 
@@ -316,9 +297,12 @@ attention_kernel(const float* __restrict__ qkv, T* cache, int kv_heads, int max_
   __shared__ AttentionSmem<HEAD_DIM, GROUP, WARPS> sm;
   __shared__ int last;
   pdl_launch_dependents();
-  if (L2_HINT)
-    prefetch_split_l2<T, HEAD_DIM, SPLITS, MIN_KEYS>(cache, kv_heads, max_seq, blockIdx.x, blockIdx.y,
-                                                     *(volatile const int*)&st->pos, window);
+  if (L2_HINT) {
+    int lo, hi, active;
+    const int hint = *(volatile const int*)&st->pos;
+    split_range<SPLITS, MIN_KEYS>(hint, window, blockIdx.y, lo, hi, active);
+    if (blockIdx.y < active) prefetch_split_l2<T, HEAD_DIM>(cache, kv_heads, max_seq, blockIdx.x, lo, hi, hint);
+  }
   pdl_wait();
   const int g = blockIdx.x, split = blockIdx.y, pos = st->pos;
   int lo, hi, active;

@@ -41,6 +41,30 @@ __device__ __forceinline__ void prefetch_bulk_l2(const void* p, unsigned bytes) 
 #endif
 }
 
+// The cache rows [lo, hi) split `split` of `splits` takes at `pos`, and how many splits are in use
+// (simulate.split_rows): each takes at least min_keys rows, so a short context is one split per KV head and a long
+// one spreads over all of them. Attention's split_range (compile-time counts) and the persistent weight stream's
+// walk (the kernel descriptor's) both use it.
+__host__ __device__ __forceinline__ void split_range_of(int pos, int window, int split, int splits, int min_keys,
+                                                        int& lo, int& hi, int& active) {
+  const int start = window > 0 ? max(0, pos + 1 - window) : 0, n = pos + 1 - start;
+  const int chunk = max(min_keys, (n + splits - 1) / splits);
+  active = (n + chunk - 1) / chunk;
+  lo = start + split * chunk;
+  hi = min(lo + chunk, pos + 1);
+}
+
+// Rows [lo, lo + rows) of KV head g's K and of its V, asked of L2 (a cache is [K heads][max_seq rows], then the V
+// heads, row_bytes a row): attn_l2_prefetch, from the split itself or from the weight stream.
+__device__ __forceinline__ void prefetch_kv_rows_l2(const char* cache, int kv_heads, int max_seq, int row_bytes,
+                                                    int g, int lo, int rows) {
+  if (rows <= 0) return;
+  const size_t head = (size_t)max_seq * row_bytes;
+  const char* k = cache + (size_t)g * head + (size_t)lo * row_bytes;
+  prefetch_bulk_l2(k, (unsigned)rows * row_bytes);
+  prefetch_bulk_l2(k + (size_t)kv_heads * head, (unsigned)rows * row_bytes);
+}
+
 #ifndef __CUDACC_RTC__
 // Launch with the programmatic-serialization attribute, so that captured graphs get programmatic edges.
 template <typename... Params, typename... Args>

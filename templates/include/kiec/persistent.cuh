@@ -50,8 +50,8 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   const int g = u.ins->lo, split = u.ins->tile % SPLITS;
   int lo, hi, active;
   split_range<SPLITS, MIN_KEYS>(u.pos, window, split, lo, hi, active);  // the position's alone
-  if (KIEC_ATTN_L2_HINT == 1)  // the split's rows of earlier steps, asked of L2 before the wait (attn_l2_prefetch)
-    prefetch_split_l2<T, HEAD_DIM, SPLITS, MIN_KEYS>(cache, kv_heads, max_seq, g, split, u.pos, window);
+  if (KIEC_ATTN_L2_HINT == 1 && split < active)  // its rows of earlier steps, asked of L2 before the wait
+    prefetch_split_l2<T, HEAD_DIM>(cache, kv_heads, max_seq, g, lo, hi, u.pos);
   if (!wait_inputs(u)) return false;
 #ifdef KIEC_SCRATCH_BYTES
   static_assert(sizeof(AttentionSmem<HEAD_DIM, GROUP, WARPS>) <= KIEC_SCRATCH_BYTES,

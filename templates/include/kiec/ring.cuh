@@ -130,25 +130,21 @@ struct PageWalk {
     return false;
   }
   // Attention split ins.tile % splits of KV head ins.lo at `pos`: its rows of earlier steps are [lo, lo + the
-  // count returned) (split_range's arithmetic with the descriptor's splits and min_keys; 0 rows: none).
+  // count returned) (split_range_of with the descriptor's splits and min_keys; 0 rows: none).
   __host__ __device__ __forceinline__ int kv_rows(const Instr& ins, int& lo) const {
     const KernelDesc& d = a->kernels[ins.kernel];
-    const int start = d.window > 0 ? max(0, pos + 1 - d.window) : 0, n = pos + 1 - start;
-    const int chunk = max(d.min_keys, (n + d.splits - 1) / d.splits), split = ins.tile % d.splits;
-    lo = start + split * chunk;
-    return split < (n + chunk - 1) / chunk ? max(0, min(lo + chunk, pos) - lo) : 0;
+    int hi, active;
+    const int split = ins.tile % d.splits;
+    split_range_of(pos, d.window, split, d.splits, d.min_keys, lo, hi, active);
+    return split < active ? max(0, min(hi, pos) - lo) : 0;
   }
-  // Those rows of K and of V, asked of L2.
+  // Those rows of K and of V, asked of L2 (d.n KV heads of d.m rows).
   __host__ __device__ __forceinline__ void ask_l2_for_rows(const Instr& ins) const {
 #ifdef __CUDA_ARCH__
     int lo;
     const int rows = kv_rows(ins, lo);
-    if (rows <= 0) return;
     const KernelDesc& d = a->kernels[ins.kernel];
-    const size_t head = (size_t)d.m * d.row_bytes;  // one KV head's rows: [K heads][max_seq], then [V heads]
-    const char* k = a->kv + d.w[0] + (size_t)ins.lo * head + (size_t)lo * d.row_bytes;
-    prefetch_bulk_l2(k, (unsigned)rows * d.row_bytes);
-    prefetch_bulk_l2(k + (size_t)d.n * head, (unsigned)rows * d.row_bytes);
+    prefetch_kv_rows_l2(a->kv + d.w[0], d.n, d.m, d.row_bytes, ins.lo, lo, rows);
 #endif
   }
 };
