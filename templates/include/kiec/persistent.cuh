@@ -147,9 +147,10 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
     if (threadIdx.x == 0) stopped = *(volatile int*)a.stop_pos <= pos;
     sync_block();
     if (stopped) break;
+    const bool traced = a.trace && pos == a.trace_pos;
     int i = begin;
     for (; i < end; ++i) {
-      const Turn u{a.instrs + i, t, pos, &a};
+      const Turn u{a.instrs + i, t, pos, &a, traced};
       trace(u, TR_START);
       if (!Model::run(u, ring, smem)) break;
     }

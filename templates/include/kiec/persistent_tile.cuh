@@ -13,7 +13,7 @@ __device__ __forceinline__ unsigned long long global_ns() {
 }
 
 // kiec_trace's recording (TRACE_SLOTS in persistent_abi.h) of one step: thread 0 of it writes it
-__device__ __forceinline__ bool traced_step(const Turn& u) { return u.a->trace && u.pos == u.a->trace_pos; }
+__device__ __forceinline__ bool traced_step(const Turn& u) { return u.traced; }
 __device__ __forceinline__ bool tracing(const Turn& u) { return traced_step(u) && threadIdx.x == 0; }
 
 __device__ __forceinline__ unsigned long long* trace_row(const Turn& u) {

@@ -168,9 +168,11 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
   unsigned seq = 0, asked = 0;  // pages copied into the ring; pages asked of L2 (the walk `ahead` is past them)
   long long stalled = 0;        // the traced step's wait before instruction `stall_i`'s pages so far
   int stall_i = -1;
+  unsigned long long* const trace = a.trace;  // read once: the copies' asm clobbers memory
+  const int trace_pos = a.trace_pos;
   for (; copy.next(KIEC_ATTN_L2_HINT == 2); ++seq) {
     const unsigned stage = seq % R::STAGES, use = seq / R::STAGES;
-    const bool traced = a.trace && copy.pos == a.trace_pos;
+    const bool traced = trace && copy.pos == trace_pos;
     if (copy.i != stall_i) stall_i = copy.i, stalled = 0;
     const long long t0 = traced ? clock64() : 0;
     if (use > 0) {
@@ -190,7 +192,7 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
         }
       }
     }
-    if (traced) a.trace[(size_t)copy.i * TRACE_SLOTS + TR_STREAM_STALL_CYCLES] = stalled += clock64() - t0;
+    if (traced) trace[(size_t)copy.i * TRACE_SLOTS + TR_STREAM_STALL_CYCLES] = stalled += clock64() - t0;
     mbar_expect(ring.full + stage, copy.up ? 2 * copy.bytes : copy.bytes);
     char* dst = ring.page(seq);
     bulk_copy(dst, copy.gate, copy.bytes, ring.full + stage, policy);
