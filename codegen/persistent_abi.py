@@ -13,11 +13,11 @@ SAMPLE_CANDIDATES = 1024  # tokens the select tile can sort in shared memory to 
 # there is none), when a GEMV's dot products are all done and when its epilogue has issued its stores (0 elsewhere),
 # and when it is done (signalled: the barrier and thread 0's release, which waits until the stores are acknowledged);
 # the SM cycles it spent waiting for weight pages, and all its SM cycles (their ratio to the ns converts the
-# others); a GEMV's pages already landed in the ring when its x was ready (up to the ring's, at most its own), and
-# the SM cycles the streaming thread waited for a free ring stage before copying this instruction's pages (the
-# stream stopped by a full ring; it runs ahead, so that happens while earlier instructions compute or wait).
+# others); and a GEMV's pages already landed in the ring when its x was ready (up to the ring's, at most its own).
+# No slot times the streaming thread: counting its stalls in the traced step (the test in its page loop alone)
+# made llama-3.2-1b 3.5% slower in every step (0.848 vs 0.819 ms at 48f2904, bench/RESULTS.md).
 TRACE_SLOTS = ("start", "ready", "x_ready", "sums_done", "done", "page_wait_cycles", "cycles", "pages_ready",
-               "stream_stall_cycles", "stored")
+               "stored")
 # (name, C type, struct code): a Wait is (counter, target per token, previous?) packed in 8 bytes
 WAIT_FIELDS = [("counter", "uint16_t", "H"), ("previous", "uint16_t", "H"), ("tiles", "uint32_t", "I")]
 INSTR_FIELDS = [("opcode", "uint16_t", "H"), ("n_waits", "uint16_t", "H"), ("kernel", "uint32_t", "I"),

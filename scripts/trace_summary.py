@@ -2,8 +2,7 @@
 Usage: python scripts/trace_summary.py ARTIFACT [POS] [--save=FILE.npz]  (needs the GPU; --save keeps the recording)
        python scripts/trace_summary.py FILE.npz                           (a saved recording, no GPU)
 
-Views: per kind of instruction, the SMs' time waiting and working (and the weight stream's stalls, the pages
-ready); along the chain of phases, for each phase the hop (from the previous phase's last signal to this phase's
+Views: per kind of instruction, the SMs' time waiting and working (and the pages ready); along the chain of phases, for each phase the hop (from the previous phase's last signal to this phase's
 first SM seeing its inputs) and the span (from that first SM to this phase's last signal), averaged per kind; the
 slowest tile of each GEMV phase; and the spread of ready pages."""
 import collections
@@ -27,7 +26,6 @@ def columns(ts: np.ndarray, slots: list[str]) -> dict[str, np.ndarray]:
     col["page_wait"] = col["page_wait_cycles"] / ghz
     zeros = np.zeros(len(ts), dtype=np.int64)  # recordings from before these slots
     col["pages_ready"] = col.get("pages_ready", zeros)
-    col["stream_stall"] = col.get("stream_stall_cycles", zeros) / ghz
     col["stored"] = col.get("stored", zeros)
     return col
 
@@ -38,8 +36,7 @@ def per_kind(ts: np.ndarray, slots: list[str], sched: list, kernels: list, sms: 
     GEMV's, the rest of its pages' time), the epilogue (a GEMV's, to its stores issued; everything after the
     prologue for the other kinds) and the release (a GEMV's signal: the block's barrier and the release add, which
     waits until the stores are acknowledged). Beside them: a GEMV's pages already in the ring when its x was
-    ready (mean), and the time the SM's weight stream stood still on a full ring before this kind's pages (SM-us;
-    it happens while earlier instructions run or wait)."""
+    ready (mean)."""
     col = columns(ts, slots)
     ok = col["start"] > 0
     span = (col["done"][ok].max() - col["start"][ok].min()) / 1e3
@@ -59,26 +56,23 @@ def per_kind(ts: np.ndarray, slots: list[str], sched: list, kernels: list, sms: 
         c["dots"] += max(0.0, (dots_end - x - col["page_wait"][i]) / 1e3)
         c["epilogue"] += (stored - dots_end) / 1e3
         c["release"] += (done - stored) / 1e3
-        c["stalled"] += col["stream_stall"][i] / 1e3
         if opcode == "gemv":
             c["gemvs"] += 1
             c["pages_ready"] += int(col["pages_ready"][i])
     parts = ("waiting", "prologue", "pages", "dots", "epilogue", "release")
     lines = [f"token span {span:.1f} us over {sms} SMs ({span * sms:.0f} SM-us); per instruction kind, SM-us summed "
              f"over the SMs (working = prologue + pages + dots + epilogue + release; work/SM: per token per SM):",
-             f"{'kind':<24}{'count':>7}" + "".join(f"{p:>10}" for p in parts) + f"{'work/SM':>10}{'ready pg':>10}"
-             f"{'stalled':>10}"]
+             f"{'kind':<24}{'count':>7}" + "".join(f"{p:>10}" for p in parts) + f"{'work/SM':>10}{'ready pg':>10}"]
     total = collections.Counter()
     for name, c in sorted(sums.items(), key=lambda kv: -sum(kv[1][p] for p in parts)):
         total.update(c)
         work = sum(c[p] for p in parts[1:])
         ready = f"{c['pages_ready'] / c['gemvs']:>10.1f}" if c["gemvs"] else f"{'-':>10}"
         lines.append(f"{name:<24}{c['count']:>7}" + "".join(f"{c[p]:>10.1f}" for p in parts) + f"{work / sms:>10.1f}"
-                     + ready + f"{c['stalled']:>10.1f}")
+                     + ready)
     all_time = sum(total[p] for p in parts)
     lines.append(f"{'total':<24}{total['count']:>7}" + "".join(f"{total[p]:>10.1f}" for p in parts)
-                 + f"  waiting {total['waiting'] / all_time * 100:.0f}% of the SMs' time; the weight stream stood "
-                 f"still {total['stalled'] / all_time * 100:.0f}% of it")
+                 + f"  waiting {total['waiting'] / all_time * 100:.0f}% of the SMs' time")
     return lines
 
 

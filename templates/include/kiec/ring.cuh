@@ -158,23 +158,16 @@ struct PageWalk {
 // beyond it (a second walk over the same pages), so that the memory keeps streaming through waits longer than the
 // ring covers (noise on llama-3.2-1b at 94a9075 and 9cd28d0; bench/l2_prefetch.cu: a region waiting in L2 copies
 // only 15-35% faster than one from HBM). Before returning it waits for its copies in flight, so that none lands
-// after the block is gone. In the step kiec_trace records, it adds up the cycles it waits for a free stage before
-// each instruction's pages (TR_STREAM_STALL_CYCLES).
+// after the block is gone. Nothing in its page loop may depend on the traced step: one test a page there (48f2904,
+// timing its stalls) cost every step 3.5% on llama-3.2-1b.
 template <typename R, int AHEAD>
 __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int end, const volatile int* quit) {
   // weights are read once a token: first out of L2 (KIEC_WEIGHT_EVICT_FIRST 0: L2's default; bench/stream_rate.cu)
   const unsigned long long policy = KIEC_WEIGHT_EVICT_FIRST ? evict_first_policy() : evict_normal_policy();
   PageWalk<R::PAGE> copy(&a, begin, end), ahead(&a, begin, end);
   unsigned seq = 0, asked = 0;  // pages copied into the ring; pages asked of L2 (the walk `ahead` is past them)
-  long long stalled = 0;        // the traced step's wait before instruction `stall_i`'s pages so far
-  int stall_i = -1;
-  unsigned long long* const trace = a.trace;  // read once: the copies' asm clobbers memory
-  const int trace_pos = a.trace_pos;
   for (; copy.next(KIEC_ATTN_L2_HINT == 2); ++seq) {
     const unsigned stage = seq % R::STAGES, use = seq / R::STAGES;
-    const bool traced = trace && copy.pos == trace_pos;
-    if (copy.i != stall_i) stall_i = copy.i, stalled = 0;
-    const long long t0 = traced ? clock64() : 0;
     if (use > 0) {
       while (!mbar_test(ring.empty + stage, (use - 1) & 1)) {
         if (*quit) goto drain;
@@ -192,7 +185,6 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
         }
       }
     }
-    if (traced) trace[(size_t)copy.i * TRACE_SLOTS + TR_STREAM_STALL_CYCLES] = stalled += clock64() - t0;
     mbar_expect(ring.full + stage, copy.up ? 2 * copy.bytes : copy.bytes);
     char* dst = ring.page(seq);
     bulk_copy(dst, copy.gate, copy.bytes, ring.full + stage, policy);
