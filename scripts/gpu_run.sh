@@ -27,6 +27,22 @@ if [ -f /tmp/smol/smol.partaa ] && [ -f /tmp/smol/smol.partab ]; then
   export KIEC_SMOLLM2_GGUF=/tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf
 fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . > /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 1; }
+# AB="commit ...": the persistent kernel at those commits (trees made by AB=... gpu_prep.sh, carried as .carry/ab)
+# against this tree, AB_ROUNDS (2) rounds in turn, on AB_MODEL (llama-3.2-1b) at context 0: a slowdown between
+# runs on different machines is told from a machine's by the two kernels timed in one call (the 3.5% 48f2904 cost)
+if [ -n "${AB:-}" ]; then
+  for r in $(seq "${AB_ROUNDS:-2}"); do
+    for c in $AB .; do
+      tree=.carry/ab/$c tag=$c; [ "$c" = . ] && tree=. tag=${KIEC_COMMIT:-this}
+      (cd "$tree" && python3 -m pip install -q --no-deps --no-build-isolation -e . > /tmp/install_ab.log 2>&1) \
+        || { cat /tmp/install_ab.log; continue; }
+      echo "=== $tag, round $r"
+      KIEC_COMMIT=$tag timeout 200 kiec bench "${AB_MODEL:-llama-3.2-1b}" --context 0 --mode persistent --vs "" \
+        --work-dir /tmp/kiec_ab 2>&1 | grep -E "^read ceiling|^kiec \(persistent"
+    done
+  done 2>&1 | tee "$OUT/ab.log"
+  rm -rf /tmp/kiec_ab
+fi
 # SMOKE=1: a 2-layer tiny model's persistent kernel runs 24 tokens within 30 s, or the call ends here (a hang
 # in the kernel would otherwise spend the tests' whole timeout)
 if [ -n "${SMOKE:-}" ]; then
