@@ -32,6 +32,10 @@ class TargetParams:
     persist_reduce_batch: int  # persistent GEMV: items a warp sums over its lanes together (1: each on its own)
     persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
     persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch)
+    # persistent, a timing probe, never for use: 1: a tile moves its counter with a relaxed add, without waiting for
+    # its stores' acknowledgement, so a consumer may read stale data (tokens may be wrong). It times the handover a
+    # tagged design would have (consumers checking their data's tags instead of the counter's release)
+    persist_probe_relaxed_signal: int
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -90,7 +94,8 @@ TARGETS: dict[str, TargetParams] = {
                           # 1 frees llama-3.1-8b's 57 KB x scratch: its ring 10 -> 12 pages (with persist_stages
                           # 13, llama-3.2-1b's 12 -> 13). Not yet run; modelled only (`scripts/time_model.py MODEL
                           # stream_gbps=32.1 ring_pages=N`): 8B 3834 -> 3767 us, 1B 756 -> 748 us
-                          persist_x_direct=0),
+                          persist_x_direct=0,
+                          persist_probe_relaxed_signal=0),
 }
 
 

@@ -135,6 +135,8 @@ def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90
         except Unscheduled as e:
             raise KiecError(f"{model.source}: {e}") from None
         header = f"kiec {model.name} {dtype} {arch} max_seq_len={model.max_seq_len} mode={mode} tp={tp}"
+        if mode == "persistent" and tp_.persist_probe_relaxed_signal:
+            _progress("warning: persist_probe_relaxed_signal is a timing probe: this artifact's tokens may be wrong")
         try:
             src = (emit_persistent if mode == "persistent" else emit)(program, dtype, model.max_seq_len, tp_, header)
         except ValueError as e:

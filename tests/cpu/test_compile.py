@@ -173,6 +173,24 @@ def test_persistent_artifact_carries_its_schedule_in_the_weights(tmp_path):
     # one inlined body per distinct tile function: the two layers share theirs
     assert len(re.findall(r"case \d+: return", text)) == len(e.cases) == 7  # embed, 4 GEMVs, attention, LM head
     assert "kiec::select_tile" in text and "u.a->arrivals + d.arrive" in text  # attention merges in its last split
+    assert "#define KIEC_PROBE_RELAXED_SIGNAL 0" in text  # the counters' release, not the timing probe
+
+
+def test_the_relaxed_signal_probe_moves_the_counter_without_the_release(tmp_path):
+    import dataclasses
+
+    from kiec.codegen.emit import INCLUDE_DIR
+    from kiec.codegen.persistent import emit_persistent
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama")
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    probe = dataclasses.replace(target("sm_90"), persist_probe_relaxed_signal=1)
+    src = emit_persistent(pipeline.run(model.graph), "bf16", model.max_seq_len, probe, "x")
+    assert "#define KIEC_PROBE_RELAXED_SIGNAL 1" in src.files["model.cu"]
+    with open(os.path.join(INCLUDE_DIR, "kiec", "persistent_tile.cuh")) as fh:
+        tile = fh.read()
+    assert "red.relaxed.gpu" in tile.split("#if KIEC_PROBE_RELAXED_SIGNAL")[1].split("#else")[0]
 
 
 def test_persistent_mode_refuses_what_it_has_no_device_code_for(tmp_path):
