@@ -32,6 +32,7 @@ class TargetParams:
     persist_reduce_batch: int  # persistent GEMV: items a warp sums over its lanes together (1: each on its own)
     persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
     persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch)
+    persist_warp_release: int  # persistent: 1: each warp releases a ring page once (lane 0), not every thread
     # persistent, a timing probe, never for use: 1: a tile moves its counter with a relaxed add, without waiting for
     # its stores' acknowledgement, so a consumer may read stale data (tokens may be wrong). It times the handover a
     # tagged design would have (consumers checking their data's tags instead of the counter's release)
@@ -95,6 +96,10 @@ TARGETS: dict[str, TargetParams] = {
                           # 13, llama-3.2-1b's 12 -> 13). Not yet run; modelled only (`scripts/time_model.py MODEL
                           # stream_gbps=32.1 ring_pages=N`): 8B 3834 -> 3767 us, 1B 756 -> 748 us
                           persist_x_direct=0,
+                          # 8 arrivals on a page's barrier instead of 256: QKV's and O's whole shares are in the
+                          # ring when their x is ready, yet their dots run at 27-29 GB/s an SM (3d07718 trace)
+                          # against 60-72 in gemv_compute.cu's long shares. Not yet run
+                          persist_warp_release=0,
                           persist_probe_relaxed_signal=0),
 }
 

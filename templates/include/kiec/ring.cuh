@@ -7,6 +7,11 @@
 #ifndef KIEC_WEIGHT_EVICT_FIRST
 #define KIEC_WEIGHT_EVICT_FIRST 1
 #endif
+// 1 (persist_warp_release): each warp releases a page once (its lane 0 after __syncwarp, which orders the lanes'
+// reads before it) instead of every thread: 8 arrivals on the page's barrier instead of 256 (not yet run)
+#ifndef KIEC_WARP_RELEASE
+#define KIEC_WARP_RELEASE 0
+#endif
 #ifndef KIEC_ATTN_L2_HINT
 #define KIEC_ATTN_L2_HINT 0  // 2: the weight stream asks L2 for attention's cache rows (PageWalk::next)
 #endif
@@ -53,11 +58,13 @@ struct Ring {
     seq = 0;
     return pages + (size_t)STAGES * PAGE;
   }
-  // Thread 0, before the block's first barrier: each page released by `releasers` threads.
-  __device__ __forceinline__ void init(unsigned releasers) const {
+  // Thread 0, before the block's first barrier: each page released by `threads` consumer threads (whole warps
+  // with KIEC_WARP_RELEASE, which counts one arrival a warp).
+  __device__ __forceinline__ void init(unsigned threads) const {
+    const unsigned arrivals = KIEC_WARP_RELEASE ? (threads + 31) / 32 : threads;
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full + s, 1);
-      mbar_init(empty + s, releasers);
+      mbar_init(empty + s, arrivals);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -68,7 +75,12 @@ struct Ring {
     return page(seq);
   }
   __device__ __forceinline__ void release() {
-    mbar_arrive(empty + seq % STAGES);  // an arrive releases only this thread's reads
+    if (KIEC_WARP_RELEASE) {
+      __syncwarp();  // the whole warp calls release(); its lanes' reads are ordered before lane 0's arrive
+      if ((threadIdx.x & 31) == 0) mbar_arrive(empty + seq % STAGES);
+    } else {
+      mbar_arrive(empty + seq % STAGES);  // an arrive releases only this thread's reads
+    }
     ++seq;
   }
   // How many of this consumer's next `upto` pages (at most STAGES) have landed, counted in order (kiec_trace).
