@@ -40,7 +40,8 @@ class _PersistentEmitter(_Emitter):
     def __init__(self, program: Program, dtype: str, max_seq_len: int, target: TargetParams):
         super().__init__(program, dtype, max_seq_len, target)
         t = target
-        self.sched: Schedule = schedule(program, t.sms, slot_of=dict(self.arena), min_keys=t.attn_min_keys)
+        self.sched: Schedule = schedule(program, t.sms, slot_of=dict(self.arena), min_keys=t.attn_min_keys,
+                                        previous_first=bool(t.persist_waits_previous_first))
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):
             self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)

@@ -33,6 +33,7 @@ class TargetParams:
     persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
     persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch)
     persist_warp_release: int  # persistent: 1: each warp releases a ring page once (lane 0), not every thread
+    persist_waits_previous_first: int  # persistent: 1: an instruction polls the previous token's waits first
     # persistent, a timing probe, never for use: 1: a tile moves its counter with a relaxed add, without waiting for
     # its stores' acknowledgement, so a consumer may read stale data (tokens may be wrong). It times the handover a
     # tagged design would have (consumers checking their data's tags instead of the counter's release)
@@ -100,6 +101,10 @@ TARGETS: dict[str, TargetParams] = {
                           # ring when their x is ready, yet their dots run at 27-29 GB/s an SM (3d07718 trace)
                           # against 60-72 in gemv_compute.cu's long shares. Not yet run
                           persist_warp_release=0,
+                          # every instruction of llama-3.2-1b waits on this token's producer, then on a phase of the
+                          # previous token (a write-after-read on a shared slot), reached long before: polled second,
+                          # its round trip comes after the producer's signal, on every hop. Not yet run
+                          persist_waits_previous_first=0,
                           persist_probe_relaxed_signal=0),
 }
 

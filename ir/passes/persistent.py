@@ -168,12 +168,17 @@ def gemv_shares(n: int, sms: int, first_sm: int = 0) -> list[tuple[int, int, int
 
 
 def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None,
-             min_keys: int = 64, max_splits: int = 64) -> Schedule:
+             min_keys: int = 64, max_splits: int = 64, previous_first: bool = False) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
-    outputs a tile, round-robin. Every SM's list is in phase order (no deadlock)."""
+    outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
+    polled in order, one round trip each at least: previous_first puts the previous token's (long reached when
+    the tile gets there) before this token's, so that their round trips pass while this token's producer still
+    runs instead of after it."""
     sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys)
     deps = reduce_waits(dependencies(program, slot_of))
+    if previous_first:
+        deps = [sorted(waits, key=lambda w: not w.previous) for waits in deps]  # stable: each group keeps its order
     sm = 0
     for c, (i, opcode) in enumerate(sched.phases):
         k = program.kernels[i]

@@ -12,14 +12,14 @@ from kiec.ir.passes.vm import VM, ScheduleError
 from tests.tiny_hf import make_tiny_hf
 
 
-def setup(tmp_path, family="qwen3", sms=7, min_keys=2):
+def setup(tmp_path, family="qwen3", sms=7, min_keys=2, previous_first=False):
     # min_keys 2: from the 4th token on, attention spreads over 2-3 splits per KV head, merged by the last
     make_tiny_hf(tmp_path, family)
     m = kiec.load(str(tmp_path), max_seq_len=16)
     prog = pipeline.run(m.graph)
     offsets, floats = plan_buffers(prog, {})
     slots = {v: o for v, o in offsets.items()}
-    sched = schedule(prog, sms, tile_rows=32, slot_of=slots, min_keys=min_keys)
+    sched = schedule(prog, sms, tile_rows=32, slot_of=slots, min_keys=min_keys, previous_first=previous_first)
     weights = {n: m.weights[n].float() for n in m.graph.params}
     return m, prog, sched, weights, offsets, floats
 
@@ -49,6 +49,22 @@ def test_schedule_computes_the_graph_on_any_interleaving(tmp_path, policy, seed,
     want = reference_logits(m, prompt, steps)
     assert len(got) == steps
     for t, (a, b) in enumerate(zip(got, want)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
+
+
+def test_previous_first_polls_the_same_waits_previous_token_first(tmp_path):
+    m, prog, sched, weights, offsets, floats = setup(tmp_path / "a")
+    _, _, first, *_ = setup(tmp_path / "b", previous_first=True)
+    both = 0
+    for lst, lst_first in zip(sched.lists, first.lists):
+        for ins, ins_first in zip(lst, lst_first):
+            assert set(ins.waits) == set(ins_first.waits) and len(ins.waits) == len(ins_first.waits)  # reordered
+            flags = [w.previous for w in ins_first.waits]
+            assert flags == sorted(flags, reverse=True)  # every previous-token wait before this token's
+            both += len(set(flags)) == 2
+    assert both > 0  # some instruction has both kinds (or the order would not matter)
+    got = VM(first, weights, offsets, floats).run([5, 17, 99], 6, "random", 4)
+    for t, (a, b) in enumerate(zip(got, reference_logits(m, [5, 17, 99], 6))):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
 
 
