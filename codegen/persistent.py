@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 
-from kiec.ir.passes.persistent import Schedule, attention_splits, partials, schedule
+from kiec.ir.passes.persistent import Schedule, attention_splits, partials, schedule, tag_plan
 from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program
 
 from .emit import EPILOGUES, Sources, _Emitter, walk
@@ -41,7 +41,7 @@ class _PersistentEmitter(_Emitter):
         super().__init__(program, dtype, max_seq_len, target)
         t = target
         self.sched: Schedule = schedule(program, t.sms, slot_of=dict(self.arena), min_keys=t.attn_min_keys,
-                                        previous_first=bool(t.persist_waits_previous_first))
+                                        previous_first=bool(t.persist_waits_previous_first), tags=self.tags)
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):
             self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)
@@ -53,6 +53,12 @@ class _PersistentEmitter(_Emitter):
 
     def attention_splits(self, k: AttentionKernel) -> int:
         return attention_splits(k, self.t.sms)  # the schedule's (KV head, split) tiles
+
+    def tagged_values(self) -> frozenset[str]:
+        """persist_tagged: the values handed over as tagged words (tag_plan); called while the base class lays out
+        the arena, before this class's own fields."""
+        self.tags = tag_plan(self.p) if self.t.persist_tagged else None
+        return frozenset(self.tags.writer) if self.tags else frozenset()
 
     def scratch(self) -> dict[str, int]:
         """Each layer's attention partials get their own region, so that layers never wait on each other's."""
@@ -78,9 +84,17 @@ class _PersistentEmitter(_Emitter):
     def _w(self, name: str | None) -> int:
         return -1 if name is None else self.lay.add(name, (name,))
 
+    def tagged(self, value: str | None) -> bool:
+        return value is not None and self.tags is not None and value in self.tags.writer
+
+    def tag_writer(self, value: str | None) -> int:
+        """The phase whose tag a tagged value's words carry (-1: untagged)."""
+        return self.tags.writer[value] if self.tagged(value) else -1
+
     def embed(self, k: EmbedKernel) -> None:
         vocab, dim = self.g.params[k.table].type.shape
-        self._case("kiec::embed_tile<T>(u, (const T*)W(d.w[0]), d.n, d.m, A(d.a[0]))", n=dim, m=vocab,
+        tagged = "true" if self.tagged(k.out) else "false"
+        self._case(f"kiec::embed_tile<T, {tagged}>(u, (const T*)W(d.w[0]), d.n, d.m, A(d.a[0]))", n=dim, m=vocab,
                    w=(self._w(k.table),), a=(self.arena[k.out],))
         self.src.kernels.append(dict(name=k.name, family="embed", bytes=dim * self.esize * 2))
 
@@ -92,14 +106,19 @@ class _PersistentEmitter(_Emitter):
         b_off = self.lay.add(packed + ".bias", k.biases) if k.biases else -1
         silu = k.epilogue == "silu_mul"
         segs = row_segments(k.k, self.warps, self.t.persist_page_bytes, silu)
-        direct = bool(self.t.persist_x_direct) and not k.norm  # x straight from memory, none in the scratch
+        tx, ty = self.tagged(k.x), self.tagged(k.out)
+        # x straight from memory, none in the scratch (not tagged words: the prologue checks those)
+        direct = bool(self.t.persist_x_direct) and not k.norm and not tx
+        flags = ", true" if direct else (", false" if tx or ty else "")
+        flags += f", {'true' if tx else 'false'}, {'true' if ty else 'false'}" if tx or ty else ""
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
-                f"{'true' if k.biases else 'false'}, {segs}{', true' if direct else ''}>(u, ring, "
+                f"{'true' if k.biases else 'false'}, {segs}{flags}>(u, ring, "
                 f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem)")
         if k.epilogue == "argmax":
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
         self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, row_bytes=k.k * self.esize,
-                   item_bytes=k.k // 8 // segs * 16, silu=silu, w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
+                   item_bytes=k.k // 8 // segs * 16, silu=silu, tag_x=self.tag_writer(k.x),
+                   tag_res=self.tag_writer(k.residual), w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
                    a=(self.arena[k.x], self.arena[k.out]))
         rows = self.rows[self.p.kernels.index(k)]
         self.smem = max(self.smem, ((0 if direct else k.k) + (2 if silu else 1) * rows * segs + self.warps) * 4)
@@ -163,6 +182,7 @@ class _PersistentEmitter(_Emitter):
             warps=self.warps, smem=smem, stages=stages, page=page, arrivals=max(self.arrivals, 1),
             l2_ahead=self.t.persist_l2_ahead_bytes // page, stop_poll_every=self.t.persist_stop_poll_every,
             poll_sleep_ns=self.t.persist_poll_sleep_ns, probe_relaxed_signal=self.t.persist_probe_relaxed_signal,
+            tagged=int(self.tags is not None),
             warp_release=int(bool(self.t.persist_warp_release)),
             reduce_batch=self.t.persist_reduce_batch, evict_first=int(bool(self.t.persist_evict_first)),
             attn_l2_hint=self.t.attn_l2_prefetch,

@@ -34,6 +34,7 @@ class TargetParams:
     persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch)
     persist_warp_release: int  # persistent: 1: each warp releases a ring page once (lane 0), not every thread
     persist_waits_previous_first: int  # persistent: 1: an instruction polls the previous token's waits first
+    persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed
     # persistent, a timing probe, never for use: 1: a tile moves its counter with a relaxed add, without waiting for
     # its stores' acknowledgement, so a consumer may read stale data (tokens may be wrong). It times the handover a
     # tagged design would have (consumers checking their data's tags instead of the counter's release)
@@ -105,6 +106,10 @@ TARGETS: dict[str, TargetParams] = {
                           # previous token (a write-after-read on a shared slot), reached long before: polled second,
                           # its round trip comes after the producer's signal, on every hop. Not yet run
                           persist_waits_previous_first=0,
+                          # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
+                          # trace), on the chain of every phase: with tags its readers check the words instead
+                          # (ir/passes/persistent.py: tag_plan). Not yet run
+                          persist_tagged=0,
                           persist_probe_relaxed_signal=0),
 }
 

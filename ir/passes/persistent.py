@@ -66,6 +66,73 @@ def phases(program: Program) -> list[tuple[int, str]]:
     return out
 
 
+@dataclass(frozen=True)
+class TagPlan:
+    """The values handed over as tagged words (persist_tagged): each float beside a 32-bit tag naming the phase and
+    token that wrote it, stored and loaded 8 bytes at once, so that a reader checks its data instead of relying on
+    the writer's release (the wait for its stores' acknowledgement). writer: tagged value -> its writer's phase;
+    relaxed: the phases that write only tagged values, whose counters move without the release (a hint that the
+    words are worth reading)."""
+
+    writer: dict[str, int]
+    relaxed: frozenset[int]
+
+
+def tag_plan(program: Program) -> TagPlan:
+    """Tag a value when every reader checks tags and the writer writes them: written by the embedding or a GEMV's
+    store, residual or SiLU-mul epilogue, read only by GEMVs (their prologue's x, a residual epilogue's stream),
+    each time after its writer in the same token, and not a graph output. A residual aliases its input's slot, so
+    an alias chain is tagged whole or not at all. Every other value keeps the release and acquire of the counters
+    (attention's inputs and outputs, the logits, the token): their readers wait on their writers directly (see
+    `direct_waits`)."""
+    kernels = program.kernels
+    phase_of = {i: c for c, (i, op) in enumerate(phases(program)) if op != "select"}
+    writer: dict[str, int] = {}
+    alias: dict[str, str] = {}
+    for i, k in enumerate(kernels):
+        for v, _, a in kernel_io(k)[1]:
+            writer[v] = i
+            if a is not None:
+                alias[v] = a
+    ok = {v for v, i in writer.items()
+          if isinstance(kernels[i], EmbedKernel)
+          or (isinstance(kernels[i], GemvKernel) and kernels[i].epilogue in ("store", "residual", "silu_mul"))}
+    for i, k in enumerate(kernels):
+        for v in kernel_io(k)[0]:
+            if not (isinstance(k, GemvKernel) and writer.get(v, len(kernels)) < i):
+                ok.discard(v)
+    ok -= set(program.graph.outputs)
+
+    def root(v: str) -> str:
+        while v in alias:
+            v = alias[v]
+        return v
+    chains: dict[str, set[str]] = {}
+    for v in writer:
+        chains.setdefault(root(v), set()).add(v)
+    ok = {v for members in chains.values() if members <= ok for v in members}
+    relaxed = frozenset(phase_of[i] for i, k in enumerate(kernels)
+                        if i in phase_of and all(v in ok for v, _, _ in kernel_io(k)[1]))
+    return TagPlan({v: phase_of[writer[v]] for v in ok}, relaxed)
+
+
+def direct_waits(program: Program, deps: list[list[Wait]], plan: TagPlan) -> list[list[Wait]]:
+    """With tagged values, a counter no longer carries what its phase saw (a relaxed count releases nothing), so
+    no read may rely on a wait that `reduce_waits` dropped as implied: every untagged value a phase reads from an
+    earlier phase of its token gets a wait on that writer itself (the latest before it). Attention's KV cache of
+    earlier tokens is acquired by its tile (the arrival counter), not here."""
+    io = [reads_writes(program.kernels[i], program, op) for i, op in phases(program)]
+    out = []
+    for c, waits in enumerate(deps):
+        kept = list(waits)
+        for v in io[c][0] - set(plan.writer):
+            j = next((j for j in range(c - 1, -1, -1) if v in io[j][1]), None)
+            if j is not None and not any(w.counter == j and not w.previous for w in kept):
+                kept.append(Wait(j, 0))
+        out.append(kept)
+    return out
+
+
 def partials(k: AttentionKernel) -> str:
     """The name of an attention kernel's per-split partial results (its own buffer, one per layer)."""
     return k.name + ".partials"
@@ -168,15 +235,19 @@ def gemv_shares(n: int, sms: int, first_sm: int = 0) -> list[tuple[int, int, int
 
 
 def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None,
-             min_keys: int = 64, max_splits: int = 64, previous_first: bool = False) -> Schedule:
+             min_keys: int = 64, max_splits: int = 64, previous_first: bool = False,
+             tags: TagPlan | None = None) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
     polled in order, one round trip each at least: previous_first puts the previous token's (long reached when
     the tile gets there) before this token's, so that their round trips pass while this token's producer still
-    runs instead of after it."""
+    runs instead of after it. tags: the tagged values' plan (tag_plan), whose untagged reads wait on their
+    writers directly."""
     sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys)
     deps = reduce_waits(dependencies(program, slot_of))
+    if tags is not None:
+        deps = direct_waits(program, deps, tags)
     if previous_first:
         deps = [sorted(waits, key=lambda w: not w.previous) for waits in deps]  # stable: each group keeps its order
     sm = 0

@@ -176,6 +176,26 @@ def test_persistent_artifact_carries_its_schedule_in_the_weights(tmp_path):
     assert "#define KIEC_PROBE_RELAXED_SIGNAL 0" in text  # the counters' release, not the timing probe
 
 
+def test_tagged_words_compile_with_their_flags_per_tile(tmp_path, monkeypatch):
+    # persist_tagged: QKV reads a tagged x and writes plain floats (attention reads them); the output projection
+    # reads attention's plain output and writes the tagged stream; the MLP's both tagged; the LM head reads it
+    import dataclasses
+
+    from kiec.codegen import targets
+    make_tiny_hf(tmp_path / "hf", "qwen3")
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_tagged=1))
+    art = kiec.compile(model, str(tmp_path / "art"), mode="persistent")  # nvcc: the tagged tiles compile
+    with open(os.path.join(art, "src", "model.cu")) as fh:
+        text = fh.read()
+    cases = re.findall(r"kiec::(embed_tile<T, \w+>|gemv_tile<[^>]*>)", text)
+    assert cases[0] == "embed_tile<T, true>"
+    tails = [c.rsplit(",", 3)[-2:] for c in cases[1:]]  # (TX, TY) of QKV, O, gate/up, down, LM head
+    assert [[t.strip(" >") for t in c] for c in tails] == [["true", "false"], ["false", "true"], ["true", "true"],
+                                                         ["true", "true"], ["true", "false"]]
+    assert "#define KIEC_TAGGED 1" in text
+
+
 def test_the_relaxed_signal_probe_moves_the_counter_without_the_release(tmp_path):
     import dataclasses
 
@@ -190,7 +210,8 @@ def test_the_relaxed_signal_probe_moves_the_counter_without_the_release(tmp_path
     assert "#define KIEC_PROBE_RELAXED_SIGNAL 1" in src.files["model.cu"]
     with open(os.path.join(INCLUDE_DIR, "kiec", "persistent_tile.cuh")) as fh:
         tile = fh.read()
-    assert "red.relaxed.gpu" in tile.split("#if KIEC_PROBE_RELAXED_SIGNAL")[1].split("#else")[0]
+    relaxed = tile.split("if (RELAXED || KIEC_PROBE_RELAXED_SIGNAL) {")[1].split("} else")[0]
+    assert "red.relaxed.gpu" in relaxed and "release" not in relaxed
 
 
 def test_persistent_mode_refuses_what_it_has_no_device_code_for(tmp_path):

@@ -7,7 +7,8 @@ import torch
 import kiec
 from kiec.codegen.buffers import plan_buffers
 from kiec.ir.passes import pipeline
-from kiec.ir.passes.persistent import Wait, schedule
+from kiec.ir.passes.persistent import Wait, dependencies, direct_waits, phases, reduce_waits, schedule, tag_plan
+from kiec.ir.passes.program import kernel_io
 from kiec.ir.passes.vm import VM, ScheduleError
 from tests.tiny_hf import make_tiny_hf
 
@@ -200,3 +201,69 @@ def test_the_weight_stream_and_the_gemv_tiles_page_each_share_alike(name):
         assert page // (d["item_bytes"] * (2 if d["silu"] else 1)) >= 1
         streamed += 1
     assert streamed == sum(type(k).__name__ == "GemvKernel" for k in prog.kernels)
+
+
+def test_tag_plan_tags_the_gemv_to_gemv_values_and_relaxes_their_writers(tmp_path):
+    # llama: the embedding's x, and per layer the output projection's and the down projection's residual stream and
+    # the SiLU-mul's h are read only by GEMVs after their writers; QKV's output, attention's and the logits are not
+    make_tiny_hf(tmp_path, "llama")
+    prog = pipeline.run(kiec.load(str(tmp_path), max_seq_len=16).graph)
+    plan = tag_plan(prog)
+    names = {k: prog.kernels[i].name for k, (i, op) in enumerate(phases(prog)) if op != "select"}
+    layers = sum(type(k).__name__ == "AttentionKernel" for k in prog.kernels)
+    assert len(plan.writer) == 1 + 3 * layers
+    assert {names[c].split(".", 1)[-1] for c in plan.relaxed} == {"x", "x_attn", "act", "x_mlp"}
+    for i, k in enumerate(prog.kernels):
+        if type(k).__name__ == "GemvKernel":
+            assert (k.out in plan.writer) == (k.epilogue != "argmax" and not k.name.endswith("qkv"))
+            if k.out in plan.writer:
+                assert plan.writer[k.out] == next(c for c, (j, op) in enumerate(phases(prog)) if j == i)
+        if type(k).__name__ == "AttentionKernel":
+            assert k.qkv not in plan.writer and k.attention.out not in plan.writer
+    # the residual chain is tagged whole: each residual output aliases a tagged input
+    for k in prog.kernels:
+        if getattr(k, "epilogue", None) == "residual":
+            assert k.out in plan.writer and k.residual in plan.writer
+
+
+def test_tagged_values_take_two_floats_and_slots_of_their_own(tmp_path):
+    m, prog, *_ = setup(tmp_path, family="llama")
+    plan = tag_plan(prog)
+    tagged = frozenset(plan.writer)
+    offsets, floats = plan_buffers(prog, {}, tagged)
+    sizes = {}
+    for k in prog.kernels:
+        for v, n, alias in kernel_io(k)[1]:
+            sizes[v] = (n if n >= 0 else prog.graph.types[v].shape[0]) * (2 if v in tagged else 1)
+    # a slot's tagged-ness never changes over the program: a tagged and an untagged value never share one
+    kind: dict[int, bool] = {}
+    for v, off in offsets.items():
+        if v in sizes:
+            assert kind.setdefault(off, v in tagged) == (v in tagged), v
+    assert floats >= max(offsets[v] + sizes[v] for v in sizes)
+    # the schedule over this layout (its write-after-read waits follow the slots; untagged reads wait on their
+    # writers directly) computes the model on any interleaving
+    sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan)
+    weights = {n: m.weights[n].float() for n in m.graph.params}
+    got = VM(sched, weights, offsets, floats).run([5, 17, 99], 6, "random", 5)
+    for t, (a, b) in enumerate(zip(got, reference_logits(m, [5, 17, 99], 6))):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
+    with pytest.raises(ValueError, match="both tagged or neither"):
+        res = next(k for k in prog.kernels if getattr(k, "epilogue", None) == "residual")
+        plan_buffers(prog, {}, tagged - {res.out})
+
+
+def test_an_untagged_read_gets_a_direct_wait_on_its_writer(tmp_path):
+    # the output projection reads attention's output (untagged): were its wait on attention dropped as implied,
+    # direct_waits puts it back; tagged reads (the MLP's x from the output projection) need none
+    _, prog, *_ = setup(tmp_path, family="llama")
+    plan = tag_plan(prog)
+    deps = reduce_waits(dependencies(prog))
+    ph = phases(prog)
+    o = next(c for c, (i, op) in enumerate(ph) if prog.kernels[i].name.endswith("x_attn"))
+    attn = next(c for c, (i, op) in enumerate(ph) if op == "attention")
+    assert Wait(attn, 0) in deps[o]
+    cut = [list(w) for w in deps]
+    cut[o] = [w for w in cut[o] if w != Wait(attn, 0)]
+    assert Wait(attn, 0) in direct_waits(prog, cut, plan)[o]
+    assert direct_waits(prog, deps, plan) == deps  # nothing else to add on a llama

@@ -25,12 +25,18 @@ namespace kiec {
 
 // ---- tiles: each waits, computes rows [ins.lo, ins.hi) of its kernel, and signals; false when stopped
 
-template <typename T>
+// TAGGED: x is tagged words (persist_tagged), this phase's tag; the counter moves relaxed.
+template <typename T, bool TAGGED = false>
 __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int vocab, float* x) {
   if (!wait_inputs(u)) return false;
   const int token = min(max(*(volatile int*)(u.a->tokens + u.pos), 0), vocab - 1);
-  for (int i = u.ins->lo + threadIdx.x; i < u.ins->hi; i += block_threads()) x[i] = to_float<T>(table[(size_t)token * dim + i]);
-  signal_done(u);
+  const unsigned tag = TAGGED ? tag_of(u, u.ins->counter) : 0u;
+  for (int i = u.ins->lo + threadIdx.x; i < u.ins->hi; i += block_threads()) {
+    const float v = to_float<T>(table[(size_t)token * dim + i]);
+    if (TAGGED) st_tagged(x, i, v, tag);
+    else x[i] = v;
+  }
+  signal_done<TAGGED>(u);
   return true;
 }
 
@@ -52,6 +58,13 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   split_range<SPLITS, MIN_KEYS>(u.pos, window, split, lo, hi, active);  // the position's alone
   if (KIEC_ATTN_L2_HINT == 1 && split < active)  // its rows of earlier steps, asked of L2 before the wait
     prefetch_split_l2<T, HEAD_DIM>(cache, kv_heads, max_seq, g, lo, hi, u.pos);
+  // With tagged words (KIEC_TAGGED) the counters this tile waits through no longer carry the cache rows the
+  // previous steps' splits wrote (a relaxed count releases nothing): acquire them from the head's arrivals, which
+  // every split of the previous step made with acq_rel. The count is already there when the tile gets here (that
+  // step's phase ended before this token's chain began), so the round trip passes under the wait below.
+  if (KIEC_TAGGED && threadIdx.x == 0 && u.t > 0)
+    while (ld_acquire(arrive + g) < (unsigned)SPLITS * (unsigned)u.t) {
+    }
   if (!wait_inputs(u)) return false;
 #ifdef KIEC_SCRATCH_BYTES
   static_assert(sizeof(AttentionSmem<HEAD_DIM, GROUP, WARPS>) <= KIEC_SCRATCH_BYTES,

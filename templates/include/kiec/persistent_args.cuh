@@ -25,6 +25,8 @@ struct PersistentArgs {
   Generation gen;             // argmax or the draw; the EOS ids
   unsigned long long* trace;  // null, or TRACE_SLOTS values per instruction (persistent_abi.h) at position
   int trace_pos;              // trace_pos
+  unsigned tag_base;          // tagged words (persist_tagged): phase c of token t of this launch writes tag
+  int phases;                 // tag_base + t * phases + c; never 0, and no earlier launch's (the host's count)
 };
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {

@@ -64,6 +64,45 @@ struct Prologue {
     }
     sync_block();
   }
+  // run's math on x as tagged words (persistent_tile.cuh) carrying `tag`: every word of a batch loaded at once,
+  // then each one that does not carry the tag yet loaded again until it does. The elements each thread takes and
+  // the order of the norm's sums are run's, so the result is the same bits.
+  __device__ __forceinline__ void run_tagged(const float* x2, unsigned tag, const T* norm_w, float eps, float* xs,
+                                             float* red) {
+    constexpr int B = PER < 8 ? PER : 8;  // words a thread has in flight
+    float ss = 0.f;
+    float v[HOLD ? PER : 1];
+#pragma unroll
+    for (int e0 = 0; e0 < PER; e0 += B) {
+      unsigned long long wd[B];
+#pragma unroll
+      for (int e = 0; e < B; ++e) {
+        const int i = threadIdx.x + (e0 + e) * THREADS;
+        if (e0 + e < PER && i < K) wd[e] = ld_tagged(x2, i);
+      }
+#pragma unroll
+      for (int e = 0; e < B; ++e) {
+        const int i = threadIdx.x + (e0 + e) * THREADS;
+        if (e0 + e < PER) {
+          const float val = i < K ? tagged_value(wd[e], x2, i, tag) : 0.f;
+          if (HOLD) v[e0 + e] = val;
+          else if (i < K) xs[i] = val;
+          ss += val * val;
+        }
+      }
+    }
+    if (!NORM) {
+      sync_block();
+      return;
+    }
+    const float scale = rsqrtf(block_sum(ss, red) / K + eps);
+#pragma unroll
+    for (int e = 0; e < PER; ++e) {
+      const int i = threadIdx.x + e * THREADS;
+      if (i < K) xs[i] = (HOLD ? v[e] : xs[i]) * scale * (HOLD ? w[e] : to_float<T>(norm_w[i]));
+    }
+    sync_block();
+  }
 };
 
 // A persistent GEMV's geometry: a row is SEGS segments of SEGC 16-byte chunks; work items are (row, segment)
@@ -183,9 +222,15 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
 // Outputs [lo, hi) from the segment sums (added in segment order, so a run's result does not depend on which
 // warp finished first): SiLU-mul, store, residual add, or store and the packed argmax.
 // y_mine: with EPI_RESIDUAL, y[lo + threadIdx.x] as loaded before the dot products (residual_first).
-template <typename T, int SEGS, int EPI, bool BIAS, int THREADS>
+// TY: y is tagged words (persistent_tile.cuh): written with tag `mine`, the residual read carrying `res`.
+template <typename T, int SEGS, int EPI, bool BIAS, int THREADS, bool TY = false>
 __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, const T* bias, float* y, int lo,
-                                              int outs, int n_out, float y_mine) {
+                                              int outs, int n_out, float y_mine, unsigned mine = 0,
+                                              unsigned res = 0) {
+  auto put = [&](int o, float v) {
+    if (TY) st_tagged(y, o, v, mine);
+    else y[o] = v;
+  };
   auto dot = [&](int r) {  // row r's sum (SiLU: 2 rows per output, gate then up)
     float v = 0.f;
 #pragma unroll
@@ -198,11 +243,14 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
     if (EPI == EPI_SILU_MUL) {
       const float g = dot(2 * j) + (BIAS ? to_float<T>(bias[o]) : 0.f);
       const float up = dot(2 * j + 1) + (BIAS ? to_float<T>(bias[o + n_out]) : 0.f);
-      y[o] = g / (1.f + expf(-g)) * up;
+      put(o, g / (1.f + expf(-g)) * up);
     } else {
       const float v = dot(j) + (BIAS ? to_float<T>(bias[o]) : 0.f);
-      if (EPI == EPI_STORE || EPI == EPI_ARGMAX) y[o] = v;
-      if (EPI == EPI_RESIDUAL) y[o] = (j == (int)threadIdx.x ? y_mine : y[o]) + v;
+      if (EPI == EPI_STORE || EPI == EPI_ARGMAX) put(o, v);
+      if (EPI == EPI_RESIDUAL) {
+        const float r = j == (int)threadIdx.x ? y_mine : TY ? tagged_value(ld_tagged(y, o), y, o, res) : y[o];
+        put(o, r + v);
+      }
       if (EPI == EPI_ARGMAX) {
         const unsigned long long key = argmax_key(v, o);
         best = key > best ? key : best;
@@ -223,10 +271,14 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // DIRECT (persist_x_direct, a GEMV without a norm): each warp loads its slice of x straight from memory, and the
 // tile takes no shared memory for x (a deeper ring where the longest such x set the scratch: llama-3.1-8b's down
 // projection, K 14336, 57 KB).
-template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, typename R>
+// TX, TY (persist_tagged): x, y as tagged words (persistent_tile.cuh), x's and the residual's tags from the
+// descriptor's tag_x and tag_res, y's this phase's; with TY the counter moves relaxed (signal_done).
+template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
+          bool TY = false, typename R>
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
                                           float* y, int n_out, float* smem) {
   static_assert(!(DIRECT && NORM), "a normed x is staged in shared memory (the norm needs all of it first)");
+  static_assert(!(DIRECT && TX), "tagged words are checked in the prologue, which DIRECT skips");
   using G = GemvShape<T, K, WARPS, EPI, SEGS, R::PAGE>;
   const int lo = u.ins->lo, outs = u.ins->hi - lo;
   float* xs = smem;                               // K: the prologue's output (none with DIRECT)
@@ -237,8 +289,17 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   prologue.prefetch(norm_w);
   if (!wait_inputs(u)) return false;
   // the residual this tile adds to, asked for now: its load's latency passes under the prologue and the pages
-  const float y_mine = EPI == EPI_RESIDUAL && (int)threadIdx.x < outs ? y[lo + threadIdx.x] : 0.f;
-  if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
+  const bool res_mine = EPI == EPI_RESIDUAL && (int)threadIdx.x < outs;
+  float y_mine = 0.f;
+  unsigned long long y_word = 0ull;
+  if (TY) {
+    if (res_mine) y_word = ld_tagged(y, lo + threadIdx.x);
+  } else if (res_mine) {
+    y_mine = y[lo + threadIdx.x];
+  }
+  const KernelDesc& d = u.a->kernels[u.ins->kernel];
+  if (TX) prologue.run_tagged(x, tag_of(u, d.tag_x), norm_w, eps, xs, red);
+  else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
   trace(u, TR_X_READY);
   if (tracing(u)) trace_row(u)[TR_PAGES_READY] = ring.landed((outs * SEGS + G::PER_PAGE - 1) / G::PER_PAGE);
   float xr[G::ROUNDS][8];  // this warp's segment of x
@@ -249,9 +310,12 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   if (tracing(u)) trace_row(u)[TR_PAGE_WAIT_CYCLES] = waited;
   sync_block();
   trace(u, TR_SUMS_DONE);
-  gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32>(u, acc, bias, y, lo, outs, n_out, y_mine);
+  if (TY && res_mine) y_mine = tagged_value(y_word, y, lo + threadIdx.x, tag_of(u, d.tag_res));
+  gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY>(u, acc, bias, y, lo, outs, n_out, y_mine,
+                                                    TY ? tag_of(u, u.ins->counter) : 0u,
+                                                    TY && EPI == EPI_RESIDUAL ? tag_of(u, d.tag_res) : 0u);
   trace(u, TR_STORED);
-  signal_done(u);
+  signal_done<TY>(u);
   return true;
 }
 
