@@ -57,7 +57,7 @@ class _PersistentEmitter(_Emitter):
     def tagged_values(self) -> frozenset[str]:
         """persist_tagged: the values handed over as tagged words (tag_plan); called while the base class lays out
         the arena, before this class's own fields."""
-        self.tags = tag_plan(self.p) if self.t.persist_tagged else None
+        self.tags = tag_plan(self.p, attention=self.t.persist_tagged >= 2) if self.t.persist_tagged else None
         return frozenset(self.tags.writer) if self.tags else frozenset()
 
     def scratch(self) -> dict[str, int]:
@@ -130,11 +130,15 @@ class _PersistentEmitter(_Emitter):
         group, splits = k.n_heads // k.kv_heads, self.splits[k.name]
         tmpl = (f"T, {k.head_dim}, {group}, {r.rotary_dim}, {'true' if r.interleaved else 'false'}, "
                 f"{'true' if k.q_norm else 'false'}, {self.warps}, {splits}, {self.attn_keys(group)}, {t.attn_min_keys}")
+        if self.tagged(k.qkv) != self.tagged(a.out):
+            raise ValueError(f"{k.name}: its input and output are tagged alike or not at all (tag_plan)")
+        tmpl += ", true" if self.tagged(k.qkv) else ""
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",
                    n=k.kv_heads, m=self.seq, window=a.window, eps=k.q_norm.eps if k.q_norm else 0.0, scale=a.scale,
                    softcap=a.softcap, arrive=self.arrivals, splits=splits, min_keys=t.attn_min_keys,
+                   tag_x=self.tag_writer(k.qkv),
                    row_bytes=k.head_dim * self.esize,
                    w=(self.kv_offset[k.append.cache], f_off, self._w(k.q_norm and k.q_norm.weight),
                       self._w(k.k_norm and k.k_norm.weight)),

@@ -34,7 +34,8 @@ class TargetParams:
     persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch)
     persist_warp_release: int  # persistent: 1: each warp releases a ring page once (lane 0), not every thread
     persist_waits_previous_first: int  # persistent: 1: an instruction polls the previous token's waits first
-    persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed
+    persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
+    # 2: attention's input (QKV's output) and output too
     # persistent, a timing probe, never for use: 1: a tile moves its counter with a relaxed add, without waiting for
     # its stores' acknowledgement, so a consumer may read stale data (tokens may be wrong). It times the handover a
     # tagged design would have (consumers checking their data's tags instead of the counter's release)

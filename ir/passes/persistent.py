@@ -78,12 +78,13 @@ class TagPlan:
     relaxed: frozenset[int]
 
 
-def tag_plan(program: Program) -> TagPlan:
+def tag_plan(program: Program, attention: bool = False) -> TagPlan:
     """Tag a value when every reader checks tags and the writer writes them: written by the embedding or a GEMV's
     store, residual or SiLU-mul epilogue, read only by GEMVs (their prologue's x, a residual epilogue's stream),
     each time after its writer in the same token, and not a graph output. A residual aliases its input's slot, so
-    an alias chain is tagged whole or not at all. Every other value keeps the release and acquire of the counters
-    (attention's inputs and outputs, the logits, the token): their readers wait on their writers directly (see
+    an alias chain is tagged whole or not at all. `attention` (persist_tagged 2): attention also reads its packed
+    qkv and writes its output as tagged words. Every other value keeps the release and acquire of the counters
+    (the logits, the token; attention's without `attention`): their readers wait on their writers directly (see
     `direct_waits`)."""
     kernels = program.kernels
     phase_of = {i: c for c, (i, op) in enumerate(phases(program)) if op != "select"}
@@ -96,10 +97,12 @@ def tag_plan(program: Program) -> TagPlan:
                 alias[v] = a
     ok = {v for v, i in writer.items()
           if isinstance(kernels[i], EmbedKernel)
-          or (isinstance(kernels[i], GemvKernel) and kernels[i].epilogue in ("store", "residual", "silu_mul"))}
+          or (isinstance(kernels[i], GemvKernel) and kernels[i].epilogue in ("store", "residual", "silu_mul"))
+          or (attention and isinstance(kernels[i], AttentionKernel))}
+    checks = (GemvKernel, AttentionKernel) if attention else (GemvKernel,)
     for i, k in enumerate(kernels):
         for v in kernel_io(k)[0]:
-            if not (isinstance(k, GemvKernel) and writer.get(v, len(kernels)) < i):
+            if not (isinstance(k, checks) and writer.get(v, len(kernels)) < i):
                 ok.discard(v)
     ok -= set(program.graph.outputs)
 

@@ -176,23 +176,27 @@ def test_persistent_artifact_carries_its_schedule_in_the_weights(tmp_path):
     assert "#define KIEC_PROBE_RELAXED_SIGNAL 0" in text  # the counters' release, not the timing probe
 
 
-def test_tagged_words_compile_with_their_flags_per_tile(tmp_path, monkeypatch):
-    # persist_tagged: QKV reads a tagged x and writes plain floats (attention reads them); the output projection
-    # reads attention's plain output and writes the tagged stream; the MLP's both tagged; the LM head reads it
+@pytest.mark.parametrize("level", [1, 2])
+def test_tagged_words_compile_with_their_flags_per_tile(tmp_path, monkeypatch, level):
+    # persist_tagged 1: QKV reads a tagged x and writes plain floats (attention reads them); the output projection
+    # reads attention's plain output and writes the tagged stream; the MLP's both tagged; the LM head reads it.
+    # 2: QKV's output and attention's tagged too
     import dataclasses
 
     from kiec.codegen import targets
     make_tiny_hf(tmp_path / "hf", "qwen3")
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
-    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_tagged=1))
+    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_tagged=level))
     art = kiec.compile(model, str(tmp_path / "art"), mode="persistent")  # nvcc: the tagged tiles compile
     with open(os.path.join(art, "src", "model.cu")) as fh:
         text = fh.read()
     cases = re.findall(r"kiec::(embed_tile<T, \w+>|gemv_tile<[^>]*>)", text)
     assert cases[0] == "embed_tile<T, true>"
     tails = [c.rsplit(",", 3)[-2:] for c in cases[1:]]  # (TX, TY) of QKV, O, gate/up, down, LM head
-    assert [[t.strip(" >") for t in c] for c in tails] == [["true", "false"], ["false", "true"], ["true", "true"],
+    two = "true" if level == 2 else "false"
+    assert [[t.strip(" >") for t in c] for c in tails] == [["true", two], [two, "true"], ["true", "true"],
                                                          ["true", "true"], ["true", "false"]]
+    assert ("attention_tile<" + re.search(r"attention_tile<([^>]*)>", text).group(1)).endswith(", true") == (level == 2)
     assert "#define KIEC_TAGGED 1" in text
 
 

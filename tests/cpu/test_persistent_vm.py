@@ -267,3 +267,19 @@ def test_an_untagged_read_gets_a_direct_wait_on_its_writer(tmp_path):
     cut[o] = [w for w in cut[o] if w != Wait(attn, 0)]
     assert Wait(attn, 0) in direct_waits(prog, cut, plan)[o]
     assert direct_waits(prog, deps, plan) == deps  # nothing else to add on a llama
+
+
+def test_tag_plan_with_attention_tags_its_input_and_output(tmp_path):
+    # persist_tagged 2: QKV's output and attention's output are tagged too, so every phase but the LM head's and
+    # select's moves its counter relaxed; the schedule over that layout still computes the model
+    m, prog, *_ = setup(tmp_path, family="llama")
+    plan = tag_plan(prog, attention=True)
+    attn = [k for k in prog.kernels if type(k).__name__ == "AttentionKernel"]
+    assert all(k.qkv in plan.writer and k.attention.out in plan.writer for k in attn)
+    assert len(plan.relaxed) == len(phases(prog)) - 2
+    offsets, floats = plan_buffers(prog, {}, frozenset(plan.writer))
+    sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan)
+    weights = {n: m.weights[n].float() for n in m.graph.params}
+    got = VM(sched, weights, offsets, floats).run([5, 17, 99], 6, "random", 6)
+    for t, (a, b) in enumerate(zip(got, reference_logits(m, [5, 17, 99], 6))):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")

@@ -124,16 +124,17 @@ def test_trace_times_every_instruction_of_one_step(tmp_path):
     assert (ready_pages[~gemv] == 0).all() and (ready_pages[gemv] <= 64).all() and (ready_pages[gemv] > 0).any()
 
 
-def test_tagged_words_compute_the_same_bits_over_long_launches(tmp_path, monkeypatch):
+@pytest.mark.parametrize("level", [1, 2])
+def test_tagged_words_compute_the_same_bits_over_long_launches(tmp_path, monkeypatch, level):
     # hidden 4608: the norm's x (18 words a thread) is past what the prologue holds in registers, the down
     # projection's (K 6144) is copied in batches; 8 keys a split from the 4th token on, so that one launch of 200
     # steps runs attention tiles that must acquire the cache rows earlier steps wrote (the arrivals), through
-    # counters that release nothing
+    # counters that release nothing (level 2: attention's own input and output tagged too)
     make_tiny_hf(tmp_path / "hf", "llama", hidden_size=4608, intermediate_size=6144, num_attention_heads=36,
                  num_key_value_heads=4, vocab_size=1024)
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=256)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=8))
-    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_tagged=1))
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_tagged=level))
     rng = np.random.default_rng(3)
     prompt = rng.integers(0, model.config.vocab_size, size=150).tolist()
     assert eng.generate(prompt, 50) == base.generate(prompt, 50)
@@ -162,7 +163,8 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     dict(persist_warp_release=1),
                                     dict(persist_warp_release=1, persist_page_bytes=1024, persist_stages=2),
                                     dict(persist_waits_previous_first=1), dict(persist_tagged=1),
-                                    dict(persist_tagged=1, persist_waits_previous_first=1, persist_warp_release=1)])
+                                    dict(persist_tagged=2, attn_min_keys=8),
+                                    dict(persist_tagged=2, persist_waits_previous_first=1, persist_warp_release=1)])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every

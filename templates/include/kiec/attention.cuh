@@ -102,12 +102,14 @@ __device__ __forceinline__ void prefetch_split_l2(const T* cache, int kv_heads, 
 }
 
 // KV head g's GROUP query heads over cache rows [lo, hi): q normed, rotated and scaled; the block holding row pos
-// writes the new k (normed, rotated) and v there first. Leaves each warp's (m, l, o) in sm.
-template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U>
+// writes the new k (normed, rotated) and v there first. Leaves each warp's (m, l, o) in sm. TAGGED (persistent
+// mode's persist_tagged 2): qkv is tagged words (persistent_tile.cuh) carrying `tag`.
+template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
+          bool TAGGED = false>
 __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,
                                                 int kv_heads, int max_seq, const float* inv_freq, const T* q_norm_w,
                                                 const T* k_norm_w, float norm_eps, float scale, float softcap, int g,
-                                                int pos, int lo, int hi) {
+                                                int pos, int lo, int hi, unsigned tag = 0) {
   using Pass = KvPass<T, HEAD_DIM, WARPS, U>;
   constexpr int LPK = Pass::LPK, KPW = Pass::KPW;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nq = kv_heads * GROUP;
@@ -115,13 +117,39 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   T* vc = v_rows<T, HEAD_DIM>(cache, kv_heads, max_seq, g);
 
   // q of this group: norm, rotate, scale; the new k and v (their loads beside q's)
-  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) sm.qs[i / HEAD_DIM][i % HEAD_DIM] = qkv[g * GROUP * HEAD_DIM + i];
   const bool owns_pos = hi == pos + 1;  // the last active split holds row pos
-  if (owns_pos)
-    for (int i = threadIdx.x; i < HEAD_DIM; i += WARPS * 32) {
-      sm.kn[i] = qkv[(nq + g) * HEAD_DIM + i];
-      sm.vn[i] = qkv[(nq + kv_heads + g) * HEAD_DIM + i];
+  if constexpr (TAGGED) {  // every word loaded at once, then each stale one again
+    constexpr int THREADS = WARPS * 32, QPER = (GROUP * HEAD_DIM + THREADS - 1) / THREADS;
+    static_assert(HEAD_DIM <= THREADS, "a thread takes at most one element of the new k and v");
+    unsigned long long wq[QPER], wk = 0ull, wv = 0ull;
+    const int q0 = g * GROUP * HEAD_DIM, k0 = (nq + g) * HEAD_DIM, v0 = (nq + kv_heads + g) * HEAD_DIM;
+    const bool kv_mine = owns_pos && (int)threadIdx.x < HEAD_DIM;
+#pragma unroll
+    for (int e = 0; e < QPER; ++e) {
+      const int i = threadIdx.x + e * THREADS;
+      if (i < GROUP * HEAD_DIM) wq[e] = ld_tagged(qkv, q0 + i);
     }
+    if (kv_mine) {
+      wk = ld_tagged(qkv, k0 + threadIdx.x);
+      wv = ld_tagged(qkv, v0 + threadIdx.x);
+    }
+#pragma unroll
+    for (int e = 0; e < QPER; ++e) {
+      const int i = threadIdx.x + e * THREADS;
+      if (i < GROUP * HEAD_DIM) sm.qs[i / HEAD_DIM][i % HEAD_DIM] = tagged_value(wq[e], qkv, q0 + i, tag);
+    }
+    if (kv_mine) {
+      sm.kn[threadIdx.x] = tagged_value(wk, qkv, k0 + threadIdx.x, tag);
+      sm.vn[threadIdx.x] = tagged_value(wv, qkv, v0 + threadIdx.x, tag);
+    }
+  } else {
+    for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) sm.qs[i / HEAD_DIM][i % HEAD_DIM] = qkv[g * GROUP * HEAD_DIM + i];
+    if (owns_pos)
+      for (int i = threadIdx.x; i < HEAD_DIM; i += WARPS * 32) {
+        sm.kn[i] = qkv[(nq + g) * HEAD_DIM + i];
+        sm.vn[i] = qkv[(nq + kv_heads + g) * HEAD_DIM + i];
+      }
+  }
   sync_block();
   if (QK_NORM) {
     for (int h = warp; h < GROUP; h += WARPS) head_rmsnorm<T, HEAD_DIM>(sm.qs[h], q_norm_w, norm_eps, nullptr);
@@ -236,10 +264,11 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
 }
 
 // Merge the warps of a slice: with one split in use the block writes the output, with several its partial
-// (o not yet divided by l, and m, l per head) at slot (g, split).
-template <int HEAD_DIM, int GROUP, int WARPS, int SPLITS>
+// (o not yet divided by l, and m, l per head) at slot (g, split). TAGGED: the output as tagged words with `tag`.
+template <int HEAD_DIM, int GROUP, int WARPS, int SPLITS, bool TAGGED = false>
 __device__ __forceinline__ void attention_store(const AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, int g, int split,
-                                                int active, float* part_o, float* part_ml, float* out) {
+                                                int active, float* part_o, float* part_ml, float* out,
+                                                unsigned tag = 0) {
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) {
     const int h = i / HEAD_DIM, d = i % HEAD_DIM;
     float mx = -INFINITY;
@@ -253,7 +282,8 @@ __device__ __forceinline__ void attention_store(const AttentionSmem<HEAD_DIM, GR
       o += sm.wo[w][h][d] * c;
     }
     if (active == 1) {
-      out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
+      if (TAGGED) st_tagged(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, tag);
+      else out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
       continue;
     }
     const size_t slot = ((size_t)g * SPLITS + split) * GROUP + h;
@@ -263,8 +293,10 @@ __device__ __forceinline__ void attention_store(const AttentionSmem<HEAD_DIM, GR
 }
 
 // KV head g's output from the partials of its `active` splits, in split order (loads independent of the math).
-template <int HEAD_DIM, int GROUP, int SPLITS>
-__device__ __forceinline__ void attention_combine(int g, int active, const float* part_o, const float* part_ml, float* out) {
+// TAGGED: the output as tagged words with `tag`.
+template <int HEAD_DIM, int GROUP, int SPLITS, bool TAGGED = false>
+__device__ __forceinline__ void attention_combine(int g, int active, const float* part_o, const float* part_ml, float* out,
+                                                  unsigned tag = 0) {
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += block_threads()) {
     const int h = i / HEAD_DIM, d = i % HEAD_DIM;
     float mx = -INFINITY, lsum = 0.f, o = 0.f;
@@ -279,7 +311,8 @@ __device__ __forceinline__ void attention_combine(int g, int active, const float
       o = o * c_old + os * c_new;
       mx = mn;
     }
-    out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
+    if (TAGGED) st_tagged(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, tag);
+    else out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
   }
 }
 

@@ -47,8 +47,10 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // Measured and taken out (bench/RESULTS.md, 2026-11-30): the first K/V rows loaded before the wait, the one split
 // in use signalling without the arrival, every split signalling with the output projection merging, cache rows
 // through the weight ring.
+// TAGGED (persist_tagged 2): qkv and the output as tagged words (qkv's tag from the descriptor's tag_x), and the
+// phase counter moved relaxed.
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
-          int MIN_KEYS>
+          int MIN_KEYS, bool TAGGED = false>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
@@ -70,11 +72,13 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   static_assert(sizeof(AttentionSmem<HEAD_DIM, GROUP, WARPS>) <= KIEC_SCRATCH_BYTES,
                 "codegen/persistent.py sized the tiles' scratch below AttentionSmem");
 #endif
+  const unsigned mine = TAGGED ? tag_of(u, u.ins->counter) : 0u;
   if (split < active) {
     auto& sm = *reinterpret_cast<AttentionSmem<HEAD_DIM, GROUP, WARPS>*>(smem);
-    attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U>(
-        sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi);
-    attention_store<HEAD_DIM, GROUP, WARPS, SPLITS>(sm, g, split, active, part_o, part_ml, out);
+    attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, TAGGED>(
+        sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi,
+        TAGGED ? tag_of(u, u.a->kernels[u.ins->kernel].tag_x) : 0u);
+    attention_store<HEAD_DIM, GROUP, WARPS, SPLITS, TAGGED>(sm, g, split, active, part_o, part_ml, out, mine);
   }
   trace(u, TR_X_READY);
   __shared__ int last;
@@ -89,8 +93,8 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
     trace(u, TR_DONE);
     return true;
   }
-  if (active > 1) attention_combine<HEAD_DIM, GROUP, SPLITS>(g, active, part_o, part_ml, out);
-  signal_done(u);
+  if (active > 1) attention_combine<HEAD_DIM, GROUP, SPLITS, TAGGED>(g, active, part_o, part_ml, out, mine);
+  signal_done<TAGGED>(u);
   return true;
 }
 

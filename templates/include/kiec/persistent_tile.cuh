@@ -67,9 +67,7 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u) {
 }
 
 // *p += 1 after every write this thread has seen: a release add, lighter than a full fence and a relaxed add.
-// ---- tagged words (persist_tagged; ir/passes/persistent.py: tag_plan): element i of a tagged vector is the 8 bytes
-// at 2 * i floats, its value's bits then a tag, written and read in one access (an aligned 8-byte access is single-
-// copy atomic), so a reader that finds its tag has the value that came with it, without the writer's release.
+// ---- tagged words (common.cuh: st_tagged, ld_tagged, tagged_value)
 #ifndef KIEC_TAGGED
 #define KIEC_TAGGED 0
 #endif
@@ -77,20 +75,6 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u) {
 // The tag phase `phase` of this token writes.
 __device__ __forceinline__ unsigned tag_of(const Turn& u, int phase) {
   return u.a->tag_base + (unsigned)u.t * (unsigned)u.a->phases + (unsigned)phase;
-}
-__device__ __forceinline__ void st_tagged(float* v2, int i, float v, unsigned tag) {
-  const unsigned long long w = (unsigned long long)tag << 32 | __float_as_uint(v);
-  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(v2 + 2 * i), "l"(w) : "memory");
-}
-__device__ __forceinline__ unsigned long long ld_tagged(const float* v2, int i) {
-  unsigned long long w;
-  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(v2 + 2 * i));
-  return w;
-}
-// A word loaded earlier, loaded again until it carries `tag`: its value.
-__device__ __forceinline__ float tagged_value(unsigned long long w, const float* v2, int i, unsigned tag) {
-  while ((unsigned)(w >> 32) != tag) w = ld_tagged(v2, i);
-  return __uint_as_float((unsigned)w);
 }
 
 __device__ __forceinline__ void red_release(unsigned* p) {
