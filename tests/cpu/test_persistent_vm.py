@@ -40,6 +40,15 @@ def reference_logits(m, prompt, steps):
     return out
 
 
+def assert_vm_computes_the_model(m, sched, offsets, floats, seed, prompt=(5, 17, 99), steps=6):
+    """The VM's logits over `steps` tokens on a random interleaving (seed) are the reference's."""
+    weights = {n: m.weights[n].float() for n in m.graph.params}
+    got = VM(sched, weights, offsets, floats).run(list(prompt), steps, "random", seed)
+    assert len(got) == steps
+    for t, (a, b) in enumerate(zip(got, reference_logits(m, list(prompt), steps))):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
+
+
 @pytest.mark.parametrize("policy,seed,min_keys", [("eager", 0, 2), ("random", 1, 2), ("random", 2, 2),
                                                   ("random", 3, 64)])
 def test_schedule_computes_the_graph_on_any_interleaving(tmp_path, policy, seed, min_keys):
@@ -64,9 +73,7 @@ def test_previous_first_polls_the_same_waits_previous_token_first(tmp_path):
             assert flags == sorted(flags, reverse=True)  # every previous-token wait before this token's
             both += len(set(flags)) == 2
     assert both > 0  # some instruction has both kinds (or the order would not matter)
-    got = VM(first, weights, offsets, floats).run([5, 17, 99], 6, "random", 4)
-    for t, (a, b) in enumerate(zip(got, reference_logits(m, [5, 17, 99], 6))):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
+    assert_vm_computes_the_model(m, first, offsets, floats, seed=4)
 
 
 def test_a_missing_wait_is_caught(tmp_path):
@@ -244,10 +251,7 @@ def test_tagged_values_take_two_floats_and_slots_of_their_own(tmp_path):
     # the schedule over this layout (its write-after-read waits follow the slots; untagged reads wait on their
     # writers directly) computes the model on any interleaving
     sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan)
-    weights = {n: m.weights[n].float() for n in m.graph.params}
-    got = VM(sched, weights, offsets, floats).run([5, 17, 99], 6, "random", 5)
-    for t, (a, b) in enumerate(zip(got, reference_logits(m, [5, 17, 99], 6))):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
+    assert_vm_computes_the_model(m, sched, offsets, floats, seed=5)
     with pytest.raises(ValueError, match="both tagged or neither"):
         res = next(k for k in prog.kernels if getattr(k, "epilogue", None) == "residual")
         plan_buffers(prog, {}, tagged - {res.out})
@@ -279,7 +283,4 @@ def test_tag_plan_with_attention_tags_its_input_and_output(tmp_path):
     assert len(plan.relaxed) == len(phases(prog)) - 2
     offsets, floats = plan_buffers(prog, {}, frozenset(plan.writer))
     sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan)
-    weights = {n: m.weights[n].float() for n in m.graph.params}
-    got = VM(sched, weights, offsets, floats).run([5, 17, 99], 6, "random", 6)
-    for t, (a, b) in enumerate(zip(got, reference_logits(m, [5, 17, 99], 6))):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
+    assert_vm_computes_the_model(m, sched, offsets, floats, seed=6)
