@@ -121,17 +121,21 @@ def tag_plan(program: Program, attention: bool = False) -> TagPlan:
 
 def direct_waits(program: Program, deps: list[list[Wait]], plan: TagPlan) -> list[list[Wait]]:
     """With tagged values, a counter no longer carries what its phase saw (a relaxed count releases nothing), so
-    no read may rely on a wait that `reduce_waits` dropped as implied: every untagged value a phase reads from an
-    earlier phase of its token gets a wait on that writer itself (the latest before it). Attention's KV cache of
-    earlier tokens is acquired by its tile (the arrival counter), not here."""
+    no read may rely on a wait that `reduce_waits` dropped as implied: every untagged value a phase reads gets a
+    wait on its writer itself, the latest earlier phase of the token that writes it, or else the latest of the
+    previous token (the embedding's token, which select wrote). A phase's own state (attention's KV cache and
+    partials) is not waited on here: attention acquires its cache rows from its arrivals."""
     io = [reads_writes(program.kernels[i], program, op) for i, op in phases(program)]
     out = []
     for c, waits in enumerate(deps):
         kept = list(waits)
-        for v in io[c][0] - set(plan.writer):
+        for v in io[c][0] - set(plan.writer) - io[c][1]:
             j = next((j for j in range(c - 1, -1, -1) if v in io[j][1]), None)
-            if j is not None and not any(w.counter == j and not w.previous for w in kept):
-                kept.append(Wait(j, 0))
+            previous = j is None
+            if previous:
+                j = next((j for j in range(len(io) - 1, c, -1) if v in io[j][1]), None)
+            if j is not None and not any(w.counter == j and w.previous == previous for w in kept):
+                kept.append(Wait(j, 0, previous))
         out.append(kept)
     return out
 

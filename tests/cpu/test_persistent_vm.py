@@ -270,6 +270,10 @@ def test_an_untagged_read_gets_a_direct_wait_on_its_writer(tmp_path):
     cut = [list(w) for w in deps]
     cut[o] = [w for w in cut[o] if w != Wait(attn, 0)]
     assert Wait(attn, 0) in direct_waits(prog, cut, plan)[o]
+    # the embedding reads the token select wrote in the previous step: that wait too, previous-token
+    embed, select = 0, len(ph) - 1
+    cut[embed] = [w for w in cut[embed] if w.counter != select]
+    assert Wait(select, 0, True) in direct_waits(prog, cut, plan)[embed]
     assert direct_waits(prog, deps, plan) == deps  # nothing else to add on a llama
 
 
