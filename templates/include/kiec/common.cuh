@@ -198,6 +198,10 @@ __device__ __forceinline__ unsigned long long ld_tagged(const float* v2, int i) 
   asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(v2 + 2 * i));
   return w;
 }
+// Words 2j and 2j + 1 in one 16-byte access (each 8-byte half single-copy atomic, as one word alone).
+__device__ __forceinline__ void ld_tagged2(const float* v2, int j, unsigned long long& a, unsigned long long& b) {
+  asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(v2 + 4 * j));
+}
 // A word loaded earlier, loaded again until it carries `tag`: its value. Readers look only once the writer's
 // counter says its stores are issued, so the tag comes within a few round trips; after 2^22 (seconds) it never
 // will (a wrong tag is a compiler bug): the value is a NaN, which poisons the logits (the tests see it) instead of
