@@ -107,8 +107,7 @@ class _PersistentEmitter(_Emitter):
         silu = k.epilogue == "silu_mul"
         segs = row_segments(k.k, self.warps, self.t.persist_page_bytes, silu)
         tx, ty = self.tagged(k.x), self.tagged(k.out)
-        # x straight from memory, none in the scratch (not tagged words: the prologue checks those)
-        direct = bool(self.t.persist_x_direct) and not k.norm and not tx
+        direct = bool(self.t.persist_x_direct) and not k.norm  # x straight from memory, none in the scratch
         flags = ", true" if direct else (", false" if tx or ty else "")
         flags += f", {'true' if tx else 'false'}, {'true' if ty else 'false'}" if tx or ty else ""
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "

@@ -164,7 +164,8 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     dict(persist_warp_release=1, persist_page_bytes=1024, persist_stages=2),
                                     dict(persist_waits_previous_first=1), dict(persist_tagged=1),
                                     dict(persist_tagged=2, attn_min_keys=8),
-                                    dict(persist_tagged=2, persist_waits_previous_first=1, persist_warp_release=1)])
+                                    dict(persist_tagged=2, persist_waits_previous_first=1, persist_warp_release=1),
+                                    dict(persist_tagged=2, persist_x_direct=1, persist_stages=13)])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
@@ -174,7 +175,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the weight stream, with 8 keys a split (the base too) so that several splits ask; x slices loaded straight
     # from memory where there is no norm, with the ring deeper for the room; a page released once a warp (with 1 KB
     # pages too, where the stream waits on every release); the previous token's waits polled first; GEMV-to-GEMV
-    # values as tagged words. Knobs that leave the math alone leave the bits alone
+    # values as tagged words (with x slices loaded straight from them too). Knobs that leave the math alone leave the
+    # bits alone
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
     if "attn_min_keys" in change:
         art = compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=change["attn_min_keys"])

@@ -153,6 +153,29 @@ __device__ __forceinline__ void load_x_slice(const float* xs, int seg, int lane,
   }
 }
 
+// load_x_slice from x as tagged words carrying `tag` (DIRECT with persist_tagged): the same floats, every word
+// loaded at once (two a 16-byte access), then each stale one again.
+template <typename G>
+__device__ __forceinline__ void load_x_slice_tagged(const float* x2, unsigned tag, int seg, int lane,
+                                                    float (&xr)[G::ROUNDS][8]) {
+  unsigned long long w[G::ROUNDS][8];
+#pragma unroll
+  for (int v = 0; v < G::ROUNDS; ++v) {
+    const int c = v * 32 + lane;
+    if (G::SEGC % 32 == 0 || c < G::SEGC) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) ld_tagged2(x2, (seg * G::SEGC + c) * 4 + q, w[v][2 * q], w[v][2 * q + 1]);
+    }
+  }
+#pragma unroll
+  for (int v = 0; v < G::ROUNDS; ++v) {
+    const int c = v * 32 + lane;
+    const bool in = G::SEGC % 32 == 0 || c < G::SEGC;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) xr[v][e] = in ? tagged_value(w[v][e], x2, (seg * G::SEGC + c) * 8 + e, tag) : 0.f;
+  }
+}
+
 // One item's dot products (w0: the row segment in the page; w1: its up row's, SiLU only): this lane's part.
 template <typename T, typename G>
 __device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const float (&xr)[G::ROUNDS][8], int lane,
@@ -289,7 +312,7 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // Outputs [lo, hi) of y = epilogue(W . prologue(x)), the weights read from the ring (GemvShape).
 // DIRECT (persist_x_direct, a GEMV without a norm): each warp loads its slice of x straight from memory, and the
 // tile takes no shared memory for x (a deeper ring where the longest such x set the scratch: llama-3.1-8b's down
-// projection, K 14336, 57 KB).
+// projection, K 14336, 57 KB); with TX it checks the words' tags itself (load_x_slice_tagged).
 // TX, TY (persist_tagged): x, y as tagged words (persistent_tile.cuh), x's and the residual's tags from the
 // descriptor's tag_x and tag_res, y's this phase's; with TY the counter moves relaxed (signal_done).
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
@@ -297,7 +320,7 @@ template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS,
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
                                           float* y, int n_out, float* smem) {
   static_assert(!(DIRECT && NORM), "a normed x is staged in shared memory (the norm needs all of it first)");
-  static_assert(!(DIRECT && TX), "tagged words are checked in the prologue, which DIRECT skips");
+
   using G = GemvShape<T, K, WARPS, EPI, SEGS, R::PAGE>;
   const int lo = u.ins->lo, outs = u.ins->hi - lo;
   float* xs = smem;                               // K: the prologue's output (none with DIRECT)
@@ -317,12 +340,13 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     y_mine = y[lo + threadIdx.x];
   }
   const KernelDesc& d = u.a->kernels[u.ins->kernel];
-  if (TX) prologue.run_tagged(x, tag_of(u, d.tag_x), norm_w, eps, xs, red);
+  if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, d.tag_x), norm_w, eps, xs, red);
   else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
   trace(u, TR_X_READY);
   if (tracing(u)) trace_row(u)[TR_PAGES_READY] = ring.landed((outs * SEGS + G::PER_PAGE - 1) / G::PER_PAGE);
   float xr[G::ROUNDS][8];  // this warp's segment of x
-  load_x_slice<G>(DIRECT ? x : xs, (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
+  if (TX && DIRECT) load_x_slice_tagged<G>(x, tag_of(u, d.tag_x), (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
+  else load_x_slice<G>(DIRECT ? x : xs, (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
   // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
   // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
   const long long waited = gemv_pages<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
