@@ -19,7 +19,7 @@ spec = importlib.util.spec_from_file_location(
 time_model = sys.modules["time_model"] = importlib.util.module_from_spec(spec)  # dataclasses look it up
 spec.loader.exec_module(time_model)
 
-INSTANT = dict(compute_gbps=1e12, epilogue_us=0.0, hop_us=0.0, poll_us=0.0, prologue_us=0.0,
+INSTANT = dict(compute_gbps=1e12, epilogue_us=0.0, release_us=0.0, hop_us=0.0, poll_us=0.0, prologue_us=0.0,
                prologue_us_per_kfloat=0.0, attention_us=0.0, other_us=0.0)
 
 
