@@ -1,7 +1,7 @@
 // How fast the persistent kernel's compute warps get through GEMV weight pages that are already in shared memory:
 // the real tile loop (persistent.cuh's gemv_pages, its dot products and warp sums, the ring's mbarriers), with a
 // producer that marks each page full at once (no TMA, no HBM). One block per SM, 8 compute warps and the kernel's
-// 4-warp streaming warpgroup (one thread of it the producer; the same launch bounds, so the same register budget); each shape is a share of 64 output rows run back to back. Prints GB/s of weights an SM and over the GPU:
+// 4-warp streaming warpgroup (one thread of it the producer; the same launch bounds, so the same register budget); each shape is a share of 64 output rows (or as few as a llama-3.2-1b QKV or O tile has) run back to back. Prints GB/s of weights an SM and over the GPU:
 // to keep up with the memory, an SM must beat its share of the read ceiling (4.6 TB/s / 132 = 35 GB/s) by enough
 // to catch up after every wait. Build (on the GPU machine; DIR holds persistent_abi.h, B the warp-sum batch):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I DIR -DKIEC_COMPUTE_THREADS=256
@@ -17,7 +17,7 @@
 #include "kiec/persistent.cuh"
 #include "bench_common.cuh"
 
-constexpr int WARPS = 8, STAGES = 12, PAGE = 16 << 10, ROWS = 64, REPS = 400;
+constexpr int WARPS = 8, STAGES = 12, PAGE = 16 << 10, REPS = 400;
 using R = kiec::Ring<STAGES, PAGE>;
 using T = __nv_bfloat16;
 
@@ -63,15 +63,16 @@ __device__ __forceinline__ float pages_without(R& ring, int items, const float (
 }
 
 template <typename G, int SEGS, int VARIANT>
-__global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1) consume(unsigned long long* ns, float* sink) {
+__global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1) consume(unsigned long long* ns, float* sink,
+                                                                                int rows) {
   extern __shared__ __align__(128) char smem_raw[];
   R ring;
-  float* acc = reinterpret_cast<float*>(ring.carve(smem_raw));  // ROWS_PER_OUT x ROWS x SEGS
+  float* acc = reinterpret_cast<float*>(ring.carve(smem_raw));  // ROWS_PER_OUT x rows x SEGS
   T* w = reinterpret_cast<T*>(ring.pages);
   for (int i = threadIdx.x; i < STAGES * PAGE / 2; i += blockDim.x) w[i] = __float2bfloat16(1e-3f * (i % 97));
   if (threadIdx.x == 0) ring.init(WARPS * 32);
   __syncthreads();
-  const int items = ROWS * SEGS, pages = (items + G::PER_PAGE - 1) / G::PER_PAGE;
+  const int items = rows * SEGS, pages = (items + G::PER_PAGE - 1) / G::PER_PAGE;
   if (threadIdx.x >= WARPS * 32) {  // the producer: every page is full as soon as it is free
     if (threadIdx.x == WARPS * 32)
       for (unsigned seq = 0; seq < (unsigned)(REPS * pages); ++seq) {
@@ -98,27 +99,28 @@ __global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1) consume(
   if (threadIdx.x == 0 || keep == 1.2345f) sink[blockIdx.x] = acc[0] + keep;  // nothing computed is dead
 }
 
+// A share of `rows` outputs (64: a long share's rate; llama-3.2-1b's QKV tile has 24, its output projection's 16)
 template <int K, int EPI, int SEGS, int VARIANT = TILE>
-static void run(const char* name, int sms) {
+static void run(const char* name, int sms, int rows = 64) {
   using G = kiec::GemvShape<T, K, WARPS, EPI, SEGS, PAGE>;
-  const size_t smem = R::BYTES + (size_t)G::ROWS_PER_OUT * ROWS * SEGS * 4;
+  const size_t smem = R::BYTES + (size_t)G::ROWS_PER_OUT * rows * SEGS * 4;
   CHECK(cudaFuncSetAttribute(consume<G, SEGS, VARIANT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   unsigned long long* ns;
   float* sink;
   CHECK(cudaMalloc(&ns, sms * sizeof *ns));
   CHECK(cudaMalloc(&sink, sms * sizeof *sink));
   constexpr int threads = (WARPS + kiec::STREAM_WARPS) * 32;
-  consume<G, SEGS, VARIANT><<<sms, threads, smem>>>(ns, sink);  // warm-up
-  consume<G, SEGS, VARIANT><<<sms, threads, smem>>>(ns, sink);
+  consume<G, SEGS, VARIANT><<<sms, threads, smem>>>(ns, sink, rows);  // warm-up
+  consume<G, SEGS, VARIANT><<<sms, threads, smem>>>(ns, sink, rows);
   CHECK(cudaDeviceSynchronize());
   std::vector<unsigned long long> h(sms);
   CHECK(cudaMemcpy(h.data(), ns, sms * sizeof *ns, cudaMemcpyDeviceToHost));
   std::sort(h.begin(), h.end());
-  const double bytes = (double)REPS * ROWS * G::ROWS_PER_OUT * K * sizeof(T);
+  const double bytes = (double)REPS * rows * G::ROWS_PER_OUT * K * sizeof(T);
   const double med = bytes / h[sms / 2], slow = bytes / h[sms - 1];  // bytes per ns = GB/s
   const char* what[] = {"tile", "loads only", "dots, no sums"};
-  printf("%-26s %-13s K %5d  segs %d  rounds %d  B %2d  %s  %7.1f GB/s an SM (slowest %6.1f)  %6.2f TB/s over %d "
-         "SMs\n", name, what[VARIANT], K, SEGS, G::ROUNDS, KIEC_REDUCE_BATCH,
+  printf("%-26s %-13s K %5d  segs %d  rounds %d  rows %2d  B %2d  %s  %7.1f GB/s an SM (slowest %6.1f)  %6.2f TB/s "
+         "over %d SMs\n", name, what[VARIANT], K, SEGS, G::ROUNDS, rows, KIEC_REDUCE_BATCH,
          KIEC_WARP_RELEASE ? "warp release  " : "thread release", med, slow, slow * sms / 1e3, sms);
   CHECK(cudaFree(ns));
   CHECK(cudaFree(sink));
@@ -136,6 +138,8 @@ int main() {
   run<576, kiec::EPI_STORE, 1>("smollm2 QKV/O (K 576)", sms);
   run<576, kiec::EPI_SILU_MUL, 1>("smollm2 gate/up", sms);
   run<2048, kiec::EPI_STORE, 2>("llama-1b QKV/O (K 2048)", sms);
+  run<2048, kiec::EPI_STORE, 2>("llama-1b QKV tile (24 rows)", sms, 24);  // a share as short as the kernel's
+  run<2048, kiec::EPI_STORE, 2>("llama-1b O tile (16 rows)", sms, 16);
   run<2048, kiec::EPI_SILU_MUL, 2>("llama-1b gate/up", sms);
   run<8192, kiec::EPI_STORE, 8>("llama-1b down (K 8192)", sms);
   run<14336, kiec::EPI_STORE, 8>("llama-8b down (K 14336)", sms);
