@@ -1,11 +1,13 @@
 // How fast the persistent kernel's compute warps get through GEMV weight pages that are already in shared memory:
 // the real tile loop (persistent.cuh's gemv_pages, its dot products and warp sums, the ring's mbarriers), with a
 // producer that marks each page full at once (no TMA, no HBM). One block per SM, 8 compute warps and the kernel's
-// 4-warp streaming warpgroup (one thread of it the producer; the same launch bounds, so the same register budget); each shape is a share of 64 output rows (or as few as a llama-3.2-1b QKV or O tile has) run back to back. Prints GB/s of weights an SM and over the GPU:
-// to keep up with the memory, an SM must beat its share of the read ceiling (4.6 TB/s / 132 = 35 GB/s) by enough
-// to catch up after every wait. Build (on the GPU machine; DIR holds persistent_abi.h, B the warp-sum batch):
+// 4-warp streaming warpgroup (one thread of it the producer; the same launch bounds, so the same register budget);
+// each shape is a share of 64 output rows (or as few as a llama-3.2-1b QKV or O tile has) run back to back. Prints
+// GB/s of weights an SM and over the GPU: to keep up with the memory, an SM must beat its share of the read ceiling
+// (4.6 TB/s / 132 = 35 GB/s) by enough to catch up after every wait. Build (on the GPU machine; DIR holds
+// persistent_abi.h, B the warp-sum batch):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I DIR -DKIEC_COMPUTE_THREADS=256
-//        -DKIEC_REDUCE_BATCH=B [-DKIEC_WARP_RELEASE=1] bench/gemv_compute.cu -o /tmp/gemv_compute_B && /tmp/gemv_compute_B
+//        -DKIEC_REDUCE_BATCH=B [-DKIEC_WARP_RELEASE=1] bench/gemv_compute.cu -o /tmp/gemv_compute_B
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
