@@ -108,10 +108,12 @@ class _PersistentEmitter(_Emitter):
         segs = row_segments(k.k, self.warps, self.t.persist_page_bytes, silu)
         tx, ty = self.tagged(k.x), self.tagged(k.out)
         direct = bool(self.t.persist_x_direct) and not k.norm  # x straight from memory, none in the scratch
-        flags = ", true" if direct else (", false" if tx or ty else "")
-        flags += f", {'true' if tx else 'false'}, {'true' if ty else 'false'}" if tx or ty else ""
+        flags = [direct, tx, ty]  # gemv_tile's DIRECT, TX, TY, written up to the last one set (the rest default)
+        while flags and not flags[-1]:
+            flags.pop()
+        tail = "".join(", true" if f else ", false" for f in flags)
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
-                f"{'true' if k.biases else 'false'}, {segs}{flags}>(u, ring, "
+                f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
                 f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem)")
         if k.epilogue == "argmax":
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
