@@ -203,12 +203,12 @@ __device__ __forceinline__ void ld_tagged2(const float* v2, int j, unsigned long
   asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(v2 + 4 * j));
 }
 // A word loaded earlier, loaded again until it carries `tag`: its value. Readers look only once the writer's
-// counter says its stores are issued, so the tag comes within a few round trips; after 2^22 (seconds) it never
+// counter says its stores are issued, so the tag comes within a few round trips; after 2^20 (a second) it never
 // will (a wrong tag is a compiler bug): the value is a NaN, which poisons the logits (the tests see it) instead of
 // hanging the kernel. (A trap here made ptxas spill 796 bytes.)
 __device__ __forceinline__ float tagged_value(unsigned long long w, const float* v2, int i, unsigned tag) {
   for (unsigned spins = 0; (unsigned)(w >> 32) != tag; ++spins) {
-    if (spins == 1u << 22) return __uint_as_float(0x7fffffffu);
+    if (spins == 1u << 20) return __uint_as_float(0x7fffffffu);
     w = ld_tagged(v2, i);
   }
   return __uint_as_float((unsigned)w);
