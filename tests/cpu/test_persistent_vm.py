@@ -7,7 +7,8 @@ import torch
 import kiec
 from kiec.codegen.buffers import plan_buffers
 from kiec.ir.passes import pipeline
-from kiec.ir.passes.persistent import Wait, dependencies, direct_waits, phases, reduce_waits, schedule, tag_plan
+from kiec.ir.passes.persistent import (Wait, dependencies, direct_waits, phases, reads_writes, reduce_waits, schedule,
+                                      tag_plan)
 from kiec.ir.passes.program import kernel_io
 from kiec.ir.passes.vm import VM, ScheduleError
 from tests.tiny_hf import make_tiny_hf
@@ -288,3 +289,23 @@ def test_tag_plan_with_attention_tags_its_input_and_output(tmp_path):
     offsets, floats = plan_buffers(prog, {}, frozenset(plan.writer))
     sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan)
     assert_vm_computes_the_model(m, sched, offsets, floats, seed=6)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral"])
+@pytest.mark.parametrize("level", [1, 2])
+def test_with_tags_every_untagged_read_waits_on_its_writer_itself(tmp_path, family, level):
+    # the invariant the relaxed counters need, on the instruction lists the kernel runs: every tile that reads an
+    # untagged value (not its own state) waits on the phase that wrote it, this token's or the previous one's
+    make_tiny_hf(tmp_path, family)
+    prog = pipeline.run(kiec.load(str(tmp_path), max_seq_len=16).graph)
+    plan = tag_plan(prog, attention=level == 2)
+    offsets, _ = plan_buffers(prog, {}, frozenset(plan.writer))
+    sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan)
+    io = [reads_writes(prog.kernels[i], prog, op) for i, op in sched.phases]
+    for lst in sched.lists:
+        for ins in lst:
+            c = ins.counter
+            for v in io[c][0] - set(plan.writer) - io[c][1]:
+                same = [j for j in range(c) if v in io[j][1]]
+                j, previous = (same[-1], False) if same else (max(j for j in range(len(io)) if v in io[j][1]), True)
+                assert any(w.counter == j and w.previous == previous for w in ins.waits), (ins.opcode, c, v)
