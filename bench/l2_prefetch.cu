@@ -10,7 +10,8 @@
 //   at once     the region asked of L2 and copied right away
 // L2 is swept (a 256 MB memset) before every run, and every run reads a region it has not read before. Prints GB/s
 // an SM (median over SMs; the slowest SM) for each, median of 7 runs. One SM's share of the read ceiling is about
-// 35 GB/s (4.6 TB/s / 132); whether pages out of L2 come faster than that is what this measures (not yet run).
+// 35 GB/s (4.6 TB/s / 132); whether pages out of L2 come faster than that is what this measures. At 9cd28d0: 32-40
+// GB/s an SM prefetched against 18-29 cold (bench/RESULTS.md, 2026-11-30 fourth session).
 // Build and run (on the GPU machine; DIR holds persistent_abi.h, which ring.cuh's header chain includes):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I DIR bench/l2_prefetch.cu
 //        -o /tmp/l2_prefetch && /tmp/l2_prefetch

@@ -11,7 +11,9 @@
 // for a share of 4 MB an SM (the LM head's) and of 512 KB (a big GEMV's share on llama-3.2-1b: a phase starting
 // with an empty ring). Prints, per way: TB/s over the GPU (all bytes over the first start to the last end: what a
 // phase costs), and GB/s an SM (median SM, slowest SM), median of 5 runs; each run reads bytes no earlier run of it
-// left in L2. Not yet run.
+// left in L2. At 3d07718 (bench/RESULTS.md, fifth session): the tile 4.58 TB/s on 4 MB shares and 4.17 on 512 KB,
+// evict-normal 3.82, the other rings 4.58-4.61, against kiec bench's 4.61 ceiling in the next call; this file's own
+// ceiling row read 3.89 (its plain loads, not the ring, fall short of what kiec bench's reach).
 // Build and run (on the GPU machine; DIR holds persistent_abi.h, which the kernel's headers include):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I DIR -DKIEC_COMPUTE_THREADS=256
 //        bench/stream_rate.cu -o /tmp/stream_rate && /tmp/stream_rate

@@ -38,6 +38,8 @@ class _PersistentEmitter(_Emitter):
     """Lays out the weights like graph mode; instead of launches it writes one dispatch case per kernel."""
 
     def __init__(self, program: Program, dtype: str, max_seq_len: int, target: TargetParams):
+        # persist_tagged: the values handed over as tagged words (the base class lays them out in the arena)
+        self.tags = tag_plan(program, attention=target.persist_tagged >= 2) if target.persist_tagged else None
         super().__init__(program, dtype, max_seq_len, target)
         t = target
         self.sched: Schedule = schedule(program, t.sms, slot_of=dict(self.arena), min_keys=t.attn_min_keys,
@@ -55,9 +57,6 @@ class _PersistentEmitter(_Emitter):
         return attention_splits(k, self.t.sms)  # the schedule's (KV head, split) tiles
 
     def tagged_values(self) -> frozenset[str]:
-        """persist_tagged: the values handed over as tagged words (tag_plan); called while the base class lays out
-        the arena, before this class's own fields."""
-        self.tags = tag_plan(self.p, attention=self.t.persist_tagged >= 2) if self.t.persist_tagged else None
         return frozenset(self.tags.writer) if self.tags else frozenset()
 
     def scratch(self) -> dict[str, int]:

@@ -91,13 +91,18 @@ TARGETS: dict[str, TargetParams] = {
                           # batched warp sums stay a knob (gemv_compute.cu measures with it)
                           persist_warps=8, persist_page_bytes=16 << 10, persist_stages=12,
                           persist_l2_ahead_bytes=0,
-                          persist_stop_poll_every=64, persist_poll_sleep_ns=0,  # sleeping: not yet run
+                          # sleeping 100 ns between polls: 0.846 vs 0.852 ms on llama-3.2-1b at a9dfdd7 (a kernel
+                          # carrying 48f2904's 3.5%); other models not run
+                          persist_stop_poll_every=64, persist_poll_sleep_ns=0,
                           persist_counter_stride=1, persist_reduce_batch=1,
-                          # evict-first since the ring's first version; bench/stream_rate.cu compares (not yet run)
+                          # evict-normal instead: 0.868-0.872 vs 0.852 ms on llama-3.2-1b at a9dfdd7, and the ring
+                          # with the tile consuming 3.82 vs 4.58 TB/s in bench/stream_rate.cu (3d07718)
                           persist_evict_first=1,
                           # 1 frees llama-3.1-8b's 57 KB x scratch: its ring 10 -> 12 pages (with persist_stages
-                          # 13, llama-3.2-1b's 12 -> 13). Not yet run; modelled only (`scripts/time_model.py MODEL
-                          # stream_gbps=32.1 ring_pages=N`): 8B 3834 -> 3767 us, 1B 756 -> 748 us
+                          # 13, llama-3.2-1b's 12 -> 13). With 13 pages on llama-3.2-1b at a9dfdd7: 0.840 vs 0.852
+                          # ms; with poll sleep 100 too at edd1aac's kernel: 0.817 vs 0.823-0.826; other models not
+                          # run (modelled, `scripts/time_model.py MODEL stream_gbps=32.1 ring_pages=N`: 8B 3834 ->
+                          # 3767 us)
                           persist_x_direct=0,
                           # 8 arrivals on a page's barrier instead of 256: QKV's and O's whole shares are in the
                           # ring when their x is ready, yet their dots run at 27-29 GB/s an SM (3d07718 trace)

@@ -103,7 +103,7 @@ __device__ __forceinline__ void prefetch_split_l2(const T* cache, int kv_heads, 
 
 // KV head g's GROUP query heads over cache rows [lo, hi): q normed, rotated and scaled; the block holding row pos
 // writes the new k (normed, rotated) and v there first. Leaves each warp's (m, l, o) in sm. TAGGED (persistent
-// mode's persist_tagged 2): qkv is tagged words (persistent_tile.cuh) carrying `tag`.
+// mode's persist_tagged 2): qkv is tagged words (common.cuh) carrying `tag`.
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
           bool TAGGED = false>
 __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,

@@ -198,6 +198,12 @@ __device__ __forceinline__ unsigned long long ld_tagged(const float* v2, int i) 
   asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(v2 + 2 * i));
   return w;
 }
+// y[i] = v: as a tagged word carrying `tag` when TAGGED, a plain float otherwise.
+template <bool TAGGED>
+__device__ __forceinline__ void store_value(float* y, int i, float v, unsigned tag) {
+  if (TAGGED) st_tagged(y, i, v, tag);
+  else y[i] = v;
+}
 // Words 2j and 2j + 1 in one 16-byte access (each 8-byte half single-copy atomic, as one word alone).
 __device__ __forceinline__ void ld_tagged2(const float* v2, int j, unsigned long long& a, unsigned long long& b) {
   asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(v2 + 4 * j));

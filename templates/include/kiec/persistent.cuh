@@ -31,11 +31,8 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
   if (!wait_inputs(u)) return false;
   const int token = min(max(*(volatile int*)(u.a->tokens + u.pos), 0), vocab - 1);
   const unsigned tag = TAGGED ? tag_of(u, u.ins->counter) : 0u;
-  for (int i = u.ins->lo + threadIdx.x; i < u.ins->hi; i += block_threads()) {
-    const float v = to_float<T>(table[(size_t)token * dim + i]);
-    if (TAGGED) st_tagged(x, i, v, tag);
-    else x[i] = v;
-  }
+  for (int i = u.ins->lo + threadIdx.x; i < u.ins->hi; i += block_threads())
+    store_value<TAGGED>(x, i, to_float<T>(table[(size_t)token * dim + i]), tag);
   signal_done<TAGGED>(u);
   return true;
 }

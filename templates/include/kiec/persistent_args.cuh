@@ -41,7 +41,8 @@ struct Turn {
   int t, pos;  // token index in this launch, and its position
   const PersistentArgs* a;
   bool traced;  // the step kiec_trace records: read from `a` once a step, not again after a tile's stores (which
-                // may alias it); neutral on the GPU (0.824 vs 0.821 ms on llama-3.2-1b, bench/RESULTS.md)
+                // may alias it); neutral on the GPU: a9dfdd7, which added it, 0.849 ms on llama-3.2-1b like the
+                // 0.848-0.850 of the commits before it in the same bisect (bench/RESULTS.md)
 };
 
 }  // namespace kiec

@@ -45,26 +45,32 @@ struct Prologue {
       sync_block();
       return;
     }
-    if (!HOLD) {
+    if constexpr (!HOLD) {
       gemv_prologue<T, K, NORM, THREADS>(x, norm_w, eps, xs, red);
-      return;
-    }
-    float v[PER], ss = 0.f;
+    } else {
+      float v[PER], ss = 0.f;
 #pragma unroll
-    for (int e = 0; e < PER; ++e) {
-      const int i = threadIdx.x + e * THREADS;
-      v[e] = i < K ? x[i] : 0.f;
-      ss += v[e] * v[e];
+      for (int e = 0; e < PER; ++e) {
+        const int i = threadIdx.x + e * THREADS;
+        v[e] = i < K ? x[i] : 0.f;
+        ss += v[e] * v[e];
+      }
+      normalize(ss, v, norm_w, eps, xs, red);
     }
+  }
+  // xs = this thread's elements of x (held in v, or already in xs without HOLD) times rsqrt(their mean square +
+  // eps) and the norm's weights (held in w, or read from norm_w); ss: this thread's sum of their squares.
+  __device__ __forceinline__ void normalize(float ss, const float (&v)[HOLD ? PER : 1], const T* norm_w, float eps,
+                                            float* xs, float* red) {
     const float scale = rsqrtf(block_sum(ss, red) / K + eps);
 #pragma unroll
     for (int e = 0; e < PER; ++e) {
       const int i = threadIdx.x + e * THREADS;
-      if (i < K) xs[i] = v[e] * scale * w[e];
+      if (i < K) xs[i] = (HOLD ? v[e] : xs[i]) * scale * (HOLD ? w[e] : to_float<T>(norm_w[i]));
     }
     sync_block();
   }
-  // run's math on x as tagged words (persistent_tile.cuh) carrying `tag`: every word of a batch loaded at once,
+  // run's math on x as tagged words (common.cuh) carrying `tag`: every word of a batch loaded at once,
   // then each one that does not carry the tag yet loaded again until it does. The elements each thread takes and
   // the order of the norm's sums are run's, so the result is the same bits.
   __device__ __forceinline__ void run_tagged(const float* x2, unsigned tag, const T* norm_w, float eps, float* xs,
@@ -114,13 +120,7 @@ struct Prologue {
         }
       }
     }
-    const float scale = rsqrtf(block_sum(ss, red) / K + eps);
-#pragma unroll
-    for (int e = 0; e < PER; ++e) {
-      const int i = threadIdx.x + e * THREADS;
-      if (i < K) xs[i] = (HOLD ? v[e] : xs[i]) * scale * (HOLD ? w[e] : to_float<T>(norm_w[i]));
-    }
-    sync_block();
+    normalize(ss, v, norm_w, eps, xs, red);
   }
 };
 
@@ -264,15 +264,11 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
 // Outputs [lo, hi) from the segment sums (added in segment order, so a run's result does not depend on which
 // warp finished first): SiLU-mul, store, residual add, or store and the packed argmax.
 // y_mine: with EPI_RESIDUAL, y[lo + threadIdx.x] as loaded before the dot products (residual_first).
-// TY: y is tagged words (persistent_tile.cuh): written with tag `mine`, the residual read carrying `res`.
+// TY: y is tagged words (common.cuh): written with tag `mine`, the residual read carrying `res`.
 template <typename T, int SEGS, int EPI, bool BIAS, int THREADS, bool TY = false>
 __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, const T* bias, float* y, int lo,
                                               int outs, int n_out, float y_mine, unsigned mine = 0,
                                               unsigned res = 0) {
-  auto put = [&](int o, float v) {
-    if (TY) st_tagged(y, o, v, mine);
-    else y[o] = v;
-  };
   auto dot = [&](int r) {  // row r's sum (SiLU: 2 rows per output, gate then up)
     float v = 0.f;
 #pragma unroll
@@ -285,13 +281,13 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
     if (EPI == EPI_SILU_MUL) {
       const float g = dot(2 * j) + (BIAS ? to_float<T>(bias[o]) : 0.f);
       const float up = dot(2 * j + 1) + (BIAS ? to_float<T>(bias[o + n_out]) : 0.f);
-      put(o, g / (1.f + expf(-g)) * up);
+      store_value<TY>(y, o, g / (1.f + expf(-g)) * up, mine);
     } else {
       const float v = dot(j) + (BIAS ? to_float<T>(bias[o]) : 0.f);
-      if (EPI == EPI_STORE || EPI == EPI_ARGMAX) put(o, v);
+      if (EPI == EPI_STORE || EPI == EPI_ARGMAX) store_value<TY>(y, o, v, mine);
       if (EPI == EPI_RESIDUAL) {
         const float r = j == (int)threadIdx.x ? y_mine : TY ? tagged_value(ld_tagged(y, o), y, o, res) : y[o];
-        put(o, r + v);
+        store_value<TY>(y, o, r + v, mine);
       }
       if (EPI == EPI_ARGMAX) {
         const unsigned long long key = argmax_key(v, o);
@@ -313,7 +309,7 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // DIRECT (persist_x_direct, a GEMV without a norm): each warp loads its slice of x straight from memory, and the
 // tile takes no shared memory for x (a deeper ring where the longest such x set the scratch: llama-3.1-8b's down
 // projection, K 14336, 57 KB); with TX it checks the words' tags itself (load_x_slice_tagged).
-// TX, TY (persist_tagged): x, y as tagged words (persistent_tile.cuh), x's and the residual's tags from the
+// TX, TY (persist_tagged): x, y as tagged words (common.cuh), x's and the residual's tags from the
 // descriptor's tag_x and tag_res, y's this phase's; with TY the counter moves relaxed (signal_done).
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
           bool TY = false, typename R>
@@ -353,10 +349,10 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   if (tracing(u)) trace_row(u)[TR_PAGE_WAIT_CYCLES] = waited;
   sync_block();
   trace(u, TR_SUMS_DONE);
-  if (TY && res_mine) y_mine = tagged_value(y_word, y, lo + threadIdx.x, tag_of(u, d.tag_res));
+  const unsigned res_tag = TY && EPI == EPI_RESIDUAL ? tag_of(u, d.tag_res) : 0u;
+  if (TY && res_mine) y_mine = tagged_value(y_word, y, lo + threadIdx.x, res_tag);
   gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY>(u, acc, bias, y, lo, outs, n_out, y_mine,
-                                                    TY ? tag_of(u, u.ins->counter) : 0u,
-                                                    TY && EPI == EPI_RESIDUAL ? tag_of(u, d.tag_res) : 0u);
+                                                    TY ? tag_of(u, u.ins->counter) : 0u, res_tag);
   trace(u, TR_STORED);
   signal_done<TY>(u);
   return true;

@@ -39,7 +39,7 @@ __device__ __forceinline__ void trace(const Turn& u, TraceSlot what) {
 // KIEC_POLL_SLEEP_NS > 0: the spinning thread sleeps about that long between two polls of a counter it found short
 // (every SM's thread 0 polls the same line while a phase's tiles add to it; one stop-flag load in 64 polls
 // instead of every poll measured 0.829 vs 0.840 ms on llama-3.2-1b at 94a9075, bench/RESULTS.md;
-// persist_poll_sleep_ns, not yet run).
+// persist_poll_sleep_ns=100: 0.846 vs 0.852 ms there at a9dfdd7).
 #ifndef KIEC_POLL_SLEEP_NS
 #define KIEC_POLL_SLEEP_NS 0
 #endif
@@ -66,7 +66,6 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u) {
   return go;
 }
 
-// *p += 1 after every write this thread has seen: a release add, lighter than a full fence and a relaxed add.
 // ---- tagged words (common.cuh: st_tagged, ld_tagged, tagged_value)
 #ifndef KIEC_TAGGED
 #define KIEC_TAGGED 0
@@ -77,6 +76,7 @@ __device__ __forceinline__ unsigned tag_of(const Turn& u, int phase) {
   return u.a->tag_base + (unsigned)u.t * (unsigned)u.a->phases + (unsigned)phase;
 }
 
+// *p += 1 after every write this thread has seen: a release add, lighter than a full fence and a relaxed add.
 __device__ __forceinline__ void red_release(unsigned* p) {
   asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
 }
@@ -92,12 +92,13 @@ __device__ __forceinline__ void red_release(unsigned* p) {
 template <bool RELAXED = false>
 __device__ __forceinline__ void signal_done(const Turn& u) {
   sync_block();
-  if (RELAXED || KIEC_PROBE_RELAXED_SIGNAL) {
-    if (threadIdx.x == 0)
-      asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(u.a->counters + u.ins->counter * u.a->counter_stride)
-                   : "memory");
-  } else if (threadIdx.x == 0) {
-    red_release(u.a->counters + u.ins->counter * u.a->counter_stride);
+  if (threadIdx.x == 0) {
+    unsigned* counter = u.a->counters + u.ins->counter * u.a->counter_stride;
+    if (RELAXED || KIEC_PROBE_RELAXED_SIGNAL) {
+      asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");  // ordered with nothing
+    } else {
+      red_release(counter);
+    }
   }
   trace(u, TR_DONE);
 }
