@@ -1,8 +1,9 @@
 // How fast the persistent kernel's weight stream delivers when nothing stops it: the LM head's case, and a big
 // GEMV's. In the kernel the LM head of llama-3.2-1b (525 MB, 4 MB an SM, no dependency in the way) spans 124.2 us:
 // 4.23 TB/s, 92% of the 4.62 read ceiling, while graph mode's LM-head kernel reads it at 4.43 (2026-11-30, 5f1b610:
-// the trace's span and kiec bench's per-kernel table, bench/results/2026-11-30/5f1b610_*). This asks where the 8% goes, every block (one per SM, all at once) streaming its own
-// share of HBM through the kernel's ring (ring.cuh: TMA bulk copies, evict-first, mbarriers) five ways:
+// the trace's span and kiec bench's per-kernel table, bench/results/2026-11-30/5f1b610_*). This asks where the 8%
+// goes, every block (one per SM, all at once) streaming its own share of HBM through the kernel's ring (ring.cuh:
+// TMA bulk copies, evict-first, mbarriers) five ways:
 //   ceiling   no ring: every thread of 4 blocks an SM reads 16-byte vectors of the whole buffer (kiec bench's kind)
 //   landed    the ring, each page released as soon as it lands (nobody reads it)
 //   tile      the ring feeding the real GEMV tile loop (persistent_gemv.cuh's gemv_pages, K 2048 like the LM head)
