@@ -5,7 +5,9 @@
     python3 scripts/variants.py smollm2-135m mode=persistent / llama-3.2-1b:8192 mode=persistent
 (MODEL:N: timed from N tokens of context; a lone / starts the next model's list, so one call runs several.) Each
 variant is the sm_90 table entry with the given fields replaced (mode= picks graph or persistent); prints ms/token
-and MBU per variant."""
+and MBU per variant. Each model's artifacts are deleted after its timing (the lent machine's disk holds 64 GB: two
+llama-3.1-8b variants are 32 GB)."""
+import shutil
 import sys
 
 import kiec
@@ -20,6 +22,8 @@ def main(spec: str, variants: list[str]) -> None:
     model = kiec.load(model_name, dtype="bf16", max_seq_len=context + 512)
     nbytes = bytes_per_token(model.graph, max(context, 32) + 128).read  # the middle of the 256 timed steps
     base = targets.TARGETS["sm_90"]
+    work = "/tmp/kiec_variants"
+    shutil.rmtree(work, ignore_errors=True)  # a killed call's artifacts
     arts = {}
     for v in variants:
         changes = dict(kv.split("=") for kv in v.split(",") if "=" in kv)
@@ -27,16 +31,17 @@ def main(spec: str, variants: list[str]) -> None:
         tp = targets.with_fields(base, changes)
         targets.TARGETS["sm_90"] = tp
         try:
-            arts[v] = kiec.compile(model, f"/tmp/kiec_variants/{model_name}-{len(arts)}", mode=mode)
+            arts[v] = kiec.compile(model, f"{work}/{model_name}-{len(arts)}", mode=mode)
         finally:
             targets.TARGETS["sm_90"] = base
-    ceil = measure_ceilings("/tmp/kiec_variants")["read_tbps"]
+    ceil = measure_ceilings(work)["read_tbps"]
     print(f"{spec}: {nbytes / 1e9:.3f} GB/token, read ceiling {ceil:.2f} TB/s, floor {nbytes / ceil / 1e9:.3f} ms")
     for rnd in range(2):  # two rounds, to see the spread between repeats of the same variant
         for v, art in arts.items():
             s, _ = time_kiec(art, 32, 256, context)
             print(f"  round {rnd} {v:<32} {s.median_ms:.3f} ms (p10 {s.p10_ms:.3f}, p90 {s.p90_ms:.3f}) "
                   f"{1e3 / s.median_ms:.0f} tok/s MBU {nbytes / (s.median_ms * 1e-3) / (ceil * 1e12) * 100:.1f}%")
+    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
