@@ -7,7 +7,7 @@
 // (4.6 TB/s / 132 = 35 GB/s) by enough to catch up after every wait. Build (on the GPU machine; DIR holds
 // persistent_abi.h, B the warp-sum batch):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I DIR -DKIEC_COMPUTE_THREADS=256
-//        -DKIEC_REDUCE_BATCH=B [-DKIEC_WARP_RELEASE=1] bench/gemv_compute.cu -o /tmp/gemv_compute_B
+//        -DKIEC_REDUCE_BATCH=B bench/gemv_compute.cu -o /tmp/gemv_compute_B
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -121,9 +121,9 @@ static void run(const char* name, int sms, int rows = 64) {
   const double bytes = (double)REPS * rows * G::ROWS_PER_OUT * K * sizeof(T);
   const double med = bytes / h[sms / 2], slow = bytes / h[sms - 1];  // bytes per ns = GB/s
   const char* what[] = {"tile", "loads only", "dots, no sums"};
-  printf("%-26s %-13s K %5d  segs %d  rounds %d  rows %2d  B %2d  %s  %7.1f GB/s an SM (slowest %6.1f)  %6.2f TB/s "
-         "over %d SMs\n", name, what[VARIANT], K, SEGS, G::ROUNDS, rows, KIEC_REDUCE_BATCH,
-         KIEC_WARP_RELEASE ? "warp release  " : "thread release", med, slow, slow * sms / 1e3, sms);
+  printf("%-26s %-13s K %5d  segs %d  rounds %d  rows %2d  B %2d  %7.1f GB/s an SM (slowest %6.1f)  %6.2f TB/s "
+         "over %d SMs\n", name, what[VARIANT], K, SEGS, G::ROUNDS, rows, KIEC_REDUCE_BATCH, med, slow,
+         slow * sms / 1e3, sms);
   CHECK(cudaFree(ns));
   CHECK(cudaFree(sink));
 }

@@ -187,7 +187,6 @@ class _PersistentEmitter(_Emitter):
             l2_ahead=self.t.persist_l2_ahead_bytes // page, stop_poll_every=self.t.persist_stop_poll_every,
             poll_sleep_ns=self.t.persist_poll_sleep_ns, probe_relaxed_signal=self.t.persist_probe_relaxed_signal,
             tagged=int(self.tags is not None),
-            warp_release=int(bool(self.t.persist_warp_release)),
             reduce_batch=self.t.persist_reduce_batch, evict_first=int(bool(self.t.persist_evict_first)),
             attn_l2_hint=self.t.attn_l2_prefetch,
             scratch=self.smem,

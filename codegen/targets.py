@@ -32,7 +32,6 @@ class TargetParams:
     persist_reduce_batch: int  # persistent GEMV: items a warp sums over its lanes together (1: each on its own)
     persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
     persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch)
-    persist_warp_release: int  # persistent: 1: each warp releases a ring page once (lane 0), not every thread
     persist_waits_previous_first: int  # persistent: 1: an instruction polls the previous token's waits first
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
@@ -104,18 +103,23 @@ TARGETS: dict[str, TargetParams] = {
                           # run (modelled, `scripts/time_model.py MODEL stream_gbps=32.1 ring_pages=N`: 8B 3834 ->
                           # 3767 us)
                           persist_x_direct=0,
-                          # 8 arrivals on a page's barrier instead of 256: QKV's and O's whole shares are in the
-                          # ring when their x is ready, yet their dots run at 27-29 GB/s an SM (3d07718 trace)
-                          # against 60-72 in gemv_compute.cu's long shares. Not yet run
-                          persist_warp_release=0,
-                          # every instruction of llama-3.2-1b waits on this token's producer, then on a phase of the
-                          # previous token (a write-after-read on a shared slot), reached long before: polled second,
-                          # its round trip comes after the producer's signal, on every hop. Not yet run
-                          persist_waits_previous_first=0,
+                          # every instruction waits on this token's producer, then on a phase of the previous token
+                          # (a write-after-read on a shared slot), reached long before: polled second, its round trip
+                          # came after the producer's signal, on every hop. Polled first, 2026-11-30 sixth session
+                          # at 6c0519e (ms, two rounds, bench/RESULTS.md): llama-3.2-1b 0.805-0.806 vs 0.826-0.829,
+                          # smollm2-135m 0.543 vs 0.566-0.567, qwen3-1.7b 1.204-1.207 vs 1.239-1.240, llama-3.1-8b
+                          # 4.196-4.197 vs 4.225-4.227, llama-3.2-1b at 8192 1.019-1.020 vs 1.039; so on.
+                          # (One ring-page release a warp instead of a thread, 0.820-0.822 on 1B, no faster in
+                          # gemv_compute.cu, and compute-sanitizer's racecheck reported hazards on it: taken out.)
+                          persist_waits_previous_first=1,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
-                          # (ir/passes/persistent.py: tag_plan). Not yet run
+                          # (ir/passes/persistent.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b
+                          # tags 1 0.799-0.803, 2 0.794-0.795 vs 0.805; qwen3-1.7b 1 1.176, 2 1.158-1.161 vs 1.205;
+                          # but llama-3.2-1b at 8192 1 1.062-1.063, 2 1.088-1.090 vs 1.020; llama-3.1-8b 2 4.277-4.284
+                          # vs 4.196; smollm2-135m 1 0.578, 2 0.575-0.576 vs 0.543. Off until it wins everywhere
                           persist_tagged=0,
+                          # without previous_first: 0.772-0.773 vs 0.826-0.829 on 1B, smollm2 0.527 vs 0.566
                           persist_probe_relaxed_signal=0),
 }
 

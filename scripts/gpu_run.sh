@@ -92,12 +92,11 @@ if [ -n "${STREAM:-}" ]; then
   bench_build stream_rate stream_rate -DKIEC_COMPUTE_THREADS=256 && timeout 120 /tmp/stream_rate 2>&1 | tee "$OUT/stream_rate.txt"
 fi
 # COMPUTE=1: how fast the persistent GEMV's compute warps consume pages already in shared memory, warp sums one
-# item at a time and in batches of 8, pages released by every thread and once a warp (bench/gemv_compute.cu)
+# item at a time and in batches of 8 (bench/gemv_compute.cu)
 if [ -n "${COMPUTE:-}" ]; then
-  for bw in 1:0 8:0 1:1; do
-    b=${bw%:*} w=${bw#*:}
-    bench_build gemv_compute gemv_compute_${b}_$w -DKIEC_COMPUTE_THREADS=256 -DKIEC_REDUCE_BATCH=$b \
-      -DKIEC_WARP_RELEASE=$w && timeout 60 /tmp/gemv_compute_${b}_$w
+  for b in 1 8; do
+    bench_build gemv_compute gemv_compute_$b -DKIEC_COMPUTE_THREADS=256 -DKIEC_REDUCE_BATCH=$b \
+      && timeout 60 /tmp/gemv_compute_$b
   done 2>&1 | tee "$OUT/gemv_compute.txt"
 fi
 # MODES=graph,persistent: the modes kiec bench compiles and times (default graph)

@@ -11,8 +11,7 @@ BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
 
 @pytest.mark.parametrize("source,flags", [("hop_latency.cu", []), ("l2_prefetch.cu", []),
                                           ("gemv_compute.cu", ["-DKIEC_COMPUTE_THREADS=256", "-DKIEC_REDUCE_BATCH=8"]),
-                                          ("gemv_compute.cu", ["-DKIEC_COMPUTE_THREADS=256", "-DKIEC_REDUCE_BATCH=1",
-                                                               "-DKIEC_WARP_RELEASE=1"]),
+                                          ("gemv_compute.cu", ["-DKIEC_COMPUTE_THREADS=256", "-DKIEC_REDUCE_BATCH=1"]),
                                           ("stream_rate.cu", ["-DKIEC_COMPUTE_THREADS=256"])])
 def test_device_benchmarks_compile(tmp_path, source, flags):
     nvcc_build(tmp_path, os.path.join(BENCH, source), "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a",

@@ -160,11 +160,9 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     dict(attn_l2_prefetch=1, attn_min_keys=8),
                                     dict(attn_l2_prefetch=2, attn_min_keys=8),
                                     dict(persist_x_direct=1), dict(persist_x_direct=1, persist_stages=13),
-                                    dict(persist_warp_release=1),
-                                    dict(persist_warp_release=1, persist_page_bytes=1024, persist_stages=2),
-                                    dict(persist_waits_previous_first=1), dict(persist_tagged=1),
+                                    dict(persist_waits_previous_first=0), dict(persist_tagged=1),
                                     dict(persist_tagged=2, attn_min_keys=8),
-                                    dict(persist_tagged=2, persist_waits_previous_first=1, persist_warp_release=1),
+                                    dict(persist_tagged=2, persist_waits_previous_first=0),
                                     dict(persist_tagged=2, persist_x_direct=1, persist_stages=13)])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
@@ -173,8 +171,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # for the 8 pages after the ring meanwhile); the weight copies with L2's default policy; a vocabulary of 16384
     # gives each SM's LM-head share about 124 rows; attention's rows asked of L2 by the split before its wait or by
     # the weight stream, with 8 keys a split (the base too) so that several splits ask; x slices loaded straight
-    # from memory where there is no norm, with the ring deeper for the room; a page released once a warp (with 1 KB
-    # pages too, where the stream waits on every release); the previous token's waits polled first; GEMV-to-GEMV
+    # from memory where there is no norm, with the ring deeper for the room; the previous token's waits polled
+    # after this token's (the old order); GEMV-to-GEMV
     # values as tagged words (with x slices loaded straight from them too). Knobs that leave the math alone leave the
     # bits alone
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
@@ -186,7 +184,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     budget_check(ours, r32, r16, f"persistent {change}: logits over 24 positions")
     if change.keys() <= {"persist_counter_stride", "persist_stop_poll_every", "persist_evict_first", "attn_l2_prefetch",
                          "attn_min_keys", "persist_x_direct", "persist_stages", "persist_poll_sleep_ns",
-                         "persist_warp_release", "persist_waits_previous_first", "persist_tagged"}:
+                         "persist_waits_previous_first", "persist_tagged"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)

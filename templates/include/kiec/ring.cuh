@@ -7,11 +7,6 @@
 #ifndef KIEC_WEIGHT_EVICT_FIRST
 #define KIEC_WEIGHT_EVICT_FIRST 1
 #endif
-// 1 (persist_warp_release): each warp releases a page once (its lane 0 after __syncwarp, which orders the lanes'
-// reads before it) instead of every thread: 8 arrivals on the page's barrier instead of 256 (not yet run)
-#ifndef KIEC_WARP_RELEASE
-#define KIEC_WARP_RELEASE 0
-#endif
 #ifndef KIEC_ATTN_L2_HINT
 #define KIEC_ATTN_L2_HINT 0  // 2: the weight stream asks L2 for attention's cache rows (PageWalk::next)
 #endif
@@ -58,13 +53,13 @@ struct Ring {
     seq = 0;
     return pages + (size_t)STAGES * PAGE;
   }
-  // Thread 0, before the block's first barrier: each page released by `threads` consumer threads (whole warps
-  // with KIEC_WARP_RELEASE, which counts one arrival a warp).
+  // Thread 0, before the block's first barrier: each page released by `threads` consumer threads.
+  // (One release a warp, lane 0 after __syncwarp, was measured and taken out: bench/RESULTS.md, 2026-11-30 sixth
+  // session; git log -S persist_warp_release.)
   __device__ __forceinline__ void init(unsigned threads) const {
-    const unsigned arrivals = KIEC_WARP_RELEASE ? (threads + 31) / 32 : threads;
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full + s, 1);
-      mbar_init(empty + s, arrivals);
+      mbar_init(empty + s, threads);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -75,12 +70,7 @@ struct Ring {
     return page(seq);
   }
   __device__ __forceinline__ void release() {
-    if (KIEC_WARP_RELEASE) {
-      __syncwarp();  // the whole warp calls release(); its lanes' reads are ordered before lane 0's arrive
-      if ((threadIdx.x & 31) == 0) mbar_arrive(empty + seq % STAGES);
-    } else {
-      mbar_arrive(empty + seq % STAGES);  // an arrive releases only this thread's reads
-    }
+    mbar_arrive(empty + seq % STAGES);  // an arrive releases only this thread's reads
     ++seq;
   }
   // How many of this consumer's next `upto` pages (at most STAGES) have landed, counted in order (kiec_trace).
