@@ -15,17 +15,24 @@
 //             before its store landed is read again (the data's tag, not the counter, says it is there). Consumers
 //             spin on one word instead of whole vectors (what the kernel would do with tags). At 3d07718: 1.61-2.01
 //             us unloaded (the counter's 1.68-1.76), 10.5-15.8 loaded against the counter's 20.4-21.3
+//   accum     the counter's hop, but every block adds a whole K-vector into the next vector (red.add of 4 floats
+//             at once; `accum1`: one float at a time) instead of writing its slice, and zeroes its slice of the
+//             vector after (the vectors go round three): what a down projection cut by its K (the MLP's hidden
+//             units, each SM's own gate/up rows) costs at its hand-over, every SM's partial of every output added
+//             in L2, against the counter's slice stores
 // Prints microseconds per phase for each (the GEMV's own work and weights excluded: this is the floor a phase
 // costs in latency). `loaded`: the same with one more warp a block streaming HBM into a shared-memory ring the way
 // the persistent kernel's weight stream does (ring.cuh's bulk copies, 12 x 16 KB pages), so the hops and the
 // vectors' loads and stores meet a memory system as busy as in a decode step; it prints the TB/s streamed.
 // Build and run (on the GPU machine; DIR holds persistent_abi.h, which ring.cuh's header chain includes):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I DIR bench/hop_latency.cu
-//        -o /tmp/hop && /tmp/hop
+//        -o /tmp/hop && /tmp/hop [accum]   (accum: the accumulating hop's table alone)
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include <algorithm>
 #include <vector>
@@ -55,10 +62,19 @@ __device__ __forceinline__ void st_relaxed64(unsigned long long* p, unsigned lon
   asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-enum Mode { COUNTER = 0, COUNTER_STOP = 1, FLAGS = 2, TAGGED = 3, RELAXED = 4, GRID = 5, HINTED = 6 };
+enum Mode { COUNTER = 0, COUNTER_STOP = 1, FLAGS = 2, TAGGED = 3, RELAXED = 4, GRID = 5, HINTED = 6, ACCUM = 7,
+            ACCUM1 = 8 };
+__host__ __device__ constexpr bool accumulates(int mode) { return mode == ACCUM || mode == ACCUM1; }
 
 __device__ __forceinline__ void red_relaxed(unsigned* p) {
   asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
+}
+
+__device__ __forceinline__ void red_add4(float* p, float v) {
+  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %1, %1, %1};" ::"l"(p), "f"(v) : "memory");
+}
+__device__ __forceinline__ void red_add1(float* p, float v) {
+  asm volatile("red.relaxed.gpu.global.add.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
 }
 
 __device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
@@ -81,7 +97,8 @@ __device__ void stream_pages(const R& ring, const char* src, const volatile int*
   atomicAdd(moved, (unsigned long long)seq * R::PAGE);
 }
 
-// buf: two K-vectors of floats (or, TAGGED, of 64-bit words); sync: counters [phases] or flags [phases][blocks].
+// buf: two K-vectors of floats (three when accumulating; TAGGED: tbuf, of 64-bit words); sync: counters [phases]
+// or flags [phases][blocks].
 // LOADED: the block's last warp streams `load` (LOAD_BYTES a block) meanwhile.
 template <int MODE, bool LOADED>
 __global__ void __launch_bounds__(THREADS + 32, 1)
@@ -106,8 +123,8 @@ hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* s
     }
   }
   for (int p = 1; p <= phases; ++p) {
-    const float* x = buf + (size_t)((p + 1) & 1) * K;
-    float* y = buf + (size_t)(p & 1) * K;
+    const float* x = buf + (size_t)(accumulates(MODE) ? (p - 1) % 3 : (p + 1) & 1) * K;
+    float* y = buf + (size_t)(accumulates(MODE) ? p % 3 : p & 1) * K;
     const unsigned long long* tx = tbuf + (size_t)((p + 1) & 1) * K;
     unsigned long long* ty = tbuf + (size_t)(p & 1) * K;
     float ss = 0.f;
@@ -161,7 +178,16 @@ hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* s
     const float s = kiec::block_sum(ss, part);
     if (threadIdx.x == 0) scale = rsqrtf(s / K + 1e-6f);
     kiec::sync_block();
-    for (int i = lo + threadIdx.x; i < hi; i += THREADS) {
+    if (accumulates(MODE)) {  // this block's part of every output, then its slice of the vector after zeroed
+      const float v = (0.5f + 1e-3f * scale) / nb;
+      if (MODE == ACCUM)
+        for (int i = 4 * threadIdx.x; i < K; i += 4 * THREADS) red_add4(y + i, v);
+      else
+        for (int i = threadIdx.x; i < K; i += THREADS) red_add1(y + i, v);
+      float* z = buf + (size_t)((p + 1) % 3) * K;
+      for (int i = lo + threadIdx.x; i < hi; i += THREADS) z[i] = 0.f;
+    }
+    for (int i = lo + threadIdx.x; i < hi && !accumulates(MODE); i += THREADS) {
       const float v = 0.5f + 1e-3f * scale;  // stands in for the GEMV's output
       if (MODE == TAGGED || MODE == HINTED)
         st_relaxed64(ty + i, ((unsigned long long)(unsigned)p << 32) | __float_as_uint(v));
@@ -206,7 +232,7 @@ static double run(int sms, int K, int phases, float* buf, unsigned long long* tb
   int inflight = load ? load->inflight : 0;
   for (int r = 0; r < 6; ++r) {
     CHECK(cudaMemset(sync, 0, (size_t)(phases + 1) * sms * sizeof(unsigned)));
-    CHECK(cudaMemset(buf, 0, 2 * (size_t)K * sizeof(float)));
+    CHECK(cudaMemset(buf, 0, 3 * (size_t)K * sizeof(float)));
     // tagged: the vector phase 1 reads carries tag 0 (what a memset of zero writes)
     CHECK(cudaMemset(tbuf, 0, 2 * (size_t)K * sizeof(unsigned long long)));
     if (moved) CHECK(cudaMemset(moved, 0, sizeof *moved));
@@ -228,6 +254,15 @@ static double run(int sms, int K, int phases, float* buf, unsigned long long* tb
   }
   CHECK(cudaEventDestroy(a));
   CHECK(cudaEventDestroy(e));
+  if (accumulates(MODE)) {  // the last phase's vector: every element the sum of every block's part, all alike
+    std::vector<float> y(K);
+    CHECK(cudaMemcpy(y.data(), buf + (size_t)(phases % 3) * K, K * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < K; ++i)
+      if (!(fabsf(y[i] - y[0]) <= 1e-5f * fabsf(y[0]) && y[0] > 0.5f && y[0] < 0.51f)) {
+        fprintf(stderr, "accumulated vector wrong at %d: %g (element 0: %g)\n", i, y[i], y[0]);
+        exit(1);
+      }
+  }
   std::sort(ms.begin(), ms.end());
   if (load) {
     std::sort(tbps.begin(), tbps.end());
@@ -236,7 +271,8 @@ static double run(int sms, int K, int phases, float* buf, unsigned long long* tb
   return ms[ms.size() / 2] * 1e3 / phases;
 }
 
-int main() {
+int main(int argc, char** argv) {
+  const bool accum_only = argc > 1 && strcmp(argv[1], "accum") == 0;  // `hop accum`: the accumulating table alone
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int phases = 4000;
@@ -260,6 +296,7 @@ int main() {
   printf("%6s %9s %13s %9s %9s %9s %9s %9s | loaded: %9s %9s %9s %10s\n", "K", "counter", "counter+stop", "relaxed",
          "flags", "tagged", "hinted", "grid", "counter", "tagged", "hinted", "streamed");
   for (int K : {576, 2048, 4096}) {
+    if (accum_only) break;
     printf("%6d %9.2f %13.2f %9.2f %9.2f %9.2f %9.2f %9.2f |", K, run<COUNTER>(sms, K, phases, buf, tbuf, sync, stop),
            run<COUNTER_STOP>(sms, K, phases, buf, tbuf, sync, stop), run<RELAXED>(sms, K, phases, buf, tbuf, sync, stop),
            run<FLAGS>(sms, K, phases, buf, tbuf, sync, stop), run<TAGGED>(sms, K, phases, buf, tbuf, sync, stop),
@@ -270,6 +307,19 @@ int main() {
     printf("         %9.2f %9.2f %9.2f %6.2f TB/s\n", counter, tagged,
            run<HINTED, true>(sms, K, phases, buf, tbuf, sync, stop, &load), streamed);
   }
+  // The hop that adds every block's part of every output (a down projection cut by its K) against the counter's
+  printf("\naccumulating hop: every block adds its part of all K outputs (us per phase)\n%6s %9s %9s %9s | loaded: "
+         "%9s %9s %10s\n", "K", "counter", "accum", "accum1", "counter", "accum", "streamed");
+  load.inflight = R::STAGES;
+  for (int K : {576, 2048, 4096}) {
+    printf("%6d %9.2f %9.2f %9.2f |", K, run<COUNTER>(sms, K, phases, buf, tbuf, sync, stop),
+           run<ACCUM>(sms, K, phases, buf, tbuf, sync, stop), run<ACCUM1>(sms, K, phases, buf, tbuf, sync, stop));
+    const double counter = run<COUNTER, true>(sms, K, phases, buf, tbuf, sync, stop, &load);
+    const double streamed = load.tbps;
+    printf("         %9.2f %9.2f %6.2f TB/s\n", counter, run<ACCUM, true>(sms, K, phases, buf, tbuf, sync, stop, &load),
+           streamed);
+  }
+  if (accum_only) return 0;
   // The loaded hop against the stream's depth: every block's pages in flight bound the queue its hop meets
   printf("\nloaded counter hop (K 2048) by pages in flight a block (%d KB each)\n%9s %9s %10s\n", R::PAGE >> 10,
          "in flight", "us/hop", "streamed");

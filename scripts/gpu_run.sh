@@ -77,9 +77,11 @@ bench_build() {
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I /tmp/abi "$@" \
     "bench/$src.cu" -o "/tmp/$out"
 }
-# HOPS=1: the latency of one phase hop six ways, and two of them with HBM streaming meanwhile (bench/hop_latency.cu)
+# HOPS=1: the latency of one phase hop six ways, and two of them with HBM streaming meanwhile, then the hop that adds
+# every SM's part of every output (bench/hop_latency.cu); HOPS=accum: that last table alone
 if [ -n "${HOPS:-}" ]; then
-  bench_build hop_latency hop_latency && timeout 180 /tmp/hop_latency 2>&1 | tee "$OUT/hops.txt"
+  hops_arg=(); [ "$HOPS" = accum ] && hops_arg=(accum)
+  bench_build hop_latency hop_latency && timeout 180 /tmp/hop_latency "${hops_arg[@]}" 2>&1 | tee "$OUT/hops.txt"
 fi
 # L2=1: whether pages asked of L2 ahead (cp.async.bulk.prefetch.L2) copy into shared memory faster afterwards,
 # all SMs at once (bench/l2_prefetch.cu)
