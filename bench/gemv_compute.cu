@@ -4,7 +4,10 @@
 // 4-warp streaming warpgroup (one thread of it the producer; the same launch bounds, so the same register budget);
 // each shape is a share of 64 output rows (or as few as a llama-3.2-1b QKV or O tile has) run back to back. Prints
 // GB/s of weights an SM and over the GPU: to keep up with the memory, an SM must beat its share of the read ceiling
-// (4.6 TB/s / 132 = 35 GB/s) by enough to catch up after every wait. Build (on the GPU machine; DIR holds
+// (4.6 TB/s / 132 = 35 GB/s) by enough to catch up after every wait. `TMA busy`: the same while another thread of
+// the streaming warpgroup copies HBM into the ring's pages with TMA bulk copies, 4 pages in flight, as the
+// kernel's weight stream does while a tile computes on resident pages (what the copies write is never read as
+// weights: only the shared memory's traffic counts); prints the TB/s those copies moved too. Build (on the GPU machine; DIR holds
 // persistent_abi.h, B the warp-sum batch):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I DIR -DKIEC_COMPUTE_THREADS=256
 //        -DKIEC_REDUCE_BATCH=B bench/gemv_compute.cu -o /tmp/gemv_compute_B
@@ -26,7 +29,26 @@ using T = __nv_bfloat16;
 // What a page costs without parts of the tile's work, for comparison (the same pages, barriers and item deal as
 // gemv_pages): LOADS reads each item's 16-byte chunks and folds the bits (no math), DOTS also widens and multiplies
 // (dot_lanes) but keeps a running sum per lane instead of summing each item over the warp.
-enum Variant { TILE = 0, LOADS = 1, DOTS = 2 };
+enum Variant { TILE = 0, LOADS = 1, DOTS = 2, TILE_BUSY = 3 };
+constexpr size_t BUSY_BYTES = 16ull << 20;  // each SM's region the busy copies go round (2 GB over 132 SMs)
+constexpr int BUSY_INFLIGHT = 4;
+
+// The busy copies: page after page of this SM's region into the ring's stages until *done; the bytes moved added to
+// *moved.
+__device__ void busy_copies(const R& ring, unsigned long long* bars, const char* src, const volatile int* done,
+                            unsigned long long* moved) {
+  const unsigned long long policy = kiec::evict_first_policy();
+  unsigned k = 0;
+  for (; !*done; ++k) {
+    unsigned long long* bar = bars + k % BUSY_INFLIGHT;
+    if (k >= BUSY_INFLIGHT) kiec::mbar_wait(bar, (k / BUSY_INFLIGHT - 1) & 1);
+    kiec::mbar_expect(bar, PAGE);
+    kiec::bulk_copy(ring.page(k), src + (size_t)k * PAGE % BUSY_BYTES, PAGE, bar, policy);
+  }
+  for (unsigned j = k > BUSY_INFLIGHT ? k - BUSY_INFLIGHT : 0; j < k; ++j)
+    kiec::mbar_wait(bars + j % BUSY_INFLIGHT, (j / BUSY_INFLIGHT) & 1);
+  atomicAdd(moved, (unsigned long long)k * PAGE);
+}
 
 template <typename G, int SEGS, int VARIANT>
 __device__ __forceinline__ float pages_without(R& ring, int items, const float (&xr)[G::ROUNDS][8]) {
@@ -66,14 +88,25 @@ __device__ __forceinline__ float pages_without(R& ring, int items, const float (
 
 template <typename G, int SEGS, int VARIANT>
 __global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1) consume(unsigned long long* ns, float* sink,
-                                                                                int rows) {
+                                                                                int rows, const char* busy,
+                                                                                unsigned long long* moved) {
   extern __shared__ __align__(128) char smem_raw[];
+  __shared__ unsigned long long busy_bars[BUSY_INFLIGHT];
+  __shared__ volatile int done;
   R ring;
   float* acc = reinterpret_cast<float*>(ring.carve(smem_raw));  // ROWS_PER_OUT x rows x SEGS
   T* w = reinterpret_cast<T*>(ring.pages);
   for (int i = threadIdx.x; i < STAGES * PAGE / 2; i += blockDim.x) w[i] = __float2bfloat16(1e-3f * (i % 97));
-  if (threadIdx.x == 0) ring.init(WARPS * 32);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < BUSY_INFLIGHT; ++i) kiec::mbar_init(busy_bars + i, 1);
+    done = 0;
+    ring.init(WARPS * 32);  // (its fence covers the busy barriers too)
+  }
   __syncthreads();
+  if (VARIANT == TILE_BUSY && threadIdx.x == WARPS * 32 + 32) {
+    busy_copies(ring, busy_bars, busy + (size_t)blockIdx.x * BUSY_BYTES, &done, moved);
+    return;
+  }
   const int items = rows * SEGS, pages = (items + G::PER_PAGE - 1) / G::PER_PAGE;
   if (threadIdx.x >= WARPS * 32) {  // the producer: every page is full as soon as it is free
     if (threadIdx.x == WARPS * 32)
@@ -90,20 +123,24 @@ __global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1) consume(
   const unsigned long long t0 = kiec::global_ns();
   float keep = 0.f;
   for (int r = 0; r < REPS; ++r) {
-    if (VARIANT == TILE)
+    if (VARIANT == TILE || VARIANT == TILE_BUSY)
       kiec::gemv_pages<T, G, WARPS, SEGS>(ring, items, xr, acc, false);
     else
       keep += pages_without<G, SEGS, VARIANT>(ring, items, xr);
     kiec::sync_block();
   }
   const unsigned long long t1 = kiec::global_ns();
-  if (threadIdx.x == 0) ns[blockIdx.x] = t1 - t0;
+  if (threadIdx.x == 0) {
+    ns[blockIdx.x] = t1 - t0;
+    done = 1;
+  }
   if (threadIdx.x == 0 || keep == 1.2345f) sink[blockIdx.x] = acc[0] + keep;  // nothing computed is dead
 }
 
 // A share of `rows` outputs (64: a long share's rate; llama-3.2-1b's QKV tile has 24, its output projection's 16)
 template <int K, int EPI, int SEGS, int VARIANT = TILE>
-static void run(const char* name, int sms, int rows = 64) {
+static void run(const char* name, int sms, int rows = 64, const char* busy = nullptr,
+                unsigned long long* moved = nullptr) {
   using G = kiec::GemvShape<T, K, WARPS, EPI, SEGS, PAGE>;
   const size_t smem = R::BYTES + (size_t)G::ROWS_PER_OUT * rows * SEGS * 4;
   CHECK(cudaFuncSetAttribute(consume<G, SEGS, VARIANT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -112,18 +149,32 @@ static void run(const char* name, int sms, int rows = 64) {
   CHECK(cudaMalloc(&ns, sms * sizeof *ns));
   CHECK(cudaMalloc(&sink, sms * sizeof *sink));
   constexpr int threads = (WARPS + kiec::STREAM_WARPS) * 32;
-  consume<G, SEGS, VARIANT><<<sms, threads, smem>>>(ns, sink, rows);  // warm-up
-  consume<G, SEGS, VARIANT><<<sms, threads, smem>>>(ns, sink, rows);
+  consume<G, SEGS, VARIANT><<<sms, threads, smem>>>(ns, sink, rows, busy, moved);  // warm-up
+  if (moved) CHECK(cudaMemset(moved, 0, sizeof *moved));
+  cudaEvent_t a, e;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&e));
+  CHECK(cudaEventRecord(a));
+  consume<G, SEGS, VARIANT><<<sms, threads, smem>>>(ns, sink, rows, busy, moved);
+  CHECK(cudaEventRecord(e));
   CHECK(cudaDeviceSynchronize());
+  float ms;
+  CHECK(cudaEventElapsedTime(&ms, a, e));
+  unsigned long long copied = 0;
+  if (moved) CHECK(cudaMemcpy(&copied, moved, sizeof copied, cudaMemcpyDeviceToHost));
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(e));
   std::vector<unsigned long long> h(sms);
   CHECK(cudaMemcpy(h.data(), ns, sms * sizeof *ns, cudaMemcpyDeviceToHost));
   std::sort(h.begin(), h.end());
   const double bytes = (double)REPS * rows * G::ROWS_PER_OUT * K * sizeof(T);
   const double med = bytes / h[sms / 2], slow = bytes / h[sms - 1];  // bytes per ns = GB/s
-  const char* what[] = {"tile", "loads only", "dots, no sums"};
-  printf("%-26s %-13s K %5d  segs %d  rounds %d  rows %2d  B %2d  %7.1f GB/s an SM (slowest %6.1f)  %6.2f TB/s "
-         "over %d SMs\n", name, what[VARIANT], K, SEGS, G::ROUNDS, rows, KIEC_REDUCE_BATCH, med, slow,
+  const char* what[] = {"tile", "loads only", "dots, no sums", "tile, TMA busy"};
+  printf("%-26s %-14s K %5d  segs %d  rounds %d  rows %2d  B %2d  %7.1f GB/s an SM (slowest %6.1f)  %6.2f TB/s "
+         "over %d SMs", name, what[VARIANT], K, SEGS, G::ROUNDS, rows, KIEC_REDUCE_BATCH, med, slow,
          slow * sms / 1e3, sms);
+  if (moved) printf("; the copies %.2f TB/s", copied / (ms * 1e-3) / 1e12);  // (over the launch, a bound from below)
+  printf("\n");
   CHECK(cudaFree(ns));
   CHECK(cudaFree(sink));
 }
@@ -145,5 +196,19 @@ int main() {
   run<2048, kiec::EPI_SILU_MUL, 2>("llama-1b gate/up", sms);
   run<8192, kiec::EPI_STORE, 8>("llama-1b down (K 8192)", sms);
   run<14336, kiec::EPI_STORE, 8>("llama-8b down (K 14336)", sms);
+#if KIEC_REDUCE_BATCH == 1  // the kernel's tiles while its weight stream copies meanwhile
+  char* busy;
+  unsigned long long* moved;
+  CHECK(cudaMalloc(&busy, (size_t)sms * BUSY_BYTES));
+  CHECK(cudaMemset(busy, 0x3c, (size_t)sms * BUSY_BYTES));  // bf16 0x3c3c: 0.0115, finite
+  CHECK(cudaMalloc(&moved, sizeof *moved));
+  run<576, kiec::EPI_STORE, 1, TILE_BUSY>("smollm2 QKV/O (K 576)", sms, 64, busy, moved);
+  run<2048, kiec::EPI_STORE, 2, TILE_BUSY>("llama-1b QKV/O (K 2048)", sms, 64, busy, moved);
+  run<2048, kiec::EPI_STORE, 2, TILE_BUSY>("llama-1b QKV tile (24 rows)", sms, 24, busy, moved);
+  run<2048, kiec::EPI_STORE, 2, TILE_BUSY>("llama-1b O tile (16 rows)", sms, 16, busy, moved);
+  run<2048, kiec::EPI_SILU_MUL, 2, TILE_BUSY>("llama-1b gate/up", sms, 64, busy, moved);
+  CHECK(cudaFree(busy));
+  CHECK(cudaFree(moved));
+#endif
   return 0;
 }
