@@ -6,9 +6,9 @@
 // GB/s of weights an SM and over the GPU: to keep up with the memory, an SM must beat its share of the read ceiling
 // (4.6 TB/s / 132 = 35 GB/s) by enough to catch up after every wait. `TMA busy`: the same while another thread of
 // the streaming warpgroup copies HBM into the ring's pages with TMA bulk copies, 4 pages in flight, as the
-// kernel's weight stream does while a tile computes on resident pages (what the copies write is never read as
-// weights: only the shared memory's traffic counts); prints the TB/s those copies moved too. Build (on the GPU machine; DIR holds
-// persistent_abi.h, B the warp-sum batch):
+// kernel's weight stream does while a tile computes on resident pages (they land in pages the warps are reading:
+// the values are made up anyway, the shared memory's traffic is what counts); prints the TB/s the copies moved.
+// Build (on the GPU machine; DIR holds persistent_abi.h, B the warp-sum batch):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I DIR -DKIEC_COMPUTE_THREADS=256
 //        -DKIEC_REDUCE_BATCH=B bench/gemv_compute.cu -o /tmp/gemv_compute_B
 #include <cuda_bf16.h>
