@@ -102,9 +102,11 @@ if [ -n "${COMPUTE:-}" ]; then
   done 2>&1 | tee "$OUT/gemv_compute.txt"
 fi
 # MODES=graph,persistent: the modes kiec bench compiles and times (default graph)
-# VARIANTS="model v1 v2 ... [/ model v1 ...]": A/B of target-table variants (scripts/variants.py)
+# VARIANTS="model v1 v2 ... [/ model v1 ...]": A/B of target-table variants (scripts/variants.py); VARIANTS_TRACE=POS:
+# each persistent variant's step at POS traced too, side by side (a position within each model's context)
 if [ -n "${VARIANTS:-}" ]; then
-  timeout 450 python3 scripts/variants.py $VARIANTS 2>&1 | grep -v "^\[kiec\]" | tee "$OUT/variants.log"
+  timeout 450 python3 scripts/variants.py ${VARIANTS_TRACE:+--trace=$VARIANTS_TRACE} $VARIANTS 2>&1 \
+    | grep -v "^\[kiec\]" | tee "$OUT/variants.log"
 fi
 for spec in "$@"; do
   # MODEL runs both default contexts (0 and 8192); MODEL:N runs context N alone

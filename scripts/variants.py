@@ -3,20 +3,55 @@
     python3 scripts/variants.py llama-3.2-1b mode=persistent mode=persistent,persist_warps=12
     python3 scripts/variants.py llama-3.2-1b:8192 mode=persistent mode=persistent,attn_min_keys=256
     python3 scripts/variants.py smollm2-135m mode=persistent / llama-3.2-1b:8192 mode=persistent
+    python3 scripts/variants.py --trace=8192 llama-3.2-1b:8192 mode=persistent mode=persistent,persist_tagged=1
 (MODEL:N: timed from N tokens of context; a lone / starts the next model's list, so one call runs several.) Each
 variant is the sm_90 table entry with the given fields replaced (mode= picks graph or persistent); prints ms/token
 and MBU per variant. Each model's artifacts are deleted after its timing (the lent machine's disk holds 64 GB: two
-llama-3.1-8b variants are 32 GB)."""
+llama-3.1-8b variants are 32 GB). --trace=POS: then each persistent variant's step at POS traced in the kernel
+(Engine.trace), side by side: per kind of phase its mean hop and span along the chain (scripts/trace_summary.py),
+then each variant's whole summary."""
 import shutil
 import sys
 
+import trace_summary
+
 import kiec
-from kiec.bench import measure_ceilings, time_kiec
+from kiec.bench import _engine, measure_ceilings, time_kiec
 from kiec.codegen import targets
 from kiec.summary import bytes_per_token
 
 
-def main(spec: str, variants: list[str]) -> None:
+def traces(arts: dict[str, str], pos: int) -> None:
+    """The persistent variants' steps at `pos`, traced: one column a variant (numbered in the legend), one row a
+    kind of phase (hop + span us, mean over its phases), the traced step's span last; then each whole summary."""
+    recs = {}
+    for v, art in arts.items():
+        eng = _engine(art)
+        if eng.manifest.get("mode") == "persistent":
+            recs[v] = (eng.trace(pos), eng.manifest)
+    if not recs:
+        return
+    chains = {v: trace_summary.chain(ts, m["trace_slots"], m["schedule"], m["kernels"]) for v, (ts, m) in recs.items()}
+    print(f"  traced at position {pos}: hop + span us a phase along the chain, mean per kind")
+    for j, v in enumerate(recs):
+        print(f"    [{j}] {v}")
+    kinds = sorted({k for ch in chains.values() for k in ch}, key=lambda k: -max(
+        ch[k][0] * (ch[k][1] + ch[k][2]) for ch in chains.values() if k in ch))
+    print(f"    {'kind':<22}" + "".join(f"{f'[{j}]':>16}" for j in range(len(recs))))
+    for k in kinds:
+        cells = [f"{ch[k][1]:.2f} + {ch[k][2]:.2f}" if k in ch else "-" for ch in chains.values()]
+        print(f"    {k:<22}" + "".join(f"{c:>16}" for c in cells))
+    spans = []
+    for ts, m in recs.values():
+        col = trace_summary.columns(ts, m["trace_slots"])
+        ok = col["start"] > 0
+        spans.append(f"{(col['done'][ok].max() - col['start'][ok].min()) / 1e3:.1f}")
+    print(f"    {'token us':<22}" + "".join(f"{c:>16}" for c in spans))
+    for j, (v, (ts, m)) in enumerate(recs.items()):
+        print(f"\n  [{j}] {v}\n" + trace_summary.summary_of(ts, m, pos))
+
+
+def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
     model_name, _, ctx = spec.partition(":")
     context = int(ctx or 0)
     model = kiec.load(model_name, dtype="bf16", max_seq_len=context + 512)
@@ -41,12 +76,15 @@ def main(spec: str, variants: list[str]) -> None:
             s, _ = time_kiec(art, 32, 256, context)
             print(f"  round {rnd} {v:<32} {s.median_ms:.3f} ms (p10 {s.p10_ms:.3f}, p90 {s.p90_ms:.3f}) "
                   f"{1e3 / s.median_ms:.0f} tok/s MBU {nbytes / (s.median_ms * 1e-3) / (ceil * 1e12) * 100:.1f}%")
+    if trace_pos is not None:
+        traces(arts, trace_pos)
     shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
+    args = [a for a in sys.argv[1:] if not a.startswith("--trace=")]
+    pos = next((int(a.split("=", 1)[1]) for a in sys.argv[1:] if a.startswith("--trace=")), None)
     while args:
         cut = args.index("/") if "/" in args else len(args)
-        main(args[0], args[1:cut])
+        main(args[0], args[1:cut], pos)
         args = args[cut + 1:]

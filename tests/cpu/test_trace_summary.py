@@ -105,3 +105,41 @@ def test_a_saved_recording_summarizes_the_same_without_a_gpu(tmp_path):
     assert pos == 64 and np.array_equal(got_ts, ts) and got_manifest["schedule"] == sched
     text = trace_summary.summary_of(got_ts, got_manifest, pos)
     assert text == trace_summary.summary_of(ts, manifest, 64) and text.startswith("position 64: token span 8.0 us")
+
+
+def test_variants_trace_puts_the_persistent_variants_side_by_side(monkeypatch, capsys):
+    # scripts/variants.py --trace: two persistent variants' recordings (the second's attention 1 us longer) and a
+    # graph-mode one, which has no in-kernel trace and is left out
+    sys_path = os.path.join(os.path.dirname(__file__), "..", "..", "scripts")
+    monkeypatch.syspath_prepend(sys_path)
+    monkeypatch.setitem(__import__("sys").modules, "trace_summary", trace_summary)
+    vspec = importlib.util.spec_from_file_location("variants", os.path.join(sys_path, "variants.py"))
+    variants = importlib.util.module_from_spec(vspec)
+    vspec.loader.exec_module(variants)
+    sched = [[0, "gemv", 0, 0], [1, "gemv", 0, 0], [0, "attention", 1, 1], [1, "attention", 1, 1],
+             [0, "gemv", 2, 2], [1, "gemv", 2, 2]]
+    rows = [(1000, 2000, 2500, 3500, 4000, 500), (1000, 2500, 3000, 4500, 5000, 1000),
+            (5000, 7000, 7500, 0, 8000, 0), (5500, 7500, 8000, 0, 9000, 0), (8000, 12000, 12500, 13500, 14000, 0),
+            (9000, 13000, 13500, 14500, 15000, 250)]
+    slower = [r if i != 3 else (5500, 7500, 8000, 0, 10000, 0) for i, r in enumerate(rows)]
+    manifest = dict(mode="persistent", trace_slots=SLOTS, schedule=sched, kernels=KERNELS, sms=2)
+
+    class Eng:
+        def __init__(self, ts, mode="persistent"):
+            self.ts, self.manifest = ts, dict(manifest, mode=mode)
+
+        def trace(self, pos):
+            assert pos == 64
+            return self.ts
+
+    engines = {"a": Eng(recording(rows)), "b": Eng(recording(slower)), "g": Eng(None, "graph")}
+    monkeypatch.setattr(variants, "_engine", lambda art: engines[art])
+    variants.traces({"mode=persistent": "a", "mode=persistent,x=1": "b", "mode=graph": "g"}, 64)
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split() == ["[0]", "mode=persistent"] and out[2].split() == ["[1]", "mode=persistent,x=1"]
+    table = {line.split()[0]: line.split()[1:] for line in out[4:8]}
+    assert table["attention"] == ["2.00", "+", "2.00", "2.00", "+", "3.00"]  # hop + span, per variant
+    assert table["gemv:x"] == ["3.00", "+", "3.00", "2.00", "+", "3.00"]  # its hop starts after the later end
+    assert table["token"] == ["us", "14.0", "14.0"]
+    assert "mode=graph" not in "\n".join(out)
+    assert sum(line.startswith("position 64:") for line in out) == 2  # each whole summary follows
