@@ -33,6 +33,7 @@ class TargetParams:
     persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
     persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch)
     persist_waits_previous_first: int  # persistent: 1: an instruction polls the previous token's waits first
+    persist_waits_together: int  # persistent: 1: warp 0's lanes poll an instruction's waits at once, a lane each
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     # persistent, a timing probe, never for use: 1: a tile moves its counter with a relaxed add, without waiting for
@@ -112,6 +113,11 @@ TARGETS: dict[str, TargetParams] = {
                           # (One ring-page release a warp instead of a thread, 0.820-0.822 on 1B, no faster in
                           # gemv_compute.cu, and compute-sanitizer's racecheck reported hazards on it: taken out.)
                           persist_waits_previous_first=1,
+                          # with previous_first, the SM whose tile ended the producer's phase still polls two waits
+                          # one after the other before its next tile (two round trips where one would do), and the
+                          # next phase's last tile is often that SM's (the trace's slowest tile ends 0.6-0.8 us after
+                          # the median). Not yet run
+                          persist_waits_together=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
                           # (ir/passes/persistent.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b

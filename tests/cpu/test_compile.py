@@ -199,6 +199,24 @@ def test_tagged_words_compile_with_their_flags_per_tile(tmp_path, monkeypatch, l
     assert "#define KIEC_TAGGED 1" in text
 
 
+def test_waits_polled_together_compile_and_poll_a_lane_a_wait(tmp_path, monkeypatch):
+    # persist_waits_together: warp 0's lanes poll an instruction's waits at once (wait_inputs); the kernel builds
+    import dataclasses
+
+    from kiec.codegen import targets
+    from kiec.codegen.emit import INCLUDE_DIR
+    make_tiny_hf(tmp_path / "hf", "llama")
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    monkeypatch.setitem(targets.TARGETS, "sm_90",
+                        dataclasses.replace(targets.TARGETS["sm_90"], persist_waits_together=1))
+    art = kiec.compile(model, str(tmp_path / "art"), mode="persistent")
+    with open(os.path.join(art, "src", "model.cu")) as fh:
+        assert "#define KIEC_WAITS_TOGETHER 1" in fh.read()
+    with open(os.path.join(INCLUDE_DIR, "kiec", "persistent_tile.cuh")) as fh:
+        together = fh.read().split("if (KIEC_WAITS_TOGETHER && threadIdx.x < 32) {")[1].split("} else if")[0]
+    assert "u.ins->waits[lane]" in together and "__all_sync" in together
+
+
 def test_the_relaxed_signal_probe_moves_the_counter_without_the_release(tmp_path):
     import dataclasses
 

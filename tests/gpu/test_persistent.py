@@ -160,7 +160,9 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     dict(attn_l2_prefetch=1, attn_min_keys=8),
                                     dict(attn_l2_prefetch=2, attn_min_keys=8),
                                     dict(persist_x_direct=1), dict(persist_x_direct=1, persist_stages=13),
-                                    dict(persist_waits_previous_first=0), dict(persist_tagged=1),
+                                    dict(persist_waits_previous_first=0), dict(persist_waits_together=1),
+                                    dict(persist_waits_together=1, persist_tagged=2, persist_poll_sleep_ns=100),
+                                    dict(persist_tagged=1),
                                     dict(persist_tagged=2, attn_min_keys=8),
                                     dict(persist_tagged=2, persist_waits_previous_first=0),
                                     dict(persist_tagged=2, persist_x_direct=1, persist_stages=13)])
@@ -172,7 +174,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # gives each SM's LM-head share about 124 rows; attention's rows asked of L2 by the split before its wait or by
     # the weight stream, with 8 keys a split (the base too) so that several splits ask; x slices loaded straight
     # from memory where there is no norm, with the ring deeper for the room; the previous token's waits polled
-    # after this token's (the old order); GEMV-to-GEMV
+    # after this token's (the old order); all of an instruction's waits polled at once (with tags and a sleep between
+    # polls too); GEMV-to-GEMV
     # values as tagged words (with x slices loaded straight from them too). Knobs that leave the math alone leave the
     # bits alone
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
@@ -184,7 +187,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     budget_check(ours, r32, r16, f"persistent {change}: logits over 24 positions")
     if change.keys() <= {"persist_counter_stride", "persist_stop_poll_every", "persist_evict_first", "attn_l2_prefetch",
                          "attn_min_keys", "persist_x_direct", "persist_stages", "persist_poll_sleep_ns",
-                         "persist_waits_previous_first", "persist_tagged"}:
+                         "persist_waits_previous_first", "persist_waits_together",
+                         "persist_tagged"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)

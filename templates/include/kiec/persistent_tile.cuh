@@ -46,9 +46,36 @@ __device__ __forceinline__ void trace(const Turn& u, TraceSlot what) {
 #ifndef KIEC_PROBE_RELAXED_SIGNAL
 #define KIEC_PROBE_RELAXED_SIGNAL 0
 #endif
+// KIEC_WAITS_TOGETHER (persist_waits_together): lane i of warp 0 polls wait i, all of them in one round trip a
+// poll, instead of thread 0 polling them one after the other (a round trip each at least: the SM whose tile ended
+// the producer's phase, which finds every wait met at once, still paid one round trip per wait before its next
+// tile, and the next phase's end often waits on that SM). An acquire by any lane and the block's barrier after it
+// order the tile's reads, as thread 0's did.
+#ifndef KIEC_WAITS_TOGETHER
+#define KIEC_WAITS_TOGETHER 0
+#endif
 __device__ __forceinline__ bool wait_inputs(const Turn& u) {
   __shared__ int go;
-  if (threadIdx.x == 0) {
+  static_assert(MAX_WAITS <= 32, "a lane a wait");
+  if (KIEC_WAITS_TOGETHER && threadIdx.x < 32) {
+    const int n = u.ins->n_waits, lane = threadIdx.x;
+    bool met = lane >= n;  // counters only grow: a wait met stays met
+    const unsigned* counter = u.a->counters;
+    unsigned target = 0;
+    if (!met) {
+      const Wait w = u.ins->waits[lane];
+      counter += w.counter * u.a->counter_stride;
+      target = w.tiles * (unsigned)(u.t + 1 - w.previous);
+    }
+    int ok = 1;
+    for (unsigned spins = 1;; ++spins) {
+      if (!met) met = ld_acquire(counter) >= target;
+      if (__all_sync(0xffffffffu, met)) break;
+      if (spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)u.a->stop_pos <= u.pos) { ok = 0; break; }
+      if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
+    }
+    if (lane == 0) go = ok;
+  } else if (!KIEC_WAITS_TOGETHER && threadIdx.x == 0) {
     int ok = 1;
     const int n = u.ins->n_waits;
     for (int i = 0; i < n && ok; ++i) {
