@@ -59,14 +59,11 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
     prefetch_split_l2<T, HEAD_DIM>(cache, kv_heads, max_seq, g, lo, hi, u.pos);
   // With tagged words (KIEC_TAGGED) the counters this tile waits through no longer carry the cache rows the
   // previous steps' splits wrote (a relaxed count releases nothing): acquire them from the head's arrivals, which
-  // every split of the previous step made with acq_rel. The count is there already where this SM ran a tile of
-  // this token's chain first (the previous step's phase ended before the chain began), so the round trip passes
-  // under the wait below; else it waits for the previous step's splits, which wait on nothing this SM has yet to
-  // run.
-  if (KIEC_TAGGED && threadIdx.x == 0 && u.t > 0)
-    while (ld_acquire(arrive + g) < (unsigned)SPLITS * (unsigned)u.t) {
-    }
-  if (!wait_inputs(u)) return false;
+  // every split of the previous step made with acq_rel (wait_inputs' `extra`: polled before the waits, or beside
+  // them with KIEC_WAITS_TOGETHER). The count is there already where this SM ran a tile of this token's chain
+  // first (the previous step's phase ended before the chain began); else it waits for the previous step's splits,
+  // which wait on nothing this SM has yet to run.
+  if (!wait_inputs(u, KIEC_TAGGED && u.t > 0 ? arrive + g : nullptr, (unsigned)SPLITS * (unsigned)u.t)) return false;
 #ifdef KIEC_SCRATCH_BYTES
   static_assert(sizeof(AttentionSmem<HEAD_DIM, GROUP, WARPS>) <= KIEC_SCRATCH_BYTES,
                 "codegen/persistent.py sized the tiles' scratch below AttentionSmem");

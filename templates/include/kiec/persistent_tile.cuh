@@ -51,20 +51,23 @@ __device__ __forceinline__ void trace(const Turn& u, TraceSlot what) {
 // the producer's phase, which finds every wait met at once, still paid one round trip per wait before its next
 // tile, and the next phase's end often waits on that SM). An acquire by any lane and the block's barrier after it
 // order the tile's reads, as thread 0's did.
+// `extra` (may be null): one more counter to reach `extra_target` (attention's arrivals with tagged words), polled
+// first by thread 0, or with KIEC_WAITS_TOGETHER by the lane after the waits'.
 #ifndef KIEC_WAITS_TOGETHER
 #define KIEC_WAITS_TOGETHER 0
 #endif
-__device__ __forceinline__ bool wait_inputs(const Turn& u) {
+__device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra = nullptr,
+                                            unsigned extra_target = 0) {
   __shared__ int go;
-  static_assert(MAX_WAITS <= 32, "a lane a wait");
+  static_assert(MAX_WAITS < 32, "a lane a wait, and one for `extra`");
   if (KIEC_WAITS_TOGETHER && threadIdx.x < 32) {
     const int n = u.ins->n_waits, lane = threadIdx.x;
-    bool met = lane >= n;  // counters only grow: a wait met stays met
-    const unsigned* counter = u.a->counters;
-    unsigned target = 0;
-    if (!met) {
+    bool met = lane > n || (lane == n && !extra);  // counters only grow: a wait met stays met
+    const unsigned* counter = extra;
+    unsigned target = extra_target;
+    if (lane < n) {
       const Wait w = u.ins->waits[lane];
-      counter += w.counter * u.a->counter_stride;
+      counter = u.a->counters + w.counter * u.a->counter_stride;
       target = w.tiles * (unsigned)(u.t + 1 - w.previous);
     }
     int ok = 1;
@@ -76,6 +79,9 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u) {
     }
     if (lane == 0) go = ok;
   } else if (!KIEC_WAITS_TOGETHER && threadIdx.x == 0) {
+    if (extra)
+      while (ld_acquire(extra) < extra_target) {
+      }
     int ok = 1;
     const int n = u.ins->n_waits;
     for (int i = 0; i < n && ok; ++i) {
