@@ -72,8 +72,10 @@ class _PersistentEmitter(_Emitter):
         return k.kv_heads * self.splits[k.name] * (k.n_heads // k.kv_heads)
 
     def attn_keys(self, group: int) -> int:
-        """Keys in flight per lane group: graph mode's keys per block, spread over this block's warps."""
-        return max(1, self.t.attn_unroll(group) * self.t.attn_warps // self.warps)
+        """Keys a pass per lane group: graph mode's keys per block, spread over this block's warps (halved with
+        persist_attn_pipeline, which holds two passes' rows at once)."""
+        keys = max(1, self.t.attn_unroll(group) * self.t.attn_warps // self.warps)
+        return max(1, keys // 2) if self.t.persist_attn_pipeline else keys
 
     def _case(self, body: str, **desc) -> None:
         if body not in self.cases:
@@ -132,7 +134,10 @@ class _PersistentEmitter(_Emitter):
                 f"{'true' if k.q_norm else 'false'}, {self.warps}, {splits}, {self.attn_keys(group)}, {t.attn_min_keys}")
         if self.tagged(k.qkv) != self.tagged(a.out):
             raise ValueError(f"{k.name}: its input and output are tagged alike or not at all (tag_plan)")
-        tmpl += ", true" if self.tagged(k.qkv) else ""
+        flags = [self.tagged(k.qkv), bool(t.persist_attn_pipeline)]  # TAGGED, PIPE: up to the last one set
+        while flags and not flags[-1]:
+            flags.pop()
+        tmpl += "".join(", true" if f else ", false" for f in flags)
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",

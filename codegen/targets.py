@@ -34,6 +34,7 @@ class TargetParams:
     persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch)
     persist_waits_previous_first: int  # persistent: 1: an instruction polls the previous token's waits first
     persist_waits_together: int  # persistent: 1: warp 0's lanes poll an instruction's waits at once, a lane each
+    persist_attn_pipeline: int  # persistent: 1: attention loads its next K/V pass while it computes this one
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     # persistent, a timing probe, never for use: 1: a tile moves its counter with a relaxed add, without waiting for
@@ -118,6 +119,10 @@ TARGETS: dict[str, TargetParams] = {
                           # next phase's last tile is often that SM's (the trace's slowest tile ends 0.6-0.8 us after
                           # the median). Not yet run
                           persist_waits_together=0,
+                          # at 8192 a split of llama-3.2-1b takes 512 rows in two passes of 256, each a round trip of
+                          # loads and then its scores (~2 + ~1 us); persistent 8k costs 13 us a layer more than short
+                          # context for 3.7 us of K/V at the ceiling. Not yet run
+                          persist_attn_pipeline=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
                           # (ir/passes/persistent.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b

@@ -217,6 +217,29 @@ def test_waits_polled_together_compile_and_poll_a_lane_a_wait(tmp_path, monkeypa
     assert "u.ins->waits[lane]" in together and "__all_sync" in together
 
 
+@pytest.mark.parametrize("tagged", [0, 2])
+def test_attention_pipeline_halves_the_keys_a_pass_and_sets_its_flag(tmp_path, tagged):
+    # persist_attn_pipeline: attention_tile's PIPE after TAGGED (written out when only PIPE is set), U halved (two
+    # passes' rows in registers at once)
+    import dataclasses
+    import re
+
+    from kiec.codegen.persistent import emit_persistent
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    program = pipeline.run(model.graph)
+    args = {}
+    for pipe in (0, 1):
+        t = dataclasses.replace(target("sm_90"), persist_attn_pipeline=pipe, persist_tagged=tagged)
+        text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
+        args[pipe] = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")]
+    assert int(args[1][8]) == int(args[0][8]) // 2  # U
+    assert args[1][10:] == ["true" if tagged else "false", "true"]
+    assert args[0][10:] == (["true"] if tagged else [])
+
+
 def test_the_relaxed_signal_probe_moves_the_counter_without_the_release(tmp_path):
     import dataclasses
 

@@ -61,6 +61,20 @@ def test_persistent_long_context_within_budget(tmp_path, family, window):
     assert eng.generate(tokens[:280], 20) == stepped_greedy(eng, tokens[:280], 20)  # one launch, a launch a step
 
 
+@pytest.mark.parametrize("family,window", [("llama", None), ("mistral", 200)])
+def test_attention_pipeline_long_context_within_budget(tmp_path, monkeypatch, family, window):
+    # persist_attn_pipeline: a split's next K/V pass loaded while this one computes; heads 64 wide (a pass: 128
+    # keys) and 512 keys a split at least, so splits run up to 4 passes and, past 512 positions, two merge; the
+    # passes' key order differs from the default's, so the check is the interpreter's budget, not equal bits
+    extra = {"sliding_window": window} if window else {}
+    model, _ = compile_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384,
+                            **extra)
+    art = compile_variant(model, tmp_path, monkeypatch, persist_attn_pipeline=1, attn_min_keys=512)
+    eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=600)
+    budget_check(ours, r32, r16, f"{family} persistent, attention pipelined (window {window}): 600 positions")
+    assert eng.generate(tokens[:280], 20) == stepped_greedy(eng, tokens[:280], 20)
+
+
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 0.9), (0.7, 1.0), (60.0, 0.5)])
 def test_device_draw_is_kiec_sampling_over_its_own_logits(tmp_path, temperature, top_p):
     # vocabulary 4096: at temperature 60 the distribution is flat, more than 1,024 tokens are candidates and

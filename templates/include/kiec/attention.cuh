@@ -103,9 +103,11 @@ __device__ __forceinline__ void prefetch_split_l2(const T* cache, int kv_heads, 
 
 // KV head g's GROUP query heads over cache rows [lo, hi): q normed, rotated and scaled; the block holding row pos
 // writes the new k (normed, rotated) and v there first. Leaves each warp's (m, l, o) in sm. TAGGED (persistent
-// mode's persist_tagged 2): qkv is tagged words (common.cuh) carrying `tag`.
+// mode's persist_tagged 2): qkv is tagged words (common.cuh) carrying `tag`. PIPE (persist_attn_pipeline): the
+// next pass's K and V rows are loaded before this pass's scores, so a slice of several passes waits for one round
+// trip of loads instead of one a pass (twice the registers for them: codegen halves U).
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
-          bool TAGGED = false>
+          bool TAGGED = false, bool PIPE = false>
 __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,
                                                 int kv_heads, int max_seq, const float* inv_freq, const T* q_norm_w,
                                                 const T* k_norm_w, float norm_eps, float scale, float softcap, int g,
@@ -233,10 +235,23 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   // U keys per lane group per pass: 2U 16-byte loads in flight per lane before the first use. Key groups go
   // round the warps first (warp w, slot u takes rows j0 + (u * WARPS + w) * KPW ...), so a short slice
   // spreads over all warps instead of making one warp's online softmax a long serial chain.
-  for (int j0 = lo + warp * KPW; j0 < hi; j0 += WARPS * KPW * U) {
-    Pass kv;
-    kv.load(kc, vc, j0, hi);
-    step(kv.k, kv.v, j0, hi);
+  constexpr int STEP = WARPS * KPW * U;
+  if constexpr (PIPE) {
+    int j0 = lo + warp * KPW;
+    Pass cur;
+    if (j0 < hi) cur.load(kc, vc, j0, hi);
+    for (; j0 < hi; j0 += STEP) {
+      Pass next;
+      if (j0 + STEP < hi) next.load(kc, vc, j0 + STEP, hi);  // in flight while this pass computes
+      step(cur.k, cur.v, j0, hi);
+      cur = next;
+    }
+  } else {
+    for (int j0 = lo + warp * KPW; j0 < hi; j0 += STEP) {
+      Pass kv;
+      kv.load(kc, vc, j0, hi);
+      step(kv.k, kv.v, j0, hi);
+    }
   }
   // merge the KPW key slots of the warp (lanes with the same `part`)
 #pragma unroll
