@@ -139,14 +139,19 @@ fi
 # PROFILE_KERNEL=regex instead: ncu's speed-of-light, warp-state and memory sections for 4 launches of the kernels
 # it matches, PROFILE_SKIP matching launches in, after a prompt of PROFILE_AT tokens (1): e.g. the attention at
 # 8k context of a 16-layer model benched with :8192, PROFILE_AT=8191 PROFILE_SKIP=$((16 * 8190)) PROFILE_KERNEL=attention
+# (PROFILE_SECTIONS="..." other ncu sections instead). The persistent kernel, one launch a generation:
+# MODES=persistent PROFILE=MODEL-persistent PROFILE_KERNEL=persistent_kernel PROFILE_SECTIONS="WarpStateStats
+# InstructionStats" (its warps' stall reasons, e.g. waiting on instruction fetch in a kernel of ~190 KB of code)
 if [ -n "${PROFILE:-}" ]; then
   art=/tmp/kiec_bench/$PROFILE; ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
   prompt=$(python3 -c "print(','.join(['1'] * ${PROFILE_AT:-1}))")
   if [ -n "${PROFILE_KERNEL:-}" ]; then
+    sections=(); for sec in ${PROFILE_SECTIONS:-SpeedOfLight WarpStateStats MemoryWorkloadAnalysis}; do
+      sections+=(--section "$sec"); done
     timeout 400 "$ncu" --clock-control none -k "regex:$PROFILE_KERNEL" --launch-skip "${PROFILE_SKIP:-0}" \
-      --launch-count 4 --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
+      --launch-count 4 "${sections[@]}" \
       "$art/kiec-run" "$art" "$prompt" 2 > "$OUT/ncu_${PROFILE}_kernel.txt" 2>&1
-    grep -E "attention|gemv|Duration|Throughput|Stall|Warp Cycles|Issued|Achieved|L2|DRAM" \
+    grep -E "attention|gemv|persistent|Duration|Throughput|Stall|Warp Cycles|Issued|Achieved|L2|DRAM|Instruction" \
       "$OUT/ncu_${PROFILE}_kernel.txt" | head -80
   else
     timeout 240 "$ncu" --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum \

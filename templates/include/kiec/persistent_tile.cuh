@@ -74,7 +74,10 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
     for (unsigned spins = 1;; ++spins) {
       if (!met) met = ld_acquire(counter) >= target;
       if (__all_sync(0xffffffffu, met)) break;
-      if (spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)u.a->stop_pos <= u.pos) { ok = 0; break; }
+      if (spins % KIEC_STOP_POLL_EVERY == 0 && __any_sync(0xffffffffu, *(volatile int*)u.a->stop_pos <= u.pos)) {
+        ok = 0;  // (every lane leaves at once: the warp's vote, not each lane's load)
+        break;
+      }
       if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
     }
     if (lane == 0) go = ok;
