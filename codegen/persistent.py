@@ -72,9 +72,9 @@ class _PersistentEmitter(_Emitter):
         return k.kv_heads * self.splits[k.name] * (k.n_heads // k.kv_heads)
 
     def attn_keys(self, group: int) -> int:
-        """Keys a pass per lane group: graph mode's keys per block, spread over this block's warps (halved with
-        persist_attn_pipeline, which holds two passes' rows at once)."""
-        keys = max(1, self.t.attn_unroll(group) * self.t.attn_warps // self.warps)
+        """Keys a pass per lane group: persist_attn_keys, or else graph mode's keys per block spread over this
+        block's warps; halved with persist_attn_pipeline, which holds two passes' rows at once."""
+        keys = self.t.persist_attn_keys or max(1, self.t.attn_unroll(group) * self.t.attn_warps // self.warps)
         return max(1, keys // 2) if self.t.persist_attn_pipeline else keys
 
     def _case(self, body: str, **desc) -> None:

@@ -35,6 +35,7 @@ class TargetParams:
     persist_waits_previous_first: int  # persistent: 1: an instruction polls the previous token's waits first
     persist_waits_together: int  # persistent: 1: warp 0's lanes poll an instruction's waits at once, a lane each
     persist_attn_pipeline: int  # persistent: 1: attention loads its next K/V pass while it computes this one
+    persist_attn_keys: int  # persistent: keys a pass per lane group (attention's unrolled step); 0: graph mode's
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     # persistent, a timing probe, never for use: 1: a tile moves its counter with a relaxed add, without waiting for
@@ -123,6 +124,12 @@ TARGETS: dict[str, TargetParams] = {
                           # loads and then its scores (~2 + ~1 us); persistent 8k costs 13 us a layer more than short
                           # context for 3.7 us of K/V at the ceiling. Not yet run
                           persist_attn_pipeline=0,
+                          # the attention case is 6.3k of llama-3.2-1b's 12.2k instructions (99 KB; a GEMV case 9-17
+                          # KB): a layer runs ~145 KB of code, likely more than the SM's instruction caches hold, so
+                          # each phase may fetch its code from L2 under the weight stream's load. 2 keys a pass: 3.7k
+                          # (one pass still covers a 64-key split). Not yet run (and the profile's stall reasons for
+                          # instruction fetch: gpu_run.sh PROFILE_SECTIONS)
+                          persist_attn_keys=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
                           # (ir/passes/persistent.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b

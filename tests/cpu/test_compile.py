@@ -240,6 +240,25 @@ def test_attention_pipeline_halves_the_keys_a_pass_and_sets_its_flag(tmp_path, t
     assert args[0][10:] == (["true"] if tagged else [])
 
 
+def test_attention_keys_a_pass_can_be_set(tmp_path):
+    # persist_attn_keys: attention's U (the step's unrolled keys) set instead of derived; halved with the pipeline
+    import dataclasses
+    import re
+
+    from kiec.codegen.persistent import emit_persistent
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    program = pipeline.run(model.graph)
+
+    def u(**change):
+        t = dataclasses.replace(target("sm_90"), **change)
+        text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
+        return int(re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")[8])
+    assert (u(), u(persist_attn_keys=2), u(persist_attn_keys=2, persist_attn_pipeline=1)) == (8, 2, 1)
+
+
 def test_the_relaxed_signal_probe_moves_the_counter_without_the_release(tmp_path):
     import dataclasses
 

@@ -176,7 +176,7 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     dict(persist_x_direct=1), dict(persist_x_direct=1, persist_stages=13),
                                     dict(persist_waits_previous_first=0), dict(persist_waits_together=1),
                                     dict(persist_waits_together=1, persist_tagged=2, persist_poll_sleep_ns=100),
-                                    dict(persist_tagged=1),
+                                    dict(persist_attn_keys=2), dict(persist_tagged=1),
                                     dict(persist_tagged=2, attn_min_keys=8),
                                     dict(persist_tagged=2, persist_waits_previous_first=0),
                                     dict(persist_tagged=2, persist_x_direct=1, persist_stages=13)])
@@ -189,7 +189,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the weight stream, with 8 keys a split (the base too) so that several splits ask; x slices loaded straight
     # from memory where there is no norm, with the ring deeper for the room; the previous token's waits polled
     # after this token's (the old order); all of an instruction's waits polled at once (with tags and a sleep between
-    # polls too); GEMV-to-GEMV
+    # polls too); attention's step unrolled over 2 keys a pass instead of 8 (a quarter of its code); GEMV-to-GEMV
     # values as tagged words (with x slices loaded straight from them too). Knobs that leave the math alone leave the
     # bits alone
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
