@@ -134,8 +134,9 @@ class _PersistentEmitter(_Emitter):
                 f"{'true' if k.q_norm else 'false'}, {self.warps}, {splits}, {self.attn_keys(group)}, {t.attn_min_keys}")
         if self.tagged(k.qkv) != self.tagged(a.out):
             raise ValueError(f"{k.name}: its input and output are tagged alike or not at all (tag_plan)")
-        flags = [self.tagged(k.qkv), bool(t.persist_attn_pipeline)]  # TAGGED, PIPE: up to the last one set
-        while flags and not flags[-1]:
+        # TAGGED, PIPE, SOFTCAP, written up to the last one off its default (false, false, true)
+        flags = [self.tagged(k.qkv), bool(t.persist_attn_pipeline), bool(a.softcap > 0)]
+        while flags and flags[-1] == (len(flags) == 3):
             flags.pop()
         tmpl += "".join(", true" if f else ", false" for f in flags)
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "

@@ -195,7 +195,8 @@ def test_tagged_words_compile_with_their_flags_per_tile(tmp_path, monkeypatch, l
     flags = [(a.split(", ")[7:] + ["false"] * 3)[1:3] for a in re.findall(r"kiec::gemv_tile<([^>]*)>", text)]
     two = "true" if level == 2 else "false"
     assert flags == [["true", two], [two, "true"], ["true", "true"], ["true", "true"], ["true", "false"]]
-    assert ("attention_tile<" + re.search(r"attention_tile<([^>]*)>", text).group(1)).endswith(", true") == (level == 2)
+    attention = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")]
+    assert attention[10] == ("true" if level == 2 else "false")  # TAGGED (then PIPE and SOFTCAP: false, false)
     assert "#define KIEC_TAGGED 1" in text
 
 
@@ -219,8 +220,8 @@ def test_waits_polled_together_compile_and_poll_a_lane_a_wait(tmp_path, monkeypa
 
 @pytest.mark.parametrize("tagged", [0, 2])
 def test_attention_pipeline_halves_the_keys_a_pass_and_sets_its_flag(tmp_path, tagged):
-    # persist_attn_pipeline: attention_tile's PIPE after TAGGED (written out when only PIPE is set), U halved (two
-    # passes' rows in registers at once)
+    # persist_attn_pipeline: attention_tile's PIPE after TAGGED, U halved (two passes' rows in registers at once);
+    # SOFTCAP false after them (a model without a logit softcap leaves tanhf out of the unrolled step)
     import dataclasses
     import re
 
@@ -236,8 +237,17 @@ def test_attention_pipeline_halves_the_keys_a_pass_and_sets_its_flag(tmp_path, t
         text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
         args[pipe] = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")]
     assert int(args[1][8]) == int(args[0][8]) // 2  # U
-    assert args[1][10:] == ["true" if tagged else "false", "true"]
-    assert args[0][10:] == (["true"] if tagged else [])
+    assert args[1][10:] == ["true" if tagged else "false", "true", "false"]
+    assert args[0][10:] == ["true" if tagged else "false", "false", "false"]
+    # with a softcap (Gemma-style; no frontend makes one yet), SOFTCAP keeps its default: tanhf stays
+    from kiec.ir.passes.program import AttentionKernel
+    capped = dataclasses.replace(program, kernels=[
+        dataclasses.replace(k, attention=dataclasses.replace(k.attention, softcap=30.0))
+        if isinstance(k, AttentionKernel) else k for k in program.kernels])
+    t = dataclasses.replace(target("sm_90"), persist_tagged=tagged)
+    text = emit_persistent(capped, "bf16", model.max_seq_len, t, "x").files["model.cu"]
+    assert [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")][10:] == (
+        ["true"] if tagged else [])
 
 
 def test_attention_keys_a_pass_can_be_set(tmp_path):

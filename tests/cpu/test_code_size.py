@@ -1,0 +1,38 @@
+"""scripts/code_size.py: the persistent kernel's machine code per dispatch case (nvcc and cuobjdump, no GPU)."""
+import importlib.util
+import os
+import shutil
+
+import pytest
+
+from tests.tiny_hf import make_tiny_hf
+
+spec = importlib.util.spec_from_file_location(
+    "code_size", os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "code_size.py"))
+code_size = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(code_size)
+
+
+def has_cuobjdump() -> bool:
+    if shutil.which("cuobjdump"):
+        return True
+    try:
+        import nvidia
+    except ImportError:
+        return False
+    return any(os.path.exists(os.path.join(r, d, "bin", "cuobjdump")) for r in nvidia.__path__ for d in os.listdir(r))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None or not has_cuobjdump(), reason="needs nvcc and cuobjdump")
+def test_every_case_adds_code_and_fewer_attention_keys_add_less(tmp_path):
+    # a tiny llama: embedding, QKV, attention, output projection, gate/up, down, LM head (+ select): each case
+    # alone adds code; attention unrolled over 2 keys a pass instead of 8 adds less, and nothing else changes
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
+    whole, none, cases = code_size.sizes(str(tmp_path / "hf"), {}, max_seq_len=256)
+    assert len(cases) == 7 and all(n > 0 for _, n in cases) and whole > none + max(n for _, n in cases)
+    attention = [n for body, n in cases if "attention_tile" in body]
+    assert len(attention) == 1
+    _, _, fewer = code_size.sizes(str(tmp_path / "hf"), {"persist_attn_keys": "2"}, max_seq_len=256)
+    assert [n for body, n in fewer if "attention_tile" in body][0] < attention[0]
+    assert [n for body, n in fewer if "attention_tile" not in body] == [n for body, n in cases
+                                                                         if "attention_tile" not in body]
