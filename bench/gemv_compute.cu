@@ -8,6 +8,10 @@
 // the streaming warpgroup copies HBM into the ring's pages with TMA bulk copies, 4 pages in flight, as the
 // kernel's weight stream does while a tile computes on resident pages (they land in pages the warps are reading:
 // the values are made up anyway, the shared memory's traffic is what counts); prints the TB/s the copies moved.
+// `code cold`: each share timed alone after the compute warps ran 256 KB of other code (a chain of FMAs), so the
+// tile's own code comes from L2 again, as in the persistent kernel, where a layer's dispatch cases are ~130 KB
+// (scripts/code_size.py); `code warm`: the same timing without the other code. The difference is what refetching
+// a GEMV tile's loop costs a phase on an otherwise quiet GPU.
 // Build (on the GPU machine; DIR holds persistent_abi.h, B the warp-sum batch):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I DIR -DKIEC_COMPUTE_THREADS=256
 //        -DKIEC_REDUCE_BATCH=B bench/gemv_compute.cu -o /tmp/gemv_compute_B
@@ -29,9 +33,21 @@ using T = __nv_bfloat16;
 // What a page costs without parts of the tile's work, for comparison (the same pages, barriers and item deal as
 // gemv_pages): LOADS reads each item's 16-byte chunks and folds the bits (no math), DOTS also widens and multiplies
 // (dot_lanes) but keeps a running sum per lane instead of summing each item over the warp.
-enum Variant { TILE = 0, LOADS = 1, DOTS = 2, TILE_BUSY = 3 };
+enum Variant { TILE = 0, LOADS = 1, DOTS = 2, TILE_BUSY = 3, TILE_WARM = 4, TILE_COLD = 5 };
 constexpr size_t BUSY_BYTES = 16ull << 20;  // each SM's region the busy copies go round (2 GB over 132 SMs)
 constexpr int BUSY_INFLIGHT = 4;
+
+// 16384 dependent FMAs (256 KB of code, more than the SM's instruction caches hold; nvcc inlines it anyway, which
+// changes nothing: the code runs between two shares): run before a `code cold` share.
+#define KIEC_FMA1 "fma.rn.f32 %0, %0, %1, %0;\n"
+#define KIEC_FMA4 KIEC_FMA1 KIEC_FMA1 KIEC_FMA1 KIEC_FMA1
+#define KIEC_FMA16 KIEC_FMA4 KIEC_FMA4 KIEC_FMA4 KIEC_FMA4
+#define KIEC_FMA64 KIEC_FMA16 KIEC_FMA16 KIEC_FMA16 KIEC_FMA16
+__device__ __noinline__ float other_code(float a) {
+#pragma unroll
+  for (int i = 0; i < 256; ++i) asm volatile(KIEC_FMA64 : "+f"(a) : "f"(0.999f));
+  return a;
+}
 
 // The busy copies: page after page of this SM's region into the ring's stages until *done; the bytes moved added to
 // *moved.
@@ -122,16 +138,24 @@ __global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1) consume(
   kiec::sync_block();
   const unsigned long long t0 = kiec::global_ns();
   float keep = 0.f;
+  unsigned long long spans = 0;  // TILE_WARM, TILE_COLD: the shares' own time
   for (int r = 0; r < REPS; ++r) {
-    if (VARIANT == TILE || VARIANT == TILE_BUSY)
+    unsigned long long s0 = 0;
+    if (VARIANT == TILE_COLD) keep += other_code(keep);
+    if (VARIANT == TILE_WARM || VARIANT == TILE_COLD) {
+      kiec::sync_block();
+      s0 = kiec::global_ns();
+    }
+    if (VARIANT == TILE || VARIANT == TILE_BUSY || VARIANT == TILE_WARM || VARIANT == TILE_COLD)
       kiec::gemv_pages<T, G, WARPS, SEGS>(ring, items, xr, acc, false);
     else
       keep += pages_without<G, SEGS, VARIANT>(ring, items, xr);
     kiec::sync_block();
+    if (VARIANT == TILE_WARM || VARIANT == TILE_COLD) spans += kiec::global_ns() - s0;
   }
   const unsigned long long t1 = kiec::global_ns();
   if (threadIdx.x == 0) {
-    ns[blockIdx.x] = t1 - t0;
+    ns[blockIdx.x] = VARIANT == TILE_WARM || VARIANT == TILE_COLD ? spans : t1 - t0;
     done = 1;
   }
   if (threadIdx.x == 0 || keep == 1.2345f) sink[blockIdx.x] = acc[0] + keep;  // nothing computed is dead
@@ -169,10 +193,11 @@ static void run(const char* name, int sms, int rows = 64, const char* busy = nul
   std::sort(h.begin(), h.end());
   const double bytes = (double)REPS * rows * G::ROWS_PER_OUT * K * sizeof(T);
   const double med = bytes / h[sms / 2], slow = bytes / h[sms - 1];  // bytes per ns = GB/s
-  const char* what[] = {"tile", "loads only", "dots, no sums", "tile, TMA busy"};
+  const char* what[] = {"tile", "loads only", "dots, no sums", "tile, TMA busy", "code warm", "code cold"};
   printf("%-26s %-14s K %5d  segs %d  rounds %d  rows %2d  B %2d  %7.1f GB/s an SM (slowest %6.1f)  %6.2f TB/s "
          "over %d SMs", name, what[VARIANT], K, SEGS, G::ROUNDS, rows, KIEC_REDUCE_BATCH, med, slow,
          slow * sms / 1e3, sms);
+  if (VARIANT == TILE_WARM || VARIANT == TILE_COLD) printf("; %.2f us a share (median SM)", h[sms / 2] / 1e3 / REPS);
   if (moved) printf("; the copies %.2f TB/s", copied / (ms * 1e-3) / 1e12);  // (over the launch, a bound from below)
   printf("\n");
   CHECK(cudaFree(ns));
@@ -209,6 +234,15 @@ int main() {
   run<2048, kiec::EPI_SILU_MUL, 2, TILE_BUSY>("llama-1b gate/up", sms, 64, busy, moved);
   CHECK(cudaFree(busy));
   CHECK(cudaFree(moved));
+  // a share's code fetched again before each (the persistent kernel's phases) against kept hot
+  run<2048, kiec::EPI_STORE, 2, TILE_WARM>("llama-1b QKV tile (24 rows)", sms, 24);
+  run<2048, kiec::EPI_STORE, 2, TILE_COLD>("llama-1b QKV tile (24 rows)", sms, 24);
+  run<2048, kiec::EPI_STORE, 2, TILE_WARM>("llama-1b O tile (16 rows)", sms, 16);
+  run<2048, kiec::EPI_STORE, 2, TILE_COLD>("llama-1b O tile (16 rows)", sms, 16);
+  run<576, kiec::EPI_STORE, 1, TILE_WARM>("smollm2 QKV/O (K 576)", sms, 8);
+  run<576, kiec::EPI_STORE, 1, TILE_COLD>("smollm2 QKV/O (K 576)", sms, 8);
+  run<2048, kiec::EPI_SILU_MUL, 2, TILE_WARM>("llama-1b gate/up", sms, 62);
+  run<2048, kiec::EPI_SILU_MUL, 2, TILE_COLD>("llama-1b gate/up", sms, 62);
 #endif
   return 0;
 }
