@@ -134,11 +134,14 @@ class _PersistentEmitter(_Emitter):
                 f"{'true' if k.q_norm else 'false'}, {self.warps}, {splits}, {self.attn_keys(group)}, {t.attn_min_keys}")
         if self.tagged(k.qkv) != self.tagged(a.out):
             raise ValueError(f"{k.name}: its input and output are tagged alike or not at all (tag_plan)")
-        # TAGGED, PIPE, SOFTCAP, written up to the last one off its default (false, false, true)
-        flags = [self.tagged(k.qkv), bool(t.persist_attn_pipeline), bool(a.softcap > 0)]
-        while flags and flags[-1] == (len(flags) == 3):
+        # TAGGED, PIPE, SOFTCAP, U_SHORT, written up to the last one off its default
+        keys = self.attn_keys(group)
+        short = t.persist_attn_short_keys if 0 < t.persist_attn_short_keys < keys else 0
+        flags = [self.tagged(k.qkv), bool(t.persist_attn_pipeline), bool(a.softcap > 0), short]
+        defaults = [False, False, True, 0]
+        while flags and flags[-1] == defaults[len(flags) - 1]:
             flags.pop()
-        tmpl += "".join(", true" if f else ", false" for f in flags)
+        tmpl += "".join(f", {str(f).lower()}" for f in flags)
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",

@@ -36,6 +36,7 @@ class TargetParams:
     persist_waits_together: int  # persistent: 1: warp 0's lanes poll an instruction's waits at once, a lane each
     persist_attn_pipeline: int  # persistent: 1: attention loads its next K/V pass while it computes this one
     persist_attn_keys: int  # persistent: keys a pass per lane group (attention's unrolled step); 0: graph mode's
+    persist_attn_short_keys: int  # persistent: > 0: a split one pass of this many keys covers runs that pass
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     # persistent, a timing probe, never for use: 1: a tile moves its counter with a relaxed add, without waiting for
@@ -130,6 +131,9 @@ TARGETS: dict[str, TargetParams] = {
                           # (one pass still covers a 64-key split). Not yet run (and the profile's stall reasons for
                           # instruction fetch: gpu_run.sh PROFILE_SECTIONS)
                           persist_attn_keys=0,
+                          # the same smaller step for short splits only (long ones keep 8 keys a pass and their
+                          # round trips); the same bits. Not yet run
+                          persist_attn_short_keys=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
                           # (ir/passes/persistent.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b

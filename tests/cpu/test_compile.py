@@ -267,6 +267,13 @@ def test_attention_keys_a_pass_can_be_set(tmp_path):
         text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
         return int(re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")[8])
     assert (u(), u(persist_attn_keys=2), u(persist_attn_keys=2, persist_attn_pipeline=1)) == (8, 2, 1)
+    # persist_attn_short_keys: U_SHORT after TAGGED, PIPE and SOFTCAP; none where it is not below U
+    t = dataclasses.replace(target("sm_90"), persist_attn_short_keys=2)
+    text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
+    assert re.search(r"attention_tile<([^>]*)>", text).group(1).split(", ")[10:] == ["false", "false", "false", "2"]
+    t = dataclasses.replace(target("sm_90"), persist_attn_short_keys=8)
+    text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
+    assert re.search(r"attention_tile<([^>]*)>", text).group(1).split(", ")[10:] == ["false", "false", "false"]
 
 
 def test_the_relaxed_signal_probe_moves_the_counter_without_the_release(tmp_path):

@@ -75,6 +75,19 @@ def test_attention_pipeline_long_context_within_budget(tmp_path, monkeypatch, fa
     assert eng.generate(tokens[:280], 20) == stepped_greedy(eng, tokens[:280], 20)
 
 
+def test_attention_short_pass_computes_the_same_bits(tmp_path, monkeypatch):
+    # persist_attn_short_keys 2: heads 64 wide and 128 keys a split at least, so positions below 64 run the short
+    # pass (2 keys a lane group) and later ones the 8-key passes, one launch over 300 positions: every logit the
+    # same bits as without it (the short pass takes the same rows in the same order)
+    model, _ = compile_tiny(tmp_path, "llama", max_position_embeddings=512, hidden_size=256, intermediate_size=384)
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=128))
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_short_keys=2))
+    tokens = np.random.default_rng(5).integers(0, model.config.vocab_size, size=300).tolist()
+    assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
+                          np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+    assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
+
+
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 0.9), (0.7, 1.0), (60.0, 0.5)])
 def test_device_draw_is_kiec_sampling_over_its_own_logits(tmp_path, temperature, top_p):
     # vocabulary 4096: at temperature 60 the distribution is flat, more than 1,024 tokens are candidates and
@@ -176,7 +189,8 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     dict(persist_x_direct=1), dict(persist_x_direct=1, persist_stages=13),
                                     dict(persist_waits_previous_first=0), dict(persist_waits_together=1),
                                     dict(persist_waits_together=1, persist_tagged=2, persist_poll_sleep_ns=100),
-                                    dict(persist_attn_keys=2), dict(persist_tagged=1),
+                                    dict(persist_attn_keys=2), dict(persist_attn_short_keys=2, attn_min_keys=8),
+                                    dict(persist_tagged=1),
                                     dict(persist_tagged=2, attn_min_keys=8),
                                     dict(persist_tagged=2, persist_waits_previous_first=0),
                                     dict(persist_tagged=2, persist_x_direct=1, persist_stages=13)])
@@ -189,7 +203,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the weight stream, with 8 keys a split (the base too) so that several splits ask; x slices loaded straight
     # from memory where there is no norm, with the ring deeper for the room; the previous token's waits polled
     # after this token's (the old order); all of an instruction's waits polled at once (with tags and a sleep between
-    # polls too); attention's step unrolled over 2 keys a pass instead of 8 (a quarter of its code); GEMV-to-GEMV
+    # polls too); attention's step unrolled over 2 keys a pass instead of 8 (a quarter of its code), or only for
+    # splits one such pass covers; GEMV-to-GEMV
     # values as tagged words (with x slices loaded straight from them too). Knobs that leave the math alone leave the
     # bits alone
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
@@ -202,7 +217,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     if change.keys() <= {"persist_counter_stride", "persist_stop_poll_every", "persist_evict_first", "attn_l2_prefetch",
                          "attn_min_keys", "persist_x_direct", "persist_stages", "persist_poll_sleep_ns",
                          "persist_waits_previous_first", "persist_waits_together",
-                         "persist_tagged"}:
+                         "persist_attn_short_keys", "persist_tagged"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)

@@ -108,8 +108,11 @@ __device__ __forceinline__ void prefetch_split_l2(const T* cache, int kv_heads, 
 // trip of loads instead of one a pass (twice the registers for them: codegen halves U). SOFTCAP false: the model
 // has no logit softcap, and the step leaves out its tanhf (inlined GROUP x U times: 1.1k of the 6.3k instructions of
 // llama-3.2-1b's persistent attention, whose code competes for the instruction caches with the GEMVs').
+// U_SHORT > 0 (persist_attn_short_keys): a slice that one pass of U_SHORT keys covers runs that pass instead (the
+// same rows in the same order: the same bits), so a short context runs a step unrolled U_SHORT times, not U
+// times, and the longer step's code stays out of the instruction caches.
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
-          bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true>
+          bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0>
 __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,
                                                 int kv_heads, int max_seq, const float* inv_freq, const T* q_norm_w,
                                                 const T* k_norm_w, float norm_eps, float scale, float softcap, int g,
@@ -186,10 +189,11 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   // One pass: slots u of this warp hold rows j0 + u * WARPS * KPW + sub (of its lane group), valid below `end`.
   // Scores of all U slots first (their dot products and shuffles are independent), then one rescale per head, then
   // the weighted V sum: the serial online-softmax chain is one step per pass, not per key.
-  auto step = [&](const uint4 (&kr)[U], const uint4 (&vr)[U], int j0, int end) {
-    float sc[GROUP][U];
+  auto step = [&](const auto& kr, const auto& vr, int j0, int end) {  // kr, vr: uint4[U] (or [U_SHORT])
+    constexpr int N = sizeof(kr) / sizeof(kr[0]);
+    float sc[GROUP][N];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
+    for (int u = 0; u < N; ++u) {
       const int j = j0 + u * WARPS * KPW + sub;
       if (j0 + u * WARPS * KPW < end) {  // warp-uniform: the shuffles below run on all lanes or none
         float k[8];
@@ -213,7 +217,7 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
     for (int h = 0; h < GROUP; ++h) {
       float mx = m[h];
 #pragma unroll
-      for (int u = 0; u < U; ++u) mx = fmaxf(mx, sc[h][u]);
+      for (int u = 0; u < N; ++u) mx = fmaxf(mx, sc[h][u]);
       const float corr = m[h] == -INFINITY ? 0.f : __expf(m[h] - mx);  // m = -inf: l and acc are still 0
       l[h] *= corr;
 #pragma unroll
@@ -221,7 +225,7 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
       m[h] = mx;
     }
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
+    for (int u = 0; u < N; ++u) {
       if (j0 + u * WARPS * KPW >= end) break;
       float v[8];
       unpack8<T>(vr[u], v);
@@ -238,22 +242,35 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   // round the warps first (warp w, slot u takes rows j0 + (u * WARPS + w) * KPW ...), so a short slice
   // spreads over all warps instead of making one warp's online softmax a long serial chain.
   constexpr int STEP = WARPS * KPW * U;
-  if constexpr (PIPE) {
-    int j0 = lo + warp * KPW;
-    Pass cur;
-    if (j0 < hi) cur.load(kc, vc, j0, hi);
-    for (; j0 < hi; j0 += STEP) {
-      Pass next;
-      if (j0 + STEP < hi) next.load(kc, vc, j0 + STEP, hi);  // in flight while this pass computes
-      step(cur.k, cur.v, j0, hi);
-      cur = next;
+  auto passes = [&] {
+    if constexpr (PIPE) {
+      int j0 = lo + warp * KPW;
+      Pass cur;
+      if (j0 < hi) cur.load(kc, vc, j0, hi);
+      for (; j0 < hi; j0 += STEP) {
+        Pass next;
+        if (j0 + STEP < hi) next.load(kc, vc, j0 + STEP, hi);  // in flight while this pass computes
+        step(cur.k, cur.v, j0, hi);
+        cur = next;
+      }
+    } else {
+      for (int j0 = lo + warp * KPW; j0 < hi; j0 += STEP) {
+        Pass kv;
+        kv.load(kc, vc, j0, hi);
+        step(kv.k, kv.v, j0, hi);
+      }
+    }
+  };
+  if constexpr (U_SHORT > 0) {
+    if (hi - lo <= WARPS * KPW * U_SHORT) {  // one short pass (block-uniform)
+      KvPass<T, HEAD_DIM, WARPS, U_SHORT> kv;
+      kv.load(kc, vc, lo + warp * KPW, hi);
+      step(kv.k, kv.v, lo + warp * KPW, hi);
+    } else {
+      passes();
     }
   } else {
-    for (int j0 = lo + warp * KPW; j0 < hi; j0 += STEP) {
-      Pass kv;
-      kv.load(kc, vc, j0, hi);
-      step(kv.k, kv.v, j0, hi);
-    }
+    passes();
   }
   // merge the KPW key slots of the warp (lanes with the same `part`)
 #pragma unroll

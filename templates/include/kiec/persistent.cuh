@@ -46,9 +46,10 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // through the weight ring.
 // TAGGED (persist_tagged 2): qkv and the output as tagged words (qkv's tag from the descriptor's tag_x), and the
 // phase counter moved relaxed. PIPE (persist_attn_pipeline): attention_slice's next K/V pass loaded under this one.
-// SOFTCAP false: a model without a logit softcap (attention_slice leaves its code out).
+// SOFTCAP false: a model without a logit softcap (attention_slice leaves its code out). U_SHORT: attention_slice's
+// one short pass for a slice that fits it.
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
-          int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true>
+          int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
@@ -72,7 +73,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   const unsigned mine = TAGGED ? tag_of(u, u.ins->counter) : 0u;
   if (split < active) {
     auto& sm = *reinterpret_cast<AttentionSmem<HEAD_DIM, GROUP, WARPS>*>(smem);
-    attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, TAGGED, PIPE, SOFTCAP>(
+    attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, TAGGED, PIPE, SOFTCAP, U_SHORT>(
         sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi,
         TAGGED ? tag_of(u, u.a->kernels[u.ins->kernel].tag_x) : 0u);
     attention_store<HEAD_DIM, GROUP, WARPS, SPLITS, TAGGED>(sm, g, split, active, part_o, part_ml, out, mine);
