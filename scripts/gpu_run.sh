@@ -142,7 +142,9 @@ fi
 # 8k context of a 16-layer model benched with :8192, PROFILE_AT=8191 PROFILE_SKIP=$((16 * 8190)) PROFILE_KERNEL=attention
 # (PROFILE_SECTIONS="..." other ncu sections instead). The persistent kernel, one launch a generation:
 # MODES=persistent PROFILE=MODEL-persistent PROFILE_KERNEL=persistent_kernel PROFILE_SECTIONS="WarpStateStats
-# InstructionStats" (its warps' stall reasons, e.g. waiting on instruction fetch in a kernel of ~190 KB of code)
+# InstructionStats" (its warps' stall reasons, e.g. waiting on instruction fetch in a kernel of ~190 KB of code);
+# PROFILE_REPLAY=application reruns kiec-run for each of ncu's passes instead of replaying the kernel (the persistent
+# kernel reads host memory, which a kernel replay does not restore)
 if [ -n "${PROFILE:-}" ]; then
   art=/tmp/kiec_bench/$PROFILE; ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
   prompt=$(python3 -c "print(','.join(['1'] * ${PROFILE_AT:-1}))")
@@ -150,7 +152,7 @@ if [ -n "${PROFILE:-}" ]; then
     sections=(); for sec in ${PROFILE_SECTIONS:-SpeedOfLight WarpStateStats MemoryWorkloadAnalysis}; do
       sections+=(--section "$sec"); done
     timeout 400 "$ncu" --clock-control none -k "regex:$PROFILE_KERNEL" --launch-skip "${PROFILE_SKIP:-0}" \
-      --launch-count 4 "${sections[@]}" \
+      --launch-count 4 --replay-mode "${PROFILE_REPLAY:-kernel}" "${sections[@]}" \
       "$art/kiec-run" "$art" "$prompt" 2 > "$OUT/ncu_${PROFILE}_kernel.txt" 2>&1
     grep -E "attention|gemv|persistent|Duration|Throughput|Stall|Warp Cycles|Issued|Achieved|L2|DRAM|Instruction" \
       "$OUT/ncu_${PROFILE}_kernel.txt" | head -80
