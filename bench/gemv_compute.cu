@@ -7,11 +7,12 @@
 // (4.6 TB/s / 132 = 35 GB/s) by enough to catch up after every wait. `TMA busy`: the same while another thread of
 // the streaming warpgroup copies HBM into the ring's pages with TMA bulk copies, 4 pages in flight, as the
 // kernel's weight stream does while a tile computes on resident pages (they land in pages the warps are reading:
-// the values are made up anyway, the shared memory's traffic is what counts); prints the TB/s the copies moved.
+// the values are made up anyway, the shared memory's traffic is what counts); prints the TB/s the copies moved. At
+// 5d40942, copies at 4.61-4.72 TB/s slowed the shares 2-4% (1B QKV 24 rows 57.3 vs 58.9 GB/s an SM).
 // `code cold`: each share timed alone after the compute warps ran 256 KB of other code (a chain of FMAs), so the
 // tile's own code comes from L2 again, as in the persistent kernel, where a layer's dispatch cases are ~130 KB
 // (scripts/code_size.py); `code warm`: the same timing without the other code. The difference is what refetching
-// a GEMV tile's loop costs a phase on an otherwise quiet GPU.
+// a GEMV tile's loop costs a phase on an otherwise quiet GPU (not yet run).
 // Build (on the GPU machine; DIR holds persistent_abi.h, B the warp-sum batch):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I DIR -DKIEC_COMPUTE_THREADS=256
 //        -DKIEC_REDUCE_BATCH=B bench/gemv_compute.cu -o /tmp/gemv_compute_B
@@ -34,8 +35,7 @@ using T = __nv_bfloat16;
 // gemv_pages): LOADS reads each item's 16-byte chunks and folds the bits (no math), DOTS also widens and multiplies
 // (dot_lanes) but keeps a running sum per lane instead of summing each item over the warp.
 enum Variant { TILE = 0, LOADS = 1, DOTS = 2, TILE_BUSY = 3, TILE_WARM = 4, TILE_COLD = 5 };
-constexpr size_t BUSY_BYTES = 16ull << 20;  // each SM's region the busy copies go round (2 GB over 132 SMs)
-constexpr int BUSY_INFLIGHT = 4;
+constexpr int BUSY_INFLIGHT = 4;  // the busy copies' pages in flight (stream_pages, bench_common.cuh)
 
 // 16384 dependent FMAs (256 KB of code, more than the SM's instruction caches hold; nvcc inlines it anyway, which
 // changes nothing: the code runs between two shares): run before a `code cold` share.
@@ -47,23 +47,6 @@ __device__ __noinline__ float other_code(float a) {
 #pragma unroll
   for (int i = 0; i < 256; ++i) asm volatile(KIEC_FMA64 : "+f"(a) : "f"(0.999f));
   return a;
-}
-
-// The busy copies: page after page of this SM's region into the ring's stages until *done; the bytes moved added to
-// *moved.
-__device__ void busy_copies(const R& ring, unsigned long long* bars, const char* src, const volatile int* done,
-                            unsigned long long* moved) {
-  const unsigned long long policy = kiec::evict_first_policy();
-  unsigned k = 0;
-  for (; !*done; ++k) {
-    unsigned long long* bar = bars + k % BUSY_INFLIGHT;
-    if (k >= BUSY_INFLIGHT) kiec::mbar_wait(bar, (k / BUSY_INFLIGHT - 1) & 1);
-    kiec::mbar_expect(bar, PAGE);
-    kiec::bulk_copy(ring.page(k), src + (size_t)k * PAGE % BUSY_BYTES, PAGE, bar, policy);
-  }
-  for (unsigned j = k > BUSY_INFLIGHT ? k - BUSY_INFLIGHT : 0; j < k; ++j)
-    kiec::mbar_wait(bars + j % BUSY_INFLIGHT, (j / BUSY_INFLIGHT) & 1);
-  atomicAdd(moved, (unsigned long long)k * PAGE);
 }
 
 template <typename G, int SEGS, int VARIANT>
@@ -107,20 +90,23 @@ __global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1) consume(
                                                                                 int rows, const char* busy,
                                                                                 unsigned long long* moved) {
   extern __shared__ __align__(128) char smem_raw[];
-  __shared__ unsigned long long busy_bars[BUSY_INFLIGHT];
+  __shared__ unsigned long long busy_bars[2 * STAGES];  // TILE_BUSY: the copies' ring, on the same pages
   __shared__ volatile int done;
   R ring;
   float* acc = reinterpret_cast<float*>(ring.carve(smem_raw));  // ROWS_PER_OUT x rows x SEGS
   T* w = reinterpret_cast<T*>(ring.pages);
   for (int i = threadIdx.x; i < STAGES * PAGE / 2; i += blockDim.x) w[i] = __float2bfloat16(1e-3f * (i % 97));
+  R busy_ring = ring;
+  busy_ring.full = busy_bars;
+  busy_ring.empty = busy_bars + STAGES;  // unused: stream_pages reuses a page once it landed
   if (threadIdx.x == 0) {
-    for (int i = 0; i < BUSY_INFLIGHT; ++i) kiec::mbar_init(busy_bars + i, 1);
+    busy_ring.init(1);
     done = 0;
-    ring.init(WARPS * 32);  // (its fence covers the busy barriers too)
+    ring.init(WARPS * 32);
   }
   __syncthreads();
   if (VARIANT == TILE_BUSY && threadIdx.x == WARPS * 32 + 32) {
-    busy_copies(ring, busy_bars, busy + (size_t)blockIdx.x * BUSY_BYTES, &done, moved);
+    stream_pages(busy_ring, busy + (size_t)blockIdx.x * STREAM_REGION_BYTES, &done, moved, BUSY_INFLIGHT);
     return;
   }
   const int items = rows * SEGS, pages = (items + G::PER_PAGE - 1) / G::PER_PAGE;
@@ -224,8 +210,8 @@ int main() {
 #if KIEC_REDUCE_BATCH == 1  // the kernel's tiles while its weight stream copies meanwhile
   char* busy;
   unsigned long long* moved;
-  CHECK(cudaMalloc(&busy, (size_t)sms * BUSY_BYTES));
-  CHECK(cudaMemset(busy, 0x3c, (size_t)sms * BUSY_BYTES));  // bf16 0x3c3c: 0.0115, finite
+  CHECK(cudaMalloc(&busy, (size_t)sms * STREAM_REGION_BYTES));
+  CHECK(cudaMemset(busy, 0x3c, (size_t)sms * STREAM_REGION_BYTES));  // bf16 0x3c3c: 0.0115, finite
   CHECK(cudaMalloc(&moved, sizeof *moved));
   run<576, kiec::EPI_STORE, 1, TILE_BUSY>("smollm2 QKV/O (K 576)", sms, 64, busy, moved);
   run<2048, kiec::EPI_STORE, 2, TILE_BUSY>("llama-1b QKV/O (K 2048)", sms, 64, busy, moved);

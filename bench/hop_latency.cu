@@ -19,7 +19,8 @@
 //             at once; `accum1`: one float at a time) instead of writing its slice, and zeroes its slice of the
 //             vector after (the vectors go round three): what a down projection cut by its K (the MLP's hidden
 //             units, each SM's own gate/up rows) costs at its hand-over, every SM's partial of every output added
-//             in L2, against the counter's slice stores
+//             in L2, against the counter's slice stores. At 1f46107: 2.77 / 3.62 / 4.03 us at K 576 / 2048 / 4096
+//             against the counter's 1.74 / 1.68 / 1.77 (accum1 within 3% of accum), loaded 23.3-25.5 vs 21.1-22.7
 // Prints microseconds per phase for each (the GEMV's own work and weights excluded: this is the floor a phase
 // costs in latency). `loaded`: the same with one more warp a block streaming HBM into a shared-memory ring the way
 // the persistent kernel's weight stream does (ring.cuh's bulk copies, 12 x 16 KB pages), so the hops and the
@@ -46,7 +47,6 @@
 
 constexpr int THREADS = KIEC_COMPUTE_THREADS, MAX_K = 4096;  // K: the vectors' length, at most MAX_K
 using R = kiec::Ring<12, 16 << 10>;           // the loaded runs' ring: the persistent kernel's 12 x 16 KB
-constexpr size_t LOAD_BYTES = 16ull << 20;  // each block streams its own 16 MB, round and round (2 GB over 132)
 using kiec::ld_acquire;
 using kiec::red_release;
 
@@ -83,23 +83,9 @@ __device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
   return v;
 }
 
-// The streaming warp's one thread: 16 KB pages of this block's region into the ring until the hops are done,
-// as fast as the pages land (nobody reads them, so a page is free again once it landed), at most `inflight` pages
-// in flight at once; adds the bytes it moved to *moved.
-__device__ void stream_pages(const R& ring, const char* src, const volatile int* done, unsigned long long* moved,
-                             int inflight) {
-  const unsigned long long policy = kiec::evict_first_policy();
-  unsigned seq = 0;
-  size_t off = 0;
-  for (; !*done; ++seq, off = (off + R::PAGE) % LOAD_BYTES)
-    ring.copy_landed(seq, src + off, min(inflight, R::STAGES), policy);
-  ring.drain(seq);
-  atomicAdd(moved, (unsigned long long)seq * R::PAGE);
-}
-
 // buf: two K-vectors of floats (three when accumulating; TAGGED: tbuf, of 64-bit words); sync: counters [phases]
 // or flags [phases][blocks].
-// LOADED: the block's last warp streams `load` (LOAD_BYTES a block) meanwhile.
+// LOADED: the block's last warp streams `load` (STREAM_REGION_BYTES a block; bench_common.cuh) meanwhile.
 template <int MODE, bool LOADED>
 __global__ void __launch_bounds__(THREADS + 32, 1)
 hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* stop, int K, int phases,
@@ -118,7 +104,7 @@ hops(float* buf, unsigned long long* tbuf, unsigned* sync, const volatile int* s
     }
     __syncthreads();
     if (threadIdx.x >= THREADS) {
-      if (threadIdx.x == THREADS) stream_pages(ring, load + (size_t)b * LOAD_BYTES, &done, moved, inflight);
+      if (threadIdx.x == THREADS) stream_pages(ring, load + (size_t)b * STREAM_REGION_BYTES, &done, moved, inflight);
       return;
     }
   }
@@ -287,8 +273,8 @@ int main(int argc, char** argv) {
   CHECK(cudaMemset(stop, 0, sizeof(int)));
   char* load_src;
   Load load{};
-  CHECK(cudaMalloc(&load_src, (size_t)sms * LOAD_BYTES));
-  CHECK(cudaMemset(load_src, 1, (size_t)sms * LOAD_BYTES));
+  CHECK(cudaMalloc(&load_src, (size_t)sms * STREAM_REGION_BYTES));
+  CHECK(cudaMemset(load_src, 1, (size_t)sms * STREAM_REGION_BYTES));
   CHECK(cudaMalloc(&load.moved, sizeof *load.moved));
   load.src = load_src;
   load.inflight = R::STAGES;

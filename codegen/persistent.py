@@ -34,6 +34,15 @@ def row_segments(k: int, warps: int, page_bytes: int, silu: bool) -> int:
     return short[0] if short else fits[-1]
 
 
+def template_tail(values: list, defaults: list) -> str:
+    """A tile function's trailing template arguments (each with a default in its header): `values` written up to
+    the last one that differs from its default."""
+    values = list(values)
+    while values and values[-1] == defaults[len(values) - 1]:
+        values.pop()
+    return "".join(f", {str(v).lower()}" for v in values)
+
+
 class _PersistentEmitter(_Emitter):
     """Lays out the weights like graph mode; instead of launches it writes one dispatch case per kernel."""
 
@@ -109,10 +118,7 @@ class _PersistentEmitter(_Emitter):
         segs = row_segments(k.k, self.warps, self.t.persist_page_bytes, silu)
         tx, ty = self.tagged(k.x), self.tagged(k.out)
         direct = bool(self.t.persist_x_direct) and not k.norm  # x straight from memory, none in the scratch
-        flags = [direct, tx, ty]  # gemv_tile's DIRECT, TX, TY, written up to the last one set (the rest default)
-        while flags and not flags[-1]:
-            flags.pop()
-        tail = "".join(", true" if f else ", false" for f in flags)
+        tail = template_tail([direct, tx, ty], [False, False, False])  # gemv_tile's DIRECT, TX, TY
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
                 f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem)")
@@ -129,19 +135,15 @@ class _PersistentEmitter(_Emitter):
     def attention(self, k: AttentionKernel) -> None:
         f_off = self.attention_layout(k)
         a, r, t = k.attention, k.rope, self.t
-        group, splits = k.n_heads // k.kv_heads, self.splits[k.name]
+        group = k.n_heads // k.kv_heads
+        splits, keys = self.splits[k.name], self.attn_keys(group)
         tmpl = (f"T, {k.head_dim}, {group}, {r.rotary_dim}, {'true' if r.interleaved else 'false'}, "
-                f"{'true' if k.q_norm else 'false'}, {self.warps}, {splits}, {self.attn_keys(group)}, {t.attn_min_keys}")
+                f"{'true' if k.q_norm else 'false'}, {self.warps}, {splits}, {keys}, {t.attn_min_keys}")
         if self.tagged(k.qkv) != self.tagged(a.out):
             raise ValueError(f"{k.name}: its input and output are tagged alike or not at all (tag_plan)")
-        # TAGGED, PIPE, SOFTCAP, U_SHORT, written up to the last one off its default
-        keys = self.attn_keys(group)
         short = t.persist_attn_short_keys if 0 < t.persist_attn_short_keys < keys else 0
-        flags = [self.tagged(k.qkv), bool(t.persist_attn_pipeline), bool(a.softcap > 0), short]
-        defaults = [False, False, True, 0]
-        while flags and flags[-1] == defaults[len(flags) - 1]:
-            flags.pop()
-        tmpl += "".join(f", {str(f).lower()}" for f in flags)
+        tmpl += template_tail([self.tagged(k.qkv), bool(t.persist_attn_pipeline), bool(a.softcap > 0), short],
+                              [False, False, True, 0])  # TAGGED, PIPE, SOFTCAP, U_SHORT
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",

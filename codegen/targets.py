@@ -122,14 +122,15 @@ TARGETS: dict[str, TargetParams] = {
                           # the median). Not yet run
                           persist_waits_together=0,
                           # at 8192 a split of llama-3.2-1b takes 512 rows in two passes of 256, each a round trip of
-                          # loads and then its scores (~2 + ~1 us); persistent 8k costs 13 us a layer more than short
-                          # context for 3.7 us of K/V at the ceiling. Not yet run
+                          # loads and then its scores; persistent 8k costs 13 us a layer more than short context
+                          # (bench/RESULTS.md, 5f1b610) for 3.7 us of K/V at the ceiling. Not yet run
                           persist_attn_pipeline=0,
-                          # the attention case is 6.3k of llama-3.2-1b's 12.2k instructions (99 KB; a GEMV case 9-17
-                          # KB): a layer runs ~145 KB of code, likely more than the SM's instruction caches hold, so
-                          # each phase may fetch its code from L2 under the weight stream's load. 2 keys a pass: 3.7k
-                          # (one pass still covers a 64-key split). Not yet run (and the profile's stall reasons for
-                          # instruction fetch: gpu_run.sh PROFILE_SECTIONS)
+                          # the attention case is 5,376 of llama-3.2-1b's 11,160 instructions (84 KB; a GEMV case 8-17
+                          # KB; scripts/code_size.py at 271523f): a layer runs ~130 KB of code, maybe more than the
+                          # SM's instruction caches hold, so each phase may fetch its code from L2 under the weight
+                          # stream's load. 2 keys a pass: attention 3,488, the kernel 9,216 (one pass still covers a
+                          # 64-key split). Not yet run (nor the profile's stall reasons for instruction fetch:
+                          # gpu_run.sh PROFILE_SECTIONS)
                           persist_attn_keys=0,
                           # the same smaller step for short splits only (long ones keep 8 keys a pass and their
                           # round trips); the same bits. Not yet run

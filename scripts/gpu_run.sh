@@ -142,7 +142,8 @@ fi
 # 8k context of a 16-layer model benched with :8192, PROFILE_AT=8191 PROFILE_SKIP=$((16 * 8190)) PROFILE_KERNEL=attention
 # (PROFILE_SECTIONS="..." other ncu sections instead). The persistent kernel, one launch a generation:
 # MODES=persistent PROFILE=MODEL-persistent PROFILE_KERNEL=persistent_kernel PROFILE_SECTIONS="WarpStateStats
-# InstructionStats" (its warps' stall reasons, e.g. waiting on instruction fetch in a kernel of ~190 KB of code);
+# InstructionStats" (its warps' stall reasons, e.g. waiting on instruction fetch in a kernel of 150-175 KB of code,
+# scripts/code_size.py);
 # PROFILE_REPLAY=application reruns kiec-run for each of ncu's passes instead of replaying the kernel (the persistent
 # kernel reads host memory, which a kernel replay does not restore)
 if [ -n "${PROFILE:-}" ]; then

@@ -2,9 +2,10 @@
 Usage: python scripts/trace_summary.py ARTIFACT [POS] [--save=FILE.npz]  (needs the GPU; --save keeps the recording)
        python scripts/trace_summary.py FILE.npz                           (a saved recording, no GPU)
 
-Views: per kind of instruction, the SMs' time waiting and working (and the pages ready); along the chain of phases, for each phase the hop (from the previous phase's last signal to this phase's
-first SM seeing its inputs) and the span (from that first SM to this phase's last signal), averaged per kind; the
-slowest tile of each GEMV phase; and the spread of ready pages."""
+Views: per kind of instruction, the SMs' time waiting and working (and the pages ready); along the chain of
+phases, for each phase the hop (from the previous phase's last signal to this phase's first SM seeing its inputs)
+and the span (from that first SM to this phase's last signal), averaged per kind; the slowest tile of each GEMV
+phase; and the spread of ready pages."""
 import collections
 import json
 import sys
@@ -30,6 +31,12 @@ def columns(ts: np.ndarray, slots: list[str]) -> dict[str, np.ndarray]:
     return col
 
 
+def token_span(col: dict[str, np.ndarray]) -> float:
+    """us from the step's first instruction's start to its last one's end (columns' view of a recording)."""
+    ok = col["start"] > 0
+    return (col["done"][ok].max() - col["start"][ok].min()) / 1e3
+
+
 def per_kind(ts: np.ndarray, slots: list[str], sched: list, kernels: list, sms: int) -> list[str]:
     """SM-us per kind of instruction: waiting on inputs, then working, which is split into the prologue (inputs
     ready to x ready: a GEMV's norm, an attention split's slice), waiting for weight pages, the dot products (a
@@ -39,7 +46,7 @@ def per_kind(ts: np.ndarray, slots: list[str], sched: list, kernels: list, sms: 
     ready (mean)."""
     col = columns(ts, slots)
     ok = col["start"] > 0
-    span = (col["done"][ok].max() - col["start"][ok].min()) / 1e3
+    span = token_span(col)
     sums: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for i, (sm, opcode, k, *_) in enumerate(sched):
         if not ok[i]:

@@ -41,11 +41,7 @@ def traces(arts: dict[str, str], pos: int) -> None:
     for k in kinds:
         cells = [f"{ch[k][1]:.2f} + {ch[k][2]:.2f}" if k in ch else "-" for ch in chains.values()]
         print(f"    {k:<22}" + "".join(f"{c:>16}" for c in cells))
-    spans = []
-    for ts, m in recs.values():
-        col = trace_summary.columns(ts, m["trace_slots"])
-        ok = col["start"] > 0
-        spans.append(f"{(col['done'][ok].max() - col['start'][ok].min()) / 1e3:.1f}")
+    spans = [f"{trace_summary.token_span(trace_summary.columns(ts, m['trace_slots'])):.1f}" for ts, m in recs.values()]
     print(f"    {'token us':<22}" + "".join(f"{c:>16}" for c in spans))
     for j, (v, (ts, m)) in enumerate(recs.items()):
         print(f"\n  [{j}] {v}\n" + trace_summary.summary_of(ts, m, pos))

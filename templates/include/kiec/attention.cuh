@@ -106,8 +106,9 @@ __device__ __forceinline__ void prefetch_split_l2(const T* cache, int kv_heads, 
 // mode's persist_tagged 2): qkv is tagged words (common.cuh) carrying `tag`. PIPE (persist_attn_pipeline): the
 // next pass's K and V rows are loaded before this pass's scores, so a slice of several passes waits for one round
 // trip of loads instead of one a pass (twice the registers for them: codegen halves U). SOFTCAP false: the model
-// has no logit softcap, and the step leaves out its tanhf (inlined GROUP x U times: 1.1k of the 6.3k instructions of
-// llama-3.2-1b's persistent attention, whose code competes for the instruction caches with the GEMVs').
+// has no logit softcap, and the step leaves out its tanhf (inlined GROUP x U times: 936 of the 6,312 instructions of
+// llama-3.2-1b's persistent attention case, scripts/code_size.py before and at 271523f; that code competes with the
+// GEMVs' for the instruction caches).
 // U_SHORT > 0 (persist_attn_short_keys): a slice that one pass of U_SHORT keys covers runs that pass instead (the
 // same rows in the same order: the same bits), so a short context runs a step unrolled U_SHORT times, not U
 // times, and the longer step's code stays out of the instruction caches.
