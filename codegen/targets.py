@@ -119,12 +119,14 @@ TARGETS: dict[str, TargetParams] = {
                           # with previous_first, the SM whose tile ended the producer's phase still polls two waits
                           # one after the other before its next tile (two round trips where one would do), and the
                           # next phase's last tile is often that SM's (the trace's slowest tile ends 0.6-0.8 us after
-                          # the median). Not yet run
-                          persist_waits_together=0,
+                          # the median). 236e4bf: alone 1.192 vs 1.197-1.201 ms on qwen3-1.7b, none on 1B; with tags and
+                          # the attention pipeline, on by default (below)
+                          persist_waits_together=1,
                           # at 8192 a split of llama-3.2-1b takes 512 rows in two passes of 256, each a round trip of
                           # loads and then its scores; persistent 8k costs 13 us a layer more than short context
-                          # (bench/RESULTS.md, 5f1b610) for 3.7 us of K/V at the ceiling. Not yet run
-                          persist_attn_pipeline=0,
+                          # (bench/RESULTS.md, 5f1b610) for 3.7 us of K/V at the ceiling. 236e4bf: 0.931 vs 0.963-0.965 ms
+                          # at 8192 on llama-3.2-1b; with tags 2 and waits together 0.768-0.769 vs 0.771-0.775 short
+                          persist_attn_pipeline=1,
                           # the attention case is 5,376 of llama-3.2-1b's 11,160 instructions (84 KB; a GEMV case 8-17
                           # KB; scripts/code_size.py at 271523f): a layer runs ~130 KB of code, maybe more than the
                           # SM's instruction caches hold, so each phase may fetch its code from L2 under the weight
@@ -140,8 +142,12 @@ TARGETS: dict[str, TargetParams] = {
                           # (ir/passes/persistent.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b
                           # tags 1 0.799-0.803, 2 0.794-0.795 vs 0.805; qwen3-1.7b 1 1.176, 2 1.158-1.161 vs 1.205;
                           # but llama-3.2-1b at 8192 1 1.062-1.063, 2 1.088-1.090 vs 1.020; llama-3.1-8b 2 4.277-4.284
-                          # vs 4.196; smollm2-135m 1 0.578, 2 0.575-0.576 vs 0.543. Off until it wins everywhere
-                          persist_tagged=0,
+                          # vs 4.196; smollm2-135m 1 0.578, 2 0.575-0.576 vs 0.543. At 236e4bf (softcap code out), with
+                          # waits together (and the pipeline): llama-3.2-1b 2 0.771-0.775 vs 0.803-0.808; qwen3-1.7b 2
+                          # 1.120-1.123 vs 1.197-1.201; llama-3.1-8b 2 (+pipeline) 4.114-4.116 vs 4.123-4.125;
+                          # smollm2-135m 2 (+pipeline) 0.526 vs 0.536; llama-3.2-1b at 8192 1 (+pipeline) 0.917-0.920
+                          # vs 0.963-0.965 (2 not yet timed there). Level 1 by default
+                          persist_tagged=1,
                           # without previous_first: 0.772-0.773 vs 0.826-0.829 on 1B, smollm2 0.527 vs 0.566
                           persist_probe_relaxed_signal=0),
 }

@@ -16,7 +16,7 @@ import sys
 import trace_summary
 
 import kiec
-from kiec.bench import _engine, measure_ceilings, time_kiec
+from kiec.bench import _engine, _release, measure_ceilings, time_kiec
 from kiec.codegen import targets
 from kiec.summary import bytes_per_token
 
@@ -74,6 +74,7 @@ def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
                   f"{1e3 / s.median_ms:.0f} tok/s MBU {nbytes / (s.median_ms * 1e-3) / (ceil * 1e12) * 100:.1f}%")
     if trace_pos is not None:
         traces(arts, trace_pos)
+    _release()  # the engines are cached by artifact path, which the next model's list reuses
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -244,7 +244,7 @@ def test_attention_pipeline_halves_the_keys_a_pass_and_sets_its_flag(tmp_path, t
     capped = dataclasses.replace(program, kernels=[
         dataclasses.replace(k, attention=dataclasses.replace(k.attention, softcap=30.0))
         if isinstance(k, AttentionKernel) else k for k in program.kernels])
-    t = dataclasses.replace(target("sm_90"), persist_tagged=tagged)
+    t = dataclasses.replace(target("sm_90"), persist_tagged=tagged, persist_attn_pipeline=0)
     text = emit_persistent(capped, "bf16", model.max_seq_len, t, "x").files["model.cu"]
     assert [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")][10:] == (
         ["true"] if tagged else [])
@@ -262,16 +262,18 @@ def test_attention_keys_a_pass_can_be_set(tmp_path):
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
     program = pipeline.run(model.graph)
 
+    base = dataclasses.replace(target("sm_90"), persist_attn_pipeline=0, persist_tagged=0)  # not the defaults'
+
     def u(**change):
-        t = dataclasses.replace(target("sm_90"), **change)
+        t = dataclasses.replace(base, **change)
         text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
         return int(re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")[8])
     assert (u(), u(persist_attn_keys=2), u(persist_attn_keys=2, persist_attn_pipeline=1)) == (8, 2, 1)
     # persist_attn_short_keys: U_SHORT after TAGGED, PIPE and SOFTCAP; none where it is not below U
-    t = dataclasses.replace(target("sm_90"), persist_attn_short_keys=2)
+    t = dataclasses.replace(base, persist_attn_short_keys=2)
     text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
     assert re.search(r"attention_tile<([^>]*)>", text).group(1).split(", ")[10:] == ["false", "false", "false", "2"]
-    t = dataclasses.replace(target("sm_90"), persist_attn_short_keys=8)
+    t = dataclasses.replace(base, persist_attn_short_keys=8)
     text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
     assert re.search(r"attention_tile<([^>]*)>", text).group(1).split(", ")[10:] == ["false", "false", "false"]
 

@@ -201,7 +201,7 @@ def test_the_weight_stream_and_the_gemv_tiles_page_each_share_alike(name):
         if type(k).__name__ != "GemvKernel":
             assert d["item_bytes"] == 0 and "gemv_tile" not in body
             continue
-        K, epi, segs = re.search(r"gemv_tile<T, (\d+), \d+, \w+, ([\w:]+), \w+, (\d+)>", body).groups()
+        K, epi, segs = re.search(r"gemv_tile<T, (\d+), \d+, \w+, ([\w:]+), \w+, (\d+)[,>]", body).groups()
         K, segs = int(K), int(segs)
         assert K == k.k and d["row_bytes"] == 2 * K and d["row_bytes"] // d["item_bytes"] == segs
         assert d["row_bytes"] % d["item_bytes"] == 0 and d["item_bytes"] % 16 == 0

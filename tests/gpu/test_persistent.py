@@ -187,10 +187,11 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     dict(attn_l2_prefetch=1, attn_min_keys=8),
                                     dict(attn_l2_prefetch=2, attn_min_keys=8),
                                     dict(persist_x_direct=1), dict(persist_x_direct=1, persist_stages=13),
-                                    dict(persist_waits_previous_first=0), dict(persist_waits_together=1),
+                                    dict(persist_waits_previous_first=0), dict(persist_waits_together=0),
                                     dict(persist_waits_together=1, persist_tagged=2, persist_poll_sleep_ns=100),
                                     dict(persist_attn_keys=2), dict(persist_attn_short_keys=2, attn_min_keys=8),
-                                    dict(persist_tagged=1),
+                                    dict(persist_tagged=0), dict(persist_attn_pipeline=0),
+                                    dict(persist_tagged=0, persist_waits_together=0, persist_attn_pipeline=0),
                                     dict(persist_tagged=2, attn_min_keys=8),
                                     dict(persist_tagged=2, persist_waits_previous_first=0),
                                     dict(persist_tagged=2, persist_x_direct=1, persist_stages=13)])
@@ -202,11 +203,12 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # gives each SM's LM-head share about 124 rows; attention's rows asked of L2 by the split before its wait or by
     # the weight stream, with 8 keys a split (the base too) so that several splits ask; x slices loaded straight
     # from memory where there is no norm, with the ring deeper for the room; the previous token's waits polled
-    # after this token's (the old order); all of an instruction's waits polled at once (with tags and a sleep between
-    # polls too); attention's step unrolled over 2 keys a pass instead of 8 (a quarter of its code), or only for
-    # splits one such pass covers; GEMV-to-GEMV
-    # values as tagged words (with x slices loaded straight from them too). Knobs that leave the math alone leave the
-    # bits alone
+    # after this token's (the old order); an instruction's waits polled one after the other by one thread (the
+    # default polls them at once; with tags 2 and a sleep between polls too); attention's step unrolled over 2 keys
+    # a pass instead of 8 (a quarter of its code), or only for splits one such pass covers; attention without its
+    # K/V pipeline; GEMV-to-GEMV values as plain stores behind counters (tags 0: the default is 1), or attention's
+    # too (2; with x slices loaded straight from them too); the defaults before 2026-11-30's seventh session (no
+    # tags, waits one at a time, no pipeline). Knobs that leave the math alone leave the bits alone
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
     if "attn_min_keys" in change:
         art = compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=change["attn_min_keys"])
