@@ -101,8 +101,13 @@ def test_device_draw_is_kiec_sampling_over_its_own_logits(tmp_path, temperature,
     assert eng.generate(prompt, 24, sampling=SamplingParams(temperature, top_p, seed=12)) != got
 
 
-def test_generation_ends_at_eos_and_when_the_host_stops_it(tmp_path):
+@pytest.mark.parametrize("change", [{}, dict(persist_waits_together=0, persist_tagged=2, attn_min_keys=8)])
+def test_generation_ends_at_eos_and_when_the_host_stops_it(tmp_path, monkeypatch, change):
+    # also with waits polled one after the other and attention's arrivals as an `extra` wait (tags 2, several
+    # splits a head): a stop must end every spin, or an SM waits for a producer that stopped first
     model, art = compile_tiny(tmp_path, "qwen3", max_position_embeddings=4096)
+    if change:
+        art = compile_variant(model, tmp_path, monkeypatch, **change)
     eng = kiec.Engine(art)
     prompt = [7, 7, 2]
     free = eng.generate(prompt, 30)

@@ -82,15 +82,14 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
     }
     if (lane == 0) go = ok;
   } else if (!KIEC_WAITS_TOGETHER && threadIdx.x == 0) {
-    if (extra)
-      while (ld_acquire(extra) < extra_target) {
-      }
     int ok = 1;
     const int n = u.ins->n_waits;
-    for (int i = 0; i < n && ok; ++i) {
-      const Wait w = u.ins->waits[i];
-      const unsigned target = w.tiles * (unsigned)(u.t + 1 - w.previous);
-      for (unsigned spins = 1; ld_acquire(u.a->counters + w.counter * u.a->counter_stride) < target; ++spins) {
+    for (int i = extra ? -1 : 0; i < n && ok; ++i) {  // i = -1: `extra`
+      const Wait w = i < 0 ? Wait{} : u.ins->waits[i];
+      const unsigned* counter = i < 0 ? extra : u.a->counters + w.counter * u.a->counter_stride;
+      const unsigned target = i < 0 ? extra_target : w.tiles * (unsigned)(u.t + 1 - w.previous);
+      for (unsigned spins = 1; ld_acquire(counter) < target; ++spins) {
+        // a generation that ended may leave a wait unmet for good (its producer stopped first): every spin looks
         if (spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)u.a->stop_pos <= u.pos) { ok = 0; break; }
         if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
       }
