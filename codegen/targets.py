@@ -37,6 +37,7 @@ class TargetParams:
     persist_attn_pipeline: int  # persistent: 1: attention loads its next K/V pass while it computes this one
     persist_attn_keys: int  # persistent: keys a pass per lane group (attention's unrolled step); 0: graph mode's
     persist_attn_short_keys: int  # persistent: > 0: a split one pass of this many keys covers runs that pass
+    persist_attn_owner_merges: int  # persistent: 1: the split holding the new row merges the others' tagged partials
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     # persistent, a timing probe, never for use: 1: a tile moves its counter with a relaxed add, without waiting for
@@ -137,6 +138,14 @@ TARGETS: dict[str, TargetParams] = {
                           # the same smaller step for short splits only (long ones keep 8 keys a pass and their
                           # round trips); the same bits. Not yet run
                           persist_attn_short_keys=0,
+                          # several splits in use: each stores its partial, then arrives (an acq_rel add that waits
+                          # for the stores' acknowledgement, ~1 us loaded); the last to arrive loads all partials (a
+                          # round trip) and merges. With 1: the splits store their partials as tagged words and are
+                          # done; the split holding the new row (which wrote it to the cache) loads them until their
+                          # tags are this step's and merges them with its own, in the same order (the same bits):
+                          # one round trip less on every layer's chain where the context takes 2 splits or more
+                          # (from 64 keys). Not yet run
+                          persist_attn_owner_merges=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
                           # (ir/passes/persistent.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b

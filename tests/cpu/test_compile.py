@@ -250,6 +250,34 @@ def test_attention_pipeline_halves_the_keys_a_pass_and_sets_its_flag(tmp_path, t
         ["true"] if tagged else [])
 
 
+def test_owner_merges_sets_its_flag_and_doubles_the_partials(tmp_path):
+    # persist_attn_owner_merges: attention_tile's OWNER after U_SHORT, the schedule told (the VM's merge), and the
+    # partials' regions twice the floats (8-byte tagged words)
+    import dataclasses
+    import re
+
+    from kiec.codegen.persistent import _PersistentEmitter, emit_persistent
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    from kiec.ir.passes.persistent import partials
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    program = pipeline.run(model.graph)
+    base = dataclasses.replace(target("sm_90"), persist_attn_pipeline=0, persist_tagged=0)
+    args, scratch = {}, {}
+    for owner in (0, 1):
+        t = dataclasses.replace(base, persist_attn_owner_merges=owner)
+        text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
+        args[owner] = re.search(r"attention_tile<([^>]*)>", text).group(1).split(", ")[10:]
+        e = _PersistentEmitter(program, "bf16", model.max_seq_len, t)
+        assert e.sched.owner_merges == bool(owner)
+        scratch[owner] = e.scratch()
+    assert args == {0: ["false", "false", "false"], 1: ["false", "false", "false", "0", "true"]}
+    attn = next(k for k in program.kernels if type(k).__name__ == "AttentionKernel")
+    for part in (".o", ".ml"):
+        assert scratch[1][partials(attn) + part] == 2 * scratch[0][partials(attn) + part] > 0
+
+
 def test_attention_keys_a_pass_can_be_set(tmp_path):
     # persist_attn_keys: attention's U (the step's unrolled keys) set instead of derived; halved with the pipeline
     import dataclasses

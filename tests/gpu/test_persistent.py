@@ -88,6 +88,21 @@ def test_attention_short_pass_computes_the_same_bits(tmp_path, monkeypatch):
     assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
 
 
+@pytest.mark.parametrize("tagged", [1, 2])
+def test_owner_merges_compute_the_same_bits_over_many_splits(tmp_path, monkeypatch, tagged):
+    # persist_attn_owner_merges: 8 keys a split at least, so over 400 positions a KV head's context goes from one
+    # split to every split the SMs allow (more than one batch of 8 tagged partials), each merged by the split
+    # holding the new row in the arrivals' order: every logit the same bits as the arrivals' merge, step by step
+    # and in one launch; with tags 2 the merging split's arrival (once a step) releases the cache row
+    model, _ = compile_tiny(tmp_path, "llama", max_position_embeddings=512)
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=8, persist_tagged=tagged))
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_owner_merges=1))
+    tokens = np.random.default_rng(6).integers(0, model.config.vocab_size, size=400).tolist()
+    assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
+                          np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+    assert eng.generate(tokens[:300], 60) == base.generate(tokens[:300], 60)
+
+
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 0.9), (0.7, 1.0), (60.0, 0.5)])
 def test_device_draw_is_kiec_sampling_over_its_own_logits(tmp_path, temperature, top_p):
     # vocabulary 4096: at temperature 60 the distribution is flat, more than 1,024 tokens are candidates and
@@ -199,7 +214,9 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     dict(persist_tagged=0, persist_waits_together=0, persist_attn_pipeline=0),
                                     dict(persist_tagged=2, attn_min_keys=8),
                                     dict(persist_tagged=2, persist_waits_previous_first=0),
-                                    dict(persist_tagged=2, persist_x_direct=1, persist_stages=13)])
+                                    dict(persist_tagged=2, persist_x_direct=1, persist_stages=13),
+                                    dict(persist_attn_owner_merges=1, attn_min_keys=8),
+                                    dict(persist_attn_owner_merges=1, persist_tagged=2, attn_min_keys=8)])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
@@ -213,7 +230,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # a pass instead of 8 (a quarter of its code), or only for splits one such pass covers; attention without its
     # K/V pipeline; GEMV-to-GEMV values as plain stores behind counters (tags 0: the default is 1), or attention's
     # too (2; with x slices loaded straight from them too); the defaults before 2026-11-30's seventh session (no
-    # tags, waits one at a time, no pipeline). Knobs that leave the math alone leave the bits alone
+    # tags, waits one at a time, no pipeline); the splits' partials merged by the split holding the new row (with
+    # attention's words tagged too). Knobs that leave the math alone leave the bits alone
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
     if "attn_min_keys" in change:
         art = compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=change["attn_min_keys"])
@@ -224,7 +242,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     if change.keys() <= {"persist_counter_stride", "persist_stop_poll_every", "persist_evict_first", "attn_l2_prefetch",
                          "attn_min_keys", "persist_x_direct", "persist_stages", "persist_poll_sleep_ns",
                          "persist_waits_previous_first", "persist_waits_together",
-                         "persist_attn_short_keys", "persist_tagged"}:
+                         "persist_attn_short_keys", "persist_tagged", "persist_attn_owner_merges"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)
