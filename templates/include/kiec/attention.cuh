@@ -376,12 +376,13 @@ __device__ __forceinline__ void attention_merge_owned(const AttentionSmem<HEAD_D
                                                       const float* part_o, const float* part_ml, float* out,
                                                       unsigned tag, unsigned out_tag, const int* stop_pos, int pos,
                                                       volatile int* stopped) {
-  auto value = [&](unsigned long long w, const float* v2, int i) {
+  auto value = [&](unsigned long long w, const float* v2, int i) {  // tagged_value's bound too: a NaN, not a hang
     for (unsigned spins = 1; (unsigned)(w >> 32) != tag; ++spins) {
       if (spins % 64 == 0 && *(const volatile int*)stop_pos <= pos) {
         *stopped = 1;
         break;
       }
+      if (spins == 1u << 20) return __uint_as_float(0x7fffffffu);
       w = ld_tagged(v2, i);
     }
     return __uint_as_float((unsigned)w);
