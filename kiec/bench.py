@@ -302,7 +302,8 @@ def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, cont
         for mode in modes:
             artifacts[mode] = os.path.join(work_dir, model.name + ("" if mode == "graph" else f"-{mode}"))
             log(f"compiling {target} -> {artifacts[mode]} ({mode} mode)")
-            kiec.compile(model, artifacts[mode], mode=mode)
+            kiec.compile(model, artifacts[mode], mode=mode,  # the other mode's tensors copied, not converted again
+                         weights_like=next((a for m, a in artifacts.items() if m != mode), None))
     log("measuring the memory ceilings")
     ceil = measure_ceilings(work_dir)
     rep = Report(header(model.name, "bf16", prompt_len, new_tokens), ceil)

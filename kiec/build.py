@@ -45,15 +45,41 @@ def check_toolchain(target: str, arch: str) -> str:
     return nvcc
 
 
-def write_weights(model: Model, src: Sources, path: str, dtype: str) -> None:
-    """Stream the packed tensors to weights.bin, one at a time (a model is never held whole in memory)."""
+def _reusable(like: str | None, model: Model, dtype: str) -> tuple[str | None, dict]:
+    """An earlier artifact's weights.bin and its packed model tensors by (sources, shape, dtype) -> offset, when it
+    was built from the same model (name and source) in the same dtype; else (None, {})."""
+    if not like:
+        return None, {}
+    try:
+        with open(os.path.join(like, "manifest.json")) as fh:
+            man = json.load(fh)
+    except (OSError, ValueError):
+        return None, {}
+    path = os.path.join(like, "weights.bin")
+    if (man.get("model"), man.get("source"), man.get("dtype")) != (model.name, model.source, dtype) \
+            or not os.path.isfile(path) or os.path.getsize(path) != man.get("weight_bytes"):
+        return None, {}
+    return path, {(tuple(w["sources"]), tuple(w["shape"]), w["dtype"]): w["offset"]
+                  for w in man.get("weights", []) if w["sources"]}
+
+
+def write_weights(model: Model, src: Sources, path: str, dtype: str, like: str | None = None) -> None:
+    """Stream the packed tensors to weights.bin, one at a time (a model is never held whole in memory). like: an
+    artifact built from the same model (kiec.compile's weights_like): a model tensor it packed alike is copied from
+    its weights.bin instead of converted again; constant tables (the schedule among them) are always written."""
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
-    done, t0, last = 0, time.time(), 0.0
-    with open(path, "wb") as fh:
+    like_path, like_at = _reusable(like, model, dtype)
+    done, t0, last, copied = 0, time.time(), 0.0, 0
+    with open(path, "wb") as fh, open(like_path or os.devnull, "rb") as old:
         for t in src.weights:
             assert fh.tell() == t.offset, (t.name, fh.tell(), t.offset)
+            at = like_at.get((t.sources, t.shape, t.dtype))
             if t.values:
                 data = np.asarray(t.values, dtype=np.int32 if t.dtype == "i32" else np.float32).tobytes()
+            elif at is not None:
+                old.seek(at)
+                data = old.read(t.nbytes)
+                copied += len(data)
             else:
                 parts = [model.weights[s].to(tdt) for s in t.sources]
                 data = (parts[0] if len(parts) == 1 else torch.cat(parts)).contiguous().view(torch.int16).numpy().tobytes()
@@ -65,6 +91,8 @@ def write_weights(model: Model, src: Sources, path: str, dtype: str) -> None:
                 _progress(f"weights {done / 1e9:.2f} / {src.weight_bytes / 1e9:.2f} GB ({time.time() - t0:.0f} s)")
         if fh.tell() != src.weight_bytes:
             fh.write(b"\0" * (src.weight_bytes - fh.tell()))
+    if copied:
+        _progress(f"{copied / 1e9:.2f} GB of it copied from {like}")
 
 
 def nvcc_flags(gencode: str) -> list[str]:
@@ -115,8 +143,10 @@ def make_manifest(model: Model, src: Sources, dtype: str, target: str, arch: str
 
 
 def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90", tp: int = 1,
-            mode: str = "graph", dtype: str = "bf16", dump_ir: bool = False) -> str:
-    """Build the artifact directory for `model`; returns its path."""
+            mode: str = "graph", dtype: str = "bf16", dump_ir: bool = False, weights_like: str | None = None) -> str:
+    """Build the artifact directory for `model`; returns its path. weights_like: an artifact built from this same
+    model (the caller vouches for the values: the same Model object, or its checkpoint unchanged; the name,
+    source and dtype are checked): its packed tensors are copied instead of converted again (write_weights)."""
     if mode not in ("graph", "persistent"):
         raise KiecError(f"mode {mode!r}: kiec builds graph or persistent")
     if tp != 1:
@@ -147,7 +177,7 @@ def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90
         _progress(f"{len(src.kernels)} kernels, {len(src.files)} source files; compiling with nvcc")
         nvcc_build(nvcc, os.path.join(tmp, "src"), tmp, tp_.gencode)
         _progress(f"writing weights.bin ({src.weight_bytes / 1e9:.2f} GB)")
-        write_weights(model, src, os.path.join(tmp, "weights.bin"), dtype)
+        write_weights(model, src, os.path.join(tmp, "weights.bin"), dtype, weights_like)
         manifest = make_manifest(model, src, dtype, target, arch, tp, mode)
         with open(os.path.join(tmp, "manifest.json"), "w") as fh:
             json.dump(manifest, fh, indent=1)

@@ -62,7 +62,8 @@ def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
         tp = targets.with_fields(base, changes)
         targets.TARGETS["sm_90"] = tp
         try:
-            arts[v] = kiec.compile(model, f"{work}/{model_name}-{len(arts)}", mode=mode)
+            arts[v] = kiec.compile(model, f"{work}/{model_name}-{len(arts)}", mode=mode,
+                                   weights_like=next(reversed(arts.values()), None))  # its tensors copied
         finally:
             targets.TARGETS["sm_90"] = base
     ceil = measure_ceilings(work)["read_tbps"]

@@ -74,6 +74,35 @@ def test_a_failed_compile_keeps_the_previous_artifact(tiny, monkeypatch):
     assert not [f for f in os.listdir(d) if ".tmp-" in f or ".old-" in f]
 
 
+def test_weights_like_copies_the_model_tensors_and_writes_the_schedule(tiny, tmp_path, monkeypatch, capsys):
+    # weights_like (variants.py, kiec bench): the packed model tensors come from an earlier artifact of the same
+    # model, byte for byte what converting them again writes; the persistent schedule and descriptors are this
+    # build's (two target variants' differ); another model's artifact is not used
+    import dataclasses
+
+    from kiec.codegen import targets
+    _, model, graph_art = tiny
+    fresh = kiec.compile(model, str(tmp_path / "fresh"), mode="persistent")
+    capsys.readouterr()
+    like = kiec.compile(model, str(tmp_path / "like"), mode="persistent", weights_like=graph_art)
+    assert "copied from" in capsys.readouterr().err
+
+    def read(art):
+        with open(os.path.join(art, "weights.bin"), "rb") as fh:
+            return fh.read()
+    assert read(like) == read(fresh)
+    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_waits_previous_first=0))
+    variant = kiec.compile(model, str(tmp_path / "variant"), mode="persistent", weights_like=like)
+    monkeypatch.undo()
+    again = kiec.compile(model, str(tmp_path / "again"), mode="persistent")
+    assert read(variant) != read(like) and read(again) == read(like)  # (the variant orders its waits otherwise)
+    make_tiny_hf(tmp_path / "other", "llama")
+    other = kiec.load(str(tmp_path / "other"), dtype="bf16")
+    capsys.readouterr()
+    kiec.compile(other, str(tmp_path / "other_art"), weights_like=graph_art)
+    assert "copied from" not in capsys.readouterr().err
+
+
 def test_refused_target_writes_nothing(tmp_path):
     r = CliRunner().invoke(main, ["compile", "smollm2-135m", "-o", str(tmp_path / "out"), "--arch", "sm_75"])
     assert r.exit_code != 0 and "arch 'sm_75' has no target parameters" in r.output
