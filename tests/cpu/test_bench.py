@@ -66,7 +66,8 @@ def test_run_bench_times_each_context_and_peer(tmp_path, monkeypatch):
     import kiec.bench as kb
 
     calls = []
-    monkeypatch.setattr(kiec, "compile", lambda model, out, mode: calls.append(("compile", mode, model.max_seq_len)) or out)
+    monkeypatch.setattr(kiec, "compile", lambda model, out, mode, weights_like=None: calls.append(
+        ("compile", mode, model.max_seq_len, weights_like and os.path.basename(weights_like))) or out)
     monkeypatch.setattr(kb, "measure_ceilings", lambda work_dir: dict(read_tbps=4.5, copy_tbps=4.2, read_gb=4.0))
     monkeypatch.setattr(kb, "header", lambda *a: dict(model="smollm2-135m", dtype="bf16", prompt_len=32,
                                                        new_tokens=64, gpu="-", driver="-", torch="-", commit="-"))
@@ -85,7 +86,7 @@ def test_run_bench_times_each_context_and_peer(tmp_path, monkeypatch):
     rep = kb.run_bench("smollm2-135m", ["eager", "torch-compile"], 32, 64, [0, 8192], str(tmp_path),
                        json_path=str(tmp_path / "r.json"), log=lambda m: None, modes=("graph", "persistent"))
     need = 8192 + 64 + 32
-    assert calls == [("compile", "graph", need), ("compile", "persistent", need),
+    assert calls == [("compile", "graph", need, None), ("compile", "persistent", need, "smollm2-135m"),  # its tensors
                      ("kiec", "smollm2-135m", 0), ("kiec", "smollm2-135m-persistent", 0), ("kernels", 32),
                      ("eager", 0), ("torch-compile", 0),
                      ("kiec", "smollm2-135m", 8192), ("kiec", "smollm2-135m-persistent", 8192),
