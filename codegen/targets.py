@@ -132,19 +132,21 @@ TARGETS: dict[str, TargetParams] = {
                           # KB; scripts/code_size.py at 271523f): a layer runs ~130 KB of code, maybe more than the
                           # SM's instruction caches hold, so each phase may fetch its code from L2 under the weight
                           # stream's load. 2 keys a pass: attention 3,488, the kernel 9,216 (one pass still covers a
-                          # 64-key split). Not yet run (nor the profile's stall reasons for instruction fetch:
-                          # gpu_run.sh PROFILE_SECTIONS)
+                          # 64-key split). Not timed itself; the refetch it would save is small: a GEMV share after 256
+                          # KB of other code costs ~0.1 us more (gemv_compute.cu code cold/warm, 236e4bf)
                           persist_attn_keys=0,
                           # the same smaller step for short splits only (long ones keep 8 keys a pass and their
-                          # round trips); the same bits. Not yet run
+                          # round trips); the same bits. 236e4bf (ms): llama-3.2-1b 0.797-0.799 vs 0.803, smollm2-135m
+                          # 0.521-0.523 vs 0.536; qwen3-1.7b with waits together 1.193-1.195 vs 1.192. Not yet timed
+                          # with the pipeline
                           persist_attn_short_keys=0,
                           # several splits in use: each stores its partial, then arrives (an acq_rel add that waits
-                          # for the stores' acknowledgement, ~1 us loaded); the last to arrive loads all partials (a
-                          # round trip) and merges. With 1: the splits store their partials as tagged words and are
+                          # for the stores' acknowledgement, as a GEMV tile's release does, 1.2-1.4 us in the 3d07718
+                          # trace); the last to arrive loads all partials (a round trip) and merges. With 1: the splits store their partials as tagged words and are
                           # done; the split holding the new row (which wrote it to the cache) loads them until their
                           # tags are this step's and merges them with its own, in the same order (the same bits):
                           # one round trip less on every layer's chain where the context takes 2 splits or more
-                          # (from 64 keys). Not yet run
+                          # (from 64 keys), expected. Not yet run
                           persist_attn_owner_merges=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead

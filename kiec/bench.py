@@ -184,10 +184,14 @@ _OPEN: dict = {}
 
 
 def _engine(artifact: str):
+    """The artifact's Engine, opened once; a directory rebuilt at the same path (kiec.compile renames a new one
+    into place) is opened again, not served by the engine of the one it replaced."""
     from kiec.runtime import Engine
-    if ("engine", artifact) not in _OPEN:
-        _OPEN[("engine", artifact)] = Engine(artifact)
-    return _OPEN[("engine", artifact)]
+    st = os.stat(os.path.join(artifact, "manifest.json"))
+    key = ("engine", artifact, st.st_ino, st.st_mtime_ns)
+    if key not in _OPEN:
+        _OPEN[key] = Engine(artifact)
+    return _OPEN[key]
 
 
 def _torch_step(model, compiled: bool, max_seq_len: int):

@@ -75,7 +75,7 @@ def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
                   f"{1e3 / s.median_ms:.0f} tok/s MBU {nbytes / (s.median_ms * 1e-3) / (ceil * 1e12) * 100:.1f}%")
     if trace_pos is not None:
         traces(arts, trace_pos)
-    _release()  # the engines are cached by artifact path, which the next model's list reuses
+    _release()  # this list's engines and their GPU memory, before the next model's
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -155,13 +155,13 @@ class VM:
         if split is None:
             return False
         g, s, _, _ = split
-        key = (ins.kernel, g)
-        if s < self._in_use(ins, token) - 1 and self.merged.get(key, -1) < token - 1:
+        key, merger = (ins.kernel, g), s == self._in_use(ins, token) - 1
+        if not merger and self.merged.get(key, -1) < token - 1:
             raise ScheduleError(f"attention kernel {ins.kernel} head {g} split {s} wrote its partial at token {token} "
                                 f"before the merge of token {token - 1} read it (merged up to "
                                 f"{self.merged.get(key, -1)})")
         self._attention_split(ins, token, k)
-        if s < self._in_use(ins, token) - 1:
+        if not merger:
             return False
         self._combine(ins, token, k)
         self.merged[key] = token
@@ -173,13 +173,11 @@ class VM:
     def _partials_missing(self, ins: Instr, token: int) -> bool:
         """Schedule.owner_merges: the merging split's tagged loads wait until the other splits' partials carry this
         token's tag."""
-        split = self._split(ins, token)
         used = self._in_use(ins, token)
-        if split is None or split[1] != used - 1:
+        if ins.tile % self.s.splits[ins.kernel] != used - 1:  # not the merging split (or not in use)
             return False
-        k = self.p.kernels[ins.kernel]
-        want = self.producer[partials(k)] * 1_000_000 + token
-        return not bool((self.parts[ins.kernel]["stamp"][split[0], :used - 1] == want).all())
+        want = self.producer[partials(self.p.kernels[ins.kernel])] * 1_000_000 + token
+        return not bool((self.parts[ins.kernel]["stamp"][ins.lo, :used - 1] == want).all())
 
     def _split(self, ins: Instr, token: int) -> tuple[int, int, int, int] | None:
         """(KV head g = ins.lo, split s, and its rows [lo, hi) of the context at `token`); None when the context

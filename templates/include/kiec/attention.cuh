@@ -107,8 +107,8 @@ __device__ __forceinline__ void prefetch_split_l2(const T* cache, int kv_heads, 
 // next pass's K and V rows are loaded before this pass's scores, so a slice of several passes waits for one round
 // trip of loads instead of one a pass (twice the registers for them: codegen halves U). SOFTCAP false: the model
 // has no logit softcap, and the step leaves out its tanhf (inlined GROUP x U times: 936 of the 6,312 instructions of
-// llama-3.2-1b's persistent attention case, scripts/code_size.py before and at 271523f; that code competes with the
-// GEMVs' for the instruction caches).
+// llama-3.2-1b's persistent attention case, scripts/code_size.py before and at 271523f; without it the kernel ran
+// 0.804 vs 0.825 ms on llama-3.2-1b, gpu_run.sh's AB in one call at 236e4bf).
 // U_SHORT > 0 (persist_attn_short_keys): a slice that one pass of U_SHORT keys covers runs that pass instead (the
 // same rows in the same order: the same bits), so a short context runs a step unrolled U_SHORT times, not U
 // times, and the longer step's code stays out of the instruction caches.
@@ -369,24 +369,13 @@ __device__ __forceinline__ void attention_store_tagged(const AttentionSmem<HEAD_
 // (attention_store_tagged; each one loaded again until it carries `tag`), merged in split order with its own last,
 // the fold attention_combine makes over the stored partials (so the same bits); loads 8 splits at a time, then
 // each stale word again. KV head g's output to `out` (tagged words with `out_tag` when TAGGED).
-// A split whose step the host stopped never writes its partial: the loads look at `stop_pos` every 64 and, when
-// it is at or before `pos`, set *stopped (shared) and give up (the output is then garbage, and the step ends).
+// A split whose step the host stopped never writes its partial: tagged_value looks at `stop_pos` (and sets
+// *stopped, shared) while it waits.
 template <int HEAD_DIM, int GROUP, int WARPS, int SPLITS, bool TAGGED>
 __device__ __forceinline__ void attention_merge_owned(const AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, int g, int active,
                                                       const float* part_o, const float* part_ml, float* out,
                                                       unsigned tag, unsigned out_tag, const int* stop_pos, int pos,
                                                       volatile int* stopped) {
-  auto value = [&](unsigned long long w, const float* v2, int i) {  // tagged_value's bound too: a NaN, not a hang
-    for (unsigned spins = 1; (unsigned)(w >> 32) != tag; ++spins) {
-      if (spins % 64 == 0 && *(const volatile int*)stop_pos <= pos) {
-        *stopped = 1;
-        break;
-      }
-      if (spins == 1u << 20) return __uint_as_float(0x7fffffffu);
-      w = ld_tagged(v2, i);
-    }
-    return __uint_as_float((unsigned)w);
-  };
   constexpr int BATCH = 8;
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) {
     const int h = i / HEAD_DIM, d = i % HEAD_DIM;
@@ -406,8 +395,9 @@ __device__ __forceinline__ void attention_merge_owned(const AttentionSmem<HEAD_D
       for (int b = 0; b < BATCH; ++b) {
         const int slot = (g * SPLITS + s0 + b) * GROUP + h;
         if (s0 + b < active - 1)
-          fold_partial(mx, lsum, o, value(wm[b], part_ml, slot * 2), value(wl[b], part_ml, slot * 2 + 1),
-                       value(wo[b], part_o, slot * HEAD_DIM + d));
+          fold_partial(mx, lsum, o, tagged_value(wm[b], part_ml, slot * 2, tag, stop_pos, pos, stopped),
+                       tagged_value(wl[b], part_ml, slot * 2 + 1, tag, stop_pos, pos, stopped),
+                       tagged_value(wo[b], part_o, slot * HEAD_DIM + d, tag, stop_pos, pos, stopped));
       }
     }
     float ms, ls, os;  // this split's own partial, as attention_store computes it
