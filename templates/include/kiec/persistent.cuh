@@ -39,8 +39,8 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 
 // attention_tile's end with OWNER: `slice(sm)` runs the split's attention_slice. A split below the last active
 // one hands its partial over as tagged words (the tag: this step's of the phase) and is done; the last merges
-// them (or, alone, writes the output) and bumps the phase counter (relaxed with TAGGED, then its arrival releases
-// the cache row it wrote).
+// them (or, alone, writes the output) and bumps the phase counter (relaxed with TAGGED), then, with tagged words
+// anywhere (KIEC_TAGGED), arrives: the release of the cache row it wrote.
 template <int HEAD_DIM, int GROUP, int WARPS, int SPLITS, bool TAGGED, typename Slice>
 __device__ __forceinline__ bool owner_merges(const Turn& u, float* smem, Slice&& slice, int g, int split, int active,
                                              float* part_o, float* part_ml, float* out, unsigned* arrive) {
@@ -61,7 +61,9 @@ __device__ __forceinline__ bool owner_merges(const Turn& u, float* smem, Slice&&
   sync_block();
   if (stopped) return false;
   signal_done<TAGGED>(u);
-  if (TAGGED && threadIdx.x == 0) red_release(arrive + g);  // after signal_done's barrier: every thread's stores
+  // With tagged words anywhere (KIEC_TAGGED, persist_tagged 1 as well as 2) the next step's splits acquire the cache
+  // row through this arrival (attention_tile's wait_inputs): after signal_done's barrier, so every thread's stores
+  if (KIEC_TAGGED && threadIdx.x == 0) red_release(arrive + g);
   return true;
 }
 
@@ -79,8 +81,8 @@ __device__ __forceinline__ bool owner_merges(const Turn& u, float* smem, Slice&&
 // OWNER (persist_attn_owner_merges): no arrivals for the merge; the split that holds row pos merges, reading the
 // others' partials as tagged words (attention_store_tagged, attention_merge_owned): a split's partial no longer
 // waits for its stores' acknowledgement before the merge can start, and the merge's loads are the wait. Splits
-// the context is too short for only wait. With TAGGED, the merging split alone arrives (a release after its
-// stores, for the cache row it wrote: the next step's splits acquire it), once a step.
+// the context is too short for only wait. With KIEC_TAGGED (tags 1 or 2), the merging split alone arrives (a
+// release after its stores, for the cache row it wrote: the next step's splits acquire it), once a step.
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0, bool OWNER = false>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
