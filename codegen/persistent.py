@@ -43,17 +43,25 @@ def template_tail(values: list, defaults: list) -> str:
     return "".join(f", {str(v).lower()}" for v in values)
 
 
+def tag_level(program: Program, target: TargetParams) -> int:
+    """persist_tagged for this model: 0 where its width (the embedding's row) is below persist_tagged_min_width."""
+    widths = [program.graph.params[k.table].type.shape[1] for k in program.kernels if isinstance(k, EmbedKernel)]
+    if widths and max(widths) < target.persist_tagged_min_width:
+        return 0
+    return target.persist_tagged
+
+
 class _PersistentEmitter(_Emitter):
     """Lays out the weights like graph mode; instead of launches it writes one dispatch case per kernel."""
 
     def __init__(self, program: Program, dtype: str, max_seq_len: int, target: TargetParams):
         # persist_tagged: the values handed over as tagged words (the base class lays them out in the arena)
-        self.tags = tag_plan(program, attention=target.persist_tagged >= 2) if target.persist_tagged else None
+        level = tag_level(program, target)
+        self.tags = tag_plan(program, attention=level >= 2) if level else None
         super().__init__(program, dtype, max_seq_len, target)
         t = target
         self.sched: Schedule = schedule(program, t.sms, slot_of=dict(self.arena), min_keys=t.attn_min_keys,
-                                        previous_first=bool(t.persist_waits_previous_first), tags=self.tags,
-                                        owner_merges=bool(t.persist_attn_owner_merges))
+                                        previous_first=bool(t.persist_waits_previous_first), tags=self.tags)
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):
             self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)
@@ -70,12 +78,11 @@ class _PersistentEmitter(_Emitter):
         return frozenset(self.tags.writer) if self.tags else frozenset()
 
     def scratch(self) -> dict[str, int]:
-        """Each layer's attention partials get their own region, so that layers never wait on each other's
-        (twice the floats when the splits hand them over as tagged words: persist_attn_owner_merges)."""
-        out, words = {}, 2 if self.t.persist_attn_owner_merges else 1
+        """Each layer's attention partials get their own region, so that layers never wait on each other's."""
+        out = {}
         for k in self.attn:
             slots = self.partial_slots(k)
-            out[partials(k) + ".o"], out[partials(k) + ".ml"] = slots * k.head_dim * words, slots * 2 * words
+            out[partials(k) + ".o"], out[partials(k) + ".ml"] = slots * k.head_dim, slots * 2
         return out
 
     def partial_slots(self, k: AttentionKernel) -> int:
@@ -144,9 +151,8 @@ class _PersistentEmitter(_Emitter):
         if self.tagged(k.qkv) != self.tagged(a.out):
             raise ValueError(f"{k.name}: its input and output are tagged alike or not at all (tag_plan)")
         short = t.persist_attn_short_keys if 0 < t.persist_attn_short_keys < keys else 0
-        tmpl += template_tail([self.tagged(k.qkv), bool(t.persist_attn_pipeline), bool(a.softcap > 0), short,
-                               bool(t.persist_attn_owner_merges)],
-                              [False, False, True, 0, False])  # TAGGED, PIPE, SOFTCAP, U_SHORT, OWNER
+        tmpl += template_tail([self.tagged(k.qkv), bool(t.persist_attn_pipeline), bool(a.softcap > 0), short],
+                              [False, False, True, 0])  # TAGGED, PIPE, SOFTCAP, U_SHORT
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",

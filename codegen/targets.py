@@ -37,9 +37,9 @@ class TargetParams:
     persist_attn_pipeline: int  # persistent: 1: attention loads its next K/V pass while it computes this one
     persist_attn_keys: int  # persistent: keys a pass per lane group (attention's unrolled step); 0: graph mode's
     persist_attn_short_keys: int  # persistent: > 0: a split one pass of this many keys covers runs that pass
-    persist_attn_owner_merges: int  # persistent: 1: the split holding the new row merges the others' tagged partials
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
+    persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
     # persistent, a timing probe, never for use: 1: a tile moves its counter with a relaxed add, without waiting for
     # its stores' acknowledgement, so a consumer may read stale data (tokens may be wrong). It times the handover a
     # tagged design would have (consumers checking their data's tags instead of the counter's release)
@@ -137,17 +137,11 @@ TARGETS: dict[str, TargetParams] = {
                           persist_attn_keys=0,
                           # the same smaller step for short splits only (long ones keep 8 keys a pass and their
                           # round trips); the same bits. 236e4bf (ms): llama-3.2-1b 0.797-0.799 vs 0.803, smollm2-135m
-                          # 0.521-0.523 vs 0.536; qwen3-1.7b with waits together 1.193-1.195 vs 1.192. Not yet timed
-                          # with the pipeline
-                          persist_attn_short_keys=0,
-                          # several splits in use: each stores its partial, then arrives (an acq_rel add that waits
-                          # for the stores' acknowledgement, as a GEMV tile's release does, 1.2-1.4 us in the 3d07718
-                          # trace); the last to arrive loads all partials (a round trip) and merges. With 1: the splits store their partials as tagged words and are
-                          # done; the split holding the new row (which wrote it to the cache) loads them until their
-                          # tags are this step's and merges them with its own, in the same order (the same bits):
-                          # one round trip less on every layer's chain where the context takes 2 splits or more
-                          # (from 64 keys), expected. Not yet run
-                          persist_attn_owner_merges=0,
+                          # 0.521-0.523 vs 0.536; qwen3-1.7b with waits together 1.193-1.195 vs 1.192. With the
+                          # pipeline and waits together, cf171d6 (ms, two rounds): llama-3.2-1b (tags 2) 0.762-0.764
+                          # vs 0.767-0.768, at 8192 0.907 vs 0.914, qwen3-1.7b 1.119-1.121 vs 1.119-1.122,
+                          # smollm2-135m (tags 0) 0.507 vs 0.515; on by default
+                          persist_attn_short_keys=2,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
                           # (ir/passes/persistent.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b
@@ -157,8 +151,12 @@ TARGETS: dict[str, TargetParams] = {
                           # waits together (and the pipeline): llama-3.2-1b 2 0.771-0.775 vs 0.803-0.808; qwen3-1.7b 2
                           # 1.120-1.123 vs 1.197-1.201; llama-3.1-8b 2 (+pipeline) 4.114-4.116 vs 4.123-4.125;
                           # smollm2-135m 2 (+pipeline) 0.526 vs 0.536; llama-3.2-1b at 8192 1 (+pipeline) 0.917-0.920
-                          # vs 0.963-0.965 (2 not yet timed there). Level 1 by default
-                          persist_tagged=1,
+                          # vs 0.963-0.965 (2 not yet timed there). 2026-11-30 eighth session at cf171d6, with the
+                          # pipeline and waits together (ms, two rounds): tags 2 vs 1 llama-3.2-1b 0.767-0.768 vs
+                          # 0.782, at 8192 0.914 vs 0.920-0.922, qwen3-1.7b 1.119-1.122 vs 1.148-1.150; smollm2-135m
+                          # tags 0 0.515 vs 1 0.529. So 2, except below a width of 1024 (smollm2-135m's 576: 0; no
+                          # model between 576 and 2048 timed, so where the line really lies is not known)
+                          persist_tagged=2, persist_tagged_min_width=1024,
                           # without previous_first: 0.772-0.773 vs 0.826-0.829 on 1B, smollm2 0.527 vs 0.566
                           persist_probe_relaxed_signal=0),
 }

@@ -11,6 +11,8 @@ from tests.tiny_hf import make_tiny_hf  # noqa: E402
 
 if __name__ == "__main__":
     art, mode = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "persistent"
-    targets.TARGETS["sm_90"] = targets.with_fields(targets.TARGETS["sm_90"], dict(c.split("=") for c in sys.argv[3:]))
+    # the tag level the large models get (persist_tagged), not the one a 2-layer model's width gives
+    fields = {"persist_tagged_min_width": "0", **dict(c.split("=") for c in sys.argv[3:])}
+    targets.TARGETS["sm_90"] = targets.with_fields(targets.TARGETS["sm_90"], fields)
     make_tiny_hf(art + "-hf", "llama")
     kiec.compile(kiec.load(art + "-hf", dtype="bf16", max_seq_len=64), art, mode=mode)

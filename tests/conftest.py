@@ -17,3 +17,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
         if "multigpu" in item.keywords and n < 2:
             item.add_marker(pytest.mark.skip(reason="needs two CUDA GPUs"))
+
+
+@pytest.fixture(autouse=True)
+def _tags_at_any_width(monkeypatch):
+    """The tests' tiny models run the tag level the large models get (persist_tagged), not the one their width
+    would give them (persist_tagged_min_width: test_compile checks that rule on its own)."""
+    import dataclasses
+
+    from kiec.codegen import targets
+    monkeypatch.setitem(targets.TARGETS, "sm_90",
+                        dataclasses.replace(targets.TARGETS["sm_90"], persist_tagged_min_width=0))

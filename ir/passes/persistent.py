@@ -7,8 +7,7 @@ logits (argmax or a seeded draw), checks EOS and the length, and hands the token
 embedding. Attention is cut into (KV head, split) tiles over the KV length, so that attention at long context
 spreads over the SMs; each split writes a partial and arrives on its KV head's arrival counter, and the split
 that arrives last merges the partials and bumps the phase counter: the phase completes once per KV head, one
-hop after the splits, with no separate combine phase to wait on. (Schedule.owner_merges: the split holding the
-new row merges instead, loading the others' partials as tagged words; the same tiles and waits.)
+hop after the splits, with no separate combine phase to wait on.
 
 Dependencies come from the dataflow, not from kernel order: an instruction waits for every kernel that
 wrote a value it reads (read after write) and for every kernel that still reads the buffer slot it is about
@@ -53,7 +52,6 @@ class Schedule:
     phases: list[tuple[int, str]] = field(default_factory=list)  # counter -> (kernel, opcode)
     splits: dict[int, int] = field(default_factory=dict)  # attention kernel -> splits over the KV length
     min_keys: int = 64  # rows a split takes at least (simulate.split_rows)
-    owner_merges: bool = False  # attention: the split holding the new row merges the others' partials (no arrivals)
 
 
 def phases(program: Program) -> list[tuple[int, str]]:
@@ -245,16 +243,15 @@ def gemv_shares(n: int, sms: int, first_sm: int = 0) -> list[tuple[int, int, int
 
 def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None,
              min_keys: int = 64, max_splits: int = 64, previous_first: bool = False,
-             tags: TagPlan | None = None, owner_merges: bool = False) -> Schedule:
+             tags: TagPlan | None = None) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
     polled in order, one round trip each at least: previous_first puts the previous token's (long reached when
     the tile gets there) before this token's, so that their round trips pass while this token's producer still
     runs instead of after it. tags: the tagged values' plan (tag_plan), whose untagged reads wait on their
-    writers directly. owner_merges: each KV head's merge is made by the split that holds the new row, once the
-    other splits' partials are there (the VM checks it); the tiles and waits are the same."""
-    sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys, owner_merges)
+    writers directly."""
+    sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys)
     deps = reduce_waits(dependencies(program, slot_of))
     if tags is not None:
         deps = direct_waits(program, deps, tags)

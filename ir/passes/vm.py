@@ -88,8 +88,6 @@ class VM:
                 env[k.residual] = full
             out = gemv_rows(k, collections.ChainMap(env, self.w), ins.lo, ins.hi)
             self.write(ins, token, k.out, ins.lo, out)
-        elif ins.opcode == "attention" and self.s.owner_merges:
-            return self._owner_attention(ins, token, k)
         elif ins.opcode == "attention":
             self._attention_split(ins, token, k)
             key, want = (ins.kernel, ins.lo), self.arrivals(ins.kernel)
@@ -147,38 +145,6 @@ class VM:
         part["o"][g, s], part["m"][g, s], part["l"][g, s] = o, m, l
         part["stamp"][g, s] = ins.counter * 1_000_000 + token
 
-    def _owner_attention(self, ins: Instr, token: int, k: AttentionKernel) -> bool:
-        """Schedule.owner_merges: a split below the last in use leaves its partial (whose slot the previous token's
-        merge must have read by then); the last, which holds the new row, merges once the others' partials of this
-        token are there (ready() holds it back until then) and bumps the phase counter."""
-        split = self._split(ins, token)
-        if split is None:
-            return False
-        g, s, _, _ = split
-        key, merger = (ins.kernel, g), s == self._in_use(ins, token) - 1
-        if not merger and self.merged.get(key, -1) < token - 1:
-            raise ScheduleError(f"attention kernel {ins.kernel} head {g} split {s} wrote its partial at token {token} "
-                                f"before the merge of token {token - 1} read it (merged up to "
-                                f"{self.merged.get(key, -1)})")
-        self._attention_split(ins, token, k)
-        if not merger:
-            return False
-        self._combine(ins, token, k)
-        self.merged[key] = token
-        return True
-
-    def _in_use(self, ins: Instr, token: int) -> int:
-        return len(split_rows(self.p.kernels[ins.kernel], token, self.s.splits[ins.kernel], self.s.min_keys))
-
-    def _partials_missing(self, ins: Instr, token: int) -> bool:
-        """Schedule.owner_merges: the merging split's tagged loads wait until the other splits' partials carry this
-        token's tag."""
-        used = self._in_use(ins, token)
-        if ins.tile % self.s.splits[ins.kernel] != used - 1:  # not the merging split (or not in use)
-            return False
-        want = self.producer[partials(self.p.kernels[ins.kernel])] * 1_000_000 + token
-        return not bool((self.parts[ins.kernel]["stamp"][ins.lo, :used - 1] == want).all())
-
     def _split(self, ins: Instr, token: int) -> tuple[int, int, int, int] | None:
         """(KV head g = ins.lo, split s, and its rows [lo, hi) of the context at `token`); None when the context
         is too short for split s."""
@@ -217,9 +183,7 @@ class VM:
 
     # -- the machine
     def ready(self, ins: Instr, token: int) -> bool:
-        if not all(self.counters[w.counter] >= w.tiles * (token if w.previous else token + 1) for w in ins.waits):
-            return False
-        return not (self.s.owner_merges and ins.opcode == "attention" and self._partials_missing(ins, token))
+        return all(self.counters[w.counter] >= w.tiles * (token if w.previous else token + 1) for w in ins.waits)
 
     def run(self, prompt: list[int], steps: int, policy: str = "eager", seed: int = 0,
             sampling: SamplingParams | None = None, eos: tuple[int, ...] = ()) -> list[torch.Tensor]:
@@ -231,7 +195,6 @@ class VM:
         self.sampling, self.eos, self.stop, self.generated = sampling or SamplingParams(), set(eos), steps, []
         self.tokens: dict[int, tuple[int, int]] = {}  # token index -> (id, stamp of the select that chose it)
         self.arrived: dict[tuple[int, int], int] = {}  # (attention kernel, KV head) -> splits arrived, all tokens
-        self.merged: dict[tuple[int, int], int] = {}  # owner_merges: (attention kernel, KV head) -> last token merged
         lists = self.s.lists
         pc = [0] * len(lists)
         tok = [0] * len(lists)
@@ -246,9 +209,8 @@ class VM:
                 ins = lists[i][pc[i]]
                 blocked = [w for w in ins.waits
                            if self.counters[w.counter] < w.tiles * (tok[i] if w.previous else tok[i] + 1)]
-                on = f"counter {blocked[0].counter}" if blocked else "the other splits' partials"
                 raise ScheduleError(f"deadlock: SM {i} at token {tok[i]} waits in {ins.opcode} kernel {ins.kernel} "
-                                    f"tile {ins.tile} on {on}")
+                                    f"tile {ins.tile} on counter {blocked[0].counter}")
             i = max(ready, key=lambda j: (tok[j], lists[j][pc[j]].counter)) if policy == "eager" else rng.choice(ready)
             ins = lists[i][pc[i]]
             if self.execute(ins, tok[i], prompt):

@@ -91,9 +91,9 @@ def test_weights_like_copies_the_model_tensors_and_writes_the_schedule(tiny, tmp
         with open(os.path.join(art, "weights.bin"), "rb") as fh:
             return fh.read()
     assert read(like) == read(fresh)
-    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_waits_previous_first=0))
-    variant = kiec.compile(model, str(tmp_path / "variant"), mode="persistent", weights_like=like)
-    monkeypatch.undo()
+    with pytest.MonkeyPatch.context() as mp:  # (monkeypatch.undo would undo conftest's patch too)
+        mp.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_waits_previous_first=0))
+        variant = kiec.compile(model, str(tmp_path / "variant"), mode="persistent", weights_like=like)
     again = kiec.compile(model, str(tmp_path / "again"), mode="persistent")
     assert read(variant) != read(like) and read(again) == read(like)  # (the variant orders its waits otherwise)
     make_tiny_hf(tmp_path / "other", "llama")
@@ -229,6 +229,26 @@ def test_tagged_words_compile_with_their_flags_per_tile(tmp_path, monkeypatch, l
     assert "#define KIEC_TAGGED 1" in text
 
 
+def test_narrow_models_get_no_tags(tmp_path):
+    # persist_tagged_min_width: a model whose embedding row is narrower than it runs tags 0 (smollm2-135m's 576
+    # timed faster without), a wider one the table's level; the emitter's plan follows
+    import dataclasses
+
+    from kiec.codegen.persistent import _PersistentEmitter, tag_level
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    program = pipeline.run(model.graph)
+    for width, want in [(257, 0), (256, 2), (0, 2)]:
+        t = dataclasses.replace(target("sm_90"), persist_tagged=2, persist_tagged_min_width=width)
+        assert tag_level(program, t) == want
+        e = _PersistentEmitter(program, "bf16", model.max_seq_len, t)
+        assert (e.tags is None) == (want == 0)
+        assert bool(e.tags and e.tagged(next(k.qkv for k in program.kernels if hasattr(k, "qkv")))) == (want == 2)
+    assert tag_level(program, dataclasses.replace(target("sm_90"), persist_tagged=1, persist_tagged_min_width=0)) == 1
+
+
 def test_waits_polled_together_compile_and_poll_a_lane_a_wait(tmp_path, monkeypatch):
     # persist_waits_together: warp 0's lanes poll an instruction's waits at once (wait_inputs); the kernel builds
     import dataclasses
@@ -262,7 +282,8 @@ def test_attention_pipeline_halves_the_keys_a_pass_and_sets_its_flag(tmp_path, t
     program = pipeline.run(model.graph)
     args = {}
     for pipe in (0, 1):
-        t = dataclasses.replace(target("sm_90"), persist_attn_pipeline=pipe, persist_tagged=tagged)
+        t = dataclasses.replace(target("sm_90"), persist_attn_pipeline=pipe, persist_tagged=tagged,
+                                persist_attn_short_keys=0)
         text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
         args[pipe] = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")]
     assert int(args[1][8]) == int(args[0][8]) // 2  # U
@@ -273,38 +294,10 @@ def test_attention_pipeline_halves_the_keys_a_pass_and_sets_its_flag(tmp_path, t
     capped = dataclasses.replace(program, kernels=[
         dataclasses.replace(k, attention=dataclasses.replace(k.attention, softcap=30.0))
         if isinstance(k, AttentionKernel) else k for k in program.kernels])
-    t = dataclasses.replace(target("sm_90"), persist_tagged=tagged, persist_attn_pipeline=0)
+    t = dataclasses.replace(target("sm_90"), persist_tagged=tagged, persist_attn_pipeline=0, persist_attn_short_keys=0)
     text = emit_persistent(capped, "bf16", model.max_seq_len, t, "x").files["model.cu"]
     assert [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")][10:] == (
         ["true"] if tagged else [])
-
-
-def test_owner_merges_sets_its_flag_and_doubles_the_partials(tmp_path):
-    # persist_attn_owner_merges: attention_tile's OWNER after U_SHORT, the schedule told (the VM's merge), and the
-    # partials' regions twice the floats (8-byte tagged words)
-    import dataclasses
-    import re
-
-    from kiec.codegen.persistent import _PersistentEmitter, emit_persistent
-    from kiec.codegen.targets import target
-    from kiec.ir.passes import pipeline
-    from kiec.ir.passes.persistent import partials
-    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
-    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
-    program = pipeline.run(model.graph)
-    base = dataclasses.replace(target("sm_90"), persist_attn_pipeline=0, persist_tagged=0)
-    args, scratch = {}, {}
-    for owner in (0, 1):
-        t = dataclasses.replace(base, persist_attn_owner_merges=owner)
-        text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
-        args[owner] = re.search(r"attention_tile<([^>]*)>", text).group(1).split(", ")[10:]
-        e = _PersistentEmitter(program, "bf16", model.max_seq_len, t)
-        assert e.sched.owner_merges == bool(owner)
-        scratch[owner] = e.scratch()
-    assert args == {0: ["false", "false", "false"], 1: ["false", "false", "false", "0", "true"]}
-    attn = next(k for k in program.kernels if type(k).__name__ == "AttentionKernel")
-    for part in (".o", ".ml"):
-        assert scratch[1][partials(attn) + part] == 2 * scratch[0][partials(attn) + part] > 0
 
 
 def test_attention_keys_a_pass_can_be_set(tmp_path):

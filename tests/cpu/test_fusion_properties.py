@@ -49,15 +49,13 @@ def test_fused_program_equals_the_graph(cfg, seed):
 
 
 @settings(max_examples=15, deadline=None)
-@given(configs(), st.integers(0, 10**6), st.integers(1, 9), st.booleans())
-def test_persistent_schedule_on_a_random_interleaving(cfg, seed, sms, owner_merges):
-    # owner_merges: attention's merge by the split holding the new row (persist_attn_owner_merges) or the last arrival
+@given(configs(), st.integers(0, 10**6), st.integers(1, 9))
+def test_persistent_schedule_on_a_random_interleaving(cfg, seed, sms):
     g = build_graph(cfg, "h", "f32", 8)
     prog = pipeline.run(g)
     offsets, floats = plan_buffers(prog, {})
     w = weights_of(g, seed)
-    sched = schedule(prog, sms, tile_rows=8, slot_of=offsets, min_keys=1, owner_merges=owner_merges)
-    got = VM(sched, w, offsets, floats).run([1, 2], 4, "random", seed)
+    got = VM(schedule(prog, sms, tile_rows=8, slot_of=offsets, min_keys=1), w, offsets, floats).run([1, 2], 4, "random", seed)
     env = {s.name: torch.full(s.type.shape, float("nan")) for s in g.states.values()}
     tokens = [1, 2]
     for t in range(4):

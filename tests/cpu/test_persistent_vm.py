@@ -14,15 +14,14 @@ from kiec.ir.passes.vm import VM, ScheduleError
 from tests.tiny_hf import make_tiny_hf
 
 
-def setup(tmp_path, family="qwen3", sms=7, min_keys=2, previous_first=False, owner_merges=False):
+def setup(tmp_path, family="qwen3", sms=7, min_keys=2, previous_first=False):
     # min_keys 2: from the 4th token on, attention spreads over 2-3 splits per KV head, merged by the last
     make_tiny_hf(tmp_path, family)
     m = kiec.load(str(tmp_path), max_seq_len=16)
     prog = pipeline.run(m.graph)
     offsets, floats = plan_buffers(prog, {})
     slots = {v: o for v, o in offsets.items()}
-    sched = schedule(prog, sms, tile_rows=32, slot_of=slots, min_keys=min_keys, previous_first=previous_first,
-                     owner_merges=owner_merges)
+    sched = schedule(prog, sms, tile_rows=32, slot_of=slots, min_keys=min_keys, previous_first=previous_first)
     weights = {n: m.weights[n].float() for n in m.graph.params}
     return m, prog, sched, weights, offsets, floats
 
@@ -97,38 +96,6 @@ def test_a_merge_before_every_split_arrived_is_caught(tmp_path, monkeypatch):
     monkeypatch.setattr(VM, "arrivals", lambda self, kernel: self.s.splits[kernel] - 1)
     with pytest.raises(ScheduleError, match=r"attention kernel \d+ head \d+ \(token \d+\) merged partials of attention"):
         VM(sched, weights, offsets, floats).run([5, 17, 99, 4, 8], 6, "eager")
-
-
-@pytest.mark.parametrize("policy,seed", [("eager", 0), ("random", 5), ("random", 6)])
-def test_owner_merges_computes_the_graph_on_any_interleaving(tmp_path, policy, seed):
-    # persist_attn_owner_merges: the split holding the new row merges once the others' partials are there
-    m, prog, sched, weights, offsets, floats = setup(tmp_path, owner_merges=True)
-    prompt, steps = [5, 17, 99], 7
-    got = VM(sched, weights, offsets, floats).run(prompt, steps, policy, seed)
-    for t, (a, b) in enumerate(zip(got, reference_logits(m, prompt, steps))):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
-
-
-def test_an_owner_merge_before_the_partials_is_caught(tmp_path, monkeypatch):
-    m, prog, sched, weights, offsets, floats = setup(tmp_path, owner_merges=True)
-    # the merging split's tagged loads wait for this token's partials; without that wait it merges stale ones
-    monkeypatch.setattr(VM, "_partials_missing", lambda self, ins, token: False)
-    with pytest.raises(ScheduleError, match=r"attention kernel \d+ head \d+ \(token \d+\) merged partials of attention"):
-        VM(sched, weights, offsets, floats).run([5, 17, 99, 4, 8], 6, "eager")
-
-
-def test_a_partial_written_before_the_last_merge_read_it_is_caught(tmp_path):
-    m, prog, sched, weights, offsets, floats = setup(tmp_path, owner_merges=True)
-    # the schedule's waits always order it (a split's inputs come after the previous token's output): the check
-    # itself, on a VM whose record says head 0's last merge was two tokens back
-    vm = VM(sched, weights, offsets, floats)
-    vm.run([5, 17, 99, 4, 8], 5, "eager")
-    attn = first_attention(prog)
-    split0 = next(ins for lst in sched.lists for ins in lst if ins.kernel == attn and ins.lo == 0 and ins.tile == 0)
-    vm.merged[(attn, 0)] = 2
-    with pytest.raises(ScheduleError, match=rf"attention kernel {attn} head 0 split 0 wrote its partial at token 4 "
-                                            r"before the merge of token 3 read it"):
-        vm.execute(split0, 4, [5, 17, 99, 4, 8])
 
 
 def test_a_missing_wait_on_the_previous_token_is_caught(tmp_path):

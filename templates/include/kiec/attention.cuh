@@ -298,33 +298,6 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   sync_block();
 }
 
-// (mx, lsum, o) with one more split's partial (ms, ls, os) folded in (the online softmax's merge).
-__device__ __forceinline__ void fold_partial(float& mx, float& lsum, float& o, float ms, float ls, float os) {
-  const float mn = fmaxf(mx, ms);
-  const float c_old = mx == -INFINITY ? 0.f : __expf(mx - mn), c_new = ms == -INFINITY ? 0.f : __expf(ms - mn);
-  lsum = lsum * c_old + ls * c_new;
-  o = o * c_old + os * c_new;
-  mx = mn;
-}
-
-// Element d of query head h of the split's partial: the block's warps' (m, l, o) in sm merged (m, l and the
-// unnormalized o).
-template <int HEAD_DIM, int GROUP, int WARPS>
-__device__ __forceinline__ void warps_partial(const AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, int h, int d, float& mx,
-                                              float& lsum, float& o) {
-  mx = -INFINITY;
-#pragma unroll
-  for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, sm.wm[w][h]);
-  lsum = 0.f;
-  o = 0.f;
-#pragma unroll
-  for (int w = 0; w < WARPS; ++w) {
-    const float c = mx == -INFINITY ? 0.f : __expf(sm.wm[w][h] - mx);
-    lsum += sm.wl[w][h] * c;
-    o += sm.wo[w][h][d] * c;
-  }
-}
-
 // Merge the warps of a slice: with one split in use the block writes the output, with several its partial
 // (o not yet divided by l, and m, l per head) at slot (g, split). TAGGED: the output as tagged words with `tag`.
 template <int HEAD_DIM, int GROUP, int WARPS, int SPLITS, bool TAGGED = false>
@@ -333,8 +306,16 @@ __device__ __forceinline__ void attention_store(const AttentionSmem<HEAD_DIM, GR
                                                 unsigned tag = 0) {
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) {
     const int h = i / HEAD_DIM, d = i % HEAD_DIM;
-    float mx, lsum, o;
-    warps_partial(sm, h, d, mx, lsum, o);
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, sm.wm[w][h]);
+    float lsum = 0.f, o = 0.f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      const float c = mx == -INFINITY ? 0.f : __expf(sm.wm[w][h] - mx);
+      lsum += sm.wl[w][h] * c;
+      o += sm.wo[w][h][d] * c;
+    }
     if (active == 1) {
       if (TAGGED) st_tagged(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, tag);
       else out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
@@ -343,67 +324,6 @@ __device__ __forceinline__ void attention_store(const AttentionSmem<HEAD_DIM, GR
     const size_t slot = ((size_t)g * SPLITS + split) * GROUP + h;
     part_o[slot * HEAD_DIM + d] = o;
     if (d == 0) { part_ml[slot * 2] = mx; part_ml[slot * 2 + 1] = lsum; }
-  }
-}
-
-// persist_attn_owner_merges: split `split` (< active - 1) of KV head g hands its partial to the split that holds row
-// pos as tagged words (part_o and part_ml then hold 8-byte words, common.cuh: st_tagged) carrying `tag`: the same
-// values attention_store writes, without the arrival that would wait for their acknowledgement.
-template <int HEAD_DIM, int GROUP, int WARPS, int SPLITS>
-__device__ __forceinline__ void attention_store_tagged(const AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, int g, int split,
-                                                       float* part_o, float* part_ml, unsigned tag) {
-  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) {
-    const int h = i / HEAD_DIM, d = i % HEAD_DIM;
-    float mx, lsum, o;
-    warps_partial(sm, h, d, mx, lsum, o);
-    const int slot = (g * SPLITS + split) * GROUP + h;
-    st_tagged(part_o, slot * HEAD_DIM + d, o, tag);
-    if (d == 0) {
-      st_tagged(part_ml, slot * 2, mx, tag);
-      st_tagged(part_ml, slot * 2 + 1, lsum, tag);
-    }
-  }
-}
-
-// The split that holds row pos (the last of `active` > 1): its own partial from sm, the others' as tagged words
-// (attention_store_tagged; each one loaded again until it carries `tag`), merged in split order with its own last,
-// the fold attention_combine makes over the stored partials (so the same bits); loads 8 splits at a time, then
-// each stale word again. KV head g's output to `out` (tagged words with `out_tag` when TAGGED).
-// A split whose step the host stopped never writes its partial: tagged_value looks at `stop_pos` (and sets
-// *stopped, shared) while it waits.
-template <int HEAD_DIM, int GROUP, int WARPS, int SPLITS, bool TAGGED>
-__device__ __forceinline__ void attention_merge_owned(const AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, int g, int active,
-                                                      const float* part_o, const float* part_ml, float* out,
-                                                      unsigned tag, unsigned out_tag, const int* stop_pos, int pos,
-                                                      volatile int* stopped) {
-  constexpr int BATCH = 8;
-  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) {
-    const int h = i / HEAD_DIM, d = i % HEAD_DIM;
-    float mx = -INFINITY, lsum = 0.f, o = 0.f;
-    for (int s0 = 0; s0 < active - 1; s0 += BATCH) {
-      unsigned long long wm[BATCH], wl[BATCH], wo[BATCH];
-#pragma unroll
-      for (int b = 0; b < BATCH; ++b) {
-        const int slot = (g * SPLITS + s0 + b) * GROUP + h;
-        if (s0 + b < active - 1) {
-          wm[b] = ld_tagged(part_ml, slot * 2);
-          wl[b] = ld_tagged(part_ml, slot * 2 + 1);
-          wo[b] = ld_tagged(part_o, slot * HEAD_DIM + d);
-        }
-      }
-#pragma unroll
-      for (int b = 0; b < BATCH; ++b) {
-        const int slot = (g * SPLITS + s0 + b) * GROUP + h;
-        if (s0 + b < active - 1)
-          fold_partial(mx, lsum, o, tagged_value(wm[b], part_ml, slot * 2, tag, stop_pos, pos, stopped),
-                       tagged_value(wl[b], part_ml, slot * 2 + 1, tag, stop_pos, pos, stopped),
-                       tagged_value(wo[b], part_o, slot * HEAD_DIM + d, tag, stop_pos, pos, stopped));
-      }
-    }
-    float ms, ls, os;  // this split's own partial, as attention_store computes it
-    warps_partial(sm, h, d, ms, ls, os);
-    fold_partial(mx, lsum, o, ms, ls, os);
-    store_value<TAGGED>(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, out_tag);
   }
 }
 
@@ -420,7 +340,7 @@ __device__ __forceinline__ void attention_combine(int g, int active, const float
       const size_t slot = ((size_t)g * SPLITS + s) * GROUP + h;
       const float ms = __ldcg(part_ml + slot * 2), ls = __ldcg(part_ml + slot * 2 + 1);
       const float os = __ldcg(part_o + slot * HEAD_DIM + d);
-      const float mn = fmaxf(mx, ms);  // fold_partial's math, written out: the helper here reorders the SASS
+      const float mn = fmaxf(mx, ms);
       const float c_old = mx == -INFINITY ? 0.f : __expf(mx - mn), c_new = ms == -INFINITY ? 0.f : __expf(ms - mn);
       lsum = lsum * c_old + ls * c_new;
       o = o * c_old + os * c_new;

@@ -212,18 +212,9 @@ __device__ __forceinline__ void ld_tagged2(const float* v2, int j, unsigned long
 // counter says its stores are issued, so the tag comes within a few round trips; after 2^20 (a second) it never
 // will (a wrong tag is a compiler bug): the value is a NaN, which poisons the logits (the tests see it) instead of
 // hanging the kernel. (A trap here made ptxas spill 796 bytes.)
-// stop_pos (persistent mode's merge of attention partials, which no counter gates: a split whose step the host
-// stopped never writes its words): every 64 loads, a stop at or before `pos` sets *stopped and gives up (the value
-// is then garbage, and the step ends).
-__device__ __forceinline__ float tagged_value(unsigned long long w, const float* v2, int i, unsigned tag,
-                                              const int* stop_pos = nullptr, int pos = 0,
-                                              volatile int* stopped = nullptr) {
+__device__ __forceinline__ float tagged_value(unsigned long long w, const float* v2, int i, unsigned tag) {
   for (unsigned spins = 0; (unsigned)(w >> 32) != tag; ++spins) {
     if (spins == 1u << 20) return __uint_as_float(0x7fffffffu);
-    if (stop_pos && spins % 64 == 63 && *(const volatile int*)stop_pos <= pos) {
-      *stopped = 1;
-      break;
-    }
     w = ld_tagged(v2, i);
   }
   return __uint_as_float((unsigned)w);

@@ -37,36 +37,6 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
   return true;
 }
 
-// attention_tile's end with OWNER: `slice(sm)` runs the split's attention_slice. A split below the last active
-// one hands its partial over as tagged words (the tag: this step's of the phase) and is done; the last merges
-// them (or, alone, writes the output) and bumps the phase counter (relaxed with TAGGED), then, with tagged words
-// anywhere (KIEC_TAGGED), arrives: the release of the cache row it wrote.
-template <int HEAD_DIM, int GROUP, int WARPS, int SPLITS, bool TAGGED, typename Slice>
-__device__ __forceinline__ bool owner_merges(const Turn& u, float* smem, Slice&& slice, int g, int split, int active,
-                                             float* part_o, float* part_ml, float* out, unsigned* arrive) {
-  auto& sm = *reinterpret_cast<AttentionSmem<HEAD_DIM, GROUP, WARPS>*>(smem);
-  __shared__ volatile int stopped;  // the merge found a split's step stopped
-  const unsigned phase_tag = tag_of(u, u.ins->counter), out_tag = TAGGED ? phase_tag : 0u;
-  if (threadIdx.x == 0) stopped = 0;  // (the slice's barriers pass before the merge reads it)
-  if (split < active) slice(sm);
-  trace(u, TR_X_READY);
-  if (split + 1 < active) attention_store_tagged<HEAD_DIM, GROUP, WARPS, SPLITS>(sm, g, split, part_o, part_ml, phase_tag);
-  if (split + 1 != active) {
-    trace(u, TR_DONE);
-    return true;
-  }
-  if (active == 1) attention_store<HEAD_DIM, GROUP, WARPS, SPLITS, TAGGED>(sm, g, split, active, part_o, part_ml, out, out_tag);
-  else attention_merge_owned<HEAD_DIM, GROUP, WARPS, SPLITS, TAGGED>(sm, g, active, part_o, part_ml, out, phase_tag, out_tag,
-                                                                     u.a->stop_pos, u.pos, &stopped);
-  sync_block();
-  if (stopped) return false;
-  signal_done<TAGGED>(u);
-  // With tagged words anywhere (KIEC_TAGGED, persist_tagged 1 as well as 2) the next step's splits acquire the cache
-  // row through this arrival (attention_tile's wait_inputs): after signal_done's barrier, so every thread's stores
-  if (KIEC_TAGGED && threadIdx.x == 0) red_release(arrive + g);
-  return true;
-}
-
 // Split (ins.tile % SPLITS) of KV head ins.lo: its slice of the context, written as a partial (or, with one split
 // in use, as the output), then an arrival on the head's counter in `arrive` (splits the context is too short for
 // only arrive). The split that arrives last (SPLITS x (t + 1) arrivals: the counter only grows) merges the
@@ -78,13 +48,8 @@ __device__ __forceinline__ bool owner_merges(const Turn& u, float* smem, Slice&&
 // phase counter moved relaxed. PIPE (persist_attn_pipeline): attention_slice's next K/V pass loaded under this one.
 // SOFTCAP false: a model without a logit softcap (attention_slice leaves its code out). U_SHORT: attention_slice's
 // one short pass for a slice that fits it.
-// OWNER (persist_attn_owner_merges): no arrivals for the merge; the split that holds row pos merges, reading the
-// others' partials as tagged words (attention_store_tagged, attention_merge_owned): a split's partial no longer
-// waits for its stores' acknowledgement before the merge can start, and the merge's loads are the wait. Splits
-// the context is too short for only wait. With KIEC_TAGGED (tags 1 or 2), the merging split alone arrives (a
-// release after its stores, for the cache row it wrote: the next step's splits acquire it), once a step.
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
-          int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0, bool OWNER = false>
+          int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
@@ -100,22 +65,12 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   // them with KIEC_WAITS_TOGETHER). The count is there already where this SM ran a tile of this token's chain
   // first (the previous step's phase ended before the chain began); else it waits for the previous step's splits,
   // which wait on nothing this SM has yet to run.
-  const unsigned per_step = OWNER ? 1u : (unsigned)SPLITS;  // arrivals a step
-  if (!wait_inputs(u, KIEC_TAGGED && u.t > 0 ? arrive + g : nullptr, per_step * (unsigned)u.t)) return false;
+  if (!wait_inputs(u, KIEC_TAGGED && u.t > 0 ? arrive + g : nullptr, (unsigned)SPLITS * (unsigned)u.t)) return false;
 #ifdef KIEC_SCRATCH_BYTES
   static_assert(sizeof(AttentionSmem<HEAD_DIM, GROUP, WARPS>) <= KIEC_SCRATCH_BYTES,
                 "codegen/persistent.py sized the tiles' scratch below AttentionSmem");
 #endif
   const unsigned mine = TAGGED ? tag_of(u, u.ins->counter) : 0u;
-  if constexpr (OWNER) {  // (the call below, in a lambda: one shared by both paths reorders the default's SASS)
-    auto slice = [&](AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm) {
-      attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, TAGGED, PIPE, SOFTCAP, U_SHORT>(
-          sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi,
-          TAGGED ? tag_of(u, u.a->kernels[u.ins->kernel].tag_x) : 0u);
-    };
-    return owner_merges<HEAD_DIM, GROUP, WARPS, SPLITS, TAGGED>(u, smem, slice, g, split, active, part_o, part_ml, out,
-                                                                arrive);
-  }
   if (split < active) {
     auto& sm = *reinterpret_cast<AttentionSmem<HEAD_DIM, GROUP, WARPS>*>(smem);
     attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, TAGGED, PIPE, SOFTCAP, U_SHORT>(
