@@ -130,10 +130,14 @@ def test_generation_ends_at_eos_and_when_the_host_stops_it(tmp_path, monkeypatch
     assert eng.generate(prompt, 30) == free  # the next generation starts clean
 
 
-def test_smollm2_persistent_greedy_tokens_equal_graph_mode(tmp_path):
+@pytest.mark.table_tags
+@pytest.mark.parametrize("min_width", [None, 0])
+def test_smollm2_persistent_greedy_tokens_equal_graph_mode(tmp_path, monkeypatch, min_width):
+    # SmolLM2 (width 576) as the table compiles it (no tags: persist_tagged_min_width), and with the wide models' tags
     from tests.smollm2 import smollm2_gguf
     model = kiec.load(smollm2_gguf(), dtype="bf16")
-    persistent = kiec.Engine(kiec.compile(model, str(tmp_path / "p"), mode="persistent"))
+    change = {} if min_width is None else dict(persist_tagged_min_width=min_width)
+    persistent = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "p", **change))
     graph = kiec.Engine(kiec.compile(model, str(tmp_path / "g")))
     rng = np.random.default_rng(0)
     for _ in range(4):
