@@ -24,7 +24,7 @@ from kiec.ir.passes import pipeline
 from kiec.ir.passes.fuse import Unscheduled
 from kiec.model import Model
 
-ABI_VERSION = 2
+ABI_VERSION = 3  # 3: kiec_wait
 
 
 def _progress(msg: str) -> None:

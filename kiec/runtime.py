@@ -17,7 +17,14 @@ from kiec.sampling import SamplingParams, check_request, sample
 class Engine:
     """Same step/generate API as kiec.Reference, plus stream(). Needs the GPU the artifact was built for."""
 
-    def __init__(self, artifact_dir: str, device: int = 0):
+    # stream(): the first token may take this long more per prompt token (the kernel runs the prompt position by
+    # position first), on top of stall_timeout_s
+    PROMPT_ALLOWANCE_S = 0.05
+    STOP_WAIT_S = 5.0  # stream(): how long a hung generation asked to stop may take to end
+
+    def __init__(self, artifact_dir: str, device: int = 0, stall_timeout_s: float = 60.0):
+        """stall_timeout_s: the longest a token (after the prompt's allowance for the first), a step or a timed run
+        may take before it counts as hung: the kernel is then asked to stop and the call raises KiecError."""
         manifest_path = os.path.join(artifact_dir, "manifest.json")
         if not os.path.isfile(manifest_path):
             raise KiecError(f"{artifact_dir}: no manifest.json (not a kiec artifact, or an unfinished compile)")
@@ -35,6 +42,8 @@ class Engine:
         lib.kiec_host_tokens.restype = ctypes.POINTER(ctypes.c_int)
         lib.kiec_host_tokens.argtypes = [ctypes.c_void_p]
         lib.kiec_sync.argtypes = [ctypes.c_void_p]
+        lib.kiec_wait.argtypes = [ctypes.c_void_p, ctypes.c_double]
+        lib.kiec_set_stall_timeout.argtypes = [ctypes.c_void_p, ctypes.c_double]
         lib.kiec_time_steps.restype = ctypes.c_float
         lib.kiec_time_steps.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
         lib.kiec_time_launches.restype = ctypes.c_float
@@ -51,23 +60,47 @@ class Engine:
         if not self._h:
             raise KiecError(f"{artifact_dir}: {self._error()}")
         self.last_ttft_s: float | None = None
+        self._hung: str | None = None  # a kernel that did not end when asked to stop: the engine cannot go on
+        self.stall_timeout_s = stall_timeout_s
+
+    @property
+    def stall_timeout_s(self) -> float:
+        return self._stall_s
+
+    @stall_timeout_s.setter
+    def stall_timeout_s(self, seconds: float) -> None:
+        self._check(self._lib.kiec_set_stall_timeout(self._h, float(seconds)))  # (its check: > 0)
+        self._stall_s = float(seconds)
 
     def _error(self) -> str:
         return self._lib.kiec_last_error().decode()
 
+    def _failure(self) -> str:
+        """The last error, remembered when it says the kernel still runs (runtime.cuh: finish)."""
+        msg = self._error()
+        if "the GPU still runs it" in msg:
+            self._hung = msg
+        return msg
+
     def _check(self, rc: int) -> None:
         if rc != 0:
-            raise KiecError(self._error())
+            raise KiecError(self._failure())
+
+    def _usable(self) -> None:
+        if getattr(self, "_hung", None):
+            raise KiecError(f"this Engine's kernel did not stop ({self._hung}); open the artifact in a new process")
 
     def close(self) -> None:
         if getattr(self, "_h", None):
-            self._lib.kiec_destroy(self._h)
+            if not getattr(self, "_hung", None):  # freeing memory a running kernel uses would block for good
+                self._lib.kiec_destroy(self._h)
             self._h = None
 
     __del__ = close
 
     def step(self, token_id: int, pos: int) -> np.ndarray:
         """One decode step at (token, pos) on the current KV cache; float32 logits [vocab]."""
+        self._usable()
         logits = np.empty(self.vocab_size, dtype=np.float32)
         self._check(self._lib.kiec_step(self._h, int(token_id), int(pos),
                                         logits.ctypes.data_as(ctypes.POINTER(ctypes.c_float))))
@@ -79,6 +112,7 @@ class Engine:
         device (argmax, or kiec.sampling's draw) and ends at EOS there; closing the iterator early stops the
         kernel. Graph mode queues every greedy step at once; with sampling (temperature > 0) each step's logits
         come back and the host draws, one synchronization per token."""
+        self._usable()
         eos = list(self.manifest.get("eos_token_ids") or []) if stop_at_eos else []
         if self.mode != "persistent" and sampling is not None and not sampling.greedy:
             yield from self._sampled(prompt_ids, max_new_tokens, sampling, set(eos))
@@ -92,11 +126,17 @@ class Engine:
         self._check(self._lib.kiec_launch(self._h, arr, len(prompt_ids), int(max_new_tokens)))
         out = self._lib.kiec_host_tokens(self._h)
         first = len(prompt_ids) - 1
-        done = False
+        done = stalled = False
+        limit, since = self.stall_timeout_s + self.PROMPT_ALLOWANCE_S * len(prompt_ids), t0
         try:
             for p in range(first, first + max_new_tokens):
                 while out[p] == -1:
-                    pass
+                    if time.perf_counter() - since > limit:
+                        stalled = True
+                        self._lib.kiec_stop(self._h)
+                        rc = self._lib.kiec_wait(self._h, self.STOP_WAIT_S)
+                        after = "asked to stop, it stopped" if rc == 0 else self._failure()
+                        raise KiecError(f"no token at position {p} within {limit:.3g} s: the generation hung ({after})")
                 if out[p] == -2:  # the device ended the generation (EOS)
                     break
                 if p == first:
@@ -104,11 +144,13 @@ class Engine:
                 yield out[p]
                 if out[p] in eos and self.mode != "persistent":
                     break  # graph mode: the queued steps still run on
+                since, limit = time.perf_counter(), self.stall_timeout_s
             done = True
         finally:
-            if not done:
-                self._lib.kiec_stop(self._h)
-            self._check(self._lib.kiec_sync(self._h))
+            if not stalled:  # (a stall stopped it already)
+                if not done:
+                    self._lib.kiec_stop(self._h)
+                self._check(self._lib.kiec_wait(self._h, self.stall_timeout_s))
 
     def _sampled(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams,
                  eos: set[int]) -> Iterator[int]:
@@ -133,16 +175,18 @@ class Engine:
 
     def time_launches(self, indices: list[int], reps: int = 20) -> float:
         """Milliseconds per pass of the given launches (indices into manifest["kernels"]), run back to back."""
+        self._usable()
         arr = (ctypes.c_int * len(indices))(*indices)
         ms = self._lib.kiec_time_launches(self._h, arr, len(indices), reps)
         if ms < 0:
-            raise KiecError(self._error())
+            self._check(-1)
         return ms
 
     def trace(self, pos: int, steps: int = 4) -> np.ndarray:
         """Persistent mode: in-kernel timestamps of the decode step at `pos` (run as the second of `steps` steps
         from pos - 1): [instructions, slots] in the artifact's instruction order, the slots named by
         manifest["trace_slots"] (codegen/persistent_abi.py's TRACE_SLOTS says what each holds)."""
+        self._usable()
         n, slots = self.manifest["instructions"], len(self.manifest["trace_slots"])
         self._check(self._lib.kiec_trace(self._h, pos, None))
         self.time_steps(pos - 1, steps, warmup=0)
@@ -153,7 +197,8 @@ class Engine:
     def time_steps(self, pos: int, steps: int, warmup: int = 8) -> float:
         """Milliseconds per decode step (graph replays, or one persistent launch, timed with CUDA events),
         starting at `pos`."""
+        self._usable()
         ms = self._lib.kiec_time_steps(self._h, pos, warmup, steps)
         if ms < 0:
-            raise KiecError(self._error())
+            self._check(-1)
         return ms

@@ -138,6 +138,7 @@ def test_not_enough_gpu_memory_names_the_bytes(tmp_path):
 
 def test_standalone_kiec_run_matches_the_engine(tmp_path):
     import os
+    import re
     import subprocess
     make_tiny_hf(tmp_path / "hf", "qwen2")
     art = kiec.compile(kiec.load(str(tmp_path / "hf"), dtype="bf16"), str(tmp_path / "art"))
@@ -148,6 +149,12 @@ def test_standalone_kiec_run_matches_the_engine(tmp_path):
     assert r.returncode == 0, r.stderr
     assert [int(t) for t in r.stdout.strip().split(",")] == expect
     assert "time to first token" in r.stderr and "tok/s" in r.stderr
+    # a stall limit below one token's time stands in for a hang: stopped, reported with its position, exit 1 (200
+    # tokens: some token is not there yet when the host looks)
+    r = subprocess.run([os.path.join(art, "kiec-run"), art, ",".join(map(str, prompt)), "200"], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "KIEC_STALL_TIMEOUT_S": "1e-6"})
+    assert r.returncode == 1 and re.search(r"no token at position \d+ within [0-9.e-]+ s: the generation hung", r.stderr), \
+        r.stderr
 
 
 def test_time_launches_covers_every_kernel(tmp_path):

@@ -130,6 +130,28 @@ def test_generation_ends_at_eos_and_when_the_host_stops_it(tmp_path, monkeypatch
     assert eng.generate(prompt, 30) == free  # the next generation starts clean
 
 
+@pytest.mark.parametrize("mode", ["persistent", "graph"])
+def test_a_hung_generation_or_timed_run_is_stopped_and_reported(tmp_path, mode):
+    # a stall limit far below one token's time stands in for a kernel that hangs: stream() stops the generation and
+    # names the position; a timed run and a step fail at the runtime's deadline (runtime.cuh: finish), which asks
+    # the kernel to stop; with the limit back, the same engine's next generation is the one it made before
+    model, art = compile_tiny(tmp_path, "llama", mode=mode)
+    eng = kiec.Engine(art)
+    want = eng.generate([3, 1, 4], 40)
+    eng.stall_timeout_s, eng.PROMPT_ALLOWANCE_S = 1e-6, 0.0
+    with pytest.raises(kiec.KiecError, match=r"no token at position 2 within 1e-06 s: the generation hung \(asked to "
+                                             r"stop, it stopped\)"):
+        eng.generate([3, 1, 4], 200)
+    with pytest.raises(kiec.KiecError, match=r"the timed run did not end within 0\.0 s \(hung; asked to stop"):
+        eng.time_steps(8, 64, warmup=0)
+    with pytest.raises(kiec.KiecError, match=r"the step did not end within 0\.0 s"):
+        eng.step(3, 0)
+    eng.stall_timeout_s = 60.0
+    assert eng.generate([3, 1, 4], 40) == want
+    with pytest.raises(kiec.KiecError, match=r"stall timeout 0 s must be > 0"):
+        eng.stall_timeout_s = 0
+
+
 @pytest.mark.table_tags
 @pytest.mark.parametrize("min_width", [None, 0])
 def test_smollm2_persistent_greedy_tokens_equal_graph_mode(tmp_path, monkeypatch, min_width):

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "common.cuh"
 
@@ -29,6 +31,7 @@ struct Ctx {
   Generation gen;  // kiec_configure's; graph mode chooses greedily on the device and leaves EOS to the caller
   cudaGraphExec_t graph = nullptr;
   void* mode = nullptr;  // the mode's own device state
+  double stall_s = 60.0;  // kiec_set_stall_timeout: the longest a step or a timed run may take before it counts as hung
 };
 
 static thread_local std::string g_error;
@@ -49,23 +52,60 @@ static int fail(const char* fmt, ...) {
     if (e_ != cudaSuccess) return fail("%s failed: %s (%s:%d)", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
   } while (0)
 
-// Milliseconds the work `enqueue` puts on `s` takes, by CUDA events; -1 (and the error set) on a CUDA error.
+// Waits until the work on c's stream up to event `e` (all of it: e null) has ended, at most `limit_s`: 0 once it
+// has; -1 with the error set when it failed; 1 with the error set when it still runs at the deadline, after asking
+// a persistent kernel to stop (host_stop) and waiting 5 s more for it (a kernel that waits for something that
+// never comes: cudaStreamSynchronize would block the caller for good). `what` names the work in the error.
+static int finish(Ctx* c, cudaEvent_t e, double limit_s, const char* what) {
+  auto query = [&] { return e ? cudaEventQuery(e) : cudaStreamQuery(c->stream); };
+  auto wait = [&](double s) {  // cudaSuccess, an error, or cudaErrorNotReady at the deadline
+    using clock = std::chrono::steady_clock;
+    const clock::time_point start = clock::now();
+    const double capped = s < 1e7 ? s : 1e7;  // (nanoseconds in 64 bits: no overflow)
+    const auto end = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(capped));
+    for (;;) {
+      const cudaError_t r = query();
+      const clock::time_point now = clock::now();
+      if (r != cudaErrorNotReady || now >= end) return r;
+      // polled without a pause for the first 10 ms (a step's latency is the host's too), then every 20 us
+      if (now - start > std::chrono::milliseconds(10)) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  };
+  cudaError_t r = wait(limit_s);
+  if (r == cudaErrorNotReady) {
+    *(volatile int*)c->host_stop = 1;
+    r = wait(5.0);
+    if (r == cudaSuccess) {
+      fail("%s did not end within %.1f s (hung; asked to stop, it stopped)", what, limit_s);
+      return 1;
+    }
+    if (r == cudaErrorNotReady) {
+      fail("%s did not end within %.1f s, nor 5 s after it was asked to stop: the GPU still runs it", what, limit_s);
+      return 1;
+    }
+  }
+  if (r != cudaSuccess) return fail("%s failed: %s", what, cudaGetErrorString(r));
+  const cudaError_t last = cudaGetLastError();
+  if (last != cudaSuccess) return fail("%s failed: %s", what, cudaGetErrorString(last));
+  return 0;
+}
+
+// Milliseconds the work `enqueue` puts on c's stream takes, by CUDA events; -1 (and the error set) on a CUDA error
+// or when it runs past the stall limit (finish).
 template <typename F>
-static float timed(cudaStream_t s, F enqueue) {
+static float timed(Ctx* c, F enqueue) {
   cudaEvent_t a, b;
   cudaEventCreate(&a);
   cudaEventCreate(&b);
-  cudaEventRecord(a, s);
+  cudaEventRecord(a, c->stream);
   enqueue();
-  cudaEventRecord(b, s);
-  cudaEventSynchronize(b);
+  cudaEventRecord(b, c->stream);
   float ms = 0.f;
-  cudaEventElapsedTime(&ms, a, b);
+  const int rc = finish(c, b, c->stall_s, "the timed run");
+  if (rc == 0) cudaEventElapsedTime(&ms, a, b);
   cudaEventDestroy(a);
   cudaEventDestroy(b);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) { fail("timing failed: %s", cudaGetErrorString(e)); return -1.f; }
-  return ms;
+  return rc ? -1.f : ms;
 }
 
 }  // namespace kiec
@@ -223,6 +263,20 @@ int kiec_sync(void* h) {
   return 0;
 }
 
+// kiec_sync with a deadline of timeout_s: 0 once the generation's work has ended; -1 (the error set) when it failed;
+// 1 (the error set) when it did not end in time: then it was asked to stop, and may still run (finish).
+int kiec_wait(void* h, double timeout_s) {
+  return kiec::finish(static_cast<kiec::Ctx*>(h), nullptr, timeout_s, "the generation");
+}
+
+// The longest a step or a timed run may take (kiec_step, kiec_time_steps, kiec_time_launches) before it counts as
+// hung: then a persistent kernel is asked to stop and the call fails (finish).
+int kiec_set_stall_timeout(void* h, double seconds) {
+  if (!(seconds > 0.0)) return kiec::fail("stall timeout %g s must be > 0", seconds);
+  static_cast<kiec::Ctx*>(h)->stall_s = seconds;
+  return 0;
+}
+
 // One step at (token, pos) on the current cache; copies the logits out. For tests and Engine.step.
 int kiec_step(void* h, int token, int pos, float* logits) {
   using namespace kiec;
@@ -235,8 +289,7 @@ int kiec_step(void* h, int token, int pos, float* logits) {
   if (mode_run(c, pos, 1, pos + 1)) return -1;
   if (logits)
     KIEC_CHECK(cudaMemcpyAsync(logits, c->arena + KIEC_LOGITS_OFFSET, KIEC_VOCAB * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
-  KIEC_CHECK(cudaStreamSynchronize(c->stream));
-  return 0;
+  return finish(c, nullptr, c->stall_s, "the step") ? -1 : 0;
 }
 
 // Time `steps` decode steps (after `warmup`), positions continuing from `pos`; ms per step. Each step feeds its
@@ -253,7 +306,7 @@ float kiec_time_steps(void* h, int pos, int warmup, int steps) {
   s.pos = pos + warmup;
   cudaMemcpyAsync(c->st, &s, sizeof s, cudaMemcpyHostToDevice, c->stream);
   int rc = 0;
-  const float ms = timed(c->stream, [&] { rc = mode_run(c, pos + warmup, steps, 0); });
+  const float ms = timed(c, [&] { rc = mode_run(c, pos + warmup, steps, 0); });
   return rc ? -1.f : ms < 0 ? ms : ms / steps;
 }
 
@@ -266,7 +319,7 @@ float kiec_time_launches(void* h, const int* idx, int n, int reps) {
   for (int i = 0; i < n; ++i)
     if (idx[i] < 0 || idx[i] >= n_launches()) { fail("launch %d does not exist (%d launches)", idx[i], n_launches()); return -1.f; }
   for (int i = 0; i < n; ++i) run_launch(c, idx[i], c->stream);
-  const float ms = timed(c->stream, [&] {
+  const float ms = timed(c, [&] {
     for (int r = 0; r < reps; ++r)
       for (int i = 0; i < n; ++i) run_launch(c, idx[i], c->stream);
   });
