@@ -37,6 +37,7 @@ class TargetParams:
     persist_attn_pipeline: int  # persistent: 1: attention loads its next K/V pass while it computes this one
     persist_attn_keys: int  # persistent: keys a pass per lane group (attention's unrolled step); 0: graph mode's
     persist_attn_short_keys: int  # persistent: > 0: a split one pass of this many keys covers runs that pass
+    persist_attn_early_rope: int  # persistent: 1: attention's RoPE coefficients made before it waits for its inputs
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
@@ -142,6 +143,12 @@ TARGETS: dict[str, TargetParams] = {
                           # vs 0.767-0.768, at 8192 0.907 vs 0.914, qwen3-1.7b 1.119-1.121 vs 1.119-1.122,
                           # smollm2-135m (tags 0) 0.507 vs 0.515; on by default
                           persist_attn_short_keys=2,
+                          # the 2026-11-30 eighth session's trace (c581e19, position 64): an attention split with
+                          # rows to take runs 2.2-2.5 us (smollm2-135m) and ~4 us (llama-3.2-1b) from its inputs to
+                          # its partial, on the chain of every layer; after q arrives, RoPE loads inv_freq (a round
+                          # trip) and runs sincosf, which depend on the position alone. With 1 the coefficients are
+                          # made before the wait (the same bits). Not yet run
+                          persist_attn_early_rope=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
                           # (ir/passes/persistent.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b

@@ -267,6 +267,26 @@ def test_waits_polled_together_compile_and_poll_a_lane_a_wait(tmp_path, monkeypa
     assert "u.ins->waits[lane]" in together and "__all_sync" in together
 
 
+def test_early_rope_sets_its_flag_after_the_short_pass(tmp_path):
+    # persist_attn_early_rope: attention_tile's EARLY_ROPE after U_SHORT; off, the tail stops before it
+    import dataclasses
+    import re
+
+    from kiec.codegen.persistent import emit_persistent
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    program = pipeline.run(model.graph)
+    base = dataclasses.replace(target("sm_90"), persist_attn_pipeline=0, persist_tagged=0, persist_attn_short_keys=2)
+    args = {}
+    for early in (0, 1):
+        t = dataclasses.replace(base, persist_attn_early_rope=early)
+        text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
+        args[early] = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")][10:]
+    assert args == {0: ["false", "false", "false", "2"], 1: ["false", "false", "false", "2", "true"]}
+
+
 @pytest.mark.parametrize("tagged", [0, 2])
 def test_attention_pipeline_halves_the_keys_a_pass_and_sets_its_flag(tmp_path, tagged):
     # persist_attn_pipeline: attention_tile's PIPE after TAGGED, U halved (two passes' rows in registers at once);

@@ -30,6 +30,46 @@ __device__ __forceinline__ void rope_inplace(float* v, int heads, int stride, co
   }
 }
 
+// rope_inplace's rotation coefficients for this thread's items (the GROUP query heads' pairs, then the new key's),
+// computed ahead: they depend on the position alone, so persistent mode's attention tile makes them before it waits
+// for its inputs (persist_attn_early_rope), taking inv_freq's load and sincosf off the chain. apply() rotates as
+// rope_inplace does with the same coefficients: the same bits.
+template <int ROTARY, int GROUP, int THREADS>
+struct RopeCoeffs {
+  static constexpr int PAIRS = ROTARY / 2, QI = (GROUP * PAIRS + THREADS - 1) / THREADS;
+  static_assert(PAIRS <= THREADS, "a thread rotates at most one pair of the new key");
+  float qs[QI], qc[QI], ks, kc;
+  __device__ __forceinline__ void compute(const float* inv_freq, int pos) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int e = 0; e < QI; ++e) {
+      const int t = tid + e * THREADS;
+      qs[e] = qc[e] = 0.f;
+      if (t < GROUP * PAIRS) sincosf(static_cast<float>(pos) * inv_freq[t % PAIRS], &qs[e], &qc[e]);
+    }
+    ks = kc = 0.f;
+    if (tid < PAIRS) sincosf(static_cast<float>(pos) * inv_freq[tid], &ks, &kc);
+  }
+  template <bool INTERLEAVED>
+  __device__ __forceinline__ static void turn(float* hv, int i, float s, float c) {
+    const int a = INTERLEAVED ? 2 * i : i, b = INTERLEAVED ? 2 * i + 1 : i + PAIRS;
+    const float x = hv[a], y = hv[b];
+    hv[a] = x * c - y * s;
+    hv[b] = y * c + x * s;
+  }
+  // q: the GROUP heads, `stride` floats apart; k: the new key (its owner only), or null
+  template <bool INTERLEAVED>
+  __device__ __forceinline__ void apply(float* q, int stride, float* k) const {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int e = 0; e < QI; ++e) {
+      const int t = tid + e * THREADS;
+      if (t < GROUP * PAIRS) turn<INTERLEAVED>(q + (t / PAIRS) * stride, t % PAIRS, qs[e], qc[e]);
+    }
+    if (k && tid < PAIRS) turn<INTERLEAVED>(k, tid, ks, kc);
+  }
+};
+
 template <typename T, int HEAD_DIM>
 __device__ __forceinline__ void head_rmsnorm(float* v, const T* w, float eps, float* red) {
   // one warp normalizes one head held in shared memory
@@ -112,12 +152,15 @@ __device__ __forceinline__ void prefetch_split_l2(const T* cache, int kv_heads, 
 // U_SHORT > 0 (persist_attn_short_keys): a slice that one pass of U_SHORT keys covers runs that pass instead (the
 // same rows in the same order: the same bits), so a short context runs a step unrolled U_SHORT times, not U
 // times, and the longer step's code stays out of the instruction caches.
+// rope (persist_attn_early_rope): the rotation's coefficients made before the inputs were waited for (RopeCoeffs),
+// used instead of inv_freq.
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
           bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0>
 __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,
                                                 int kv_heads, int max_seq, const float* inv_freq, const T* q_norm_w,
                                                 const T* k_norm_w, float norm_eps, float scale, float softcap, int g,
-                                                int pos, int lo, int hi, unsigned tag = 0) {
+                                                int pos, int lo, int hi, unsigned tag = 0,
+                                                const RopeCoeffs<ROTARY, GROUP, WARPS * 32>* rope = nullptr) {
   using Pass = KvPass<T, HEAD_DIM, WARPS, U>;
   constexpr int LPK = Pass::LPK, KPW = Pass::KPW;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nq = kv_heads * GROUP;
@@ -164,8 +207,12 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
     if (owns_pos && warp == WARPS - 1) head_rmsnorm<T, HEAD_DIM>(sm.kn, k_norm_w, norm_eps, nullptr);
     sync_block();
   }
-  rope_inplace<ROTARY, INTERLEAVED>(&sm.qs[0][0], GROUP, HEAD_DIM, inv_freq, pos, threadIdx.x, WARPS * 32);
-  if (owns_pos) rope_inplace<ROTARY, INTERLEAVED>(sm.kn, 1, HEAD_DIM, inv_freq, pos, threadIdx.x, WARPS * 32);
+  if (rope) {
+    rope->template apply<INTERLEAVED>(&sm.qs[0][0], HEAD_DIM, owns_pos ? sm.kn : nullptr);
+  } else {
+    rope_inplace<ROTARY, INTERLEAVED>(&sm.qs[0][0], GROUP, HEAD_DIM, inv_freq, pos, threadIdx.x, WARPS * 32);
+    if (owns_pos) rope_inplace<ROTARY, INTERLEAVED>(sm.kn, 1, HEAD_DIM, inv_freq, pos, threadIdx.x, WARPS * 32);
+  }
   sync_block();
   if (owns_pos) {
     for (int i = threadIdx.x; i < HEAD_DIM; i += WARPS * 32) {

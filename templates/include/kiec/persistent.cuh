@@ -47,9 +47,11 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // TAGGED (persist_tagged 2): qkv and the output as tagged words (qkv's tag from the descriptor's tag_x), and the
 // phase counter moved relaxed. PIPE (persist_attn_pipeline): attention_slice's next K/V pass loaded under this one.
 // SOFTCAP false: a model without a logit softcap (attention_slice leaves its code out). U_SHORT: attention_slice's
-// one short pass for a slice that fits it.
+// one short pass for a slice that fits it. EARLY_ROPE (persist_attn_early_rope): the rotation's coefficients made
+// before the wait (RopeCoeffs; the same bits).
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
-          int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0>
+          int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0,
+          bool EARLY_ROPE = false>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
@@ -59,6 +61,8 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   split_range<SPLITS, MIN_KEYS>(u.pos, window, split, lo, hi, active);  // the position's alone
   if (KIEC_ATTN_L2_HINT == 1 && split < active)  // its rows of earlier steps, asked of L2 before the wait
     prefetch_split_l2<T, HEAD_DIM>(cache, kv_heads, max_seq, g, lo, hi, u.pos);
+  RopeCoeffs<ROTARY, GROUP, WARPS * 32> rope;  // (only with EARLY_ROPE: unused registers otherwise)
+  if (EARLY_ROPE && split < active) rope.compute(inv_freq, u.pos);
   // With tagged words (KIEC_TAGGED) the counters this tile waits through no longer carry the cache rows the
   // previous steps' splits wrote (a relaxed count releases nothing): acquire them from the head's arrivals, which
   // every split of the previous step made with acq_rel (wait_inputs' `extra`: polled before the waits, or beside
@@ -75,7 +79,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
     auto& sm = *reinterpret_cast<AttentionSmem<HEAD_DIM, GROUP, WARPS>*>(smem);
     attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, TAGGED, PIPE, SOFTCAP, U_SHORT>(
         sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi,
-        TAGGED ? tag_of(u, u.a->kernels[u.ins->kernel].tag_x) : 0u);
+        TAGGED ? tag_of(u, u.a->kernels[u.ins->kernel].tag_x) : 0u, EARLY_ROPE ? &rope : nullptr);
     attention_store<HEAD_DIM, GROUP, WARPS, SPLITS, TAGGED>(sm, g, split, active, part_o, part_ml, out, mine);
   }
   trace(u, TR_X_READY);
