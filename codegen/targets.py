@@ -45,6 +45,10 @@ class TargetParams:
     # its stores' acknowledgement, so a consumer may read stale data (tokens may be wrong). It times the handover a
     # tagged design would have (consumers checking their data's tags instead of the counter's release)
     persist_probe_relaxed_signal: int
+    # persistent, a timing aid: 1: in a traced step (Engine.trace) each attention split also stamps the moment its q
+    # is rotated and its new row written (sums_done) and the moment its keys are done (stored); trace_summary.py
+    # splits attention's time at them. The kernel runs those two stamps' branches in every step
+    persist_trace_attention: int
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -165,7 +169,7 @@ TARGETS: dict[str, TargetParams] = {
                           # model between 576 and 2048 timed, so where the line really lies is not known)
                           persist_tagged=2, persist_tagged_min_width=1024,
                           # without previous_first: 0.772-0.773 vs 0.826-0.829 on 1B, smollm2 0.527 vs 0.566
-                          persist_probe_relaxed_signal=0),
+                          persist_probe_relaxed_signal=0, persist_trace_attention=0),
 }
 
 

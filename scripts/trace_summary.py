@@ -173,12 +173,33 @@ def summary(eng, pos: int, save_to: str | None = None) -> str:
     return summary_of(ts, eng.manifest, pos)
 
 
+def attention_parts(ts: np.ndarray, slots: list[str], sched: list) -> list[str]:
+    """With persist_trace_attention: the attention splits that took rows, their time from inputs ready to done cut
+    at their stamps (q rotated and the new row written; keys done; warps merged and the partial stored; the rest:
+    the arrival, the last split's merge of the partials and its signal), mean us (and max) over them. Nothing when
+    the recording has no such stamps."""
+    col = columns(ts, slots)
+    rows = [i for i, (_, opcode, _, _) in enumerate(sched) if opcode == "attention" and col["start"][i] > 0
+            and col["ready"][i] <= col["sums_done"][i] <= col["stored"][i] <= col["x_ready"][i] <= col["done"][i]]
+    if not rows:
+        return []
+    cuts = [("q, rope, new row", "ready", "sums_done"), ("keys", "sums_done", "stored"),
+            ("warps merged, stored", "stored", "x_ready"), ("arrive, merge, signal", "x_ready", "done")]
+    lines = [f"attention splits with rows ({len(rows)}), inputs ready to done, us (mean, max):"]
+    for name, a, b in cuts:
+        d = (col[b][rows] - col[a][rows]) / 1e3
+        lines.append(f"  {name:<24}{d.mean():>8.2f}{d.max():>8.2f}")
+    return lines
+
+
 def summary_of(ts: np.ndarray, m: dict, pos: int) -> str:
     slots, sched, kernels, sms = m["trace_slots"], m["schedule"], m["kernels"], m["sms"]
     lines = per_kind(ts, slots, sched, kernels, sms)
     lines[0] = f"position {pos}: {lines[0]}"
     lines += ["", *chain_lines(chain(ts, slots, sched, kernels))]
     lines += ["", *tail_lines(*tails(ts, slots, sched, kernels))]
+    parts = attention_parts(ts, slots, sched)
+    lines += ["", *parts] if parts else []
     lines += ["", "pages in the ring when a GEMV tile's x was ready (min, p10, median, p90, max over its tiles):"]
     lines += [f"  {name:<22} {' '.join(f'{v:>3}' for v in q)}" for name, q in ready_pages(ts, slots, sched, kernels).items()]
     return "\n".join(lines)

@@ -287,6 +287,21 @@ def test_early_rope_sets_its_flag_after_the_short_pass(tmp_path):
     assert args == {0: ["false", "false", "false", "2"], 1: ["false", "false", "false", "2", "true"]}
 
 
+def test_attention_trace_stamps_compile_when_asked(tmp_path, monkeypatch):
+    # persist_trace_attention: the kernel defines KIEC_TRACE_ATTENTION and builds (nvcc) with the stamps
+    import dataclasses
+
+    from kiec.codegen import targets
+    make_tiny_hf(tmp_path / "hf", "qwen3")
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    for on in (0, 1):
+        monkeypatch.setitem(targets.TARGETS, "sm_90",
+                            dataclasses.replace(targets.TARGETS["sm_90"], persist_trace_attention=on))
+        art = kiec.compile(model, str(tmp_path / f"art{on}"), mode="persistent")
+        with open(os.path.join(art, "src", "model.cu")) as fh:
+            assert f"#define KIEC_TRACE_ATTENTION {on}" in fh.read()
+
+
 @pytest.mark.parametrize("tagged", [0, 2])
 def test_attention_pipeline_halves_the_keys_a_pass_and_sets_its_flag(tmp_path, tagged):
     # persist_attn_pipeline: attention_tile's PIPE after TAGGED, U halved (two passes' rows in registers at once);

@@ -143,3 +143,18 @@ def test_variants_trace_puts_the_persistent_variants_side_by_side(monkeypatch, c
     assert table["token"] == ["us", "14.0", "14.0"]
     assert "mode=graph" not in "\n".join(out)
     assert sum(line.startswith("position 64:") for line in out) == 2  # each whole summary follows
+
+
+def test_attention_parts_cut_a_split_at_its_stamps():
+    # persist_trace_attention: two splits with rows stamp q rotated (sums_done) and keys done (stored); an idle
+    # split (no stamps) and a recording without them give nothing
+    sched = [[0, "attention", 1, 1], [1, "attention", 1, 1], [2, "attention", 1, 1]]
+    ts = recording([(500, 1000, 5000, 2000, 6000, 0), (500, 1000, 4000, 1500, 9000, 0), (500, 1000, 1200, 0, 1500, 0)],
+                   [(0, 4000), (0, 3500), (0, 0)])
+    lines = trace_summary.attention_parts(ts, SLOTS, sched)
+    assert lines[0] == "attention splits with rows (2), inputs ready to done, us (mean, max):"
+    parts = {line[:26].strip(): [float(v) for v in line[26:].split()] for line in lines[1:]}
+    assert parts == {"q, rope, new row": pytest.approx([0.75, 1.0]), "keys": pytest.approx([2.0, 2.0]),
+                     "warps merged, stored": pytest.approx([0.75, 1.0]),
+                     "arrive, merge, signal": pytest.approx([3.0, 5.0])}
+    assert trace_summary.attention_parts(ts[2:], SLOTS, sched[2:]) == []

@@ -153,14 +153,19 @@ __device__ __forceinline__ void prefetch_split_l2(const T* cache, int kv_heads, 
 // same rows in the same order: the same bits), so a short context runs a step unrolled U_SHORT times, not U
 // times, and the longer step's code stays out of the instruction caches.
 // rope (persist_attn_early_rope): the rotation's coefficients made before the inputs were waited for (RopeCoeffs),
-// used instead of inv_freq.
+// used instead of inv_freq. mark(0) once q is rotated and the new row written, mark(1) once the keys are done
+// (persistent mode's traced step with persist_trace_attention; a no-op otherwise).
+struct NoMarks {
+  __device__ __forceinline__ void operator()(int) const {}
+};
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
-          bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0>
+          bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0, typename Marks = NoMarks>
 __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,
                                                 int kv_heads, int max_seq, const float* inv_freq, const T* q_norm_w,
                                                 const T* k_norm_w, float norm_eps, float scale, float softcap, int g,
                                                 int pos, int lo, int hi, unsigned tag = 0,
-                                                const RopeCoeffs<ROTARY, GROUP, WARPS * 32>* rope = nullptr) {
+                                                const RopeCoeffs<ROTARY, GROUP, WARPS * 32>* rope = nullptr,
+                                                Marks mark = {}) {
   using Pass = KvPass<T, HEAD_DIM, WARPS, U>;
   constexpr int LPK = Pass::LPK, KPW = Pass::KPW;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nq = kv_heads * GROUP;
@@ -221,6 +226,7 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
     }
   }
   sync_block();  // the new row is visible to this block (plain loads below, not the read-only path)
+  mark(0);
 
   const int sub = lane / LPK, part = lane % LPK;
   float q[GROUP][8], acc[GROUP][8], m[GROUP], l[GROUP];
@@ -320,6 +326,7 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   } else {
     passes();
   }
+  mark(1);
   // merge the KPW key slots of the warp (lanes with the same `part`)
 #pragma unroll
   for (int off = LPK; off < 32; off <<= 1) {

@@ -77,9 +77,14 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   const unsigned mine = TAGGED ? tag_of(u, u.ins->counter) : 0u;
   if (split < active) {
     auto& sm = *reinterpret_cast<AttentionSmem<HEAD_DIM, GROUP, WARPS>*>(smem);
+#if KIEC_TRACE_ATTENTION  // (a lambda that does nothing still changed the default kernel's SASS)
+    auto marks = [&](int k) { trace(u, k ? TR_STORED : TR_SUMS_DONE); };
+#else
+    NoMarks marks;
+#endif
     attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, TAGGED, PIPE, SOFTCAP, U_SHORT>(
         sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi,
-        TAGGED ? tag_of(u, u.a->kernels[u.ins->kernel].tag_x) : 0u, EARLY_ROPE ? &rope : nullptr);
+        TAGGED ? tag_of(u, u.a->kernels[u.ins->kernel].tag_x) : 0u, EARLY_ROPE ? &rope : nullptr, marks);
     attention_store<HEAD_DIM, GROUP, WARPS, SPLITS, TAGGED>(sm, g, split, active, part_o, part_ml, out, mine);
   }
   trace(u, TR_X_READY);

@@ -43,6 +43,9 @@ __device__ __forceinline__ void trace(const Turn& u, TraceSlot what) {
 #ifndef KIEC_POLL_SLEEP_NS
 #define KIEC_POLL_SLEEP_NS 0
 #endif
+#ifndef KIEC_TRACE_ATTENTION  // 1: attention splits stamp two more moments of a traced step (persistent.cuh)
+#define KIEC_TRACE_ATTENTION 0
+#endif
 #ifndef KIEC_PROBE_RELAXED_SIGNAL
 #define KIEC_PROBE_RELAXED_SIGNAL 0
 #endif
