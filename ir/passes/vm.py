@@ -176,8 +176,8 @@ class VM:
         want = self.producer[partials(k)] * 1_000_000 + token  # the attention phase's stamp
         got = part["stamp"][g, :used]
         if not bool((got == want).all()):
-            raise ScheduleError(f"attention kernel {ins.kernel} head {g} (token {token}) merged partials of attention "
-                                f"kernel {ins.kernel} head {g} stamped {got.tolist()}; the dataflow wants {want}")
+            raise ScheduleError(f"attention kernel {ins.kernel} head {g} (token {token}) merged partials stamped "
+                                f"{got.tolist()}; the dataflow wants {want}")
         out = merge_splits(part["o"][g, :used], part["m"][g, :used], part["l"][g, :used])
         self.write(ins, token, k.attention.out, g * group * dh, out)
 

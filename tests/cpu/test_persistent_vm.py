@@ -94,7 +94,7 @@ def test_a_merge_before_every_split_arrived_is_caught(tmp_path, monkeypatch):
     # a KV head's last split merges the partials once all its splits arrived; expecting one arrival fewer
     # lets a split merge before the others wrote theirs
     monkeypatch.setattr(VM, "arrivals", lambda self, kernel: self.s.splits[kernel] - 1)
-    with pytest.raises(ScheduleError, match=r"attention kernel \d+ head \d+ \(token \d+\) merged partials of attention"):
+    with pytest.raises(ScheduleError, match=r"attention kernel \d+ head \d+ \(token \d+\) merged partials stamped \[.*\]; the dataflow wants"):
         VM(sched, weights, offsets, floats).run([5, 17, 99, 4, 8], 6, "eager")
 
 
