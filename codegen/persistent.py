@@ -152,8 +152,8 @@ class _PersistentEmitter(_Emitter):
             raise ValueError(f"{k.name}: its input and output are tagged alike or not at all (tag_plan)")
         short = t.persist_attn_short_keys if 0 < t.persist_attn_short_keys < keys else 0
         tmpl += template_tail([self.tagged(k.qkv), bool(t.persist_attn_pipeline), bool(a.softcap > 0), short,
-                               bool(t.persist_attn_early_rope)],
-                              [False, False, True, 0, False])  # TAGGED, PIPE, SOFTCAP, U_SHORT, EARLY_ROPE
+                               bool(t.persist_attn_early_rope), bool(t.persist_attn_kv_first and short)],
+                              [False, False, True, 0, False, False])  # TAGGED .. U_SHORT, EARLY_ROPE, KV_FIRST
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",

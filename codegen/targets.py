@@ -38,6 +38,7 @@ class TargetParams:
     persist_attn_keys: int  # persistent: keys a pass per lane group (attention's unrolled step); 0: graph mode's
     persist_attn_short_keys: int  # persistent: > 0: a split one pass of this many keys covers runs that pass
     persist_attn_early_rope: int  # persistent: 1: attention's RoPE coefficients made before it waits for its inputs
+    persist_attn_kv_first: int  # persistent: 1: a short attention pass loads its earlier rows before q (short keys on)
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
@@ -153,6 +154,12 @@ TARGETS: dict[str, TargetParams] = {
                           # trip) and runs sincosf, which depend on the position alone. With 1 the coefficients are
                           # made before the wait (the same bits). Not yet run
                           persist_attn_early_rope=0,
+                          # the same split's K/V rows of earlier steps are loaded after q arrives, is rotated and the
+                          # new row is written (three barriers): a round trip more on the chain. With 1 a short pass
+                          # (persist_attn_short_keys) loads them first and takes the new row from shared memory (the
+                          # same bits). Loaded before the wait instead (persist_attn_early_kv, 2026-11-30 third
+                          # session): 0.816-0.820 vs 0.822 ms on llama-3.2-1b then, taken out. Not yet run
+                          persist_attn_kv_first=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
                           # (ir/passes/persistent.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b

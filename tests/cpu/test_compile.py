@@ -267,8 +267,9 @@ def test_waits_polled_together_compile_and_poll_a_lane_a_wait(tmp_path, monkeypa
     assert "u.ins->waits[lane]" in together and "__all_sync" in together
 
 
-def test_early_rope_sets_its_flag_after_the_short_pass(tmp_path):
-    # persist_attn_early_rope: attention_tile's EARLY_ROPE after U_SHORT; off, the tail stops before it
+def test_early_rope_and_kv_first_set_their_flags_after_the_short_pass(tmp_path):
+    # persist_attn_early_rope, persist_attn_kv_first: attention_tile's EARLY_ROPE and KV_FIRST after U_SHORT; off,
+    # the tail stops before them; KV_FIRST only with a short pass (persist_attn_short_keys)
     import dataclasses
     import re
 
@@ -280,11 +281,14 @@ def test_early_rope_sets_its_flag_after_the_short_pass(tmp_path):
     program = pipeline.run(model.graph)
     base = dataclasses.replace(target("sm_90"), persist_attn_pipeline=0, persist_tagged=0, persist_attn_short_keys=2)
     args = {}
-    for early in (0, 1):
-        t = dataclasses.replace(base, persist_attn_early_rope=early)
+    for early, first, short in [(0, 0, 2), (1, 0, 2), (0, 1, 2), (1, 1, 2), (0, 1, 0)]:
+        t = dataclasses.replace(base, persist_attn_early_rope=early, persist_attn_kv_first=first,
+                                persist_attn_short_keys=short)
         text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
-        args[early] = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")][10:]
-    assert args == {0: ["false", "false", "false", "2"], 1: ["false", "false", "false", "2", "true"]}
+        args[early, first, short] = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")][10:]
+    f3 = ["false"] * 3
+    assert args == {(0, 0, 2): f3 + ["2"], (1, 0, 2): f3 + ["2", "true"], (0, 1, 2): f3 + ["2", "false", "true"],
+                    (1, 1, 2): f3 + ["2", "true", "true"], (0, 1, 0): f3}
 
 
 def test_attention_trace_stamps_compile_when_asked(tmp_path, monkeypatch):

@@ -92,14 +92,17 @@ def test_attention_short_pass_computes_the_same_bits(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("family", ["llama3-scaled", "qwen3", "mistral"])
-def test_early_rope_computes_the_same_bits(tmp_path, monkeypatch, family):
+@pytest.mark.parametrize("change", [dict(persist_attn_early_rope=1), dict(persist_attn_kv_first=1),
+                                    dict(persist_attn_early_rope=1, persist_attn_kv_first=1)])
+def test_early_rope_and_kv_first_compute_the_same_bits(tmp_path, monkeypatch, family, change):
     # persist_attn_early_rope: the rotation's coefficients made before the wait (scaled frequencies, q/k norms
-    # before the rotation, a window), 8 keys a split at least so that several splits a head rotate q and the one
-    # holding the new row its key: every logit the same bits as the rotation after the wait, step by step and in
-    # one launch
+    # before the rotation, a window); persist_attn_kv_first: a short pass's earlier rows loaded before q, the new
+    # row from shared memory. 8 keys a split at least, so that several splits a head rotate q and take rows and the
+    # one holding the new row rotates its key and takes it, past 64 keys a split (300 positions) the long passes
+    # too: every logit the same bits as without, step by step and in one launch
     model, _ = compile_tiny(tmp_path, family, max_position_embeddings=512)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=8))
-    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_early_rope=1))
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, **change))
     tokens = np.random.default_rng(7).integers(0, model.config.vocab_size, size=300).tolist()
     assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
                           np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
@@ -270,7 +273,7 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     dict(persist_tagged=1, attn_min_keys=8), dict(persist_tagged=0, attn_min_keys=8),
                                     dict(persist_tagged=0, persist_waits_previous_first=0),
                                     dict(persist_tagged=1, persist_x_direct=1, persist_stages=13),
-                                    dict(persist_attn_early_rope=1)])
+                                    dict(persist_attn_early_rope=1), dict(persist_attn_kv_first=1, attn_min_keys=8)])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
@@ -286,8 +289,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # with several splits and with the old wait order too) or only GEMV-to-GEMV values tagged (1; with x slices
     # loaded straight from them; with several splits) where the default tags attention's too (2); the defaults
     # before 2026-11-30's seventh session (no tags, waits one at a time, no pipeline, no short pass) and before
-    # its eighth (tags 1, no short pass); RoPE's coefficients made before the wait. Knobs that leave the math alone
-    # leave the bits alone
+    # its eighth (tags 1, no short pass); RoPE's coefficients made before the wait; a short pass's rows loaded
+    # before q. Knobs that leave the math alone leave the bits alone
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
     if "attn_min_keys" in change:
         art = compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=change["attn_min_keys"])
@@ -298,7 +301,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     if change.keys() <= {"persist_counter_stride", "persist_stop_poll_every", "persist_evict_first", "attn_l2_prefetch",
                          "attn_min_keys", "persist_x_direct", "persist_stages", "persist_poll_sleep_ns",
                          "persist_waits_previous_first", "persist_waits_together",
-                         "persist_attn_short_keys", "persist_tagged", "persist_attn_early_rope"}:
+                         "persist_attn_short_keys", "persist_tagged", "persist_attn_early_rope",
+                         "persist_attn_kv_first"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)

@@ -154,12 +154,16 @@ __device__ __forceinline__ void prefetch_split_l2(const T* cache, int kv_heads, 
 // times, and the longer step's code stays out of the instruction caches.
 // rope (persist_attn_early_rope): the rotation's coefficients made before the inputs were waited for (RopeCoeffs),
 // used instead of inv_freq. mark(0) once q is rotated and the new row written, mark(1) once the keys are done
-// (persistent mode's traced step with persist_trace_attention; a no-op otherwise).
+// (persistent mode's traced step with persist_trace_attention; a no-op otherwise). KV_FIRST
+// (persist_attn_kv_first): a slice one short pass covers loads its rows of earlier steps before q (their round trip
+// under q's, the rotation and the new row's write) and takes the new row, where it holds it, from shared memory as
+// the cache has it (pack8: the same bits).
 struct NoMarks {
   __device__ __forceinline__ void operator()(int) const {}
 };
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
-          bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0, typename Marks = NoMarks>
+          bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0, bool KV_FIRST = false,
+          typename Marks = NoMarks>
 __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,
                                                 int kv_heads, int max_seq, const float* inv_freq, const T* q_norm_w,
                                                 const T* k_norm_w, float norm_eps, float scale, float softcap, int g,
@@ -174,6 +178,10 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
 
   // q of this group: norm, rotate, scale; the new k and v (their loads beside q's)
   const bool owns_pos = hi == pos + 1;  // the last active split holds row pos
+  constexpr int US = U_SHORT > 0 ? U_SHORT : 1;
+  const bool short_pass = U_SHORT > 0 && hi - lo <= WARPS * KPW * U_SHORT;  // (block-uniform)
+  KvPass<T, HEAD_DIM, WARPS, US> first;  // KV_FIRST: the short pass's rows before pos, loaded now
+  if (KV_FIRST && short_pass) first.load(kc, vc, lo + warp * KPW, owns_pos ? pos : hi);
   if constexpr (TAGGED) {  // every word loaded at once, then each stale one again
     constexpr int THREADS = WARPS * 32, QPER = (GROUP * HEAD_DIM + THREADS - 1) / THREADS;
     static_assert(HEAD_DIM <= THREADS, "a thread takes at most one element of the new k and v");
@@ -316,10 +324,22 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
     }
   };
   if constexpr (U_SHORT > 0) {
-    if (hi - lo <= WARPS * KPW * U_SHORT) {  // one short pass (block-uniform)
-      KvPass<T, HEAD_DIM, WARPS, U_SHORT> kv;
-      kv.load(kc, vc, lo + warp * KPW, hi);
-      step(kv.k, kv.v, lo + warp * KPW, hi);
+    if (short_pass) {  // one short pass
+      if (KV_FIRST) {
+        if (owns_pos) {  // the slot of row pos (zeros so far): the new row as written to the cache
+#pragma unroll
+          for (int u = 0; u < US; ++u)
+            if (lo + warp * KPW + u * WARPS * KPW + sub == pos) {
+              first.k[u] = pack8<T>(sm.kn + part * 8);
+              first.v[u] = pack8<T>(sm.vn + part * 8);
+            }
+        }
+        step(first.k, first.v, lo + warp * KPW, hi);
+      } else {
+        KvPass<T, HEAD_DIM, WARPS, U_SHORT> kv;
+        kv.load(kc, vc, lo + warp * KPW, hi);
+        step(kv.k, kv.v, lo + warp * KPW, hi);
+      }
     } else {
       passes();
     }

@@ -48,10 +48,11 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // phase counter moved relaxed. PIPE (persist_attn_pipeline): attention_slice's next K/V pass loaded under this one.
 // SOFTCAP false: a model without a logit softcap (attention_slice leaves its code out). U_SHORT: attention_slice's
 // one short pass for a slice that fits it. EARLY_ROPE (persist_attn_early_rope): the rotation's coefficients made
-// before the wait (RopeCoeffs; the same bits).
+// before the wait (RopeCoeffs; the same bits). KV_FIRST (persist_attn_kv_first): attention_slice's short pass loads
+// its earlier rows before q (the same bits).
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0,
-          bool EARLY_ROPE = false>
+          bool EARLY_ROPE = false, bool KV_FIRST = false>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
@@ -82,7 +83,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
 #else
     NoMarks marks;
 #endif
-    attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, TAGGED, PIPE, SOFTCAP, U_SHORT>(
+    attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, TAGGED, PIPE, SOFTCAP, U_SHORT, KV_FIRST>(
         sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi,
         TAGGED ? tag_of(u, u.a->kernels[u.ins->kernel].tag_x) : 0u, EARLY_ROPE ? &rope : nullptr, marks);
     attention_store<HEAD_DIM, GROUP, WARPS, SPLITS, TAGGED>(sm, g, split, active, part_o, part_ml, out, mine);
