@@ -30,6 +30,7 @@ class TargetParams:
     persist_poll_sleep_ns: int  # persistent: > 0: a waiting thread sleeps about this long between counter polls
     persist_counter_stride: int  # unsigned ints between two phases' counters (32: one 128-byte line each)
     persist_reduce_batch: int  # persistent GEMV: items a warp sums over its lanes together (1: each on its own)
+    persist_copy_batch: int  # persistent GEMV: 16-byte loads in flight a thread when it copies a tagged x (no norm)
     persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
     persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch)
     persist_waits_previous_first: int  # persistent: 1: an instruction polls the previous token's waits first
@@ -105,6 +106,12 @@ TARGETS: dict[str, TargetParams] = {
                           # carrying 48f2904's 3.5%); other models not run
                           persist_stop_poll_every=64, persist_poll_sleep_ns=0,
                           persist_counter_stride=1, persist_reduce_batch=1,
+                          # the down projection's prologue (x copied as tagged words, 64 KB an SM on llama-3.2-1b)
+                          # took 2.4 us a layer in the eighth session's trace: at 8 loads in flight a thread its K
+                          # 8192 is two round trips (llama-3.1-8b's 14336: four, qwen3-1.7b's 6144: two). 16 makes
+                          # qwen3-1.7b's one without spills; on llama-3.2-1b and llama-3.1-8b ptxas spills (232 and
+                          # 424 bytes; 32: 896 on 8B). Not yet run
+                          persist_copy_batch=8,
                           # evict-normal instead: 0.868-0.872 vs 0.852 ms on llama-3.2-1b at a9dfdd7, and the ring
                           # with the tile consuming 3.82 vs 4.58 TB/s in bench/stream_rate.cu (3d07718)
                           persist_evict_first=1,

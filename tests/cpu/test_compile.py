@@ -405,3 +405,18 @@ def test_persistent_mode_names_a_weight_ring_that_does_not_fit(tmp_path, monkeyp
     with pytest.raises(kiec.KiecError, match=message):
         kiec.compile(kiec.load(str(tmp_path / "hf")), str(tmp_path / "art"), mode="persistent")
     assert not os.path.exists(tmp_path / "art") and not any(p.name.startswith("art.tmp") for p in tmp_path.iterdir())
+
+
+def test_copy_batch_reaches_the_kernel(tmp_path):
+    # persist_copy_batch: the tagged x copy's loads in flight a thread, a define of the persistent source
+    import dataclasses
+
+    from kiec.codegen.persistent import emit_persistent
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama")
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    program = pipeline.run(model.graph)
+    for batch in (8, 16):
+        t = dataclasses.replace(target("sm_90"), persist_copy_batch=batch)
+        assert f"#define KIEC_COPY_BATCH {batch} " in emit_persistent(program, "bf16", 64, t, "x").files["model.cu"]

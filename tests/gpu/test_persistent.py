@@ -42,15 +42,18 @@ def test_persistent_logits_within_budget_and_greedy_tokens_equal_graph_mode(tmp_
     assert eng.generate(prompt, 40) == graph.generate(prompt, 40)
 
 
-def test_persistent_wide_rows_within_budget(tmp_path):
+def test_persistent_wide_rows_within_budget(tmp_path, monkeypatch):
     # rows long enough to be cut into segments (K = 1536: 2, K = 6144: 8, each warp's slice of x in registers),
-    # many pages a share and SiLU-mul pages of gate and up halves
+    # many pages a share and SiLU-mul pages of gate and up halves; the down projection's tagged x (K 6144: 12 loads a
+    # thread) copied in two batches (persist_copy_batch 8, the default) and in one (16): the same bits
     model, art = compile_tiny(tmp_path, "llama", hidden_size=1536, intermediate_size=6144, num_attention_heads=12,
                               num_key_value_heads=4, vocab_size=1024)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, "wide llama persistent: logits over 24 positions")
     graph = kiec.Engine(kiec.compile(model, str(tmp_path / "graph")))
     assert eng.generate(tokens[:5], 40) == graph.generate(tokens[:5], 40)
+    one = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_copy_batch=16))
+    assert np.array_equal(np.stack([one.step(t, p) for p, t in enumerate(tokens)]), ours)
 
 
 @pytest.mark.parametrize("family,window", [("llama", None), ("mistral", 200)])

@@ -8,6 +8,10 @@
 
 namespace kiec {
 
+#ifndef KIEC_COPY_BATCH
+#define KIEC_COPY_BATCH 8
+#endif
+
 // The GEMV prologue (gemv_prologue's math, in its order) with the norm's weights loaded into registers before the
 // tile waits on its inputs: weights never depend on activations, and after the wait only x is left to fetch.
 template <typename T, int K, bool NORM, int THREADS>
@@ -75,9 +79,10 @@ struct Prologue {
   // the order of the norm's sums are run's, so the result is the same bits.
   __device__ __forceinline__ void run_tagged(const float* x2, unsigned tag, const T* norm_w, float eps, float* xs,
                                              float* red) {
-    if (!NORM) {  // a copy: two words a 16-byte load, 8 loads in flight a thread (the plain copy's round trips)
+    if (!NORM) {  // a copy: two words a 16-byte load, KIEC_COPY_BATCH loads in flight a thread (persist_copy_batch;
+                  // 8: llama-3.2-1b's down projection, K 8192, copies in two round trips)
       static_assert(K % 2 == 0, "a copied x is pairs of words");
-      constexpr int P = (K / 2 + THREADS - 1) / THREADS, BP = P < 8 ? P : 8;
+      constexpr int P = (K / 2 + THREADS - 1) / THREADS, BP = P < KIEC_COPY_BATCH ? P : KIEC_COPY_BATCH;
 #pragma unroll
       for (int e0 = 0; e0 < P; e0 += BP) {
         unsigned long long wa[BP], wb[BP];
