@@ -110,7 +110,8 @@ TARGETS: dict[str, TargetParams] = {
                           # took 2.4 us a layer in the eighth session's trace: at 8 loads in flight a thread its K
                           # 8192 is two round trips (llama-3.1-8b's 14336: four, qwen3-1.7b's 6144: two). 16 makes
                           # qwen3-1.7b's one without spills; on llama-3.2-1b and llama-3.1-8b ptxas spills (232 and
-                          # 424 bytes; 32: 896 on 8B). Not yet run
+                          # 424 bytes; 32: 896 on 8B; `scripts/ptxas.py MODEL persistent persist_copy_batch=16` at
+                          # fdf50be). Not yet run
                           persist_copy_batch=8,
                           # evict-normal instead: 0.868-0.872 vs 0.852 ms on llama-3.2-1b at a9dfdd7, and the ring
                           # with the tile consuming 3.82 vs 4.58 TB/s in bench/stream_rate.cu (3d07718)
@@ -155,11 +156,12 @@ TARGETS: dict[str, TargetParams] = {
                           # vs 0.767-0.768, at 8192 0.907 vs 0.914, qwen3-1.7b 1.119-1.121 vs 1.119-1.122,
                           # smollm2-135m (tags 0) 0.507 vs 0.515; on by default
                           persist_attn_short_keys=2,
-                          # the 2026-11-30 eighth session's trace (c581e19, position 64): an attention split with
-                          # rows to take runs 2.2-2.5 us (smollm2-135m) and ~4 us (llama-3.2-1b) from its inputs to
-                          # its partial, on the chain of every layer; after q arrives, RoPE loads inv_freq (a round
-                          # trip) and runs sincosf, which depend on the position alone. With 1 the coefficients are
-                          # made before the wait (the same bits). Not yet run
+                          # the 2026-11-30 eighth session's traces (c581e19, position 64; trace_summary.py's
+                          # attention view, bench/RESULTS.md): the split whose partial comes last takes 3.50 us
+                          # (llama-3.2-1b) and 2.52 (smollm2-135m) from its inputs to it, on the chain of every layer;
+                          # after q arrives, RoPE loads inv_freq (a round trip) and runs sincosf, which depend on the
+                          # position alone. With 1 the coefficients are made before the wait (the same bits). Not yet
+                          # run
                           persist_attn_early_rope=0,
                           # the same split's K/V rows of earlier steps are loaded after q arrives, is rotated and the
                           # new row is written (three barriers): a round trip more on the chain. With 1 a short pass

@@ -24,7 +24,7 @@ from kiec.ir.passes import pipeline
 from kiec.ir.passes.fuse import Unscheduled
 from kiec.model import Model
 
-ABI_VERSION = 3  # 3: kiec_wait
+ABI_VERSION = 3  # 3: kiec_wait, kiec_set_stall_timeout, kiec_hung
 
 
 def _progress(msg: str) -> None:

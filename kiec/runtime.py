@@ -20,7 +20,9 @@ class Engine:
     # stream(): the first token may take this long more per prompt token (the kernel runs the prompt position by
     # position first), on top of stall_timeout_s
     PROMPT_ALLOWANCE_S = 0.05
-    STOP_WAIT_S = 5.0  # stream(): how long a hung generation asked to stop may take to end
+    # stream(): how long a hung generation asked to stop may take to end (kiec_wait's limit; past it the runtime asks
+    # again and waits 5 s more before it calls the kernel hung)
+    STOP_WAIT_S = 5.0
 
     def __init__(self, artifact_dir: str, device: int = 0, stall_timeout_s: float = 60.0):
         """stall_timeout_s: the longest a token (after the prompt's allowance for the first), a step or a timed run
@@ -41,8 +43,8 @@ class Engine:
         lib.kiec_launch.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int]
         lib.kiec_host_tokens.restype = ctypes.POINTER(ctypes.c_int)
         lib.kiec_host_tokens.argtypes = [ctypes.c_void_p]
-        lib.kiec_sync.argtypes = [ctypes.c_void_p]
         lib.kiec_wait.argtypes = [ctypes.c_void_p, ctypes.c_double]
+        lib.kiec_hung.argtypes = [ctypes.c_void_p]
         lib.kiec_set_stall_timeout.argtypes = [ctypes.c_void_p, ctypes.c_double]
         lib.kiec_time_steps.restype = ctypes.c_float
         lib.kiec_time_steps.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
@@ -76,9 +78,9 @@ class Engine:
         return self._lib.kiec_last_error().decode()
 
     def _failure(self) -> str:
-        """The last error, remembered when it says the kernel still runs (runtime.cuh: finish)."""
+        """The last error, remembered when the runtime found the kernel still running after a stop (kiec_hung)."""
         msg = self._error()
-        if "the GPU still runs it" in msg:
+        if self._lib.kiec_hung(self._h):
             self._hung = msg
         return msg
 

@@ -192,14 +192,37 @@ def attention_parts(ts: np.ndarray, slots: list[str], sched: list) -> list[str]:
     return lines
 
 
+def attention_critical(ts: np.ndarray, slots: list[str], sched: list) -> list[str]:
+    """Per attention phase, the split that reached its partial last (inputs ready to partial stored: its slice)
+    and the one that signalled last (partial stored to done: the arrival, the merge and the signal), mean us (min,
+    max) over the phases: the two stretches of attention on the chain."""
+    col = columns(ts, slots)
+    phases: dict[int, list[int]] = collections.defaultdict(list)
+    for i, (_, opcode, _, c) in enumerate(sched):
+        if opcode == "attention" and col["start"][i] > 0:
+            phases[c].append(i)
+    if not phases:
+        return []
+    slice_us, tail_us = [], []
+    for rows in phases.values():
+        last_x = rows[int(np.argmax(col["x_ready"][rows]))]
+        last_done = rows[int(np.argmax(col["done"][rows]))]
+        slice_us.append((col["x_ready"][last_x] - col["ready"][last_x]) / 1e3)
+        tail_us.append((col["done"][last_done] - col["x_ready"][last_done]) / 1e3)
+    lines = [f"attention, per phase ({len(phases)}), us (mean, min, max):"]
+    for name, v in (("last split's slice", slice_us), ("last signal's tail", tail_us)):
+        lines.append(f"  {name:<24}{np.mean(v):>8.2f}{np.min(v):>8.2f}{np.max(v):>8.2f}")
+    return lines
+
+
 def summary_of(ts: np.ndarray, m: dict, pos: int) -> str:
     slots, sched, kernels, sms = m["trace_slots"], m["schedule"], m["kernels"], m["sms"]
     lines = per_kind(ts, slots, sched, kernels, sms)
     lines[0] = f"position {pos}: {lines[0]}"
     lines += ["", *chain_lines(chain(ts, slots, sched, kernels))]
     lines += ["", *tail_lines(*tails(ts, slots, sched, kernels))]
-    parts = attention_parts(ts, slots, sched)
-    lines += ["", *parts] if parts else []
+    for view in (attention_critical(ts, slots, sched), attention_parts(ts, slots, sched)):
+        lines += ["", *view] if view else []
     lines += ["", "pages in the ring when a GEMV tile's x was ready (min, p10, median, p90, max over its tiles):"]
     lines += [f"  {name:<22} {' '.join(f'{v:>3}' for v in q)}" for name, q in ready_pages(ts, slots, sched, kernels).items()]
     return "\n".join(lines)

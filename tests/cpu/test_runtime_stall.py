@@ -34,6 +34,9 @@ class HungLib:
         self.error = b"the generation did not end within 5.0 s, nor 5 s after it was asked to stop: the GPU still runs it"
         return 1
 
+    def kiec_hung(self, h):
+        return int(self.stopped and not self.stops)
+
     def kiec_last_error(self):
         return self.error
 

@@ -32,6 +32,7 @@ struct Ctx {
   cudaGraphExec_t graph = nullptr;
   void* mode = nullptr;  // the mode's own device state
   double stall_s = 60.0;  // kiec_set_stall_timeout: the longest a step or a timed run may take before it counts as hung
+  bool hung = false;  // finish: the work did not end when asked to stop (kiec_hung)
 };
 
 static thread_local std::string g_error;
@@ -80,6 +81,7 @@ static int finish(Ctx* c, cudaEvent_t e, double limit_s, const char* what) {
       return 1;
     }
     if (r == cudaErrorNotReady) {
+      c->hung = true;
       fail("%s did not end within %.1f s, nor 5 s after it was asked to stop: the GPU still runs it", what, limit_s);
       return 1;
     }
@@ -268,6 +270,10 @@ int kiec_sync(void* h) {
 int kiec_wait(void* h, double timeout_s) {
   return kiec::finish(static_cast<kiec::Ctx*>(h), nullptr, timeout_s, "the generation");
 }
+
+// 1 once a call found the work still running 5 s after it asked it to stop (finish): the context's memory is in
+// use by a kernel that may never end, so it must not be freed (kiec.Engine stops using it).
+int kiec_hung(void* h) { return static_cast<kiec::Ctx*>(h)->hung ? 1 : 0; }
 
 // The longest a step or a timed run may take (kiec_step, kiec_time_steps, kiec_time_launches) before it counts as
 // hung: then a persistent kernel is asked to stop and the call fails (finish).
