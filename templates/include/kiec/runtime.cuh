@@ -293,9 +293,11 @@ int kiec_step(void* h, int token, int pos, float* logits) {
   KIEC_CHECK(cudaMemcpyAsync(c->tokens + pos, &token, sizeof(int), cudaMemcpyHostToDevice, c->stream));
   KIEC_CHECK(cudaMemcpyAsync(c->st, &s, sizeof s, cudaMemcpyHostToDevice, c->stream));
   if (mode_run(c, pos, 1, pos + 1)) return -1;
+  // the deadline first: a copy into pageable memory would block the caller until the step ended, however long
+  if (finish(c, nullptr, c->stall_s, "the step")) return -1;
   if (logits)
-    KIEC_CHECK(cudaMemcpyAsync(logits, c->arena + KIEC_LOGITS_OFFSET, KIEC_VOCAB * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
-  return finish(c, nullptr, c->stall_s, "the step") ? -1 : 0;
+    KIEC_CHECK(cudaMemcpy(logits, c->arena + KIEC_LOGITS_OFFSET, KIEC_VOCAB * sizeof(float), cudaMemcpyDeviceToHost));
+  return 0;
 }
 
 // Time `steps` decode steps (after `warmup`), positions continuing from `pos`; ms per step. Each step feeds its
