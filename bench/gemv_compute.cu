@@ -133,16 +133,8 @@ __global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1) consume(
       kiec::sync_block();
       s0 = kiec::global_ns();
     }
-    if (VARIANT == TILE || VARIANT == TILE_BUSY || VARIANT == TILE_WARM || VARIANT == TILE_COLD) {
-#if KIEC_DOT_MMA  // the tensor cores' dot products (persist_dot_mma) on the same x
-      kiec::MmaSlice<T, G> xp;
-#pragma unroll
-      for (int s = 0; s < G::STEPS; ++s) xp.set(s, make_float4(xr[0][0] + s, xr[0][1], xr[0][2], xr[0][3] - s));
-      kiec::gemv_pages<T, G, WARPS, SEGS>(ring, items, xp, acc, false);
-#else
+    if (VARIANT == TILE || VARIANT == TILE_BUSY || VARIANT == TILE_WARM || VARIANT == TILE_COLD)
       kiec::gemv_pages<T, G, WARPS, SEGS>(ring, items, xr, acc, false);
-#endif
-    }
     else
       keep += pages_without<G, SEGS, VARIANT>(ring, items, xr);
     kiec::sync_block();
@@ -189,9 +181,8 @@ static void run(const char* name, int sms, int rows = 64, const char* busy = nul
   const double bytes = (double)REPS * rows * G::ROWS_PER_OUT * K * sizeof(T);
   const double med = bytes / h[sms / 2], slow = bytes / h[sms - 1];  // bytes per ns = GB/s
   const char* what[] = {"tile", "loads only", "dots, no sums", "tile, TMA busy", "code warm", "code cold"};
-  printf("%-26s %-14s K %5d  segs %d  rounds %d  rows %2d  B %2d%s  %7.1f GB/s an SM (slowest %6.1f)  %6.2f TB/s "
-         "over %d SMs", name, what[VARIANT], K, SEGS, G::ROUNDS, rows, KIEC_REDUCE_BATCH, KIEC_DOT_MMA ? " mma" : "",
-         med, slow,
+  printf("%-26s %-14s K %5d  segs %d  rounds %d  rows %2d  B %2d  %7.1f GB/s an SM (slowest %6.1f)  %6.2f TB/s "
+         "over %d SMs", name, what[VARIANT], K, SEGS, G::ROUNDS, rows, KIEC_REDUCE_BATCH, med, slow,
          slow * sms / 1e3, sms);
   if (VARIANT == TILE_WARM || VARIANT == TILE_COLD) printf("; %.2f us a share (median SM)", h[sms / 2] / 1e3 / REPS);
   if (moved) printf("; the copies %.2f TB/s", copied / (ms * 1e-3) / 1e12);  // (over the launch, a bound from below)
@@ -203,7 +194,7 @@ static void run(const char* name, int sms, int rows = 64, const char* busy = nul
 int main() {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-#if KIEC_REDUCE_BATCH == 1 && !KIEC_DOT_MMA  // the parts, once
+#if KIEC_REDUCE_BATCH == 1  // the parts, once
   run<2048, kiec::EPI_STORE, 2, LOADS>("llama-1b QKV/O (K 2048)", sms);
   run<2048, kiec::EPI_STORE, 2, DOTS>("llama-1b QKV/O (K 2048)", sms);
   run<2048, kiec::EPI_SILU_MUL, 2, LOADS>("llama-1b gate/up", sms);
@@ -217,7 +208,7 @@ int main() {
   run<2048, kiec::EPI_SILU_MUL, 2>("llama-1b gate/up", sms);
   run<8192, kiec::EPI_STORE, 8>("llama-1b down (K 8192)", sms);
   run<14336, kiec::EPI_STORE, 8>("llama-8b down (K 14336)", sms);
-#if KIEC_REDUCE_BATCH == 1  // the kernel's tiles while its weight stream copies meanwhile (the mma build: its tiles)
+#if KIEC_REDUCE_BATCH == 1  // the kernel's tiles while its weight stream copies meanwhile
   char* busy;
   unsigned long long* moved;
   CHECK(cudaMalloc(&busy, (size_t)sms * STREAM_REGION_BYTES));

@@ -211,7 +211,6 @@ class _PersistentEmitter(_Emitter):
             trace_attention=self.t.persist_trace_attention,
             tagged=int(self.tags is not None),
             reduce_batch=self.t.persist_reduce_batch, copy_batch=self.t.persist_copy_batch,
-            dot_mma=self.t.persist_dot_mma,
             evict_first=int(bool(self.t.persist_evict_first)),
             attn_l2_hint=self.t.attn_l2_prefetch,
             scratch=self.smem,

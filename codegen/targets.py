@@ -31,7 +31,6 @@ class TargetParams:
     persist_counter_stride: int  # unsigned ints between two phases' counters (32: one 128-byte line each)
     persist_reduce_batch: int  # persistent GEMV: items a warp sums over its lanes together (1: each on its own)
     persist_copy_batch: int  # persistent GEMV: 16-byte loads in flight a thread when it copies a tagged x (no norm)
-    persist_dot_mma: int  # persistent GEMV: 1: the dot products on the tensor cores (persistent_gemv.cuh: XSlice)
     persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
     persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch)
     persist_waits_previous_first: int  # persistent: 1: an instruction polls the previous token's waits first
@@ -114,11 +113,6 @@ TARGETS: dict[str, TargetParams] = {
                           # 424 bytes; 32: 896 on 8B; `scripts/ptxas.py MODEL persistent persist_copy_batch=16` at
                           # fdf50be). Not yet run
                           persist_copy_batch=8,
-                          # the QKV and O tiles' dots ran at ~30 GB/s an SM in the eighth session's trace (their pages
-                          # landed), 57-62 in gemv_compute.cu, 80-89 without the warp sums: ~17 instructions a lane
-                          # per 16 bytes of weights. On the tensor cores (an mma.m16n8k16 a 128-element step, x as
-                          # two 16-bit pieces) a step is an 8-byte load and two mmas. Not yet run
-                          persist_dot_mma=0,
                           # evict-normal instead: 0.868-0.872 vs 0.852 ms on llama-3.2-1b at a9dfdd7, and the ring
                           # with the tile consuming 3.82 vs 4.58 TB/s in bench/stream_rate.cu (3d07718)
                           persist_evict_first=1,

@@ -95,11 +95,11 @@ if [ -n "${STREAM:-}" ]; then
 fi
 # COMPUTE=1: how fast the persistent GEMV's compute warps consume pages already in shared memory, warp sums one
 # item at a time and in batches of 8, with TMA copies landing meanwhile, and a share's time with its code fetched
-# again against kept hot (bench/gemv_compute.cu); then the tiles with their dot products on the tensor cores
+# again against kept hot (bench/gemv_compute.cu)
 if [ -n "${COMPUTE:-}" ]; then
-  for b in 1 8 mma; do
-    flags="-DKIEC_REDUCE_BATCH=$b"; [ $b = mma ] && flags="-DKIEC_REDUCE_BATCH=1 -DKIEC_DOT_MMA=1"
-    bench_build gemv_compute gemv_compute_$b -DKIEC_COMPUTE_THREADS=256 $flags && timeout 60 /tmp/gemv_compute_$b
+  for b in 1 8; do
+    bench_build gemv_compute gemv_compute_$b -DKIEC_COMPUTE_THREADS=256 -DKIEC_REDUCE_BATCH=$b \
+      && timeout 60 /tmp/gemv_compute_$b
   done 2>&1 | tee "$OUT/gemv_compute.txt"
 fi
 # MODES=graph,persistent: the modes kiec bench compiles and times (default graph)

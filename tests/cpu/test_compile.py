@@ -420,21 +420,3 @@ def test_copy_batch_reaches_the_kernel(tmp_path):
     for batch in (8, 16):
         t = dataclasses.replace(target("sm_90"), persist_copy_batch=batch)
         assert f"#define KIEC_COPY_BATCH {batch} " in emit_persistent(program, "bf16", 64, t, "x").files["model.cu"]
-
-
-@pytest.mark.parametrize("change", [dict(), dict(persist_tagged=1, persist_x_direct=1)])
-def test_dot_products_on_the_tensor_cores_compile(tmp_path, monkeypatch, change):
-    # persist_dot_mma: the kernel defines KIEC_DOT_MMA and builds (nvcc) with the mma path in every GEMV shape of a
-    # model whose rows are cut into segments that 128-element steps do not tile (K 576 and 1536), with x staged
-    # and with x slices of tagged words loaded straight from memory
-    import dataclasses
-
-    from kiec.codegen import targets
-    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=576, intermediate_size=1536, num_attention_heads=9,
-                 num_key_value_heads=3)
-    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
-    monkeypatch.setitem(targets.TARGETS, "sm_90",
-                        dataclasses.replace(targets.TARGETS["sm_90"], persist_dot_mma=1, **change))
-    art = kiec.compile(model, str(tmp_path / "art"), mode="persistent")
-    with open(os.path.join(art, "src", "model.cu")) as fh:
-        assert "#define KIEC_DOT_MMA 1" in fh.read()

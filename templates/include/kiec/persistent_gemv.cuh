@@ -1,8 +1,6 @@
 // The persistent kernel's GEMV tile (persistent.cuh): a norm or copy prologue, the dot products over weight pages
 // the ring (ring.cuh) streamed in, and the epilogue; each tile is one SM's share of a GEMV's rows.
 #pragma once
-#include <type_traits>
-
 #include "gemv.cuh"
 #include "persistent_tile.cuh"
 #include "ring.cuh"
@@ -143,7 +141,6 @@ struct GemvShape {
   static constexpr int PER_PAGE = items_per_page(PAGE, ITEM, SILU);
   static_assert(PER_PAGE >= 1, "a page holds at least one item");
   static constexpr int ROWS_PER_OUT = SILU ? 2 : 1;  // segment sums kept per output: gate and up rows
-  static constexpr int STEPS = (SEGC * 8 + 127) / 128;  // tensor-core steps an item (MmaSlice): 128 elements
 };
 
 // This lane's chunks of segment `seg` of the prologue's output: xr[v] = x[(seg * SEGC + v * 32 + lane) * 8 ..].
@@ -213,110 +210,6 @@ __device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const 
   }
 }
 
-// The dot products on the tensor cores (persist_dot_mma): one warp-wide mma.m16n8k16 takes 128 elements of an item
-// a step, as the diagonal of D = A B: A's row j is the weights' 16 elements 16j.. of the step, B's column j x's
-// same 16 (D's other entries are products nobody reads); A's rows 8 + j carry the up row's (SiLU-mul) or nothing.
-// A lane (g = lane / 4, q = lane % 4) holds elements 16g + 4q .. + 3 of the step in both operands (one 8-byte load
-// of the weights, in mma's k order 2q, 2q + 1, 2q + 8, 2q + 9: the sum does not care which k is which), so every
-// load is a warp's 256 contiguous bytes. x goes in as two 16-bit pieces, x = hi + lo (16 significant bits of its
-// 24), each an mma into the same sums: the weights times x to ~1e-5, summed in fp32 by the tensor cores.
-template <typename T> struct MmaOf { static constexpr bool OK = false; };  // bf16 only (fp16: dot_lanes, untimed)
-template <> struct MmaOf<__nv_bfloat16> {
-  static constexpr bool OK = true;
-  __device__ __forceinline__ static unsigned pack(float a, float b) {  // a in the low half
-    const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<const unsigned*>(&v);
-  }
-  __device__ __forceinline__ static float2 unpack(unsigned u) {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
-  }
-  __device__ __forceinline__ static void mma(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                             unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-};
-__device__ __forceinline__ uint2 lds64(const void* p) {
-  uint2 v;
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(smem_addr(p)));
-  return v;
-}
-
-#ifndef KIEC_DOT_MMA
-#define KIEC_DOT_MMA 0
-#endif
-
-// This warp's segment of x as the tensor cores take it (persist_dot_mma), and an item's dot products on them (w0,
-// and w1 the up row's for SiLU-mul; this lane's part of each sum in a0, a1).
-template <typename T, typename G>
-struct MmaSlice {
-  static constexpr int S = G::STEPS, ACC = S < 4 ? S : 4;  // independent sums: short chains of dependent mmas
-  unsigned p[S][4];  // a step's x: hi pieces of elements (0, 1), (2, 3), then lo pieces
-  __device__ __forceinline__ static bool in(int e) { return G::SEGC % 16 == 0 || e < G::SEGC * 8; }
-  __device__ __forceinline__ void set(int s, float4 v) {
-    using M = MmaOf<T>;
-    p[s][0] = M::pack(v.x, v.y);
-    p[s][1] = M::pack(v.z, v.w);
-    const float2 h0 = M::unpack(p[s][0]), h1 = M::unpack(p[s][1]);
-    p[s][2] = M::pack(v.x - h0.x, v.y - h0.y);
-    p[s][3] = M::pack(v.z - h1.x, v.w - h1.y);
-  }
-  __device__ __forceinline__ void load(const float* xs, int seg, int lane) {
-#pragma unroll
-    for (int s = 0; s < S; ++s) {
-      const int e = 128 * s + 16 * (lane >> 2) + 4 * (lane & 3);
-      set(s, in(e) ? *reinterpret_cast<const float4*>(xs + seg * G::SEGC * 8 + e) : make_float4(0.f, 0.f, 0.f, 0.f));
-    }
-  }
-  __device__ __forceinline__ void load_tagged(const float* x2, unsigned tag, int seg, int lane) {
-    unsigned long long w[S][4];
-#pragma unroll
-    for (int s = 0; s < S; ++s) {
-      const int e = seg * G::SEGC * 8 + 128 * s + 16 * (lane >> 2) + 4 * (lane & 3);
-      if (in(e - seg * G::SEGC * 8)) {
-        ld_tagged2(x2, e / 2, w[s][0], w[s][1]);
-        ld_tagged2(x2, e / 2 + 1, w[s][2], w[s][3]);
-      }
-    }
-#pragma unroll
-    for (int s = 0; s < S; ++s) {
-      const int e = seg * G::SEGC * 8 + 128 * s + 16 * (lane >> 2) + 4 * (lane & 3);
-      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (in(e - seg * G::SEGC * 8))
-        v = make_float4(tagged_value(w[s][0], x2, e, tag), tagged_value(w[s][1], x2, e + 1, tag),
-                        tagged_value(w[s][2], x2, e + 2, tag), tagged_value(w[s][3], x2, e + 3, tag));
-      set(s, v);
-    }
-  }
-  __device__ __forceinline__ void dot(const char* w0, const char* w1, int lane, float& a0, float& a1) const {
-    float d[ACC][4];
-#pragma unroll
-    for (int a = 0; a < ACC; ++a) d[a][0] = d[a][1] = d[a][2] = d[a][3] = 0.f;
-#pragma unroll
-    for (int s = 0; s < S; ++s) {
-      const int e = 128 * s + 16 * (lane >> 2) + 4 * (lane & 3);
-      uint2 g = make_uint2(0u, 0u), u = make_uint2(0u, 0u);
-      if (in(e)) {
-        g = lds64(w0 + e * 2);
-        if (G::SILU) u = lds64(w1 + e * 2);
-      }
-      MmaOf<T>::mma(d[s % ACC], g.x, u.x, g.y, u.y, p[s][0], p[s][1]);
-      MmaOf<T>::mma(d[s % ACC], g.x, u.x, g.y, u.y, p[s][2], p[s][3]);
-    }
-#pragma unroll
-    for (int a = 1; a < ACC; ++a)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) d[0][i] += d[a][i];
-    // D[j][j] (and D[8 + j][j], the up row's) sits in lane 4j + j / 2: element j % 2 (2 + j % 2)
-    const int g = lane >> 2;
-    const bool diag = (lane & 3) == (g >> 1);
-    a0 = diag ? (g & 1 ? d[0][1] : d[0][0]) : 0.f;
-    a1 = diag ? (g & 1 ? d[0][3] : d[0][2]) : 0.f;
-  }
-};
-
 // Every page of a share of `items` items: this warp's items' segment sums into acc[(row * ROWS_PER_OUT + r) *
 // SEGS + seg]; each thread releases each page when done with it. Items are dealt round-robin, so a warp's k-th item
 // is warp + k * WARPS; its lane parts wait in a batch of KIEC_REDUCE_BATCH (a shift register: static indices) to be
@@ -326,8 +219,9 @@ struct MmaSlice {
 #ifndef KIEC_REDUCE_BATCH
 #define KIEC_REDUCE_BATCH 1
 #endif
-template <typename T, typename G, int WARPS, int SEGS, typename R, typename X>
-__device__ __forceinline__ long long gemv_pages(R& ring, int items, const X& xr, float* acc, bool timed) {
+template <typename T, typename G, int WARPS, int SEGS, typename R>
+__device__ __forceinline__ long long gemv_pages(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
+                                                bool timed) {
   constexpr int B = KIEC_REDUCE_BATCH;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, seg = warp % SEGS;
   const int pages = (items + G::PER_PAGE - 1) / G::PER_PAGE;
@@ -359,10 +253,7 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const X& xr,
     const int first = p * G::PER_PAGE, n = min(G::PER_PAGE, items - first);
     for (int j = (warp - first % WARPS + WARPS) % WARPS; j < n; j += WARPS) {
       float a0, a1;
-      if constexpr (std::is_array<X>::value)  // load_x_slice's floats
-        dot_lanes<T, G>(page + j * G::ITEM, page + (G::PER_PAGE + j) * G::ITEM, xr, lane, a0, a1);
-      else  // a MmaSlice
-        xr.dot(page + j * G::ITEM, page + (G::PER_PAGE + j) * G::ITEM, lane, a0, a1);
+      dot_lanes<T, G>(page + j * G::ITEM, page + (G::PER_PAGE + j) * G::ITEM, xr, lane, a0, a1);
       shift_in(a0, a1);
       if (++mine % B == 0) sums_out(B);
     }
@@ -454,20 +345,12 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
   trace(u, TR_X_READY);
   if (tracing(u)) trace_row(u)[TR_PAGES_READY] = ring.landed((outs * SEGS + G::PER_PAGE - 1) / G::PER_PAGE);
+  float xr[G::ROUNDS][8];  // this warp's segment of x
+  if (TX && DIRECT) load_x_slice_tagged<G>(x, tag_of(u, d.tag_x), (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
+  else load_x_slice<G>(DIRECT ? x : xs, (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
   // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
   // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
-  long long waited;
-  if constexpr (KIEC_DOT_MMA && MmaOf<T>::OK) {
-    MmaSlice<T, G> xp;  // this warp's segment of x, as the tensor cores take it
-    if (TX && DIRECT) xp.load_tagged(x, tag_of(u, d.tag_x), (threadIdx.x >> 5) % SEGS, threadIdx.x & 31);
-    else xp.load(DIRECT ? x : xs, (threadIdx.x >> 5) % SEGS, threadIdx.x & 31);
-    waited = gemv_pages<T, G, WARPS, SEGS>(ring, outs * SEGS, xp, acc, traced_step(u));
-  } else {
-    float xr[G::ROUNDS][8];  // this warp's segment of x
-    if (TX && DIRECT) load_x_slice_tagged<G>(x, tag_of(u, d.tag_x), (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
-    else load_x_slice<G>(DIRECT ? x : xs, (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
-    waited = gemv_pages<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
-  }
+  const long long waited = gemv_pages<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
   if (tracing(u)) trace_row(u)[TR_PAGE_WAIT_CYCLES] = waited;
   sync_block();
   trace(u, TR_SUMS_DONE);
