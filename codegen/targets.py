@@ -111,8 +111,12 @@ TARGETS: dict[str, TargetParams] = {
                           # 8192 is two round trips (llama-3.1-8b's 14336: four, qwen3-1.7b's 6144: two). 16 makes
                           # qwen3-1.7b's one without spills; on llama-3.2-1b and llama-3.1-8b ptxas spills (232 and
                           # 424 bytes; 32: 896 on 8B; `scripts/ptxas.py MODEL persistent persist_copy_batch=16` at
-                          # fdf50be). Not yet run
+                          # fdf50be). qwen3-1.7b at 16, 2026-11-30 ninth session (42964fe, ms, two rounds): 1.121 /
+                          # 1.125 vs 1.121 / 1.118 (no change). So 8
                           persist_copy_batch=8,
+                          # (the dots on the tensor cores, persist_dot_mma at 05ab278, an mma.m16n8k16 a 128-element
+                          # step read on its diagonal: 10-30% slower than the FMA tile in gemv_compute.cu, ninth
+                          # session; taken out, `git show 05ab278`)
                           # evict-normal instead: 0.868-0.872 vs 0.852 ms on llama-3.2-1b at a9dfdd7, and the ring
                           # with the tile consuming 3.82 vs 4.58 TB/s in bench/stream_rate.cu (3d07718)
                           persist_evict_first=1,
@@ -160,14 +164,18 @@ TARGETS: dict[str, TargetParams] = {
                           # attention view, bench/RESULTS.md): the split whose partial comes last takes 3.50 us
                           # (llama-3.2-1b) and 2.52 (smollm2-135m) from its inputs to it, on the chain of every layer;
                           # after q arrives, RoPE loads inv_freq (a round trip) and runs sincosf, which depend on the
-                          # position alone. With 1 the coefficients are made before the wait (the same bits). Not yet
-                          # run
+                          # position alone. With 1 the coefficients are made before the wait (the same bits).
+                          # 2026-11-30 ninth session (fa12dbb / 42964fe, ms, two rounds, bench/RESULTS.md): alone
+                          # 0.761 / 0.760 vs 0.761 / 0.762 on llama-3.2-1b; with kv_first (below) 0.758 / 0.759, at
+                          # 8192 0.904 / 0.904 vs 0.907 / 0.908, but smollm2-135m 0.509 / 0.510 vs 0.507 / 0.506 and
+                          # qwen3-1.7b 1.125 / 1.125 vs 1.121 / 1.118: within the spread both ways, off
                           persist_attn_early_rope=0,
                           # the same split's K/V rows of earlier steps are loaded after q arrives, is rotated and the
                           # new row is written (three barriers): a round trip more on the chain. With 1 a short pass
                           # (persist_attn_short_keys) loads them first and takes the new row from shared memory (the
                           # same bits). Loaded before the wait instead (persist_attn_early_kv, 2026-11-30 third
-                          # session): 0.816-0.820 vs 0.822 ms on llama-3.2-1b then, taken out. Not yet run
+                          # session): 0.816-0.820 vs 0.822 ms on llama-3.2-1b then, taken out. Alone, ninth session:
+                          # 0.763 / 0.762 vs 0.761 / 0.762 on llama-3.2-1b (with early RoPE: above); off
                           persist_attn_kv_first=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
