@@ -208,6 +208,7 @@ class _PersistentEmitter(_Emitter):
             l2_ahead=self.t.persist_l2_ahead_bytes // page, stop_poll_every=self.t.persist_stop_poll_every,
             poll_sleep_ns=self.t.persist_poll_sleep_ns, waits_together=int(bool(self.t.persist_waits_together)),
             probe_relaxed_signal=self.t.persist_probe_relaxed_signal,
+            probe_twice=self.t.persist_probe_twice,
             trace_attention=self.t.persist_trace_attention,
             tagged=int(self.tags is not None),
             reduce_batch=self.t.persist_reduce_batch, copy_batch=self.t.persist_copy_batch,

@@ -47,6 +47,10 @@ class TargetParams:
     # its stores' acknowledgement, so a consumer may read stale data (tokens may be wrong). It times the handover a
     # tagged design would have (consumers checking their data's tags instead of the counter's release)
     persist_probe_relaxed_signal: int
+    # persistent, a timing probe: bit 1: every GEMV tile's dot products run twice (the second's sums added times 0:
+    # the same tokens), bit 2: its prologue (norm or x copy) twice. An untraced token's time with it, less without,
+    # is what that part costs the chain (the trace's own stamps make its step 11-21% longer)
+    persist_probe_twice: int
     # persistent, a timing aid: 1: in a traced step (Engine.trace) each attention split also stamps the moment its q
     # is rotated and its new row written (sums_done) and the moment its keys are done (stored); trace_summary.py
     # splits attention's time at them. The kernel runs those two stamps' branches in every step
@@ -193,7 +197,10 @@ TARGETS: dict[str, TargetParams] = {
                           # model between 576 and 2048 timed, so where the line really lies is not known)
                           persist_tagged=2, persist_tagged_min_width=1024,
                           # without previous_first: 0.772-0.773 vs 0.826-0.829 on 1B, smollm2 0.527 vs 0.566
-                          persist_probe_relaxed_signal=0, persist_trace_attention=0),
+                          # (the twice probe, persist_probe_twice: built in the ninth session for the next GPU one,
+                          # not yet run; the trace put the QKV and O tiles' dots at about half gemv_compute.cu's rate
+                          # and smollm2-135m's gate/up at a quarter, in the traced step only)
+                          persist_probe_relaxed_signal=0, persist_probe_twice=0, persist_trace_attention=0),
 }
 
 

@@ -420,3 +420,17 @@ def test_copy_batch_reaches_the_kernel(tmp_path):
     for batch in (8, 16):
         t = dataclasses.replace(target("sm_90"), persist_copy_batch=batch)
         assert f"#define KIEC_COPY_BATCH {batch} " in emit_persistent(program, "bf16", 64, t, "x").files["model.cu"]
+
+
+def test_the_twice_probe_compiles_and_sets_its_define(tmp_path, monkeypatch):
+    # persist_probe_twice: the kernel defines KIEC_PROBE_TWICE and builds (nvcc) with a GEMV's dots and prologue run
+    # twice, on a model whose GEMVs have norms, tagged x copies and SiLU-mul pages
+    import dataclasses
+
+    from kiec.codegen import targets
+    make_tiny_hf(tmp_path / "hf", "llama")
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_probe_twice=3))
+    art = kiec.compile(model, str(tmp_path / "art"), mode="persistent")
+    with open(os.path.join(art, "src", "model.cu")) as fh:
+        assert "#define KIEC_PROBE_TWICE 3" in fh.read()

@@ -275,7 +275,8 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     dict(persist_tagged=1, attn_min_keys=8), dict(persist_tagged=0, attn_min_keys=8),
                                     dict(persist_tagged=0, persist_waits_previous_first=0),
                                     dict(persist_tagged=1, persist_x_direct=1, persist_stages=13),
-                                    dict(persist_attn_early_rope=1), dict(persist_attn_kv_first=1, attn_min_keys=8)])
+                                    dict(persist_attn_early_rope=1), dict(persist_attn_kv_first=1, attn_min_keys=8),
+                                    dict(persist_probe_twice=3)])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
@@ -292,7 +293,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # loaded straight from them; with several splits) where the default tags attention's too (2); the defaults
     # before 2026-11-30's seventh session (no tags, waits one at a time, no pipeline, no short pass) and before
     # its eighth (tags 1, no short pass); RoPE's coefficients made before the wait; a short pass's rows loaded
-    # before q. Knobs that leave the math alone leave the bits alone
+    # before q; the timing probe that runs each GEMV's dots and prologue twice. Knobs that leave the math alone
+    # leave the bits alone
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
     if "attn_min_keys" in change:
         art = compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=change["attn_min_keys"])
@@ -304,7 +306,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "attn_min_keys", "persist_x_direct", "persist_stages", "persist_poll_sleep_ns",
                          "persist_waits_previous_first", "persist_waits_together",
                          "persist_attn_short_keys", "persist_tagged", "persist_attn_early_rope",
-                         "persist_attn_kv_first"}:
+                         "persist_attn_kv_first", "persist_probe_twice"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)

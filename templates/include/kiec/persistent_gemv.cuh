@@ -219,6 +219,9 @@ __device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const 
 #ifndef KIEC_REDUCE_BATCH
 #define KIEC_REDUCE_BATCH 1
 #endif
+#ifndef KIEC_PROBE_TWICE
+#define KIEC_PROBE_TWICE 0  // persist_probe_twice: bit 1 the dots, bit 2 the prologue, run twice (a timing probe)
+#endif
 template <typename T, typename G, int WARPS, int SEGS, typename R>
 __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
                                                 bool timed) {
@@ -254,6 +257,14 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
     for (int j = (warp - first % WARPS + WARPS) % WARPS; j < n; j += WARPS) {
       float a0, a1;
       dot_lanes<T, G>(page + j * G::ITEM, page + (G::PER_PAGE + j) * G::ITEM, xr, lane, a0, a1);
+      if (KIEC_PROBE_TWICE & 1) {  // the same loads again, their sums kept alive times 0; the address moved by
+        // gridDim.y - 1, 0 at run time but not known to ptxas, which merges identical shared loads (PTX has both)
+        const int again = j * G::ITEM + (int)gridDim.y - 1;
+        float b0, b1;
+        dot_lanes<T, G>(page + again, page + G::PER_PAGE * G::ITEM + again, xr, lane, b0, b1);
+        a0 = fmaf(b0, 0.f, a0);
+        a1 = fmaf(b1, 0.f, a1);
+      }
       shift_in(a0, a1);
       if (++mine % B == 0) sums_out(B);
     }
@@ -341,6 +352,10 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     y_mine = y[lo + threadIdx.x];
   }
   const KernelDesc& d = u.a->kernels[u.ins->kernel];
+  if constexpr ((KIEC_PROBE_TWICE & 2) != 0) {  // the probe: the same x written once more before
+    if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, d.tag_x), norm_w, eps, xs, red);
+    else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
+  }
   if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, d.tag_x), norm_w, eps, xs, red);
   else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
   trace(u, TR_X_READY);
