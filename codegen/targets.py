@@ -197,9 +197,9 @@ TARGETS: dict[str, TargetParams] = {
                           # model between 576 and 2048 timed, so where the line really lies is not known)
                           persist_tagged=2, persist_tagged_min_width=1024,
                           # without previous_first: 0.772-0.773 vs 0.826-0.829 on 1B, smollm2 0.527 vs 0.566
-                          # (the twice probe, persist_probe_twice: built in the ninth session for the next GPU one,
-                          # not yet run; the trace put the QKV and O tiles' dots at about half gemv_compute.cu's rate
-                          # and smollm2-135m's gate/up at a quarter, in the traced step only)
+                          # (the twice probe, persist_probe_twice, ninth session at a8b8076, ms, two rounds: dots twice
+                          # 0.856 / 0.855 vs 0.765 on llama-3.2-1b, prologues twice 0.828; smollm2-135m 0.527 and 0.520
+                          # vs 0.506-0.509: bench/RESULTS.md)
                           persist_probe_relaxed_signal=0, persist_probe_twice=0, persist_trace_attention=0),
 }
 
