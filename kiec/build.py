@@ -18,7 +18,7 @@ import torch
 
 from kiec.codegen.emit import INCLUDE_DIR, TEMPLATES, Sources, emit
 from kiec.codegen.persistent import emit_persistent
-from kiec.codegen.targets import TARGETS, target as target_params
+from kiec.codegen.targets import TARGETS, TargetParams, target as target_params
 from kiec.errors import KiecError
 from kiec.ir.passes import pipeline
 from kiec.ir.passes.fuse import Unscheduled
@@ -142,6 +142,27 @@ def make_manifest(model: Model, src: Sources, dtype: str, target: str, arch: str
     )
 
 
+def emit_sources(model: Model, mode: str, dtype: str, params: TargetParams, header: str,
+                 ir_dir: str | None = None) -> Sources:
+    """The generated sources of `model` (kiec compile's, before nvcc): a KiecError names the model where the
+    scheduler or the emitter rejects it. Also for the scripts that compile them without a GPU (scripts/ptxas.py,
+    code_size.py, sass.py)."""
+    try:
+        program = pipeline.run(model.graph, ir_dir)
+    except Unscheduled as e:
+        raise KiecError(f"{model.source}: {e}") from None
+    try:
+        return (emit_persistent if mode == "persistent" else emit)(program, dtype, model.max_seq_len, params, header)
+    except ValueError as e:
+        raise KiecError(f"{model.source}: {e}") from None
+
+
+def write_sources(src: Sources, directory: str) -> None:
+    for name, text in src.files.items():
+        with open(os.path.join(directory, name), "w") as fh:
+            fh.write(text)
+
+
 def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90", tp: int = 1,
             mode: str = "graph", dtype: str = "bf16", dump_ir: bool = False, weights_like: str | None = None) -> str:
     """Build the artifact directory for `model`; returns its path. weights_like: an artifact built from this same
@@ -160,20 +181,13 @@ def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(os.path.join(tmp, "src"))
     try:
-        try:
-            program = pipeline.run(model.graph, os.path.join(tmp, "ir") if dump_ir else None)
-        except Unscheduled as e:
-            raise KiecError(f"{model.source}: {e}") from None
         header = f"kiec {model.name} {dtype} {arch} max_seq_len={model.max_seq_len} mode={mode} tp={tp}"
         if mode == "persistent" and tp_.persist_probe_relaxed_signal:
             _progress("warning: persist_probe_relaxed_signal is a timing probe: this artifact's tokens may be wrong")
-        try:
-            src = (emit_persistent if mode == "persistent" else emit)(program, dtype, model.max_seq_len, tp_, header)
-        except ValueError as e:
-            raise KiecError(f"{model.source}: {e}") from None
-        for name, text in src.files.items():
-            with open(os.path.join(tmp, "src", name), "w") as fh:
-                fh.write(text)
+        if mode == "persistent" and tp_.persist_probe_twice:
+            _progress("warning: persist_probe_twice is a timing probe: this artifact is slower on purpose")
+        src = emit_sources(model, mode, dtype, tp_, header, os.path.join(tmp, "ir") if dump_ir else None)
+        write_sources(src, os.path.join(tmp, "src"))
         _progress(f"{len(src.kernels)} kernels, {len(src.files)} source files; compiling with nvcc")
         nvcc_build(nvcc, os.path.join(tmp, "src"), tmp, tp_.gencode)
         _progress(f"writing weights.bin ({src.weight_bytes / 1e9:.2f} GB)")

@@ -13,10 +13,8 @@ import sys
 import tempfile
 
 import kiec
-from kiec.build import check_toolchain, nvcc_flags
+from kiec.build import check_toolchain, emit_sources, nvcc_flags, write_sources
 from kiec.codegen import targets
-from kiec.codegen.persistent import emit_persistent
-from kiec.ir.passes import pipeline
 
 CASE = re.compile(r"      case (\d+): return ([^\n]*)\n")
 
@@ -35,15 +33,12 @@ def cuobjdump() -> str:
 def sizes(name: str, changes: dict[str, str], max_seq_len: int = 512) -> tuple[int, int, list[tuple[str, int]]]:
     """(instructions with every case, with none, [(case body, instructions it adds alone)])."""
     tp = targets.with_fields(targets.TARGETS["sm_90"], changes)
-    model = kiec.load(name, dtype="bf16", max_seq_len=max_seq_len)
-    src = emit_persistent(pipeline.run(model.graph), "bf16", model.max_seq_len, tp, "code_size")
+    src = emit_sources(kiec.load(name, dtype="bf16", max_seq_len=max_seq_len), "persistent", "bf16", tp, "code_size")
     text = src.files["model.cu"]
     cases = CASE.findall(text)
     nvcc, dump = check_toolchain("cuda", "sm_90"), cuobjdump()
     with tempfile.TemporaryDirectory() as d:
-        for fname, body in src.files.items():
-            with open(os.path.join(d, fname), "w") as fh:
-                fh.write(body)
+        write_sources(src, d)
 
         def count(keep: set[str]) -> int:
             with open(os.path.join(d, "only.cu"), "w") as fh:

@@ -9,24 +9,16 @@ import sys
 import tempfile
 
 import kiec
-from kiec.build import check_toolchain, nvcc_flags
+from kiec.build import check_toolchain, emit_sources, nvcc_flags, write_sources
 from kiec.codegen import targets
-from kiec.codegen.emit import emit
-from kiec.codegen.persistent import emit_persistent
-from kiec.ir.passes import pipeline
 
 
 def main(name: str, mode: str = "graph", *changes: str) -> None:
-    base = targets.TARGETS["sm_90"]
-    tp = targets.with_fields(base, dict(c.split("=") for c in changes))
-    model = kiec.load(name, dtype="bf16", max_seq_len=512)
-    program = pipeline.run(model.graph)
-    src = (emit_persistent if mode == "persistent" else emit)(program, "bf16", model.max_seq_len, tp, "ptxas")
+    tp = targets.with_fields(targets.TARGETS["sm_90"], dict(c.split("=") for c in changes))
+    src = emit_sources(kiec.load(name, dtype="bf16", max_seq_len=512), mode, "bf16", tp, "ptxas")
     nvcc = check_toolchain("cuda", "sm_90")
     with tempfile.TemporaryDirectory() as d:
-        for fname, text in src.files.items():
-            with open(os.path.join(d, fname), "w") as fh:
-                fh.write(text)
+        write_sources(src, d)
         for fname in sorted(f for f in src.files if f.endswith(".cu")):
             r = subprocess.run([nvcc, *nvcc_flags(tp.gencode), "-I", d, "-Xptxas", "-v", "-c", os.path.join(d, fname),
                                 "-o", os.path.join(d, "x.o")],

@@ -36,3 +36,23 @@ def test_every_case_adds_code_and_fewer_attention_keys_add_less(tmp_path):
     assert [n for body, n in fewer if "attention_tile" in body][0] < attention[0]
     assert [n for body, n in fewer if "attention_tile" not in body] == [n for body, n in cases
                                                                          if "attention_tile" not in body]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None or not has_cuobjdump(), reason="needs nvcc and cuobjdump")
+def test_sass_script_says_whether_a_build_changed_the_kernel(tmp_path, capsys):
+    # scripts/sass.py writes each unit's SASS and compares it with the file it replaces: the same build is
+    # byte-identical, a field that changes the persistent kernel's code (attention's keys a pass) differs
+    spec_ = importlib.util.spec_from_file_location(
+        "sass", os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "sass.py"))
+    sass = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(sass)
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
+    out = str(tmp_path / "sass")
+    sass.main(out, str(tmp_path / "hf"), "persistent")
+    first = capsys.readouterr().out
+    assert "model.cu: " in first and "instructions" in first and "identical" not in first
+    assert os.path.getsize(os.path.join(out, "hf_persistent_model.cu.sass")) > 0
+    sass.main(out, str(tmp_path / "hf"), "persistent")
+    assert "byte-identical to the one it replaced" in capsys.readouterr().out
+    sass.main(out, str(tmp_path / "hf"), "persistent", "persist_attn_keys=2")
+    assert "DIFFERS from the one it replaced" in capsys.readouterr().out

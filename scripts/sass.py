@@ -1,0 +1,45 @@
+"""The SASS of a model's generated kernels, without a GPU, to read or to compare two builds:
+    python3 scripts/sass.py OUTDIR llama-3.2-1b persistent [field=value ...]
+Emits the sources as `kiec compile` would (the sm_90 target with the given TargetParams fields replaced), compiles
+each .cu unit to a cubin and writes cuobjdump's SASS to OUTDIR/<model>_<mode>_<unit>.sass. Prints each unit's
+instruction count and, where OUTDIR already held that file, whether the new one is byte-identical to it: run it
+before a change and after, and a change meant to leave a kernel alone is checked (the commits' "SASS
+byte-identical" claims)."""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import kiec
+from kiec.build import check_toolchain, emit_sources, nvcc_flags, write_sources
+from kiec.codegen import targets
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from code_size import cuobjdump  # noqa: E402  (a script beside this one)
+
+
+def main(out: str, name: str, mode: str = "graph", *changes: str) -> None:
+    tp = targets.with_fields(targets.TARGETS["sm_90"], dict(c.split("=") for c in changes))
+    src = emit_sources(kiec.load(name, dtype="bf16", max_seq_len=512), mode, "bf16", tp, "sass")
+    nvcc, dump = check_toolchain("cuda", "sm_90"), cuobjdump()
+    os.makedirs(out, exist_ok=True)
+    with tempfile.TemporaryDirectory() as d:
+        write_sources(src, d)
+        for fname in sorted(f for f in src.files if f.endswith(".cu")):
+            cubin = os.path.join(d, "unit.cubin")
+            subprocess.run([nvcc, *nvcc_flags(tp.gencode), "-I", d, "-cubin", os.path.join(d, fname), "-o", cubin],
+                           check=True, capture_output=True)
+            sass = subprocess.run([dump, "-sass", cubin], check=True, capture_output=True, text=True).stdout
+            path = os.path.join(out, f"{os.path.basename(name)}_{mode}_{fname}.sass")
+            before = open(path).read() if os.path.exists(path) else None
+            with open(path, "w") as fh:
+                fh.write(sass)
+            same = "" if before is None else ", byte-identical to the one it replaced" if before == sass else \
+                ", DIFFERS from the one it replaced"
+            count = len(re.findall(r"/\*[0-9a-f]{4,}\*/\s", sass))
+            print(f"{fname}: {count} instructions{same}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
