@@ -69,7 +69,7 @@ fi
 [ -n "${SANITIZE:-}" ] && bash scripts/sanitize.sh persistent ${SANITIZE_FIELDS:-}  # SANITIZE_FIELDS: field=value ...
 # The device benchmarks (bench/*.cu) build against kiec's headers and the generated ABI header:
 # bench_build SOURCE OUT [nvcc flags ...] makes /tmp/OUT from bench/SOURCE.cu
-if [ -n "${HOPS:-}${COMPUTE:-}${L2:-}${STREAM:-}" ]; then
+if [ -n "${HOPS:-}${COMPUTE:-}${L2:-}${STREAM:-}${CLUSTER:-}" ]; then
   mkdir -p /tmp/abi && python3 -c "from kiec.codegen.persistent_abi import header; print(header())" > /tmp/abi/persistent_abi.h
 fi
 bench_build() {
@@ -87,6 +87,11 @@ fi
 # all SMs at once (bench/l2_prefetch.cu)
 if [ -n "${L2:-}" ]; then
   bench_build l2_prefetch l2_prefetch && timeout 120 /tmp/l2_prefetch 2>&1 | tee "$OUT/l2_prefetch.txt"
+fi
+# CLUSTER=1: a GEMV prologue's read of x with the K cut over a thread-block cluster of 1, 2 or 4 blocks and the
+# cluster's partial sums exchanged through distributed shared memory (bench/cluster_x.cu)
+if [ -n "${CLUSTER:-}" ]; then
+  bench_build cluster_x cluster_x && timeout 120 /tmp/cluster_x 2>&1 | tee "$OUT/cluster_x.txt"
 fi
 # STREAM=1: how fast the weight ring delivers when nothing stops it (the LM head's case), against the read ceiling,
 # with the GEMV tile consuming, other ring shapes and L2 policy (bench/stream_rate.cu)
