@@ -117,6 +117,14 @@ class _PersistentEmitter(_Emitter):
                    w=(self._w(k.table),), a=(self.arena[k.out],))
         self.src.kernels.append(dict(name=k.name, family="embed", bytes=dim * self.esize * 2))
 
+    def twice(self, k: GemvKernel) -> int:
+        """gemv_tile's TWICE for this GEMV (persist_probe_twice: bit 1 every GEMV's dots, 2 every prologue, 4 the dots
+        of the GEMVs on either side of an attention (QKV, output projection), 8 the others' dots)."""
+        probe = self.t.persist_probe_twice
+        beside = any(k.out == a.qkv or k.x == a.attention.out for a in self.p.kernels if isinstance(a, AttentionKernel))
+        dots = bool(probe & 1 or (probe & 4 and beside) or (probe & 8 and not beside))
+        return int(dots) | (2 if probe & 2 else 0)
+
     def gemv(self, k: GemvKernel) -> None:
         if k.k % 8:
             raise ValueError(f"{k.name}: K = {k.k} is not a multiple of 8 (the GEMV reads 16-byte vectors)")
@@ -127,7 +135,7 @@ class _PersistentEmitter(_Emitter):
         segs = row_segments(k.k, self.warps, self.t.persist_page_bytes, silu)
         tx, ty = self.tagged(k.x), self.tagged(k.out)
         direct = bool(self.t.persist_x_direct) and not k.norm  # x straight from memory, none in the scratch
-        tail = template_tail([direct, tx, ty], [False, False, False])  # gemv_tile's DIRECT, TX, TY
+        tail = template_tail([direct, tx, ty, self.twice(k)], [False, False, False, 0])  # DIRECT, TX, TY, TWICE
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
                 f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem)")
@@ -208,7 +216,6 @@ class _PersistentEmitter(_Emitter):
             l2_ahead=self.t.persist_l2_ahead_bytes // page, stop_poll_every=self.t.persist_stop_poll_every,
             poll_sleep_ns=self.t.persist_poll_sleep_ns, waits_together=int(bool(self.t.persist_waits_together)),
             probe_relaxed_signal=self.t.persist_probe_relaxed_signal,
-            probe_twice=self.t.persist_probe_twice,
             trace_attention=self.t.persist_trace_attention,
             tagged=int(self.tags is not None),
             reduce_batch=self.t.persist_reduce_batch, copy_batch=self.t.persist_copy_batch,

@@ -48,8 +48,9 @@ class TargetParams:
     # tagged design would have (consumers checking their data's tags instead of the counter's release)
     persist_probe_relaxed_signal: int
     # persistent, a timing probe: bit 1: every GEMV tile's dot products run twice (the second's sums added times 0:
-    # the same tokens), bit 2: its prologue (norm or x copy) twice. An untraced token's time with it, less without,
-    # is what that part costs the chain (the trace's own stamps make its step 11-21% longer)
+    # the same tokens), bit 2: its prologue (norm or x copy) twice; bit 4: the dots of the GEMVs beside an attention
+    # only (QKV, the output projection), bit 8: the other GEMVs' dots only. An untraced token's time with it, less
+    # without, is what that part costs the chain (the trace's own stamps make its step 11-21% longer)
     persist_probe_twice: int
     # persistent, a timing aid: 1: in a traced step (Engine.trace) each attention split also stamps the moment its q
     # is rotated and its new row written (sums_done) and the moment its keys are done (stored); trace_summary.py

@@ -422,15 +422,27 @@ def test_copy_batch_reaches_the_kernel(tmp_path):
         assert f"#define KIEC_COPY_BATCH {batch} " in emit_persistent(program, "bf16", 64, t, "x").files["model.cu"]
 
 
-def test_the_twice_probe_compiles_and_sets_its_define(tmp_path, monkeypatch):
-    # persist_probe_twice: the kernel defines KIEC_PROBE_TWICE and builds (nvcc) with a GEMV's dots and prologue run
-    # twice, on a model whose GEMVs have norms, tagged x copies and SiLU-mul pages
+def test_the_twice_probe_picks_its_gemvs_and_compiles(tmp_path, monkeypatch):
+    # persist_probe_twice: gemv_tile's TWICE per GEMV: 4 doubles the dots of QKV and the output projection (the
+    # GEMVs beside an attention) only, 8 the others' (gate/up, down, LM head), 2 every prologue; the kernel builds
+    # (nvcc) with dots and prologues doubled
     import dataclasses
+    import re
 
+    from kiec.build import emit_sources
     from kiec.codegen import targets
     make_tiny_hf(tmp_path / "hf", "llama")
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+
+    def twice(probe):  # each GEMV case's TWICE, by its epilogue and K, in the order of the cases
+        t = dataclasses.replace(targets.TARGETS["sm_90"], persist_probe_twice=probe)
+        text = emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
+        return [(epi, int(k), int(rest.split(", ")[4]) if rest.count(",") >= 4 else 0)
+                for k, epi, rest in re.findall(r"gemv_tile<T, (\d+), \d+, \w+, kiec::EPI_(\w+), \w+, ([^>]*)>", text)]
+    hidden, inter = model.config.hidden_size, model.config.intermediate_size
+    assert twice(0) == [("STORE", hidden, 0), ("RESIDUAL", hidden, 0), ("SILU_MUL", hidden, 0),
+                        ("RESIDUAL", inter, 0), ("ARGMAX", hidden, 0)]
+    assert [t for *_, t in twice(4)] == [1, 1, 0, 0, 0] and [t for *_, t in twice(8)] == [0, 0, 1, 1, 1]
+    assert [t for *_, t in twice(2)] == [2] * 5 and [t for *_, t in twice(3)] == [3] * 5
     monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_probe_twice=3))
-    art = kiec.compile(model, str(tmp_path / "art"), mode="persistent")
-    with open(os.path.join(art, "src", "model.cu")) as fh:
-        assert "#define KIEC_PROBE_TWICE 3" in fh.read()
+    kiec.compile(model, str(tmp_path / "art"), mode="persistent")

@@ -276,7 +276,7 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     dict(persist_tagged=0, persist_waits_previous_first=0),
                                     dict(persist_tagged=1, persist_x_direct=1, persist_stages=13),
                                     dict(persist_attn_early_rope=1), dict(persist_attn_kv_first=1, attn_min_keys=8),
-                                    dict(persist_probe_twice=3)])
+                                    dict(persist_probe_twice=3), dict(persist_probe_twice=6)])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
@@ -293,8 +293,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # loaded straight from them; with several splits) where the default tags attention's too (2); the defaults
     # before 2026-11-30's seventh session (no tags, waits one at a time, no pipeline, no short pass) and before
     # its eighth (tags 1, no short pass); RoPE's coefficients made before the wait; a short pass's rows loaded
-    # before q; the timing probe that runs each GEMV's dots and prologue twice. Knobs that leave the math alone
-    # leave the bits alone
+    # before q; the timing probe that runs each GEMV's dots and prologue twice, or the prologues and the dots of
+    # the GEMVs beside attention. Knobs that leave the math alone leave the bits alone
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
     if "attn_min_keys" in change:
         art = compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=change["attn_min_keys"])

@@ -219,10 +219,8 @@ __device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const 
 #ifndef KIEC_REDUCE_BATCH
 #define KIEC_REDUCE_BATCH 1
 #endif
-#ifndef KIEC_PROBE_TWICE
-#define KIEC_PROBE_TWICE 0  // persist_probe_twice: bit 1 the dots, bit 2 the prologue, run twice (a timing probe)
-#endif
-template <typename T, typename G, int WARPS, int SEGS, typename R>
+// TWICE (persist_probe_twice, a timing probe): bit 1: every item's dot products run twice.
+template <typename T, typename G, int WARPS, int SEGS, int TWICE = 0, typename R>
 __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
                                                 bool timed) {
   constexpr int B = KIEC_REDUCE_BATCH;
@@ -257,7 +255,7 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
     for (int j = (warp - first % WARPS + WARPS) % WARPS; j < n; j += WARPS) {
       float a0, a1;
       dot_lanes<T, G>(page + j * G::ITEM, page + (G::PER_PAGE + j) * G::ITEM, xr, lane, a0, a1);
-      if (KIEC_PROBE_TWICE & 1) {  // the same loads again, their sums kept alive times 0; the address moved by
+      if (TWICE & 1) {  // the same loads again, their sums kept alive times 0; the address moved by
         // gridDim.y - 1, 0 at run time but not known to ptxas, which merges identical shared loads (PTX has both)
         const int again = j * G::ITEM + (int)gridDim.y - 1;
         float b0, b1;
@@ -327,8 +325,10 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // projection, K 14336, 57 KB); with TX it checks the words' tags itself (load_x_slice_tagged).
 // TX, TY (persist_tagged): x, y as tagged words (common.cuh), x's and the residual's tags from the
 // descriptor's tag_x and tag_res, y's this phase's; with TY the counter moves relaxed (signal_done).
+// TWICE (persist_probe_twice, a timing probe; the emitter picks the GEMVs): bit 1: the dot products run twice, bit
+// 2: the prologue (the same tokens).
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
-          bool TY = false, typename R>
+          bool TY = false, int TWICE = 0, typename R>
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
                                           float* y, int n_out, float* smem) {
   static_assert(!(DIRECT && NORM), "a normed x is staged in shared memory (the norm needs all of it first)");
@@ -352,7 +352,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     y_mine = y[lo + threadIdx.x];
   }
   const KernelDesc& d = u.a->kernels[u.ins->kernel];
-  if constexpr ((KIEC_PROBE_TWICE & 2) != 0) {  // the probe: the same x written once more before
+  if constexpr ((TWICE & 2) != 0) {  // the probe: the same x written once more before
     if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, d.tag_x), norm_w, eps, xs, red);
     else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
   }
@@ -365,7 +365,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   else load_x_slice<G>(DIRECT ? x : xs, (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
   // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
   // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
-  const long long waited = gemv_pages<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
+  const long long waited = gemv_pages<T, G, WARPS, SEGS, TWICE>(ring, outs * SEGS, xr, acc, traced_step(u));
   if (tracing(u)) trace_row(u)[TR_PAGE_WAIT_CYCLES] = waited;
   sync_block();
   trace(u, TR_SUMS_DONE);
