@@ -179,11 +179,11 @@ def measure_ceilings(work_dir: str, gb: float = 4.0) -> dict:
 
 # What one run_bench keeps loaded across its contexts: the kiec Engine and the torch decoder (with its
 # compiled step), each built once; an 8B model's weights are then read from disk or generated once, not
-# once per context and peer. _release() frees them at the end.
+# once per context and peer. release() frees them at the end (scripts/variants.py shares both).
 _OPEN: dict = {}
 
 
-def _engine(artifact: str):
+def engine(artifact: str):
     """The artifact's Engine, opened once; a directory rebuilt at the same path (kiec.compile renames a new one
     into place) is opened again, not served by the engine of the one it replaced."""
     from kiec.runtime import Engine
@@ -204,7 +204,7 @@ def _torch_step(model, compiled: bool, max_seq_len: int):
     return _OPEN[key], _OPEN[key + (compiled,)]
 
 
-def _release() -> None:
+def release() -> None:
     for v in _OPEN.values():
         if hasattr(v, "close"):
             v.close()
@@ -217,7 +217,7 @@ def _release() -> None:
 
 
 def time_kiec(artifact: str, prompt_len: int, new_tokens: int, context: int, chunk: int = 16) -> tuple[Stats, float]:
-    eng = _engine(artifact)
+    eng = engine(artifact)
     prompt = list(np.random.default_rng(0).integers(0, eng.vocab_size, size=prompt_len))
     for _ in eng.stream([int(t) for t in prompt], 2):  # warm-up and time to first token
         pass
@@ -236,7 +236,7 @@ def time_kiec(artifact: str, prompt_len: int, new_tokens: int, context: int, chu
 def time_kernels(artifact: str, context: int, reps: int = 20) -> list[dict]:
     """Each kernel spec alone: all its launches (every layer's copy, so weights do not stay in L2) timed back
     to back; GB/s from the bytes the manifest says each launch reads (attention: its K/V rows at `context`)."""
-    eng = _engine(artifact)
+    eng = engine(artifact)
     eng.time_steps(context, 4, warmup=0)  # a real cache up to `context` + 4 for the attention launches
     pos = context + 4
     groups: dict[str, list[int]] = {}
@@ -314,7 +314,7 @@ def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, cont
     try:
         _time_contexts(rep, model, artifacts, vs, prompt_len, new_tokens, contexts, need, log)
     finally:
-        _release()
+        release()
     if json_path:
         with open(json_path, "w") as fh:
             json.dump(rep.to_dict(), fh, indent=1)

@@ -16,7 +16,7 @@ import sys
 import trace_summary
 
 import kiec
-from kiec.bench import _engine, _release, measure_ceilings, time_kiec
+from kiec.bench import engine, measure_ceilings, release, time_kiec
 from kiec.codegen import targets
 from kiec.summary import bytes_per_token
 
@@ -26,7 +26,7 @@ def traces(arts: dict[str, str], pos: int) -> None:
     kind of phase (hop + span us, mean over its phases), the traced step's span last; then each whole summary."""
     recs = {}
     for v, art in arts.items():
-        eng = _engine(art)
+        eng = engine(art)
         if eng.manifest.get("mode") == "persistent":
             recs[v] = (eng.trace(pos), eng.manifest)
     if not recs:
@@ -75,7 +75,7 @@ def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
                   f"{1e3 / s.median_ms:.0f} tok/s MBU {nbytes / (s.median_ms * 1e-3) / (ceil * 1e12) * 100:.1f}%")
     if trace_pos is not None:
         traces(arts, trace_pos)
-    _release()  # this list's engines and their GPU memory, before the next model's
+    release()  # this list's engines and their GPU memory, before the next model's
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -133,7 +133,7 @@ def test_variants_trace_puts_the_persistent_variants_side_by_side(monkeypatch, c
             return self.ts
 
     engines = {"a": Eng(recording(rows)), "b": Eng(recording(slower)), "g": Eng(None, "graph")}
-    monkeypatch.setattr(variants, "_engine", lambda art: engines[art])
+    monkeypatch.setattr(variants, "engine", lambda art: engines[art])
     variants.traces({"mode=persistent": "a", "mode=persistent,x=1": "b", "mode=graph": "g"}, 64)
     out = capsys.readouterr().out.splitlines()
     assert out[1].split() == ["[0]", "mode=persistent"] and out[2].split() == ["[1]", "mode=persistent,x=1"]
