@@ -84,7 +84,7 @@ class _Emitter:
         self.lay, self.src = _Layout(self.g, dtype), Sources()
         self.attn = [k for k in program.kernels if isinstance(k, AttentionKernel)]
         self.splits = {k.name: self.attention_splits(k) for k in self.attn}  # over the KV length
-        self.arena, self.arena_floats = plan_buffers(program, self.scratch(), self.tagged_values())
+        self.arena, self.arena_floats = plan_buffers(program, self.scratch(), self.tagged_values(), self.parity_tags())
         self.decls: dict[str, str] = {}
         self.configures: list[str] = []
         self.launches: list[str] = []
@@ -97,6 +97,10 @@ class _Emitter:
     def tagged_values(self) -> frozenset[str]:
         """Values laid out as (value, tag) pairs: none in graph mode."""
         return frozenset()
+
+    def parity_tags(self) -> bool:
+        """Tagged values as one float an element, the tag its lowest bit (plan_buffers): not in graph mode."""
+        return False
 
     def scratch(self) -> dict[str, int]:
         """Arena regions beside the values: the attention partials, one region every layer reuses in turn."""

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import struct
 
-from kiec.ir.passes.persistent import Schedule, attention_splits, partials, schedule, tag_plan
+from kiec.ir.passes.persistent import Schedule, attention_splits, partials, schedule, tag_parity, tag_plan
 from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program
 
+from .buffers import TAGGED_REGION
 from .emit import EPILOGUES, Sources, _Emitter, walk
 from .persistent_abi import header as abi_header
 from .persistent_abi import SAMPLE_CANDIDATES, TRACE_SLOTS, pack_kernel, pack_schedule
@@ -77,6 +78,9 @@ class _PersistentEmitter(_Emitter):
     def tagged_values(self) -> frozenset[str]:
         return frozenset(self.tags.writer) if self.tags else frozenset()
 
+    def parity_tags(self) -> bool:
+        return bool(self.tags and self.t.persist_tag_parity)
+
     def scratch(self) -> dict[str, int]:
         """Each layer's attention partials get their own region, so that layers never wait on each other's."""
         out = {}
@@ -116,6 +120,16 @@ class _PersistentEmitter(_Emitter):
         self._case(f"kiec::embed_tile<T, {tagged}>(u, (const T*)W(d.w[0]), d.n, d.m, A(d.a[0]))", n=dim, m=vocab,
                    w=(self._w(k.table),), a=(self.arena[k.out],))
         self.src.kernels.append(dict(name=k.name, family="embed", bytes=dim * self.esize * 2))
+
+    def parity_table(self) -> dict | None:
+        """Parity tags: each phase's two bits (tag_parity) and the tagged slots' region the runtime zeroes before
+        each launch (floats of the arena); None without them."""
+        if not self.parity_tags():
+            return None
+        bits = tag_parity(self.p, self.tags, self.sched)
+        start = self.arena[TAGGED_REGION]
+        return dict(bits=[bits.get(c, 0) for c in range(len(self.sched.phases))], start=start,
+                    floats=self.arena_floats - start)
 
     def twice(self, k: GemvKernel) -> int:
         """gemv_tile's TWICE for this GEMV (persist_probe_twice: bit 1 every GEMV's dots, 2 every prologue, 4 the dots
@@ -217,7 +231,7 @@ class _PersistentEmitter(_Emitter):
             poll_sleep_ns=self.t.persist_poll_sleep_ns, waits_together=int(bool(self.t.persist_waits_together)),
             probe_relaxed_signal=self.t.persist_probe_relaxed_signal,
             trace_attention=self.t.persist_trace_attention,
-            tagged=int(self.tags is not None),
+            tagged=int(self.tags is not None), tag_parity=self.parity_table(),
             reduce_batch=self.t.persist_reduce_batch, copy_batch=self.t.persist_copy_batch,
             evict_first=int(bool(self.t.persist_evict_first)),
             attn_l2_hint=self.t.attn_l2_prefetch,

@@ -43,6 +43,10 @@ class TargetParams:
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
+    # persistent: 1: a tagged value takes 4 bytes an element instead of 8, its tag the parity of its write in the
+    # lowest mantissa bit (values to 23 bits); its slot its own, zeroed before each launch (ir/passes/persistent.py:
+    # tag_parity)
+    persist_tag_parity: int
     # persistent, a timing probe, never for use: 1: a tile moves its counter with a relaxed add, without waiting for
     # its stores' acknowledgement, so a consumer may read stale data (tokens may be wrong). It times the handover a
     # tagged design would have (consumers checking their data's tags instead of the counter's release)
@@ -197,6 +201,10 @@ TARGETS: dict[str, TargetParams] = {
                           # tags 0 0.515 vs 1 0.529. So 2, except below a width of 1024 (smollm2-135m's 576: 0; no
                           # model between 576 and 2048 timed, so where the line really lies is not known)
                           persist_tagged=2, persist_tagged_min_width=1024,
+                          # a layer's prologues read 112 KB an SM of tagged words on llama-3.2-1b (12% on top of its
+                          # 917 KB of weights); the probe put a second copy of them at +63 us a token (ninth
+                          # session). Parity tags halve those bytes. Not yet run
+                          persist_tag_parity=0,
                           # without previous_first: 0.772-0.773 vs 0.826-0.829 on 1B, smollm2 0.527 vs 0.566
                           # (the twice probe, persist_probe_twice, ninth session at a8b8076, ms, two rounds: dots twice
                           # 0.856 / 0.855 vs 0.765 on llama-3.2-1b, prologues twice 0.828; smollm2-135m 0.527 and 0.520

@@ -14,5 +14,7 @@ if __name__ == "__main__":
     # the tag level the large models get (persist_tagged), not the one a 2-layer model's width gives
     fields = {"persist_tagged_min_width": "0", **dict(c.split("=") for c in sys.argv[3:])}
     targets.TARGETS["sm_90"] = targets.with_fields(targets.TARGETS["sm_90"], fields)
-    make_tiny_hf(art + "-hf", "llama")
+    # parity tags need every SM to read the residual stream: a width above the SMs' count (tag_parity)
+    wide = dict(hidden_size=256, intermediate_size=384, num_attention_heads=4, num_key_value_heads=2, vocab_size=300)
+    make_tiny_hf(art + "-hf", "llama", **(wide if int(fields.get("persist_tag_parity", 0)) else {}))
     kiec.compile(kiec.load(art + "-hf", dtype="bf16", max_seq_len=64), art, mode=mode)

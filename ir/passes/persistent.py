@@ -119,6 +119,58 @@ def tag_plan(program: Program, attention: bool = False) -> TagPlan:
     return TagPlan({v: phase_of[writer[v]] for v in ok}, relaxed)
 
 
+def tag_parity(program: Program, plan: TagPlan, sched: Schedule | None = None) -> dict[int, int]:
+    """Parity tags (persist_tag_parity): the tag of a tagged word is one bit, the parity of its slot's writes so far.
+    A value's slot is its own (codegen/buffers.py), shared only along its alias chain (a residual stream: the
+    embedding, then each residual epilogue writing in place), which W writer phases write each token; the k-th of
+    them (0-based) in token t of a launch is the slot's write t W + k + 1 (the runtime zeroes the slots, parity 0,
+    before each launch), so it carries ((t & W) ^ (k + 1)) & 1. Returns, for each writer phase, W & 1 in bit 0 and
+    (k + 1) & 1 in bit 1. A reader waits for its writer's parity: the word then holds that write or the one before
+    it, never an older one: a chain written once a token is read by the same instructions, which read the same
+    words at the write before a token earlier; a chain written more often (the residual stream) must be read by
+    GEMV prologues only (all of it), each with a tile on every SM (checked with `sched`), so that every SM read the
+    whole chain at each write before the one it waits for (the residual epilogues read rows their SM's prologue
+    read at the write before). A ValueError names the phase where that does not hold."""
+    alias: dict[str, str] = {}
+    for k in program.kernels:
+        for v, _, a in kernel_io(k)[1]:
+            if a is not None:
+                alias[v] = a
+
+    def root(v: str) -> str:
+        while v in alias:
+            v = alias[v]
+        return v
+    chains: dict[str, list[int]] = {}
+    for v, w in plan.writer.items():
+        chains.setdefault(root(v), []).append(w)
+    bits: dict[int, int] = {}
+    if sched is not None:
+        order_of = {i: c for c, (i, op) in enumerate(sched.phases) if op != "select"}  # (the LM head's GEMV)
+        tiles_on = {c: {sm for sm, lst in enumerate(sched.lists) for ins in lst if ins.counter == c}
+                    for c in range(len(sched.phases))}
+        members = {v: root(v) for v in plan.writer}
+        for i, k in enumerate(program.kernels):
+            for v in kernel_io(k)[0]:
+                if v not in members or len(chains[members[v]]) == 1:
+                    continue
+                c = order_of[i]
+                if not isinstance(k, GemvKernel):
+                    raise ValueError(f"parity tags: {k.name} (phase {c}) reads {v}, which is written "
+                                     f"{len(chains[members[v]])} times a token, and is not a GEMV")
+                if len(tiles_on[c]) != sched.sms:
+                    raise ValueError(f"parity tags: {k.name} (phase {c}) reads {v}, which is written "
+                                     f"{len(chains[members[v]])} times a token, on {len(tiles_on[c])} of "
+                                     f"{sched.sms} SMs (each must read every write of it)")
+    for phases_ in chains.values():
+        order = sorted(phases_)
+        for k, w in enumerate(order):
+            b = (len(order) & 1) | (((k + 1) & 1) << 1)
+            if bits.setdefault(w, b) != b:
+                raise ValueError(f"phase {w} writes tagged values of two chains with different parities")
+    return bits
+
+
 def direct_waits(program: Program, deps: list[list[Wait]], plan: TagPlan) -> list[list[Wait]]:
     """With tagged values, a counter no longer carries what its phase saw (a relaxed count releases nothing), so
     no read may rely on a wait that `reduce_waits` dropped as implied: every untagged value a phase reads gets a

@@ -446,3 +446,27 @@ def test_the_twice_probe_picks_its_gemvs_and_compiles(tmp_path, monkeypatch):
     assert [t for *_, t in twice(2)] == [2] * 5 and [t for *_, t in twice(3)] == [3] * 5
     monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_probe_twice=3))
     kiec.compile(model, str(tmp_path / "art"), mode="persistent")
+
+
+@pytest.mark.parametrize("change", [dict(), dict(persist_tagged=1, persist_x_direct=1)])
+def test_parity_tags_compile_with_their_table_and_reset(tmp_path, monkeypatch, change):
+    # persist_tag_parity: the kernel defines KIEC_TAG_PARITY, holds each phase's parity bits and zeroes the tagged
+    # slots before each launch; it builds (nvcc) with tags 2 and with tags 1 and x slices straight from memory. A
+    # model too narrow for every SM to read the residual stream is refused by name, nothing left behind
+    import dataclasses
+
+    from kiec.codegen import targets
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=300)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    monkeypatch.setitem(targets.TARGETS, "sm_90",
+                        dataclasses.replace(targets.TARGETS["sm_90"], persist_tag_parity=1, **change))
+    art = kiec.compile(model, str(tmp_path / "art"), mode="persistent")
+    with open(os.path.join(art, "src", "model.cu")) as fh:
+        text = fh.read()
+    assert "#define KIEC_TAG_PARITY 1" in text and "kiec_tag_parity[] = { 3, " in text
+    assert "cudaMemsetAsync(c->arena + " in text
+    make_tiny_hf(tmp_path / "narrow", "llama")
+    with pytest.raises(kiec.KiecError, match=r"parity tags: .* on \d+ of 132 SMs"):
+        kiec.compile(kiec.load(str(tmp_path / "narrow"), dtype="bf16"), str(tmp_path / "art2"), mode="persistent")
+    assert not os.path.exists(tmp_path / "art2")

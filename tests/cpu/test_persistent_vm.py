@@ -309,3 +309,66 @@ def test_with_tags_every_untagged_read_waits_on_its_writer_itself(tmp_path, fami
                 same = [j for j in range(c) if v in io[j][1]]
                 j, previous = (same[-1], False) if same else (max(j for j in range(len(io)) if v in io[j][1]), True)
                 assert any(w.counter == j and w.previous == previous for w in ins.waits), (ins.opcode, c, v)
+
+
+def test_parity_tags_give_each_tagged_value_its_own_slot_and_each_writer_its_parity(tmp_path):
+    # persist_tag_parity: a tagged value takes one float an element in a slot of its own at the arena's end (a
+    # residual stream's writes share their input's), and each writer phase gets ((t & W) ^ (k + 1)) & 1's two bits:
+    # over three tokens, every read's parity is its writer's generation's and differs from the generation before
+    from kiec.codegen.buffers import TAGGED_REGION
+    from kiec.ir.passes.persistent import tag_parity
+    make_tiny_hf(tmp_path, "llama", hidden_size=256, intermediate_size=384, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=300)
+    m = kiec.load(str(tmp_path), max_seq_len=16)
+    prog = pipeline.run(m.graph)
+    plan = tag_plan(prog, attention=True)
+    tagged = frozenset(plan.writer)
+    offsets, floats = plan_buffers(prog, {"scratch": 100}, tagged, parity=True)
+    start = offsets[TAGGED_REGION]
+    alias = {v: a for k in prog.kernels for v, _, a in kernel_io(k)[1] if a is not None}
+
+    def root(v):
+        while v in alias:
+            v = alias[v]
+        return v
+    spans = {}
+    for k in prog.kernels:
+        for v, n, a in kernel_io(k)[1]:
+            if v in tagged:
+                n = n if n >= 0 else prog.graph.types[v].shape[0]
+                spans[v] = (offsets[v], offsets[v] + n)  # one float an element
+                assert start <= offsets[v] and offsets[v] + n <= floats
+    for a in spans:
+        for b in spans:
+            if a < b and root(a) != root(b):
+                assert spans[a][1] <= spans[b][0] or spans[b][1] <= spans[a][0], (a, b)
+    assert offsets["scratch"] + 100 <= start and all(off < start for v, off in offsets.items() if v not in tagged
+                                                     and v != TAGGED_REGION)
+    sched = schedule(prog, 132, slot_of=dict(offsets), tags=plan)
+    bits = tag_parity(prog, plan, sched)
+    chains = {}
+    for v, w in plan.writer.items():
+        chains.setdefault(root(v), []).append(w)
+    assert max(len(c) for c in chains.values()) == 1 + 2 * m.config.num_layers  # the residual stream
+    for order in chains.values():
+        order.sort()
+        writes = [(t, k, w) for t in range(3) for k, w in enumerate(order)]  # the slot's writes, in time
+        for g, (t, k, w) in enumerate(writes, start=1):
+            parity = ((t & bits[w]) ^ (bits[w] >> 1)) & 1
+            assert parity == g & 1  # what the writer stores is its generation's parity
+            assert parity != (g - 1) & 1  # and a reader of it never takes the generation before
+    # the schedule over this layout (fewer slots shared, so fewer write-after-read waits) computes the model on any
+    # interleaving (the VM: the device's words and their tags are not its business)
+    small = schedule(prog, 7, tile_rows=32, slot_of=dict(offsets), tags=plan)
+    tag_parity(prog, plan, small)
+    assert_vm_computes_the_model(m, small, offsets, floats, seed=5)
+    # a narrow model leaves SMs without a share of the GEMVs that read the residual stream: refused, named
+    narrow = tmp_path / "narrow"
+    make_tiny_hf(narrow, "llama")
+    mn = kiec.load(str(narrow), max_seq_len=16)
+    pn = pipeline.run(mn.graph)
+    plan_n = tag_plan(pn, attention=True)
+    off_n, _ = plan_buffers(pn, {}, frozenset(plan_n.writer), parity=True)
+    with pytest.raises(ValueError, match=r"parity tags: .* reads .*, which is written \d+ times a token, on \d+ of "
+                                         r"132 SMs"):
+        tag_parity(pn, plan_n, schedule(pn, 132, slot_of=dict(off_n), tags=plan_n))

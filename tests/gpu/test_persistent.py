@@ -172,6 +172,24 @@ def test_a_hung_generation_or_timed_run_is_stopped_and_reported(tmp_path, mode):
         eng.stall_timeout_s = 0
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_parity_tags_within_budget_and_the_same_tokens(tmp_path, monkeypatch, family):
+    # persist_tag_parity: tagged values as 4-byte words, their tag the parity of their slot's write (a model wide
+    # enough that every SM reads the residual stream): logits within the interpreter's budget, greedy tokens those
+    # of the 32-bit tags' kernel, and a 200-token launch (the parities turning over every token) made again the
+    # same by the next launch (its slots zeroed first)
+    model, art = compile_tiny(tmp_path, family, hidden_size=256, intermediate_size=384, num_attention_heads=4,
+                              num_key_value_heads=2, vocab_size=300)
+    base = kiec.Engine(art)
+    eng, ours, r32, r16, tokens = check_against_interpreter(
+        model, compile_variant(model, tmp_path, monkeypatch, persist_tag_parity=1), positions=24)
+    budget_check(ours, r32, r16, f"{family} persistent, parity tags: logits over 24 positions")
+    prompt = tokens[:5]
+    assert eng.generate(prompt, 40) == base.generate(prompt, 40)
+    long = eng.generate(prompt, 200)
+    assert long[:40] == base.generate(prompt, 40) and eng.generate(prompt, 200) == long
+
+
 @pytest.mark.table_tags
 @pytest.mark.parametrize("min_width", [None, 0])
 def test_smollm2_persistent_greedy_tokens_equal_graph_mode(tmp_path, monkeypatch, min_width):

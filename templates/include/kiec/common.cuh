@@ -189,14 +189,32 @@ struct Generation {
 // is the 8 bytes at 2 * i floats, its value's bits then a tag, written and read in one access (an aligned 8-byte
 // access is single-copy atomic), so a reader that finds its tag has the value that came with it, without the
 // writer's release (persistent_tile.cuh: tag_of).
+// KIEC_TAG_PARITY (persist_tag_parity): element i is the 4 bytes at i floats, the value's bits with the lowest
+// replaced by the tag, a parity (persistent_tile.cuh: tag_of); a reader takes the value with that bit cleared, so
+// every tagged value reaches its readers rounded to 23 bits the same way whatever the parity. The same functions
+// and word type, so that every caller is the same code either way.
+#ifndef KIEC_TAG_PARITY
+#define KIEC_TAG_PARITY 0
+#endif
 __device__ __forceinline__ void st_tagged(float* v2, int i, float v, unsigned tag) {
+#if KIEC_TAG_PARITY
+  const unsigned w = (__float_as_uint(v) & ~1u) | (tag & 1u);
+  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(v2 + i), "r"(w) : "memory");
+#else
   const unsigned long long w = (unsigned long long)tag << 32 | __float_as_uint(v);
   asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(v2 + 2 * i), "l"(w) : "memory");
+#endif
 }
 __device__ __forceinline__ unsigned long long ld_tagged(const float* v2, int i) {
+#if KIEC_TAG_PARITY
+  unsigned w;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(w) : "l"(v2 + i));
+  return w;
+#else
   unsigned long long w;
   asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(v2 + 2 * i));
   return w;
+#endif
 }
 // y[i] = v: as a tagged word carrying `tag` when TAGGED, a plain float otherwise.
 template <bool TAGGED>
@@ -206,18 +224,33 @@ __device__ __forceinline__ void store_value(float* y, int i, float v, unsigned t
 }
 // Words 2j and 2j + 1 in one 16-byte access (each 8-byte half single-copy atomic, as one word alone).
 __device__ __forceinline__ void ld_tagged2(const float* v2, int j, unsigned long long& a, unsigned long long& b) {
+#if KIEC_TAG_PARITY  // (8 bytes: two 4-byte words, each single-copy atomic)
+  unsigned wa, wb;
+  asm volatile("ld.relaxed.gpu.global.v2.b32 {%0, %1}, [%2];" : "=r"(wa), "=r"(wb) : "l"(v2 + 2 * j));
+  a = wa;
+  b = wb;
+#else
   asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(v2 + 4 * j));
+#endif
 }
 // A word loaded earlier, loaded again until it carries `tag`: its value. Readers look only once the writer's
 // counter says its stores are issued, so the tag comes within a few round trips; after 2^20 (a second) it never
 // will (a wrong tag is a compiler bug): the value is a NaN, which poisons the logits (the tests see it) instead of
 // hanging the kernel. (A trap here made ptxas spill 796 bytes.)
 __device__ __forceinline__ float tagged_value(unsigned long long w, const float* v2, int i, unsigned tag) {
+#if KIEC_TAG_PARITY
+  for (unsigned spins = 0; ((unsigned)w & 1u) != (tag & 1u); ++spins) {
+    if (spins == 1u << 20) return __uint_as_float(0x7fffffffu);
+    w = ld_tagged(v2, i);
+  }
+  return __uint_as_float((unsigned)w & ~1u);
+#else
   for (unsigned spins = 0; (unsigned)(w >> 32) != tag; ++spins) {
     if (spins == 1u << 20) return __uint_as_float(0x7fffffffu);
     w = ld_tagged(v2, i);
   }
   return __uint_as_float((unsigned)w);
+#endif
 }
 
 }  // namespace kiec

@@ -111,7 +111,12 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
 
 // The tag phase `phase` of this token writes.
 __device__ __forceinline__ unsigned tag_of(const Turn& u, int phase) {
+#if KIEC_TAG_PARITY  // the parity of the slot's write: ((t & W) ^ (k + 1)) & 1 (ir/passes/persistent.py: tag_parity)
+  const unsigned bits = kiec_tag_parity[phase];
+  return (((unsigned)u.t & bits) ^ (bits >> 1)) & 1u;
+#else
   return u.a->tag_base + (unsigned)u.t * (unsigned)u.a->phases + (unsigned)phase;
+#endif
 }
 
 // *p += 1 after every write this thread has seen: a release add, lighter than a full fence and a relaxed add.
