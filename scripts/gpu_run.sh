@@ -46,13 +46,13 @@ fi
 # SMOKE=1: a 2-layer tiny model's persistent kernel runs 24 tokens within 30 s, or the call ends here (a hang
 # in the kernel would otherwise spend the tests' whole timeout)
 # SMOKE_FIELDS="field=value ...": the same with those fields too (e.g. persist_tagged=2), whose 24 tokens must be the
-# default's
+# default's; SMOKE_WIDE=1: both on the wide tiny model (scripts/tiny_model.py wide=1: persist_tag_parity needs it)
 if [ -n "${SMOKE:-}" ]; then
-  python3 scripts/tiny_model.py /tmp/smoke persistent > "$OUT/smoke.log" 2>&1
+  python3 scripts/tiny_model.py /tmp/smoke persistent ${SMOKE_WIDE:+wide=1} > "$OUT/smoke.log" 2>&1
   timeout 30 /tmp/smoke/kiec-run /tmp/smoke 1,2,3,4 24 >> "$OUT/smoke.log" 2>&1 || { tail -20 "$OUT/smoke.log"; echo "smoke: FAILED"; exit 1; }
   tail -1 "$OUT/smoke.log"
   if [ -n "${SMOKE_FIELDS:-}" ]; then
-    python3 scripts/tiny_model.py /tmp/smoke_fields persistent $SMOKE_FIELDS >> "$OUT/smoke.log" 2>&1
+    python3 scripts/tiny_model.py /tmp/smoke_fields persistent ${SMOKE_WIDE:+wide=1} $SMOKE_FIELDS >> "$OUT/smoke.log" 2>&1
     want=$(grep -E '^[0-9]+(,[0-9]+)+$' "$OUT/smoke.log" | head -1)
     got=$(timeout 30 /tmp/smoke_fields/kiec-run /tmp/smoke_fields 1,2,3,4 24 2>&1 | tee -a "$OUT/smoke.log" \
       | grep -E '^[0-9]+(,[0-9]+)+$')

@@ -1,6 +1,7 @@
 """Compile the 2-layer tiny llama the GPU scripts run (gpu_run.sh's SMOKE, sanitize.sh):
-    python3 scripts/tiny_model.py ARTIFACT_DIR [graph|persistent] [field=value ...]
-(field=value: the sm_90 target's TargetParams fields replaced, as scripts/variants.py takes them)"""
+    python3 scripts/tiny_model.py ARTIFACT_DIR [graph|persistent] [wide=1] [field=value ...]
+(field=value: the sm_90 target's TargetParams fields replaced, as scripts/variants.py takes them; wide=1: hidden
+256 instead of 64, more rows than the H100/H200's SMs in every GEMV, which persist_tag_parity needs)"""
 import os
 import sys
 
@@ -13,8 +14,9 @@ if __name__ == "__main__":
     art, mode = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "persistent"
     # the tag level the large models get (persist_tagged), not the one a 2-layer model's width gives
     fields = {"persist_tagged_min_width": "0", **dict(c.split("=") for c in sys.argv[3:])}
-    targets.TARGETS["sm_90"] = targets.with_fields(targets.TARGETS["sm_90"], fields)
     # parity tags need every SM to read the residual stream: a width above the SMs' count (tag_parity)
-    wide = dict(hidden_size=256, intermediate_size=384, num_attention_heads=4, num_key_value_heads=2, vocab_size=300)
-    make_tiny_hf(art + "-hf", "llama", **(wide if int(fields.get("persist_tag_parity", 0)) else {}))
+    wide = fields.pop("wide", "0") == "1"
+    shape = dict(hidden_size=256, intermediate_size=384, num_attention_heads=4, num_key_value_heads=2, vocab_size=300)
+    targets.TARGETS["sm_90"] = targets.with_fields(targets.TARGETS["sm_90"], fields)
+    make_tiny_hf(art + "-hf", "llama", **(shape if wide else {}))
     kiec.compile(kiec.load(art + "-hf", dtype="bf16", max_seq_len=64), art, mode=mode)
