@@ -93,6 +93,8 @@ def write_weights(model: Model, src: Sources, path: str, dtype: str, like: str |
             fh.write(b"\0" * (src.weight_bytes - fh.tell()))
     if copied:
         _progress(f"{copied / 1e9:.2f} GB of it copied from {like}")
+    elif like:
+        _progress(f"no tensor reused from {like}: another model, source or dtype, or its weights.bin is not whole")
 
 
 def nvcc_flags(gencode: str) -> list[str]:

@@ -53,15 +53,24 @@ DTYPES = {"bf16": "bf16", "fp16": "f16"}
 @click.option("--dtype", type=click.Choice(list(DTYPES)), default="bf16", show_default=True)
 @click.option("--max-seq-len", type=int, default=None, help="KV-cache length (default: min(model's, 4096)).")
 @click.option("--dump-ir", is_flag=True, help="Write the IR after each pass to OUT/ir/NN_pass.kir.")
-def compile(model, out_dir, target, arch, tp, mode, dtype, max_seq_len, dump_ir):
+@click.option("--weights-like", default=None, metavar="ARTIFACT",
+              help="An artifact compiled from this same, unchanged checkpoint (e.g. the other mode's): its packed "
+                   "tensors are copied instead of converted again (its model name, source and dtype are checked, "
+                   "the values are not).")
+def compile(model, out_dir, target, arch, tp, mode, dtype, max_seq_len, dump_ir, weights_like):
     """Compile MODEL into an artifact directory (needs nvcc; no GPU)."""
+    import os
+
     from kiec.build import check_toolchain, compile as build
     from kiec.frontend import load
 
+    if weights_like is not None and not os.path.isfile(os.path.join(weights_like, "manifest.json")):
+        raise click.ClickException(f"--weights-like {weights_like}: not an artifact directory (no manifest.json)")
     try:
         check_toolchain(target, arch)  # before anything is loaded or written
         m = load(model, max_seq_len=max_seq_len)
-        path = build(m, out_dir, target=target, arch=arch, tp=tp, mode=mode, dtype=DTYPES[dtype], dump_ir=dump_ir)
+        path = build(m, out_dir, target=target, arch=arch, tp=tp, mode=mode, dtype=DTYPES[dtype], dump_ir=dump_ir,
+                     weights_like=weights_like)
     except KiecError as e:
         raise click.ClickException(str(e)) from None
     click.echo(path)

@@ -103,6 +103,30 @@ def test_weights_like_copies_the_model_tensors_and_writes_the_schedule(tiny, tmp
     assert "copied from" not in capsys.readouterr().err
 
 
+def test_cli_weights_like_copies_from_the_other_modes_artifact(tiny, tmp_path):
+    # kiec compile --weights-like: the persistent artifact's model tensors from the graph one, the same bytes as
+    # a fresh compile's; a path that is no artifact is refused before anything is written; another model's
+    # artifact is said to give nothing
+    d, model, graph_art = tiny
+    fresh = kiec.compile(model, str(tmp_path / "fresh"), mode="persistent")
+    r = CliRunner().invoke(main, ["compile", str(d / "hf"), "-o", str(tmp_path / "like"), "--mode", "persistent",
+                                  "--weights-like", graph_art])
+    assert r.exit_code == 0, r.output
+    assert "copied from" in r.output
+
+    def read(art):
+        with open(os.path.join(art, "weights.bin"), "rb") as fh:
+            return fh.read()
+    assert read(str(tmp_path / "like")) == read(fresh)
+    r = CliRunner().invoke(main, ["compile", str(d / "hf"), "-o", str(tmp_path / "no"), "--weights-like", str(tmp_path)])
+    assert r.exit_code != 0 and "not an artifact directory (no manifest.json)" in r.output
+    assert not (tmp_path / "no").exists()
+    make_tiny_hf(tmp_path / "other", "llama")
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "other"), "-o", str(tmp_path / "other_art"),
+                                  "--weights-like", graph_art])
+    assert r.exit_code == 0 and "no tensor reused from" in r.output
+
+
 def test_refused_target_writes_nothing(tmp_path):
     r = CliRunner().invoke(main, ["compile", "smollm2-135m", "-o", str(tmp_path / "out"), "--arch", "sm_75"])
     assert r.exit_code != 0 and "arch 'sm_75' has no target parameters" in r.output
