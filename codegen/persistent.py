@@ -7,6 +7,7 @@ the register file where one per layer did not (ptxas spilled the weight register
 """
 from __future__ import annotations
 
+import functools
 import struct
 
 from kiec.ir.passes.persistent import Schedule, attention_splits, partials, schedule, tag_parity, tag_plan
@@ -131,11 +132,16 @@ class _PersistentEmitter(_Emitter):
         return dict(bits=[bits.get(c, 0) for c in range(len(self.sched.phases))], start=start,
                     floats=self.arena_floats - start)
 
+    @functools.cached_property
+    def attention_io(self) -> frozenset[str]:
+        """The values attention reads (its packed qkv) and writes (its output)."""
+        return frozenset(v for a in self.attn for v in (a.qkv, a.attention.out))
+
     def twice(self, k: GemvKernel) -> int:
         """gemv_tile's TWICE for this GEMV (persist_probe_twice: bit 1 every GEMV's dots, 2 every prologue, 4 the dots
         of the GEMVs on either side of an attention (QKV, output projection), 8 the others' dots)."""
         probe = self.t.persist_probe_twice
-        beside = any(k.out == a.qkv or k.x == a.attention.out for a in self.p.kernels if isinstance(a, AttentionKernel))
+        beside = k.out in self.attention_io or k.x in self.attention_io
         dots = bool(probe & 1 or (probe & 4 and beside) or (probe & 8 and not beside))
         return int(dots) | (2 if probe & 2 else 0)
 

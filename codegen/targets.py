@@ -201,9 +201,10 @@ TARGETS: dict[str, TargetParams] = {
                           # tags 0 0.515 vs 1 0.529. So 2, except below a width of 1024 (smollm2-135m's 576: 0; no
                           # model between 576 and 2048 timed, so where the line really lies is not known)
                           persist_tagged=2, persist_tagged_min_width=1024,
-                          # a layer's prologues read 112 KB an SM of tagged words on llama-3.2-1b (12% on top of its
-                          # 917 KB of weights); the probe put a second copy of them at +63 us a token (ninth
-                          # session). Parity tags halve those bytes. Not yet run
+                          # a layer's prologues read 112 KB an SM of tagged words on llama-3.2-1b, 12% on top of its
+                          # 917 KB of weights (arithmetic from its shapes: x of 2048, 2048, 2048 and 8192 floats at 8
+                          # bytes); the probe put a second copy of them at +63 us a token (ninth session, a8b8076).
+                          # Parity tags halve those bytes. Not yet run
                           persist_tag_parity=0,
                           # without previous_first: 0.772-0.773 vs 0.826-0.829 on 1B, smollm2 0.527 vs 0.566
                           # (the twice probe, persist_probe_twice, ninth session at a8b8076, ms, two rounds: dots twice

@@ -78,6 +78,20 @@ class TagPlan:
     relaxed: frozenset[int]
 
 
+def alias_roots(program: Program) -> dict[str, str]:
+    """Every kernel-written value -> the first value of its alias chain (a residual epilogue writes in place, so its
+    result is its input's slot: the residual stream is one chain from the embedding through every layer)."""
+    alias = {v: a for k in program.kernels for v, _, a in kernel_io(k)[1] if a is not None}
+    roots = {}
+    for k in program.kernels:
+        for v, _, _ in kernel_io(k)[1]:
+            r = v
+            while r in alias:
+                r = alias[r]
+            roots[v] = r
+    return roots
+
+
 def tag_plan(program: Program, attention: bool = False) -> TagPlan:
     """Tag a value when every reader checks tags and the writer writes them: written by the embedding or a GEMV's
     store, residual or SiLU-mul epilogue, read only by GEMVs (their prologue's x, a residual epilogue's stream),
@@ -88,13 +102,7 @@ def tag_plan(program: Program, attention: bool = False) -> TagPlan:
     `direct_waits`)."""
     kernels = program.kernels
     phase_of = {i: c for c, (i, op) in enumerate(phases(program)) if op != "select"}
-    writer: dict[str, int] = {}
-    alias: dict[str, str] = {}
-    for i, k in enumerate(kernels):
-        for v, _, a in kernel_io(k)[1]:
-            writer[v] = i
-            if a is not None:
-                alias[v] = a
+    writer = {v: i for i, k in enumerate(kernels) for v, _, _ in kernel_io(k)[1]}
     ok = {v for v, i in writer.items()
           if isinstance(kernels[i], EmbedKernel)
           or (isinstance(kernels[i], GemvKernel) and kernels[i].epilogue in ("store", "residual", "silu_mul"))
@@ -105,14 +113,9 @@ def tag_plan(program: Program, attention: bool = False) -> TagPlan:
             if not (isinstance(k, checks) and writer.get(v, len(kernels)) < i):
                 ok.discard(v)
     ok -= set(program.graph.outputs)
-
-    def root(v: str) -> str:
-        while v in alias:
-            v = alias[v]
-        return v
     chains: dict[str, set[str]] = {}
-    for v in writer:
-        chains.setdefault(root(v), set()).add(v)
+    for v, r in alias_roots(program).items():
+        chains.setdefault(r, set()).add(v)
     ok = {v for members in chains.values() if members <= ok for v in members}
     relaxed = frozenset(phase_of[i] for i, k in enumerate(kernels)
                         if i in phase_of and all(v in ok for v, _, _ in kernel_io(k)[1]))
@@ -128,39 +131,31 @@ def tag_parity(program: Program, plan: TagPlan, sched: Schedule | None = None) -
     (k + 1) & 1 in bit 1. A reader waits for its writer's parity: the word then holds that write or the one before
     it, never an older one: a chain written once a token is read by the same instructions, which read the same
     words at the write before a token earlier; a chain written more often (the residual stream) must be read by
-    GEMV prologues only (all of it), each with a tile on every SM (checked with `sched`), so that every SM read the
-    whole chain at each write before the one it waits for (the residual epilogues read rows their SM's prologue
-    read at the write before). A ValueError names the phase where that does not hold."""
-    alias: dict[str, str] = {}
-    for k in program.kernels:
-        for v, _, a in kernel_io(k)[1]:
-            if a is not None:
-                alias[v] = a
-
-    def root(v: str) -> str:
-        while v in alias:
-            v = alias[v]
-        return v
+    GEMVs only (their prologues read all of it, their residual epilogues rows the prologues read before), each
+    with a tile on every SM (checked with `sched`), so that every SM read the whole chain at each write before the
+    one it waits for. A ValueError names the phase where that does not hold."""
+    roots = alias_roots(program)
     chains: dict[str, list[int]] = {}
     for v, w in plan.writer.items():
-        chains.setdefault(root(v), []).append(w)
+        chains.setdefault(roots[v], []).append(w)
     bits: dict[int, int] = {}
     if sched is not None:
         order_of = {i: c for c, (i, op) in enumerate(sched.phases) if op != "select"}  # (the LM head's GEMV)
-        tiles_on = {c: {sm for sm, lst in enumerate(sched.lists) for ins in lst if ins.counter == c}
-                    for c in range(len(sched.phases))}
-        members = {v: root(v) for v in plan.writer}
+        tiles_on: dict[int, set[int]] = {}
+        for sm, lst in enumerate(sched.lists):
+            for ins in lst:
+                tiles_on.setdefault(ins.counter, set()).add(sm)
         for i, k in enumerate(program.kernels):
             for v in kernel_io(k)[0]:
-                if v not in members or len(chains[members[v]]) == 1:
+                if v not in plan.writer or len(chains[roots[v]]) == 1:
                     continue
                 c = order_of[i]
                 if not isinstance(k, GemvKernel):
                     raise ValueError(f"parity tags: {k.name} (phase {c}) reads {v}, which is written "
-                                     f"{len(chains[members[v]])} times a token, and is not a GEMV")
+                                     f"{len(chains[roots[v]])} times a token, and is not a GEMV")
                 if len(tiles_on[c]) != sched.sms:
                     raise ValueError(f"parity tags: {k.name} (phase {c}) reads {v}, which is written "
-                                     f"{len(chains[members[v]])} times a token, on {len(tiles_on[c])} of "
+                                     f"{len(chains[roots[v]])} times a token, on {len(tiles_on[c])} of "
                                      f"{sched.sms} SMs (each must read every write of it)")
     for phases_ in chains.values():
         order = sorted(phases_)

@@ -352,12 +352,12 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     y_mine = y[lo + threadIdx.x];
   }
   const KernelDesc& d = u.a->kernels[u.ins->kernel];
-  if constexpr ((TWICE & 2) != 0) {  // the probe: the same x written once more before
+  auto stage_x = [&] {
     if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, d.tag_x), norm_w, eps, xs, red);
     else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
-  }
-  if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, d.tag_x), norm_w, eps, xs, red);
-  else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
+  };
+  if constexpr ((TWICE & 2) != 0) stage_x();  // the probe: the same x written once more before
+  stage_x();
   trace(u, TR_X_READY);
   if (tracing(u)) trace_row(u)[TR_PAGES_READY] = ring.landed((outs * SEGS + G::PER_PAGE - 1) / G::PER_PAGE);
   float xr[G::ROUNDS][8];  // this warp's segment of x
