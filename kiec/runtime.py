@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
 import os
+import shutil
+import tempfile
 import time
 from typing import Iterator
 
@@ -12,6 +15,24 @@ import numpy as np
 from kiec.build import ABI_VERSION
 from kiec.errors import KiecError
 from kiec.sampling import SamplingParams, check_request, sample
+
+
+_LOADS = itertools.count()
+
+
+def load_library(path: str) -> ctypes.CDLL:
+    """The shared library at `path` as the file is now. The dynamic loader hands back a library already loaded
+    under the same name without looking at the file again, and ctypes never unloads one: an artifact rebuilt at
+    the same path (kiec.compile renames the new one into place) would otherwise run its predecessor's kernels on
+    its own weights and manifest. Each load goes through a link whose name this process never used before; the
+    loader still shares one copy of a file that is already loaded (it matches files by inode too)."""
+    d = tempfile.mkdtemp(prefix="kiec-lib-")
+    try:
+        link = os.path.join(d, f"{next(_LOADS)}-{os.path.basename(path)}")
+        os.symlink(os.path.abspath(path), link)
+        return ctypes.CDLL(link)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 class Engine:
@@ -34,7 +55,7 @@ class Engine:
             self.manifest = json.load(fh)
         if self.manifest.get("abi") != ABI_VERSION:
             raise KiecError(f"{artifact_dir}: artifact ABI {self.manifest.get('abi')}, this kiec reads {ABI_VERSION}")
-        lib = ctypes.CDLL(os.path.join(artifact_dir, "libkiec_model.so"))
+        lib = load_library(os.path.join(artifact_dir, "libkiec_model.so"))
         lib.kiec_create.restype = ctypes.c_void_p
         lib.kiec_create.argtypes = [ctypes.c_char_p, ctypes.c_int]
         lib.kiec_last_error.restype = ctypes.c_char_p
