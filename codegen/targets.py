@@ -108,7 +108,8 @@ TARGETS: dict[str, TargetParams] = {
                           # 1B at 8192 1.19 vs 1.03); cache rows through the ring 1.050 vs 1.034 at 8192. Early
                           # K/V, these three, the in-flight bound and the signalling thread were taken out (their
                           # code: git log -S persist_attn_ / -S persist_signal_slots / -S persist_inflight_pages);
-                          # batched warp sums stay a knob (gemv_compute.cu measures with it)
+                          # batched warp sums stay a knob (gemv_compute.cu measures with it). 12 compute warps on
+                          # smollm2-135m (no spills there): 0.539 / 0.540 vs 0.507 ms (tenth session, 38a3854)
                           persist_warps=8, persist_page_bytes=16 << 10, persist_stages=12,
                           persist_l2_ahead_bytes=0,
                           # sleeping 100 ns between polls: 0.846 vs 0.852 ms on llama-3.2-1b at a9dfdd7 (a kernel
@@ -204,12 +205,16 @@ TARGETS: dict[str, TargetParams] = {
                           # a layer's prologues read 112 KB an SM of tagged words on llama-3.2-1b, 12% on top of its
                           # 917 KB of weights (arithmetic from its shapes: x of 2048, 2048, 2048 and 8192 floats at 8
                           # bytes); the probe put a second copy of them at +63 us a token (ninth session, a8b8076).
-                          # Parity tags halve those bytes. Not yet run
+                          # Parity tags halve those bytes. 2026-11-30 tenth session at 570e9ca (ms, two rounds):
+                          # llama-3.2-1b 0.761 / 0.757 vs 0.765 / 0.762, qwen3-1.7b 1.140 / 1.145 vs 1.121 / 1.124,
+                          # smollm2-135m with tags on 0.525 vs 0.519 (bench/RESULTS.md): the bytes are not what the
+                          # prologues cost. So 0
                           persist_tag_parity=0,
                           # without previous_first: 0.772-0.773 vs 0.826-0.829 on 1B, smollm2 0.527 vs 0.566
                           # (the twice probe, persist_probe_twice, ninth session at a8b8076, ms, two rounds: dots twice
                           # 0.856 / 0.855 vs 0.765 on llama-3.2-1b, prologues twice 0.828; smollm2-135m 0.527 and 0.520
-                          # vs 0.506-0.509: bench/RESULTS.md)
+                          # vs 0.506-0.509; tenth session at 38a3854: bit 4 (QKV and output projection dots) 0.772
+                          # vs 0.763 on llama-3.2-1b, bit 8 (the others' dots) 0.836: bench/RESULTS.md)
                           persist_probe_relaxed_signal=0, persist_probe_twice=0, persist_trace_attention=0),
 }
 
