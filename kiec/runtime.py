@@ -26,7 +26,10 @@ def load_library(path: str) -> ctypes.CDLL:
     the same path (kiec.compile renames the new one into place) would otherwise run its predecessor's kernels on
     its own weights and manifest. Each load goes through a link whose name this process never used before; the
     loader still shares one copy of a file that is already loaded (it matches files by inode too)."""
-    d = tempfile.mkdtemp(prefix="kiec-lib-")
+    try:
+        d = tempfile.mkdtemp(prefix="kiec-lib-")
+    except OSError as e:
+        raise KiecError(f"{path}: no temporary directory for the link it is loaded through ({e}); set TMPDIR") from e
     try:
         link = os.path.join(d, f"{next(_LOADS)}-{os.path.basename(path)}")
         os.symlink(os.path.abspath(path), link)

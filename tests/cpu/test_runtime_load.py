@@ -39,3 +39,12 @@ def test_rebuilt_library_at_the_same_path_is_loaded_anew(tmp_path):
     assert ctypes.CDLL(so).kiec_value() == 2
     assert load_library(so).kiec_value() == 3
     assert not [d for d in os.listdir(os.path.dirname(so)) if d != "libkiec_model.so"]
+
+
+def test_no_temporary_directory_is_a_clear_error(tmp_path, monkeypatch):
+    import tempfile
+
+    from kiec.errors import KiecError
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    with pytest.raises(KiecError, match="libkiec_model.so: no temporary directory.*TMPDIR"):
+        load_library(str(tmp_path / "libkiec_model.so"))
