@@ -14,6 +14,11 @@
 // (scripts/code_size.py); `code warm`: the same timing without the other code. The difference is what refetching
 // a GEMV tile's loop costs a phase on an otherwise quiet GPU: at 236e4bf ~0.1 us a share (1B QKV 24 rows 1.80 vs
 // 1.70 us, O 16 rows 1.27 vs 1.17, smollm2 8 rows 0.46 vs 0.36), and 0.9 us on a 1B gate/up share (8.89 vs 7.98).
+// `timed (traced)`: code warm with gemv_pages' traced-step path (every thread reads clock64 around each page wait):
+// whether a traced step's dots are slower than an untraced one's (the eighth session's trace gave llama-3.2-1b's
+// QKV and O tiles 3.2 and 2.35 us of dots, where the tenth session's twice probe says a second copy of them adds
+// 0.5 us a layer untraced). `globaltimer`: the trace's clock (%globaltimer) read back to back by one thread: the
+// smallest and the median step between two reads that differ, and SM cycles a read.
 // Build (on the GPU machine; DIR holds persistent_abi.h, B the warp-sum batch):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I DIR -DKIEC_COMPUTE_THREADS=256
 //        -DKIEC_REDUCE_BATCH=B bench/gemv_compute.cu -o /tmp/gemv_compute_B
@@ -35,7 +40,7 @@ using T = __nv_bfloat16;
 // What a page costs without parts of the tile's work, for comparison (the same pages, barriers and item deal as
 // gemv_pages): LOADS reads each item's 16-byte chunks and folds the bits (no math), DOTS also widens and multiplies
 // (dot_lanes) but keeps a running sum per lane instead of summing each item over the warp.
-enum Variant { TILE = 0, LOADS = 1, DOTS = 2, TILE_BUSY = 3, TILE_WARM = 4, TILE_COLD = 5 };
+enum Variant { TILE = 0, LOADS = 1, DOTS = 2, TILE_BUSY = 3, TILE_WARM = 4, TILE_COLD = 5, TILE_TIMED = 6 };
 constexpr int BUSY_INFLIGHT = 4;  // the busy copies' pages in flight (stream_pages, bench_common.cuh)
 
 // 16384 dependent FMAs (256 KB of code, more than the SM's instruction caches hold; nvcc inlines it anyway, which
@@ -129,23 +134,53 @@ __global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1) consume(
   for (int r = 0; r < REPS; ++r) {
     unsigned long long s0 = 0;
     if (VARIANT == TILE_COLD) keep += other_code(keep);
-    if (VARIANT == TILE_WARM || VARIANT == TILE_COLD) {
+    if (VARIANT >= TILE_WARM) {
       kiec::sync_block();
       s0 = kiec::global_ns();
     }
-    if (VARIANT == TILE || VARIANT == TILE_BUSY || VARIANT == TILE_WARM || VARIANT == TILE_COLD)
-      kiec::gemv_pages<T, G, WARPS, SEGS>(ring, items, xr, acc, false);
+    if (VARIANT == TILE || VARIANT == TILE_BUSY || VARIANT >= TILE_WARM)  // TILE_TIMED: a traced step's page waits
+      kiec::gemv_pages<T, G, WARPS, SEGS>(ring, items, xr, acc, VARIANT == TILE_TIMED);
     else
       keep += pages_without<G, SEGS, VARIANT>(ring, items, xr);
     kiec::sync_block();
-    if (VARIANT == TILE_WARM || VARIANT == TILE_COLD) spans += kiec::global_ns() - s0;
+    if (VARIANT >= TILE_WARM) spans += kiec::global_ns() - s0;
   }
   const unsigned long long t1 = kiec::global_ns();
   if (threadIdx.x == 0) {
-    ns[blockIdx.x] = VARIANT == TILE_WARM || VARIANT == TILE_COLD ? spans : t1 - t0;
+    ns[blockIdx.x] = VARIANT >= TILE_WARM ? spans : t1 - t0;
     done = 1;
   }
   if (threadIdx.x == 0 || keep == 1.2345f) sink[blockIdx.x] = acc[0] + keep;  // nothing computed is dead
+}
+
+// The trace's clock: one thread reads %globaltimer N times back to back (out[i]), and the SM cycles it took.
+__global__ void timer_reads(unsigned long long* out, int n, long long* cycles) {
+  const long long c0 = clock64();
+  for (int i = 0; i < n; ++i) out[i] = kiec::global_ns();
+  *cycles = clock64() - c0;
+}
+
+[[maybe_unused]] static void globaltimer() {  // (run with the parts: batch 1)
+  constexpr int N = 4096;
+  unsigned long long* d;
+  long long* c;
+  CHECK(cudaMalloc(&d, N * sizeof *d));
+  CHECK(cudaMalloc(&c, sizeof *c));
+  timer_reads<<<1, 1>>>(d, N, c);  // warm-up
+  timer_reads<<<1, 1>>>(d, N, c);
+  std::vector<unsigned long long> h(N);
+  long long cycles = 0;
+  CHECK(cudaMemcpy(h.data(), d, N * sizeof *d, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(&cycles, c, sizeof cycles, cudaMemcpyDeviceToHost));
+  std::vector<unsigned long long> steps;
+  for (int i = 1; i < N; ++i)
+    if (h[i] != h[i - 1]) steps.push_back(h[i] - h[i - 1]);
+  std::sort(steps.begin(), steps.end());
+  printf("globaltimer: %d reads, %zu changes; step min %llu ns, median %llu ns; %.1f SM cycles a read (with its "
+         "store)\n", N, steps.size(), steps.empty() ? 0ull : steps[0],
+         steps.empty() ? 0ull : steps[steps.size() / 2], (double)cycles / N);
+  CHECK(cudaFree(d));
+  CHECK(cudaFree(c));
 }
 
 // A share of `rows` outputs (64: a long share's rate; llama-3.2-1b's QKV tile has 24, its output projection's 16)
@@ -180,11 +215,12 @@ static void run(const char* name, int sms, int rows = 64, const char* busy = nul
   std::sort(h.begin(), h.end());
   const double bytes = (double)REPS * rows * G::ROWS_PER_OUT * K * sizeof(T);
   const double med = bytes / h[sms / 2], slow = bytes / h[sms - 1];  // bytes per ns = GB/s
-  const char* what[] = {"tile", "loads only", "dots, no sums", "tile, TMA busy", "code warm", "code cold"};
+  const char* what[] = {"tile", "loads only", "dots, no sums", "tile, TMA busy", "code warm", "code cold",
+                        "timed (traced)"};
   printf("%-26s %-14s K %5d  segs %d  rounds %d  rows %2d  B %2d  %7.1f GB/s an SM (slowest %6.1f)  %6.2f TB/s "
          "over %d SMs", name, what[VARIANT], K, SEGS, G::ROUNDS, rows, KIEC_REDUCE_BATCH, med, slow,
          slow * sms / 1e3, sms);
-  if (VARIANT == TILE_WARM || VARIANT == TILE_COLD) printf("; %.2f us a share (median SM)", h[sms / 2] / 1e3 / REPS);
+  if (VARIANT >= TILE_WARM) printf("; %.2f us a share (median SM)", h[sms / 2] / 1e3 / REPS);
   if (moved) printf("; the copies %.2f TB/s", copied / (ms * 1e-3) / 1e12);  // (over the launch, a bound from below)
   printf("\n");
   CHECK(cudaFree(ns));
@@ -230,6 +266,12 @@ int main() {
   run<576, kiec::EPI_STORE, 1, TILE_COLD>("smollm2 QKV/O (K 576)", sms, 8);
   run<2048, kiec::EPI_SILU_MUL, 2, TILE_WARM>("llama-1b gate/up", sms, 62);
   run<2048, kiec::EPI_SILU_MUL, 2, TILE_COLD>("llama-1b gate/up", sms, 62);
+  // the traced step's path against code warm above
+  run<2048, kiec::EPI_STORE, 2, TILE_TIMED>("llama-1b QKV tile (24 rows)", sms, 24);
+  run<2048, kiec::EPI_STORE, 2, TILE_TIMED>("llama-1b O tile (16 rows)", sms, 16);
+  run<576, kiec::EPI_STORE, 1, TILE_TIMED>("smollm2 QKV/O (K 576)", sms, 8);
+  run<2048, kiec::EPI_SILU_MUL, 2, TILE_TIMED>("llama-1b gate/up", sms, 62);
+  globaltimer();
 #endif
   return 0;
 }

@@ -100,7 +100,7 @@ if [ -n "${STREAM:-}" ]; then
 fi
 # COMPUTE=1: how fast the persistent GEMV's compute warps consume pages already in shared memory, warp sums one
 # item at a time and in batches of 8, with TMA copies landing meanwhile, and a share's time with its code fetched
-# again against kept hot (bench/gemv_compute.cu)
+# again against kept hot, the traced step's page-wait timing against none, and %globaltimer's step (bench/gemv_compute.cu)
 if [ -n "${COMPUTE:-}" ]; then
   for b in 1 8; do
     bench_build gemv_compute gemv_compute_$b -DKIEC_COMPUTE_THREADS=256 -DKIEC_REDUCE_BATCH=$b \
