@@ -136,6 +136,21 @@ def test_not_enough_gpu_memory_names_the_bytes(tmp_path):
         kiec.Engine(art)
 
 
+def test_an_artifact_rebuilt_at_the_same_path_runs_its_own_kernels(tmp_path):
+    """kiec.compile to a directory, an Engine on it, kiec.compile again to the same directory (another mode and a
+    longer context), a new Engine: the new build's kernels run (before runtime.load_library, the dynamic loader handed
+    the second Engine the first build's library: its graph kernels over the new manifest's persistent layout)."""
+    make_tiny_hf(tmp_path / "hf", "llama")
+    art = str(tmp_path / "art")
+    first = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=32)
+    kiec.Engine(kiec.compile(first, art)).generate([1, 2, 3], 4)
+    second = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=128)
+    kiec.compile(second, art, mode="persistent")
+    eng, ours, r32, r16, _ = check_against_interpreter(second, art, positions=48)  # past the first build's 32
+    assert eng.mode == "persistent"
+    budget_check(ours, r32, r16, "the rebuilt artifact: logits over 48 positions")
+
+
 def test_standalone_kiec_run_matches_the_engine(tmp_path):
     import os
     import re
