@@ -62,8 +62,16 @@ class _PersistentEmitter(_Emitter):
         self.tags = tag_plan(program, attention=level >= 2) if level else None
         super().__init__(program, dtype, max_seq_len, target)
         t = target
+        self.tag_waits = bool(self.tags and t.persist_tag_waits)  # (a model without tags has none to spin on)
+        if self.tag_waits and t.persist_tag_parity:
+            raise ValueError("persist_tag_waits with persist_tag_parity: a parity tells a word's last write from the "
+                             "one before only, so its reader must wait for the writer's counter first")
+        if self.tag_waits and t.persist_x_direct:
+            raise ValueError("persist_tag_waits with persist_x_direct: x slices read straight from memory spin on "
+                             "their words one at a time (load_x_slice_tagged), not as a batch")
         self.sched: Schedule = schedule(program, t.sms, slot_of=dict(self.arena), min_keys=t.attn_min_keys,
-                                        previous_first=bool(t.persist_waits_previous_first), tags=self.tags)
+                                        previous_first=bool(t.persist_waits_previous_first), tags=self.tags,
+                                        tag_waits=self.tag_waits)
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):
             self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)
@@ -237,7 +245,7 @@ class _PersistentEmitter(_Emitter):
             poll_sleep_ns=self.t.persist_poll_sleep_ns, waits_together=int(bool(self.t.persist_waits_together)),
             probe_relaxed_signal=self.t.persist_probe_relaxed_signal,
             trace_attention=self.t.persist_trace_attention,
-            tagged=int(self.tags is not None), tag_parity=self.parity_table(),
+            tagged=int(self.tags is not None), tag_parity=self.parity_table(), tag_waits=int(self.tag_waits),
             reduce_batch=self.t.persist_reduce_batch, copy_batch=self.t.persist_copy_batch,
             evict_first=int(bool(self.t.persist_evict_first)),
             attn_l2_hint=self.t.attn_l2_prefetch,

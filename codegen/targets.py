@@ -47,6 +47,10 @@ class TargetParams:
     # lowest mantissa bit (values to 23 bits); its slot its own, zeroed before each launch (ir/passes/persistent.py:
     # tag_parity)
     persist_tag_parity: int
+    # persistent: 1 (with tags): a tile reading tagged values skips the wait on their writer's counter where nothing
+    # else needs it (ir/passes/persistent.py: tag_covered) and loads the words until every one carries its tag,
+    # stale ones again together (common.cuh: settle_tags), looking at the stop position as it spins
+    persist_tag_waits: int
     # persistent, a timing probe, never for use: 1: a tile moves its counter with a relaxed add, without waiting for
     # its stores' acknowledgement, so a consumer may read stale data (tokens may be wrong). It times the handover a
     # tagged design would have (consumers checking their data's tags instead of the counter's release)
@@ -210,6 +214,10 @@ TARGETS: dict[str, TargetParams] = {
                           # smollm2-135m with tags on 0.525 vs 0.519 (bench/RESULTS.md): the bytes are not what the
                           # prologues cost. So 0
                           persist_tag_parity=0,
+                          # a reader of tagged words polls its writer's counter, then loads the words: two round trips
+                          # after the last write where one would do (the trace's hops: 0.3-0.6 us a phase, 4% of the
+                          # chain on llama-3.2-1b, c581e19). Built in the tenth session, not yet run
+                          persist_tag_waits=0,
                           # without previous_first: 0.772-0.773 vs 0.826-0.829 on 1B, smollm2 0.527 vs 0.566
                           # (the twice probe, persist_probe_twice, ninth session at a8b8076, ms, two rounds: dots twice
                           # 0.856 / 0.855 vs 0.765 on llama-3.2-1b, prologues twice 0.828; smollm2-135m 0.527 and 0.520

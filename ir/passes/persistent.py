@@ -52,6 +52,9 @@ class Schedule:
     phases: list[tuple[int, str]] = field(default_factory=list)  # counter -> (kernel, opcode)
     splits: dict[int, int] = field(default_factory=dict)  # attention kernel -> splits over the KV length
     min_keys: int = 64  # rows a split takes at least (simulate.split_rows)
+    # tag waits (persist_tag_waits): the tagged values whose readers do not wait on their writer's counter but
+    # load the words until they carry this token's tag (tag_covered); empty without
+    spin: frozenset[str] = frozenset()
 
 
 def phases(program: Program) -> list[tuple[int, str]]:
@@ -187,6 +190,29 @@ def direct_waits(program: Program, deps: list[list[Wait]], plan: TagPlan) -> lis
     return out
 
 
+def tag_covered(program: Program, plan: TagPlan, slot_of: dict[str, int] | None = None) -> set[tuple[int, int]]:
+    """Tag waits (persist_tag_waits): the (reader, writer) phase pairs of one token whose only conflict is the
+    reader's read of tagged values the writer writes: a reader that loads each such word until it carries its
+    writer's tag for this token needs no wait on the writer's counter. Any other conflict between the two (the
+    reader writes a slot the writer reads or writes, or reads a slot the writer writes under another name, or an
+    untagged value of it) keeps the wait. The previous token's waits are not touched."""
+    slot = (lambda v: slot_of.get(v, v)) if slot_of else (lambda v: v)
+    io = [reads_writes(program.kernels[i], program, op) for i, op in phases(program)]
+    out = set()
+    for c, (rc, wc) in enumerate(io):
+        for j in range(c):
+            rj, wj = io[j]
+            named = rc & wj
+            if not named or any(plan.writer.get(v) != j for v in named):
+                continue
+            if {slot(v) for v in wc} & {slot(v) for v in rj | wj}:
+                continue
+            if {slot(v) for v in rc} & {slot(v) for v in wj} != {slot(v) for v in named}:
+                continue
+            out.add((c, j))
+    return out
+
+
 def partials(k: AttentionKernel) -> str:
     """The name of an attention kernel's per-split partial results (its own buffer, one per layer)."""
     return k.name + ".partials"
@@ -290,16 +316,24 @@ def gemv_shares(n: int, sms: int, first_sm: int = 0) -> list[tuple[int, int, int
 
 def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None,
              min_keys: int = 64, max_splits: int = 64, previous_first: bool = False,
-             tags: TagPlan | None = None) -> Schedule:
+             tags: TagPlan | None = None, tag_waits: bool = False) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
     polled in order, one round trip each at least: previous_first puts the previous token's (long reached when
     the tile gets there) before this token's, so that their round trips pass while this token's producer still
     runs instead of after it. tags: the tagged values' plan (tag_plan), whose untagged reads wait on their
-    writers directly."""
-    sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys)
-    deps = reduce_waits(dependencies(program, slot_of))
+    writers directly. tag_waits (with tags): a tile reading tagged values does not wait on their writer's
+    counter where that is the only reason to (tag_covered); it loads the words until they carry their tag."""
+    if tag_waits and tags is None:
+        raise ValueError("tag waits need tagged values (persist_tagged)")
+    spin = frozenset(tags.writer) if tag_waits else frozenset()
+    sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys, spin)
+    deps = dependencies(program, slot_of)
+    if tag_waits:
+        covered = tag_covered(program, tags, slot_of)
+        deps = [[w for w in waits if w.previous or (c, w.counter) not in covered] for c, waits in enumerate(deps)]
+    deps = reduce_waits(deps)
     if tags is not None:
         deps = direct_waits(program, deps, tags)
     if previous_first:

@@ -183,7 +183,29 @@ class VM:
 
     # -- the machine
     def ready(self, ins: Instr, token: int) -> bool:
-        return all(self.counters[w.counter] >= w.tiles * (token if w.previous else token + 1) for w in ins.waits)
+        return (all(self.counters[w.counter] >= w.tiles * (token if w.previous else token + 1) for w in ins.waits)
+                and self.stale_tag(ins, token) is None)
+
+    def stale_tag(self, ins: Instr, token: int) -> str | None:
+        """Tag waits (Schedule.spin): the first tagged value this instruction reads that does not yet carry the
+        stamp its read wants (the device loads such words until their tags say so); None when all do."""
+        if not self.s.spin:
+            return None
+        k = self.p.kernels[ins.kernel]
+        reads: list[tuple[str, int, int]] = []
+        if isinstance(k, GemvKernel):
+            reads.append((k.x, 0, self.p.graph.types[k.x].shape[0]))
+            if k.residual:
+                reads.append((k.residual, ins.lo, ins.hi))
+        elif ins.opcode == "attention" and self._split(ins, token) is not None:
+            reads.append((k.qkv, 0, (k.n_heads + 2 * k.kv_heads) * k.head_dim))
+        for v, lo, hi in reads:
+            if v in self.s.spin:
+                prod = self.producer[v]
+                want = prod * 1_000_000 + (token if prod < ins.counter else token - 1)
+                if not bool((self.stamp[self.off[v] + lo:self.off[v] + hi] == want).all()):
+                    return v
+        return None
 
     def run(self, prompt: list[int], steps: int, policy: str = "eager", seed: int = 0,
             sampling: SamplingParams | None = None, eos: tuple[int, ...] = ()) -> list[torch.Tensor]:
@@ -209,8 +231,9 @@ class VM:
                 ins = lists[i][pc[i]]
                 blocked = [w for w in ins.waits
                            if self.counters[w.counter] < w.tiles * (tok[i] if w.previous else tok[i] + 1)]
+                on = f"counter {blocked[0].counter}" if blocked else f"the tags of %{self.stale_tag(ins, tok[i])}"
                 raise ScheduleError(f"deadlock: SM {i} at token {tok[i]} waits in {ins.opcode} kernel {ins.kernel} "
-                                    f"tile {ins.tile} on counter {blocked[0].counter}")
+                                    f"tile {ins.tile} on {on}")
             i = max(ready, key=lambda j: (tok[j], lists[j][pc[j]].counter)) if policy == "eager" else rng.choice(ready)
             ins = lists[i][pc[i]]
             if self.execute(ins, tok[i], prompt):

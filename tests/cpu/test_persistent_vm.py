@@ -372,3 +372,81 @@ def test_parity_tags_give_each_tagged_value_its_own_slot_and_each_writer_its_par
     with pytest.raises(ValueError, match=r"parity tags: .* reads .*, which is written \d+ times a token, on \d+ of "
                                          r"132 SMs"):
         tag_parity(pn, plan_n, schedule(pn, 132, slot_of=dict(off_n), tags=plan_n))
+
+
+def tag_waits_setup(tmp_path, family, level):
+    make_tiny_hf(tmp_path, family)
+    m = kiec.load(str(tmp_path), max_seq_len=16)
+    prog = pipeline.run(m.graph)
+    plan = tag_plan(prog, attention=level == 2)
+    offsets, floats = plan_buffers(prog, {}, frozenset(plan.writer))
+    return m, prog, plan, offsets, floats
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "mistral"])
+@pytest.mark.parametrize("level", [1, 2])
+def test_tag_waits_drop_only_waits_tags_cover_and_compute_the_model(tmp_path, family, level):
+    # persist_tag_waits: a tile that reads tagged values does not wait on their writer's counter where the read is
+    # the pair's only conflict; it spins on the words (the VM: the instruction is not ready until the values it
+    # reads carry their writer's stamp). The dropped pairs are read-after-write through tagged values alone, never a
+    # slot the reader writes; every untagged read still waits on its writer; the model comes out on any interleaving
+    from kiec.ir.passes.persistent import tag_covered
+    m, prog, plan, offsets, floats = tag_waits_setup(tmp_path, family, level)
+    ph = phases(prog)
+    io = [reads_writes(prog.kernels[i], prog, op) for i, op in ph]
+    covered = tag_covered(prog, plan, offsets)
+    names = {(prog.kernels[ph[c][0]].name, prog.kernels[ph[j][0]].name) for c, j in covered}
+    # the residual stream into each QKV, the output projection's result into the MLP (layer 1's: in layer 0 the slot
+    # plan may give gate/up's output a slot the output projection reads, a conflict that keeps the wait), the last
+    # down projection's into the LM head
+    assert {("L0.attn.qkv", "x"), ("L1.attn.qkv", "L0.x_mlp"), ("L1.act", "L1.x_attn"), ("logits", "L1.x_mlp")} <= names
+    # the down projection writes the stream gate/up read (in place): its wait stays
+    assert ("L0.x_mlp", "L0.act") not in names
+    assert (("L0.attn", "L0.attn.qkv") in names) == (level == 2)  # attention's input is tagged only at level 2
+    for c, j in covered:
+        slot = lambda vs: {offsets.get(v, v) for v in vs}  # noqa: E731
+        assert io[c][0] & io[j][1] <= set(plan.writer) and not slot(io[c][1]) & slot(io[j][0] | io[j][1])
+    sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan, tag_waits=True)
+    assert sched.spin == frozenset(plan.writer)
+    for lst in sched.lists:
+        for ins in lst:
+            assert not any((ins.counter, w.counter) in covered for w in ins.waits if not w.previous), ins
+            for v in io[ins.counter][0] - set(plan.writer) - io[ins.counter][1]:  # untagged reads: direct waits
+                same = [j for j in range(ins.counter) if v in io[j][1]]
+                if same:
+                    assert any(w.counter == same[-1] and not w.previous for w in ins.waits), (ins.opcode, v)
+    for seed in (7, 8):
+        assert_vm_computes_the_model(m, sched, offsets, floats, seed=seed)
+
+
+def test_with_tag_waits_a_missing_wait_on_an_untagged_writer_is_caught(tmp_path):
+    # tags 1: attention reads QKV's output as plain floats, so with tag waits its wait on QKV stays, and without it
+    # the VM finds a read of words QKV has not written (the tags cover only tagged values)
+    m, prog, plan, offsets, floats = tag_waits_setup(tmp_path, "llama", 1)
+    sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan, tag_waits=True)
+    attn = first_attention(prog)
+    assert all(any(w.counter == attn - 1 and not w.previous for w in x.waits)
+               for lst in sched.lists for x in lst if x.kernel == attn)
+    for lst in sched.lists:
+        lst[:] = [dataclasses.replace(x, waits=tuple(w for w in x.waits if x.kernel != attn or w.counter != attn - 1))
+                  for x in lst]
+    with pytest.raises(ScheduleError, match=rf"attention kernel {attn} tile \d+ \(token 0\) read %L0\.attn\.qkv"):
+        VM(sched, {n: m.weights[n].float() for n in m.graph.params}, offsets, floats).run([5, 17, 99], 3, "eager")
+
+
+def test_with_tag_waits_words_nobody_writes_deadlock_by_name(tmp_path):
+    # a tile spinning on words whose writer never runs never finds their tag: the VM names the value (SM 0's
+    # embedding tiles taken out: layer 0's QKV waits on no counter of theirs, only on the words)
+    m, prog, plan, offsets, floats = tag_waits_setup(tmp_path, "llama", 2)
+    sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan, tag_waits=True)
+    vm = VM(sched, {n: m.weights[n].float() for n in m.graph.params}, offsets, floats)
+    sched.lists[0][:] = [ins for ins in sched.lists[0] if ins.kernel != 0]
+    with pytest.raises(ScheduleError, match=r"deadlock: SM \d+ at token 0 waits in gemv kernel \d+ tile \d+ on the "
+                                            r"tags of %x"):
+        vm.run([5, 17, 99], 2, "eager")
+
+
+def test_tag_waits_need_tags(tmp_path):
+    _, prog, *_ = setup(tmp_path)
+    with pytest.raises(ValueError, match="tag waits need tagged values"):
+        schedule(prog, 7, tag_waits=True)

@@ -123,10 +123,12 @@ def test_device_draw_is_kiec_sampling_over_its_own_logits(tmp_path, temperature,
     assert eng.generate(prompt, 24, sampling=SamplingParams(temperature, top_p, seed=12)) != got
 
 
-@pytest.mark.parametrize("change", [{}, dict(persist_waits_together=0, persist_tagged=2, attn_min_keys=8)])
+@pytest.mark.parametrize("change", [{}, dict(persist_waits_together=0, persist_tagged=2, attn_min_keys=8),
+                                    dict(persist_tag_waits=1, attn_min_keys=8)])
 def test_generation_ends_at_eos_and_when_the_host_stops_it(tmp_path, monkeypatch, change):
     # also with waits polled one after the other and attention's arrivals as an `extra` wait (tags 2, several
-    # splits a head): a stop must end every spin, or an SM waits for a producer that stopped first
+    # splits a head), and with tag waits (tiles spin on their words' tags, not on counters): a stop must end every
+    # spin, or an SM waits for a producer that stopped first
     model, art = compile_tiny(tmp_path, "qwen3", max_position_embeddings=4096)
     if change:
         art = compile_variant(model, tmp_path, monkeypatch, **change)
@@ -247,17 +249,18 @@ def test_trace_stamps_attentions_parts_when_asked(tmp_path, monkeypatch):
     assert summary.attention_parts(ts, slots, sched)[0].startswith(f"attention splits with rows ({stamped.sum()})")
 
 
-@pytest.mark.parametrize("level", [1, 2])
-def test_tagged_words_compute_the_same_bits_over_long_launches(tmp_path, monkeypatch, level):
+@pytest.mark.parametrize("level,tag_waits", [(1, 0), (2, 0), (2, 1)])
+def test_tagged_words_compute_the_same_bits_over_long_launches(tmp_path, monkeypatch, level, tag_waits):
     # hidden 4608: the norm's x (18 words a thread) is past what the prologue holds in registers, the down
     # projection's (K 6144) is copied in batches; 8 keys a split from the 4th token on, so that one launch of 200
     # steps runs attention tiles that must acquire the cache rows earlier steps wrote (the arrivals), through
-    # counters that release nothing (level 2: attention's own input and output tagged too)
+    # counters that release nothing (level 2: attention's own input and output tagged too; tag waits: the tiles spin
+    # on the words without waiting for their writers' counters)
     make_tiny_hf(tmp_path / "hf", "llama", hidden_size=4608, intermediate_size=6144, num_attention_heads=36,
                  num_key_value_heads=4, vocab_size=1024)
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=256)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=8))
-    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_tagged=level))
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_tagged=level, persist_tag_waits=tag_waits))
     rng = np.random.default_rng(3)
     prompt = rng.integers(0, model.config.vocab_size, size=150).tolist()
     assert eng.generate(prompt, 50) == base.generate(prompt, 50)
@@ -294,7 +297,10 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     dict(persist_tagged=0, persist_waits_previous_first=0),
                                     dict(persist_tagged=1, persist_x_direct=1, persist_stages=13),
                                     dict(persist_attn_early_rope=1), dict(persist_attn_kv_first=1, attn_min_keys=8),
-                                    dict(persist_probe_twice=3), dict(persist_probe_twice=6)])
+                                    dict(persist_probe_twice=3), dict(persist_probe_twice=6),
+                                    dict(persist_tag_waits=1), dict(persist_tag_waits=1, attn_min_keys=8),
+                                    dict(persist_tag_waits=1, persist_tagged=1),
+                                    dict(persist_tag_waits=1, persist_poll_sleep_ns=100)])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
@@ -312,7 +318,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # before 2026-11-30's seventh session (no tags, waits one at a time, no pipeline, no short pass) and before
     # its eighth (tags 1, no short pass); RoPE's coefficients made before the wait; a short pass's rows loaded
     # before q; the timing probe that runs each GEMV's dots and prologue twice, or the prologues and the dots of
-    # the GEMVs beside attention. Knobs that leave the math alone leave the bits alone
+    # the GEMVs beside attention; tag waits (tiles spinning on their tagged words, not on the writers' counters), with
+    # several splits, with tags 1 and with a sleep between spins. Knobs that leave the math alone leave the bits alone
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
     if "attn_min_keys" in change:
         art = compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=change["attn_min_keys"])
@@ -324,7 +331,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "attn_min_keys", "persist_x_direct", "persist_stages", "persist_poll_sleep_ns",
                          "persist_waits_previous_first", "persist_waits_together",
                          "persist_attn_short_keys", "persist_tagged", "persist_attn_early_rope",
-                         "persist_attn_kv_first", "persist_probe_twice"}:
+                         "persist_attn_kv_first", "persist_probe_twice", "persist_tag_waits"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)

@@ -197,6 +197,18 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
       wk = ld_tagged(qkv, k0 + threadIdx.x);
       wv = ld_tagged(qkv, v0 + threadIdx.x);
     }
+#if KIEC_TAG_WAITS
+    settle_tags<QPER + 2>(  // (tag waits: q, then the new k and v, loaded before their writes, again together)
+        [&](int e) {
+          if (e < QPER) return threadIdx.x + e * THREADS < GROUP * HEAD_DIM && !carries(wq[e], tag);
+          return kv_mine && !carries(e == QPER ? wk : wv, tag);
+        },
+        [&](int e) {
+          if (e < QPER) wq[e] = ld_tagged(qkv, q0 + threadIdx.x + e * THREADS);
+          else if (e == QPER) wk = ld_tagged(qkv, k0 + threadIdx.x);
+          else wv = ld_tagged(qkv, v0 + threadIdx.x);
+        });
+#endif
 #pragma unroll
     for (int e = 0; e < QPER; ++e) {
       const int i = threadIdx.x + e * THREADS;

@@ -233,6 +233,55 @@ __device__ __forceinline__ void ld_tagged2(const float* v2, int j, unsigned long
   asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(v2 + 4 * j));
 #endif
 }
+// KIEC_TAG_WAITS (persist_tag_waits): a reader of tagged words no longer waits on their writer's counter first, so
+// its first loads may come before the writes, and a generation that ended may never write them: the spinning
+// threads look at the stop position (stop_view: the block's position and its args' stop_pos, set by the
+// persistent kernel's loop before each position) every 1024 spins, and give up on a word once it has passed.
+#ifndef KIEC_TAG_WAITS
+#define KIEC_TAG_WAITS 0
+#endif
+struct StopView {
+  const int* stop_pos;
+  int pos;
+};
+__device__ __forceinline__ StopView& stop_view() {
+  __shared__ StopView view;
+  return view;
+}
+__device__ __forceinline__ bool stop_passed() {
+  const StopView& v = stop_view();
+  return *(volatile const int*)v.stop_pos <= v.pos;
+}
+// Whether a loaded word carries `tag` (tagged_value's test).
+__device__ __forceinline__ bool carries(unsigned long long w, unsigned tag) {
+#if KIEC_TAG_PARITY
+  return ((unsigned)w & 1u) == (tag & 1u);
+#else
+  return (unsigned)(w >> 32) == tag;
+#endif
+}
+// Words whose first loads may predate their writes (KIEC_TAG_WAITS): while any of the N is stale (stale(e)), every
+// stale one is loaded again (reload(e)), all in one round trip, until none is, the generation passed its stop, or
+// 2^20 rounds went by (then tagged_value's own limit makes the value a NaN, as for any tag that never comes). (Each
+// word left to tagged_value would cost a round trip after the other.) Without KIEC_TAG_WAITS: nothing.
+template <int N, typename Stale, typename Reload>
+__device__ __forceinline__ void settle_tags(Stale stale, Reload reload) {
+#if KIEC_TAG_WAITS
+  for (unsigned spins = 1;; ++spins) {
+    bool any = false;
+#pragma unroll
+    for (int e = 0; e < N; ++e) any |= stale(e);
+    if (!any || spins == 1u << 20 || (spins % 1024 == 0 && stop_passed())) return;
+#if defined(KIEC_POLL_SLEEP_NS) && KIEC_POLL_SLEEP_NS > 0  // (persist_poll_sleep_ns, as the counters' polls)
+    __nanosleep(KIEC_POLL_SLEEP_NS);
+#endif
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      if (stale(e)) reload(e);
+  }
+#endif
+}
+
 // A word loaded earlier, loaded again until it carries `tag`: its value. Readers look only once the writer's
 // counter says its stores are issued, so the tag comes within a few round trips; after 2^20 (a second) it never
 // will (a wrong tag is a compiler bug): the value is a NaN, which poisons the logits (the tests see it) instead of
@@ -247,6 +296,7 @@ __device__ __forceinline__ float tagged_value(unsigned long long w, const float*
 #else
   for (unsigned spins = 0; (unsigned)(w >> 32) != tag; ++spins) {
     if (spins == 1u << 20) return __uint_as_float(0x7fffffffu);
+    if (KIEC_TAG_WAITS && spins % 1024 == 1023 && stop_passed()) return __uint_as_float(0x7fffffffu);
     w = ld_tagged(v2, i);
   }
   return __uint_as_float((unsigned)w);

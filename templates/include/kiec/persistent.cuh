@@ -170,6 +170,9 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(ComputeRegs<COMPUTE_WARPS>::value));
   for (int pos = a.p0, t = 0; pos < a.p_end; ++pos, ++t) {
     if (threadIdx.x == 0) stopped = *(volatile int*)a.stop_pos <= pos;
+#if KIEC_TAG_WAITS
+    if (threadIdx.x == 0) stop_view() = StopView{a.stop_pos, pos};  // (tag spins look at it: common.cuh)
+#endif
     sync_block();
     if (stopped) break;
     const bool traced = a.trace && pos == a.trace_pos;

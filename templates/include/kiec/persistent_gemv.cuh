@@ -91,6 +91,14 @@ struct Prologue {
           const int j = threadIdx.x + (e0 + e) * THREADS;
           if (e0 + e < P && j < K / 2) ld_tagged2(x2, j, wa[e], wb[e]);
         }
+#if KIEC_TAG_WAITS
+        settle_tags<BP>(  // (tag waits: the pairs loaded before their writes, again together)
+            [&](int e) {
+              const int j = threadIdx.x + (e0 + e) * THREADS;
+              return e0 + e < P && j < K / 2 && !(carries(wa[e], tag) && carries(wb[e], tag));
+            },
+            [&](int e) { ld_tagged2(x2, threadIdx.x + (e0 + e) * THREADS, wa[e], wb[e]); });
+#endif
 #pragma unroll
         for (int e = 0; e < BP; ++e) {
           const int j = threadIdx.x + (e0 + e) * THREADS;
@@ -114,6 +122,14 @@ struct Prologue {
         const int i = threadIdx.x + (e0 + e) * THREADS;
         if (e0 + e < PER && i < K) wd[e] = ld_tagged(x2, i);
       }
+#if KIEC_TAG_WAITS
+      settle_tags<B>(
+          [&](int e) {
+            const int i = threadIdx.x + (e0 + e) * THREADS;
+            return e0 + e < PER && i < K && !carries(wd[e], tag);
+          },
+          [&](int e) { wd[e] = ld_tagged(x2, threadIdx.x + (e0 + e) * THREADS); });
+#endif
 #pragma unroll
       for (int e = 0; e < B; ++e) {
         const int i = threadIdx.x + (e0 + e) * THREADS;
