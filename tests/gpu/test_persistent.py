@@ -124,7 +124,7 @@ def test_device_draw_is_kiec_sampling_over_its_own_logits(tmp_path, temperature,
 
 
 @pytest.mark.parametrize("change", [{}, dict(persist_waits_together=0, persist_tagged=2, attn_min_keys=8),
-                                    dict(persist_tag_waits=1, attn_min_keys=8)])
+                                    pytest.param(dict(persist_tag_waits=1, attn_min_keys=8), id="tag_waits")])
 def test_generation_ends_at_eos_and_when_the_host_stops_it(tmp_path, monkeypatch, change):
     # also with waits polled one after the other and attention's arrivals as an `extra` wait (tags 2, several
     # splits a head), and with tag waits (tiles spin on their words' tags, not on counters): a stop must end every
@@ -249,7 +249,7 @@ def test_trace_stamps_attentions_parts_when_asked(tmp_path, monkeypatch):
     assert summary.attention_parts(ts, slots, sched)[0].startswith(f"attention splits with rows ({stamped.sum()})")
 
 
-@pytest.mark.parametrize("level,tag_waits", [(1, 0), (2, 0), (2, 1)])
+@pytest.mark.parametrize("level,tag_waits", [(1, 0), (2, 0), pytest.param(2, 1, id="2-tag_waits")])
 def test_tagged_words_compute_the_same_bits_over_long_launches(tmp_path, monkeypatch, level, tag_waits):
     # hidden 4608: the norm's x (18 words a thread) is past what the prologue holds in registers, the down
     # projection's (K 6144) is copied in batches; 8 keys a split from the 4th token on, so that one launch of 200
@@ -298,9 +298,11 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     dict(persist_tagged=1, persist_x_direct=1, persist_stages=13),
                                     dict(persist_attn_early_rope=1), dict(persist_attn_kv_first=1, attn_min_keys=8),
                                     dict(persist_probe_twice=3), dict(persist_probe_twice=6),
-                                    dict(persist_tag_waits=1), dict(persist_tag_waits=1, attn_min_keys=8),
-                                    dict(persist_tag_waits=1, persist_tagged=1),
-                                    dict(persist_tag_waits=1, persist_poll_sleep_ns=100)])
+                                    pytest.param(dict(persist_tag_waits=1), id="tag_waits"),
+                                    pytest.param(dict(persist_tag_waits=1, attn_min_keys=8), id="tag_waits-splits"),
+                                    pytest.param(dict(persist_tag_waits=1, persist_tagged=1), id="tag_waits-tags1"),
+                                    pytest.param(dict(persist_tag_waits=1, persist_poll_sleep_ns=100),
+                                                 id="tag_waits-sleep")])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
