@@ -66,12 +66,14 @@ class _PersistentEmitter(_Emitter):
         if self.tag_waits and t.persist_tag_parity:
             raise ValueError("persist_tag_waits with persist_tag_parity: a parity tells a word's last write from the "
                              "one before only, so its reader must wait for the writer's counter first")
+        if not 0 <= t.persist_tag_lead <= 100:
+            raise ValueError(f"persist_tag_lead {t.persist_tag_lead}: a percentage of the writer's tiles, 0 to 100")
         if self.tag_waits and t.persist_x_direct:
             raise ValueError("persist_tag_waits with persist_x_direct: x slices read straight from memory spin on "
                              "their words one at a time (load_x_slice_tagged), not as a batch")
         self.sched: Schedule = schedule(program, t.sms, slot_of=dict(self.arena), min_keys=t.attn_min_keys,
                                         previous_first=bool(t.persist_waits_previous_first), tags=self.tags,
-                                        tag_waits=self.tag_waits)
+                                        tag_waits=self.tag_waits, tag_lead=t.persist_tag_lead)
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):
             self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)

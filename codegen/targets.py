@@ -51,6 +51,9 @@ class TargetParams:
     # else needs it (ir/passes/persistent.py: tag_covered) and loads the words until every one carries its tag,
     # stale ones again together (common.cuh: settle_tags), looking at the stop position as it spins
     persist_tag_waits: int
+    # persistent, with tag waits: below 100, such a tile still waits for all but this percentage (rounded up) of its
+    # writer's tiles, then spins on the words over the last ones only (fewer loads again); 100: no wait at all
+    persist_tag_lead: int
     # persistent, a timing probe, never for use: 1: a tile moves its counter with a relaxed add, without waiting for
     # its stores' acknowledgement, so a consumer may read stale data (tokens may be wrong). It times the handover a
     # tagged design would have (consumers checking their data's tags instead of the counter's release)
@@ -217,7 +220,7 @@ TARGETS: dict[str, TargetParams] = {
                           # a reader of tagged words polls its writer's counter, then loads the words: two round trips
                           # after the last write where one would do (the trace's hops: 0.3-0.6 us a phase, 4% of the
                           # chain on llama-3.2-1b, c581e19). Built in the tenth session, not yet run
-                          persist_tag_waits=0,
+                          persist_tag_waits=0, persist_tag_lead=100,
                           # without previous_first: 0.772-0.773 vs 0.826-0.829 on 1B, smollm2 0.527 vs 0.566
                           # (the twice probe, persist_probe_twice, ninth session at a8b8076, ms, two rounds: dots twice
                           # 0.856 / 0.855 vs 0.765 on llama-3.2-1b, prologues twice 0.828; smollm2-135m 0.527 and 0.520

@@ -30,6 +30,9 @@ class Wait:
     counter: int  # index of the phase whose completed-tile counter this waits on
     tiles: int  # its tiles per token: the target is tiles * (token + 1), or tiles * token when `previous`
     previous: bool = False  # on the previous token's run of that phase
+    # tag waits with a lead (persist_tag_lead): the target less this many tiles; such a wait only holds a tile back
+    # until most of its writer is done (its words' tags cover the rest), so it implies nothing about the writer
+    lead: int = 0
 
 
 @dataclass(frozen=True)
@@ -316,7 +319,7 @@ def gemv_shares(n: int, sms: int, first_sm: int = 0) -> list[tuple[int, int, int
 
 def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None,
              min_keys: int = 64, max_splits: int = 64, previous_first: bool = False,
-             tags: TagPlan | None = None, tag_waits: bool = False) -> Schedule:
+             tags: TagPlan | None = None, tag_waits: bool = False, tag_lead: int = 100) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
@@ -324,18 +327,24 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     the tile gets there) before this token's, so that their round trips pass while this token's producer still
     runs instead of after it. tags: the tagged values' plan (tag_plan), whose untagged reads wait on their
     writers directly. tag_waits (with tags): a tile reading tagged values does not wait on their writer's
-    counter where that is the only reason to (tag_covered); it loads the words until they carry their tag."""
+    counter where that is the only reason to (tag_covered); it loads the words until they carry their tag.
+    tag_lead (percent, below 100): instead of no wait, one for all but that share of the writer's tiles (a Wait's
+    lead), so that the words are loaded again only over the writer's last tiles, not all along."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
     sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys, spin)
     deps = dependencies(program, slot_of)
+    covered = tag_covered(program, tags, slot_of) if tag_waits else set()
     if tag_waits:
-        covered = tag_covered(program, tags, slot_of)
         deps = [[w for w in waits if w.previous or (c, w.counter) not in covered] for c, waits in enumerate(deps)]
     deps = reduce_waits(deps)
     if tags is not None:
         deps = direct_waits(program, deps, tags)
+    if tag_lead < 100:  # after the reductions: such a wait implies nothing (its lead is set below, from the tiles)
+        deps = [waits + [Wait(j, 0, False, -1) for j in sorted(j for cc, j in covered if cc == c)
+                         if not any(w.counter == j and not w.previous for w in waits)]
+                for c, waits in enumerate(deps)]
     if previous_first:
         deps = [sorted(waits, key=lambda w: not w.previous) for waits in deps]  # stable: each group keeps its order
     sm = 0
@@ -359,9 +368,11 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
             short = min(hi - lo for _, lo, hi in placed)
             advance = sum(1 for _, lo, hi in placed if hi - lo > short) or advance
         sm = (sm + advance) % sms
+    def counted(w: Wait) -> Wait:  # the tiles of its phase, and a lead's (rounded up: 10% of 8 attention heads is 1)
+        tiles = sched.tiles[w.counter]
+        return Wait(w.counter, tiles, w.previous, -(-tiles * tag_lead // 100) if w.lead else 0)
     for lst in sched.lists:
-        lst[:] = [dataclasses.replace(x, waits=tuple(Wait(w.counter, sched.tiles[w.counter], w.previous)
-                                                      for w in x.waits)) for x in lst]
+        lst[:] = [dataclasses.replace(x, waits=tuple(counted(w) for w in x.waits)) for x in lst]
     return sched
 
 

@@ -183,7 +183,8 @@ class VM:
 
     # -- the machine
     def ready(self, ins: Instr, token: int) -> bool:
-        return (all(self.counters[w.counter] >= w.tiles * (token if w.previous else token + 1) for w in ins.waits)
+        return (all(self.counters[w.counter] >= w.tiles * (token if w.previous else token + 1) - w.lead
+                    for w in ins.waits)
                 and self.stale_tag(ins, token) is None)
 
     def stale_tag(self, ins: Instr, token: int) -> str | None:
@@ -230,7 +231,7 @@ class VM:
                 i = live[0]
                 ins = lists[i][pc[i]]
                 blocked = [w for w in ins.waits
-                           if self.counters[w.counter] < w.tiles * (tok[i] if w.previous else tok[i] + 1)]
+                           if self.counters[w.counter] < w.tiles * (tok[i] if w.previous else tok[i] + 1) - w.lead]
                 on = f"counter {blocked[0].counter}" if blocked else f"the tags of %{self.stale_tag(ins, tok[i])}"
                 raise ScheduleError(f"deadlock: SM {i} at token {tok[i]} waits in {ins.opcode} kernel {ins.kernel} "
                                     f"tile {ins.tile} on {on}")

@@ -281,6 +281,10 @@ def test_tag_waits_compile_drop_waits_and_refuse_what_they_cannot_serve(tmp_path
     for field, name in [("persist_tag_parity", "persist_tag_parity"), ("persist_x_direct", "persist_x_direct")]:
         with pytest.raises(ValueError, match=f"persist_tag_waits with {name}"):
             _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, **{field: 1}))
+    with pytest.raises(ValueError, match="persist_tag_lead 101: a percentage"):
+        _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, persist_tag_lead=101))
+    led = covered_waits(dataclasses.replace(on, persist_tag_lead=10))[0]  # the covered pairs back, with a lead
+    assert any(w.lead for lst in led.sched.lists for ins in lst for w in ins.waits)
     monkeypatch.setitem(targets.TARGETS, "sm_90", on)
     art = kiec.compile(model, str(tmp_path / "art"), mode="persistent")
     with open(os.path.join(art, "src", "model.cu")) as fh:

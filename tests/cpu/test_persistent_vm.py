@@ -446,6 +446,36 @@ def test_with_tag_waits_words_nobody_writes_deadlock_by_name(tmp_path):
         vm.run([5, 17, 99], 2, "eager")
 
 
+@pytest.mark.parametrize("lead", [0, 34])
+def test_tag_waits_with_a_lead_wait_for_most_of_the_writer_and_compute_the_model(tmp_path, lead):
+    # persist_tag_lead below 100: each dropped pair comes back as a wait for all but that share (rounded up) of the
+    # writer's tiles (0: the whole writer, the words then loaded once it is done), packed in the Wait's `previous`
+    # field above its lowest bit; the model comes out on any interleaving either way
+    import struct
+
+    from kiec.codegen.persistent_abi import INSTR_FORMAT, WAIT_FORMAT, pack
+    from kiec.ir.passes.persistent import tag_covered
+    m, prog, plan, offsets, floats = tag_waits_setup(tmp_path, "llama", 2)
+    sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan, tag_waits=True, tag_lead=lead)
+    covered = tag_covered(prog, plan, offsets)
+    seen = 0
+    for lst in sched.lists:
+        for ins in lst:
+            for w in ins.waits:
+                if (ins.counter, w.counter) in covered and not w.previous:
+                    assert w.lead == -(-w.tiles * lead // 100) < w.tiles or w.lead == 0
+                    seen += 1
+                else:
+                    assert w.lead == 0
+            packed = struct.unpack(INSTR_FORMAT, pack(ins))[7:]
+            n = len(WAIT_FORMAT) - 1
+            assert [packed[n * j + 1] for j in range(len(ins.waits))] == [int(w.previous) | w.lead << 1
+                                                                          for w in ins.waits]
+    assert seen > 0 and (lead == 0 or any(w.lead for lst in sched.lists for x in lst for w in x.waits))
+    for seed in (11, 12):
+        assert_vm_computes_the_model(m, sched, offsets, floats, seed=seed)
+
+
 def test_tag_waits_need_tags(tmp_path):
     _, prog, *_ = setup(tmp_path)
     with pytest.raises(ValueError, match="tag waits need tagged values"):

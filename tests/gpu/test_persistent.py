@@ -302,7 +302,9 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     pytest.param(dict(persist_tag_waits=1, attn_min_keys=8), id="tag_waits-splits"),
                                     pytest.param(dict(persist_tag_waits=1, persist_tagged=1), id="tag_waits-tags1"),
                                     pytest.param(dict(persist_tag_waits=1, persist_poll_sleep_ns=100),
-                                                 id="tag_waits-sleep")])
+                                                 id="tag_waits-sleep"),
+                                    pytest.param(dict(persist_tag_waits=1, persist_tag_lead=10, attn_min_keys=8),
+                                                 id="tag_waits-lead")])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
@@ -321,7 +323,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # its eighth (tags 1, no short pass); RoPE's coefficients made before the wait; a short pass's rows loaded
     # before q; the timing probe that runs each GEMV's dots and prologue twice, or the prologues and the dots of
     # the GEMVs beside attention; tag waits (tiles spinning on their tagged words, not on the writers' counters), with
-    # several splits, with tags 1 and with a sleep between spins. Knobs that leave the math alone leave the bits alone
+    # several splits, with tags 1, with a sleep between spins, and waiting for 90% of the writer's tiles first. Knobs
+    # that leave the math alone leave the bits alone
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
     if "attn_min_keys" in change:
         art = compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=change["attn_min_keys"])
@@ -333,7 +336,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "attn_min_keys", "persist_x_direct", "persist_stages", "persist_poll_sleep_ns",
                          "persist_waits_previous_first", "persist_waits_together",
                          "persist_attn_short_keys", "persist_tagged", "persist_attn_early_rope",
-                         "persist_attn_kv_first", "persist_probe_twice", "persist_tag_waits"}:
+                         "persist_attn_kv_first", "persist_probe_twice", "persist_tag_waits", "persist_tag_lead"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)

@@ -71,7 +71,11 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
     if (lane < n) {
       const Wait w = u.ins->waits[lane];
       counter = u.a->counters + w.counter * u.a->counter_stride;
+#if KIEC_TAG_WAITS  // `previous` carries the wait's lead above its lowest bit (persistent_abi.py)
+      target = w.tiles * (unsigned)(u.t + 1 - (w.previous & 1)) - (w.previous >> 1);
+#else
       target = w.tiles * (unsigned)(u.t + 1 - w.previous);
+#endif
     }
     int ok = 1;
     for (unsigned spins = 1;; ++spins) {
@@ -90,7 +94,12 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
     for (int i = extra ? -1 : 0; i < n && ok; ++i) {  // i = -1: `extra`
       const Wait w = i < 0 ? Wait{} : u.ins->waits[i];
       const unsigned* counter = i < 0 ? extra : u.a->counters + w.counter * u.a->counter_stride;
+#if KIEC_TAG_WAITS
+      const unsigned target =
+          i < 0 ? extra_target : w.tiles * (unsigned)(u.t + 1 - (w.previous & 1)) - (w.previous >> 1);
+#else
       const unsigned target = i < 0 ? extra_target : w.tiles * (unsigned)(u.t + 1 - w.previous);
+#endif
       for (unsigned spins = 1; ld_acquire(counter) < target; ++spins) {
         // a generation that ended may leave a wait unmet for good (its producer stopped first): every spin looks
         if (spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)u.a->stop_pos <= u.pos) { ok = 0; break; }
