@@ -136,7 +136,13 @@ class VM:
         if split is None:
             return
         g, s, lo, hi = split
-        qkv = self.read(ins, token, k.qkv, (k.n_heads + 2 * k.kv_heads) * k.head_dim)
+        n = (k.n_heads + 2 * k.kv_heads) * k.head_dim
+        if k.qkv in self.s.spin:  # as the device: only its query heads' rows, and the new K/V row's if it appends
+            qkv = torch.full((n,), float("nan"))
+            for a, b in self._qkv_rows(k, g, hi == token + 1):
+                qkv[a:b] = self.read(ins, token, k.qkv, n, a, b)
+        else:
+            qkv = self.read(ins, token, k.qkv, n)
         if hi == token + 1:
             self.cache_stamp[k.append.cache][g, token] = token
         self._check_rows(ins, token, lo, hi, "a KV row is missing or from the wrong token")
@@ -144,6 +150,16 @@ class VM:
         part = self.parts[ins.kernel]
         part["o"][g, s], part["m"][g, s], part["l"][g, s] = o, m, l
         part["stamp"][g, s] = ins.counter * 1_000_000 + token
+
+    @staticmethod
+    def _qkv_rows(k: AttentionKernel, g: int, appends: bool) -> list[tuple[int, int]]:
+        """The [lo, hi) ranges of the packed qkv a split of KV head g reads: its query heads, and the head's new
+        k and v when it appends the position's row."""
+        dh, group = k.head_dim, k.n_heads // k.kv_heads
+        rows = [(g * group * dh, (g + 1) * group * dh)]
+        if appends:
+            rows += [((k.n_heads + j) * dh, (k.n_heads + j + 1) * dh) for j in (g, k.kv_heads + g)]
+        return rows
 
     def _split(self, ins: Instr, token: int) -> tuple[int, int, int, int] | None:
         """(KV head g = ins.lo, split s, and its rows [lo, hi) of the context at `token`); None when the context
@@ -198,8 +214,8 @@ class VM:
             reads.append((k.x, 0, self.p.graph.types[k.x].shape[0]))
             if k.residual:
                 reads.append((k.residual, ins.lo, ins.hi))
-        elif ins.opcode == "attention" and self._split(ins, token) is not None:
-            reads.append((k.qkv, 0, (k.n_heads + 2 * k.kv_heads) * k.head_dim))
+        elif ins.opcode == "attention" and (split := self._split(ins, token)) is not None:
+            reads += [(k.qkv, lo, hi) for lo, hi in self._qkv_rows(k, split[0], split[3] == token + 1)]
         for v, lo, hi in reads:
             if v in self.s.spin:
                 prod = self.producer[v]
