@@ -56,6 +56,20 @@ def test_persistent_wide_rows_within_budget(tmp_path, monkeypatch):
     assert np.array_equal(np.stack([one.step(t, p) for p, t in enumerate(tokens)]), ours)
 
 
+@pytest.mark.parametrize("lead", [100, 10])
+def test_tag_waits_on_wide_rows_compute_the_same_bits(tmp_path, monkeypatch, lead):
+    # tag waits where the prologues load words before the wait (preload: 4 of a K 1536 norm's 6 words a thread, the
+    # output projection's 3 pairs) and spin on them after, over 24 steps and a 40-token generation: the default's bits
+    model, art = compile_tiny(tmp_path, "llama", hidden_size=1536, intermediate_size=6144, num_attention_heads=12,
+                              num_key_value_heads=4, vocab_size=1024)
+    base = kiec.Engine(art)
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_tag_waits=1, persist_tag_lead=lead))
+    tokens = np.random.default_rng(4).integers(0, model.config.vocab_size, size=24).tolist()
+    assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
+                          np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+    assert eng.generate(tokens[:5], 40) == base.generate(tokens[:5], 40)
+
+
 @pytest.mark.parametrize("family,window", [("llama", None), ("mistral", 200)])
 def test_persistent_long_context_within_budget(tmp_path, family, window):
     # 600 positions: attention goes from one split a KV head to many merged by the last, over a sliding window too

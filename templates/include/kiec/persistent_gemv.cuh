@@ -74,6 +74,24 @@ struct Prologue {
     }
     sync_block();
   }
+#if KIEC_TAG_WAITS
+  // Tag waits: the first batch of x's tagged words (NORM: words, a copy: pairs), loaded before the tile waits on its
+  // counters (what is left of them guards its writes and untagged reads, not these words, whose tags are checked
+  // after), so that their round trip passes under the polls' instead of after it. run_tagged starts from them.
+  static constexpr int PAIRS = (K / 2 + THREADS - 1) / THREADS;
+  // (4 words or pairs at most, none past 8 a thread: held across the wait, a batch of 8 made ptxas spill 120 B on
+  // llama-3.2-1b, 2 of a K 4096 norm's or a K 14336 copy's 4 B on llama-3.1-8b; ptxas.py persist_tag_waits=1)
+  static constexpr int PRE = NORM ? (PER < 4 ? PER : PER > 8 ? 0 : 4) : (PAIRS < 4 ? PAIRS : PAIRS > 8 ? 0 : 4);
+  unsigned long long pa[PRE > 0 ? PRE : 1], pb[PRE > 0 && !NORM ? PRE : 1];
+  __device__ __forceinline__ void preload(const float* x2) {
+#pragma unroll
+    for (int e = 0; e < PRE; ++e) {
+      const int i = threadIdx.x + e * THREADS;
+      if (NORM && e < PER && i < K) pa[e] = ld_tagged(x2, i);
+      if (!NORM && e < PAIRS && i < K / 2) ld_tagged2(x2, i, pa[e], pb[e]);
+    }
+  }
+#endif
   // run's math on x as tagged words (common.cuh) carrying `tag`: every word of a batch loaded at once,
   // then each one that does not carry the tag yet loaded again until it does. The elements each thread takes and
   // the order of the norm's sums are run's, so the result is the same bits.
@@ -89,6 +107,13 @@ struct Prologue {
 #pragma unroll
         for (int e = 0; e < BP; ++e) {
           const int j = threadIdx.x + (e0 + e) * THREADS;
+#if KIEC_TAG_WAITS
+          if (e0 == 0 && e < PRE) {  // (preload's)
+            wa[e] = pa[e];
+            wb[e] = pb[e];
+            continue;
+          }
+#endif
           if (e0 + e < P && j < K / 2) ld_tagged2(x2, j, wa[e], wb[e]);
         }
 #if KIEC_TAG_WAITS
@@ -120,6 +145,12 @@ struct Prologue {
 #pragma unroll
       for (int e = 0; e < B; ++e) {
         const int i = threadIdx.x + (e0 + e) * THREADS;
+#if KIEC_TAG_WAITS
+        if (e0 == 0 && e < PRE) {  // (preload's)
+          wd[e] = pa[e];
+          continue;
+        }
+#endif
         if (e0 + e < PER && i < K) wd[e] = ld_tagged(x2, i);
       }
 #if KIEC_TAG_WAITS
@@ -357,6 +388,9 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
 
   Prologue<T, K, NORM, WARPS * 32> prologue;
   prologue.prefetch(norm_w);
+#if KIEC_TAG_WAITS
+  if (TX && !DIRECT) prologue.preload(x);
+#endif
   if (!wait_inputs(u)) return false;
   // the residual this tile adds to, asked for now: its load's latency passes under the prologue and the pages
   const bool res_mine = EPI == EPI_RESIDUAL && (int)threadIdx.x < outs;
