@@ -161,6 +161,26 @@ __device__ __forceinline__ void prefetch_split_l2(const T* cache, int kv_heads, 
 struct NoMarks {
   __device__ __forceinline__ void operator()(int) const {}
 };
+// Tag waits (KIEC_TAG_WAITS): a split's tagged q words and, where it appends, the new k and v words, loaded by the
+// persistent tile before its wait (its waits left guard its writes, not these words, whose tags attention_slice
+// checks), so that their round trip passes under the polls'.
+template <int HEAD_DIM, int GROUP, int WARPS>
+struct QkvWords {
+  static constexpr int THREADS = WARPS * 32, QPER = (GROUP * HEAD_DIM + THREADS - 1) / THREADS;
+  unsigned long long q[QPER], k = 0ull, v = 0ull;
+  __device__ __forceinline__ void load(const float* qkv, int g, int kv_heads, bool owns_pos) {
+    const int nq = kv_heads * GROUP;
+#pragma unroll
+    for (int e = 0; e < QPER; ++e) {
+      const int i = threadIdx.x + e * THREADS;
+      if (i < GROUP * HEAD_DIM) q[e] = ld_tagged(qkv, g * GROUP * HEAD_DIM + i);
+    }
+    if (owns_pos && (int)threadIdx.x < HEAD_DIM) {
+      k = ld_tagged(qkv, (nq + g) * HEAD_DIM + threadIdx.x);
+      v = ld_tagged(qkv, (nq + kv_heads + g) * HEAD_DIM + threadIdx.x);
+    }
+  }
+};
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
           bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0, bool KV_FIRST = false,
           typename Marks = NoMarks>
@@ -169,7 +189,7 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
                                                 const T* k_norm_w, float norm_eps, float scale, float softcap, int g,
                                                 int pos, int lo, int hi, unsigned tag = 0,
                                                 const RopeCoeffs<ROTARY, GROUP, WARPS * 32>* rope = nullptr,
-                                                Marks mark = {}) {
+                                                Marks mark = {}, const QkvWords<HEAD_DIM, GROUP, WARPS>* pre = nullptr) {
   using Pass = KvPass<T, HEAD_DIM, WARPS, U>;
   constexpr int LPK = Pass::LPK, KPW = Pass::KPW;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nq = kv_heads * GROUP;
@@ -188,14 +208,24 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
     unsigned long long wq[QPER], wk = 0ull, wv = 0ull;
     const int q0 = g * GROUP * HEAD_DIM, k0 = (nq + g) * HEAD_DIM, v0 = (nq + kv_heads + g) * HEAD_DIM;
     const bool kv_mine = owns_pos && (int)threadIdx.x < HEAD_DIM;
+#if KIEC_TAG_WAITS
+    if (pre) {  // (loaded before the wait: QkvWords)
 #pragma unroll
-    for (int e = 0; e < QPER; ++e) {
-      const int i = threadIdx.x + e * THREADS;
-      if (i < GROUP * HEAD_DIM) wq[e] = ld_tagged(qkv, q0 + i);
-    }
-    if (kv_mine) {
-      wk = ld_tagged(qkv, k0 + threadIdx.x);
-      wv = ld_tagged(qkv, v0 + threadIdx.x);
+      for (int e = 0; e < QPER; ++e) wq[e] = pre->q[e];
+      wk = pre->k;
+      wv = pre->v;
+    } else
+#endif
+    {
+#pragma unroll
+      for (int e = 0; e < QPER; ++e) {
+        const int i = threadIdx.x + e * THREADS;
+        if (i < GROUP * HEAD_DIM) wq[e] = ld_tagged(qkv, q0 + i);
+      }
+      if (kv_mine) {
+        wk = ld_tagged(qkv, k0 + threadIdx.x);
+        wv = ld_tagged(qkv, v0 + threadIdx.x);
+      }
     }
 #if KIEC_TAG_WAITS
     settle_tags<QPER + 2>(  // (tag waits: q, then the new k and v, loaded before their writes, again together)

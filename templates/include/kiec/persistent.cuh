@@ -70,6 +70,10 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   // them with KIEC_WAITS_TOGETHER). The count is there already where this SM ran a tile of this token's chain
   // first (the previous step's phase ended before the chain began); else it waits for the previous step's splits,
   // which wait on nothing this SM has yet to run.
+#if KIEC_TAG_WAITS
+  QkvWords<HEAD_DIM, GROUP, WARPS> pre;  // (its words before the wait: their tags are checked after it)
+  if (TAGGED && split < active) pre.load(qkv, g, kv_heads, hi == u.pos + 1);
+#endif
   if (!wait_inputs(u, KIEC_TAGGED && u.t > 0 ? arrive + g : nullptr, (unsigned)SPLITS * (unsigned)u.t)) return false;
 #ifdef KIEC_SCRATCH_BYTES
   static_assert(sizeof(AttentionSmem<HEAD_DIM, GROUP, WARPS>) <= KIEC_SCRATCH_BYTES,
@@ -85,7 +89,11 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
 #endif
     attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, TAGGED, PIPE, SOFTCAP, U_SHORT, KV_FIRST>(
         sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi,
-        TAGGED ? tag_of(u, u.a->kernels[u.ins->kernel].tag_x) : 0u, EARLY_ROPE ? &rope : nullptr, marks);
+        TAGGED ? tag_of(u, u.a->kernels[u.ins->kernel].tag_x) : 0u, EARLY_ROPE ? &rope : nullptr, marks
+#if KIEC_TAG_WAITS
+        , TAGGED ? &pre : nullptr
+#endif
+        );
     attention_store<HEAD_DIM, GROUP, WARPS, SPLITS, TAGGED>(sm, g, split, active, part_o, part_ml, out, mine);
   }
   trace(u, TR_X_READY);
