@@ -253,47 +253,6 @@ def test_tagged_words_compile_with_their_flags_per_tile(tmp_path, monkeypatch, l
     assert "#define KIEC_TAGGED 1" in text
 
 
-def test_tag_waits_compile_drop_waits_and_refuse_what_they_cannot_serve(tmp_path, monkeypatch):
-    # persist_tag_waits: the kernel builds with KIEC_TAG_WAITS (nvcc) and no instruction waits on a writer its tags
-    # cover (the same schedule without does); a model without tags (below the minimum width) gets neither; parity
-    # tags and x read straight from memory are refused by name
-    import dataclasses
-
-    from kiec.codegen import targets
-    from kiec.codegen.persistent import _PersistentEmitter
-    from kiec.ir.passes import pipeline
-    from kiec.ir.passes.persistent import tag_covered
-    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
-    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
-    program = pipeline.run(model.graph)
-    base = dataclasses.replace(targets.TARGETS["sm_90"], persist_tagged=2, persist_tagged_min_width=0)
-
-    def covered_waits(t):
-        e = _PersistentEmitter(program, "bf16", model.max_seq_len, t)
-        covered = tag_covered(program, e.tags, dict(e.arena)) if e.tags else set()
-        return e, sum(1 for lst in e.sched.lists for ins in lst for w in ins.waits
-                      if not w.previous and (ins.counter, w.counter) in covered)
-    on = dataclasses.replace(base, persist_tag_waits=1)
-    (e_off, n_off), (e_on, n_on) = covered_waits(base), covered_waits(on)
-    assert e_on.sched.spin and not e_off.sched.spin and n_off > 0 and n_on == 0
-    narrow = dataclasses.replace(on, persist_tagged_min_width=257)
-    assert not covered_waits(narrow)[0].sched.spin
-    for field, name in [("persist_tag_parity", "persist_tag_parity"), ("persist_x_direct", "persist_x_direct")]:
-        with pytest.raises(ValueError, match=f"persist_tag_waits with {name}"):
-            _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, **{field: 1}))
-    with pytest.raises(ValueError, match="persist_tag_lead 101: a percentage"):
-        _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, persist_tag_lead=101))
-    led = covered_waits(dataclasses.replace(on, persist_tag_lead=10))[0]  # the covered pairs back, with a lead
-    assert any(w.lead for lst in led.sched.lists for ins in lst for w in ins.waits)
-    monkeypatch.setitem(targets.TARGETS, "sm_90", on)
-    art = kiec.compile(model, str(tmp_path / "art"), mode="persistent")
-    with open(os.path.join(art, "src", "model.cu")) as fh:
-        assert "#define KIEC_TAG_WAITS 1" in fh.read()
-    monkeypatch.setitem(targets.TARGETS, "sm_90", base)
-    with open(os.path.join(kiec.compile(model, str(tmp_path / "base"), mode="persistent"), "src", "model.cu")) as fh:
-        assert "KIEC_TAG_WAITS" not in fh.read()
-
-
 def test_narrow_models_get_no_tags(tmp_path):
     # persist_tagged_min_width: a model whose embedding row is narrower than it runs tags 0 (smollm2-135m's 576
     # timed faster without), a wider one the table's level; the emitter's plan follows
