@@ -62,7 +62,9 @@ class _PersistentEmitter(_Emitter):
         self.tags = tag_plan(program, attention=level >= 2) if level else None
         super().__init__(program, dtype, max_seq_len, target)
         t = target
-        self.tag_waits = bool(self.tags and t.persist_tag_waits)  # (a model without tags has none to spin on)
+        if t.persist_tag_waits not in (0, 1, 2):
+            raise ValueError(f"persist_tag_waits {t.persist_tag_waits}: 0, 1 (tag waits) or 2 (and write guards late)")
+        self.tag_waits = t.persist_tag_waits if self.tags else 0  # (a model without tags has none to spin on)
         if self.tag_waits and t.persist_tag_parity:
             raise ValueError("persist_tag_waits with persist_tag_parity: a parity tells a word's last write from the "
                              "one before only, so its reader must wait for the writer's counter first")
@@ -247,7 +249,7 @@ class _PersistentEmitter(_Emitter):
             poll_sleep_ns=self.t.persist_poll_sleep_ns, waits_together=int(bool(self.t.persist_waits_together)),
             probe_relaxed_signal=self.t.persist_probe_relaxed_signal,
             trace_attention=self.t.persist_trace_attention,
-            tagged=int(self.tags is not None), tag_parity=self.parity_table(), tag_waits=int(self.tag_waits),
+            tagged=int(self.tags is not None), tag_parity=self.parity_table(), tag_waits=self.tag_waits,
             reduce_batch=self.t.persist_reduce_batch, copy_batch=self.t.persist_copy_batch,
             evict_first=int(bool(self.t.persist_evict_first)),
             attn_l2_hint=self.t.attn_l2_prefetch,

@@ -50,7 +50,8 @@ class TargetParams:
     # persistent: 1 (with tags): a tile reading tagged values skips the wait on their writer's counter where nothing
     # else needs it (ir/passes/persistent.py: tag_covered) and loads the words until every one carries its tag,
     # stale ones again together (common.cuh: settle_tags), looking at the stop position as it spins; GEMV prologues
-    # and attention splits load their first words before the waits they keep
+    # and attention splits load their first words before the waits they keep. 2: also a GEMV's waits that guard only
+    # its writes are polled before its epilogue (ir/passes/persistent.py: late_waits; persistent_tile.cuh: wait_writes)
     persist_tag_waits: int
     # persistent, with tag waits: below 100, such a tile still waits for all but this percentage (rounded up) of its
     # writer's tiles, then spins on the words over the last ones only (fewer loads again); 100: no wait at all

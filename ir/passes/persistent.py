@@ -33,6 +33,9 @@ class Wait:
     # tag waits with a lead (persist_tag_lead): the target less this many tiles; such a wait only holds a tile back
     # until most of its writer is done (its words' tags cover the rest), so it implies nothing about the writer
     lead: int = 0
+    # tag waits 2 (late_waits): the wait guards only the GEMV tile's writes (what it reads of the writer is tagged),
+    # so the tile polls it before its epilogue, not before its prologue
+    late: bool = False
 
 
 @dataclass(frozen=True)
@@ -216,6 +219,27 @@ def tag_covered(program: Program, plan: TagPlan, slot_of: dict[str, int] | None 
     return out
 
 
+def late_waits(program: Program, deps: list[list[Wait]], plan: TagPlan,
+               slot_of: dict[str, int] | None = None) -> list[list[Wait]]:
+    """Tag waits 2: a GEMV phase's waits on writers whose output it reads only as tagged values of theirs (its
+    reads meet their writes in no other slot) guard only its writes (write-after-read, write-after-write): marked
+    late, polled before the epilogue. Its tagged reads check their words; its untagged reads have waits of their
+    own (direct_waits), which stay early, and so do the leads (they hold back the spin)."""
+    slot = (lambda v: slot_of.get(v, v)) if slot_of else (lambda v: v)
+    ph = phases(program)
+    io = [reads_writes(program.kernels[i], program, op) for i, op in ph]
+    out = []
+    for c, waits in enumerate(deps):
+        kept = []
+        for w in waits:
+            j, (rc, _), (_, wj) = w.counter, io[c], io[w.counter]
+            tagged = {slot(v) for v in rc & wj if plan.writer.get(v) == j}
+            late = ph[c][1] == "gemv" and not w.lead and {slot(v) for v in rc} & {slot(v) for v in wj} <= tagged
+            kept.append(dataclasses.replace(w, late=late))
+        out.append(kept)
+    return out
+
+
 def partials(k: AttentionKernel) -> str:
     """The name of an attention kernel's per-split partial results (its own buffer, one per layer)."""
     return k.name + ".partials"
@@ -319,7 +343,7 @@ def gemv_shares(n: int, sms: int, first_sm: int = 0) -> list[tuple[int, int, int
 
 def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None,
              min_keys: int = 64, max_splits: int = 64, previous_first: bool = False,
-             tags: TagPlan | None = None, tag_waits: bool = False, tag_lead: int = 100) -> Schedule:
+             tags: TagPlan | None = None, tag_waits: int = 0, tag_lead: int = 100) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
@@ -329,7 +353,8 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     writers directly. tag_waits (with tags): a tile reading tagged values does not wait on their writer's
     counter where that is the only reason to (tag_covered); it loads the words until they carry their tag.
     tag_lead (percent, below 100): instead of no wait, one for all but that share of the writer's tiles (a Wait's
-    lead), so that the words are loaded again only over the writer's last tiles, not all along."""
+    lead), so that the words are loaded again only over the writer's last tiles, not all along. tag_waits 2: also
+    the GEMV waits that guard only writes are polled before the epilogue (late_waits)."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
@@ -345,6 +370,8 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
         deps = [waits + [Wait(j, 0, False, -1) for j in sorted(j for cc, j in covered if cc == c)
                          if not any(w.counter == j and not w.previous for w in waits)]
                 for c, waits in enumerate(deps)]
+    if tag_waits >= 2:
+        deps = late_waits(program, deps, tags, slot_of)
     if previous_first:
         deps = [sorted(waits, key=lambda w: not w.previous) for waits in deps]  # stable: each group keeps its order
     sm = 0
@@ -370,7 +397,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
         sm = (sm + advance) % sms
     def counted(w: Wait) -> Wait:  # the tiles of its phase, and a lead's (rounded up: 10% of 8 attention heads is 1)
         tiles = sched.tiles[w.counter]
-        return Wait(w.counter, tiles, w.previous, -(-tiles * tag_lead // 100) if w.lead else 0)
+        return Wait(w.counter, tiles, w.previous, -(-tiles * tag_lead // 100) if w.lead else 0, w.late)
     for lst in sched.lists:
         lst[:] = [dataclasses.replace(x, waits=tuple(counted(w) for w in x.waits)) for x in lst]
     return sched

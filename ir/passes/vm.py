@@ -71,9 +71,19 @@ class VM:
         self.stamp[a:a + values.numel()] = ins.counter * 1_000_000 + token
 
     # -- instructions
-    def execute(self, ins: Instr, token: int, prompt: list[int]) -> bool:
-        """Runs one instruction; whether it bumps its phase counter (an attention split only when it is its KV
-        head's last arrival)."""
+    def gemv_reads(self, ins: Instr, token: int) -> torch.Tensor:
+        """A GEMV tile's reads and math: its outputs, not yet written."""
+        k = self.p.kernels[ins.kernel]
+        env = {k.x: self.read(ins, token, k.x, self.p.graph.types[k.x].shape[0])}
+        if k.residual:  # this tile reads (and then overwrites) only its own rows of the residual stream
+            full = torch.zeros(k.n_out)
+            full[ins.lo:ins.hi] = self.read(ins, token, k.residual, k.n_out, ins.lo, ins.hi)
+            env[k.residual] = full
+        return gemv_rows(k, collections.ChainMap(env, self.w), ins.lo, ins.hi)
+
+    def execute(self, ins: Instr, token: int, prompt: list[int], out: torch.Tensor | None = None) -> bool:
+        """Runs one instruction (a GEMV whose outputs `gemv_reads` made earlier: only its writes); whether it bumps
+        its phase counter (an attention split only when it is its KV head's last arrival)."""
         k = self.p.kernels[ins.kernel]
         if ins.opcode == "select":
             self._select(ins, token, prompt)
@@ -81,13 +91,7 @@ class VM:
             tok = prompt[0] if token == 0 else self._token(ins, token)
             self.write(ins, token, k.out, ins.lo, self.w[k.table][tok][ins.lo:ins.hi].float())
         elif isinstance(k, GemvKernel):
-            env = {k.x: self.read(ins, token, k.x, self.p.graph.types[k.x].shape[0])}
-            if k.residual:  # this tile reads (and then overwrites) only its own rows of the residual stream
-                full = torch.zeros(k.n_out)
-                full[ins.lo:ins.hi] = self.read(ins, token, k.residual, k.n_out, ins.lo, ins.hi)
-                env[k.residual] = full
-            out = gemv_rows(k, collections.ChainMap(env, self.w), ins.lo, ins.hi)
-            self.write(ins, token, k.out, ins.lo, out)
+            self.write(ins, token, k.out, ins.lo, self.gemv_reads(ins, token) if out is None else out)
         elif ins.opcode == "attention":
             self._attention_split(ins, token, k)
             key, want = (ins.kernel, ins.lo), self.arrivals(ins.kernel)
@@ -198,10 +202,13 @@ class VM:
         self.write(ins, token, k.attention.out, g * group * dh, out)
 
     # -- the machine
+    def met(self, w, token: int) -> bool:
+        return self.counters[w.counter] >= w.tiles * (token if w.previous else token + 1) - w.lead
+
     def ready(self, ins: Instr, token: int) -> bool:
-        return (all(self.counters[w.counter] >= w.tiles * (token if w.previous else token + 1) - w.lead
-                    for w in ins.waits)
-                and self.stale_tag(ins, token) is None)
+        """Whether the instruction may start: its waits met but the late ones (late_waits: the device polls them
+        before a GEMV's writes; `pending` in run), and its tagged words there (stale_tag)."""
+        return all(self.met(w, token) for w in ins.waits if not w.late) and self.stale_tag(ins, token) is None
 
     def stale_tag(self, ins: Instr, token: int) -> str | None:
         """Tag waits (Schedule.spin): the first tagged value this instruction reads that does not yet carry the
@@ -237,23 +244,33 @@ class VM:
         lists = self.s.lists
         pc = [0] * len(lists)
         tok = [0] * len(lists)
+        pending: dict[int, torch.Tensor] = {}  # SM -> a GEMV's outputs, read and computed, its late waits not met
         last = len(self.s.phases) - 1
+
+        def can_step(i: int) -> bool:
+            ins = lists[i][pc[i]]
+            if i in pending:
+                return all(self.met(w, tok[i]) for w in ins.waits if w.late)
+            return self.ready(ins, tok[i])
+
         while True:
             live = [i for i in range(len(lists)) if lists[i] and tok[i] < min(steps, self.stop)]
             if not live:
                 return self.logits
-            ready = [i for i in live if self.ready(lists[i][pc[i]], tok[i])]
+            ready = [i for i in live if can_step(i)]
             if not ready:
                 i = live[0]
                 ins = lists[i][pc[i]]
-                blocked = [w for w in ins.waits
-                           if self.counters[w.counter] < w.tiles * (tok[i] if w.previous else tok[i] + 1) - w.lead]
+                blocked = [w for w in ins.waits if not self.met(w, tok[i]) and (i in pending or not w.late)]
                 on = f"counter {blocked[0].counter}" if blocked else f"the tags of %{self.stale_tag(ins, tok[i])}"
                 raise ScheduleError(f"deadlock: SM {i} at token {tok[i]} waits in {ins.opcode} kernel {ins.kernel} "
                                     f"tile {ins.tile} on {on}")
             i = max(ready, key=lambda j: (tok[j], lists[j][pc[j]].counter)) if policy == "eager" else rng.choice(ready)
             ins = lists[i][pc[i]]
-            if self.execute(ins, tok[i], prompt):
+            if i not in pending and any(w.late for w in ins.waits):
+                pending[i] = self.gemv_reads(ins, tok[i])  # the device's prologue and dots; its writes come later
+                continue
+            if self.execute(ins, tok[i], prompt, pending.pop(i, None)):
                 self.counters[ins.counter] += 1
             if ins.counter == last and self.counters[last] == self.s.tiles[last] * (tok[i] + 1):
                 out = self.p.graph.outputs[0]

@@ -92,7 +92,7 @@ def test_with_tag_waits_words_nobody_writes_deadlock_by_name(tmp_path):
 def test_tag_waits_with_a_lead_wait_for_most_of_the_writer_and_compute_the_model(tmp_path, lead):
     # persist_tag_lead below 100: each dropped pair comes back as a wait for all but that share (rounded up) of the
     # writer's tiles (0: the whole writer, the words then loaded once it is done), packed in the Wait's `previous`
-    # field above its lowest bit; the model comes out on any interleaving either way
+    # field above its two lowest bits; the model comes out on any interleaving either way
     import struct
 
     from kiec.codegen.persistent_abi import INSTR_FORMAT, WAIT_FORMAT, pack
@@ -111,7 +111,7 @@ def test_tag_waits_with_a_lead_wait_for_most_of_the_writer_and_compute_the_model
                     assert w.lead == 0
             packed = struct.unpack(INSTR_FORMAT, pack(ins))[7:]
             n = len(WAIT_FORMAT) - 1
-            assert [packed[n * j + 1] for j in range(len(ins.waits))] == [int(w.previous) | w.lead << 1
+            assert [packed[n * j + 1] for j in range(len(ins.waits))] == [int(w.previous) | w.lead << 2
                                                                           for w in ins.waits]
     assert seen > 0 and (lead == 0 or any(w.lead for lst in sched.lists for x in lst for w in x.waits))
     for seed in (11, 12):
@@ -154,10 +154,66 @@ def test_tag_waits_compile_drop_waits_and_refuse_what_they_cannot_serve(tmp_path
         _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, persist_tag_lead=101))
     led = covered_waits(dataclasses.replace(on, persist_tag_lead=10))[0]  # the covered pairs back, with a lead
     assert any(w.lead for lst in led.sched.lists for ins in lst for w in ins.waits)
-    monkeypatch.setitem(targets.TARGETS, "sm_90", on)
-    art = kiec.compile(model, str(tmp_path / "art"), mode="persistent")
-    with open(os.path.join(art, "src", "model.cu")) as fh:
-        assert "#define KIEC_TAG_WAITS 1" in fh.read()
+    with pytest.raises(ValueError, match="persist_tag_waits 3: 0, 1"):
+        _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, persist_tag_waits=3))
+    for level in (1, 2):  # (2: late write guards, wait_writes)
+        monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(on, persist_tag_waits=level))
+        art = kiec.compile(model, str(tmp_path / f"art{level}"), mode="persistent")
+        with open(os.path.join(art, "src", "model.cu")) as fh:
+            assert f"#define KIEC_TAG_WAITS {level}" in fh.read()
     monkeypatch.setitem(targets.TARGETS, "sm_90", base)
     with open(os.path.join(kiec.compile(model, str(tmp_path / "base"), mode="persistent"), "src", "model.cu")) as fh:
         assert "KIEC_TAG_WAITS" not in fh.read()
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "mistral"])
+@pytest.mark.parametrize("level", [1, 2])
+def test_late_waits_guard_only_writes_and_compute_the_model(tmp_path, family, level):
+    # persist_tag_waits 2: a GEMV's waits on writers it reads only tagged values of are late (polled before its
+    # epilogue): the down projection's on gate/up (it overwrites the stream gate/up read) among them; its untagged
+    # reads' waits stay early (tags 1: the output projection's on attention); no other opcode has late waits; packed
+    # in bit 1 of the Wait's `previous` field; the VM (a GEMV's reads first, its writes once its late waits are
+    # met) computes the model on any interleaving
+    import struct
+
+    from kiec.codegen.persistent_abi import INSTR_FORMAT, WAIT_FORMAT, pack
+    m, prog, plan, offsets, floats = tag_waits_setup(tmp_path, family, level)
+    sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan, tag_waits=2, previous_first=True)
+    ph = phases(prog)
+    io = [reads_writes(prog.kernels[i], prog, op) for i, op in ph]
+    name = {c: prog.kernels[i].name for c, (i, _) in enumerate(ph)}
+    late = set()
+    for lst in sched.lists:
+        for ins in lst:
+            for w in ins.waits:
+                if w.late:
+                    assert ins.opcode == "gemv" and not w.lead
+                    rc, wj = io[ins.counter][0], io[w.counter][1]
+                    slots = {offsets.get(v, v) for v in rc} & {offsets.get(v, v) for v in wj}
+                    assert slots <= {offsets.get(v, v) for v in rc & wj if plan.writer.get(v) == w.counter}
+                    late.add((name[ins.counter], name[w.counter]))
+            n = len(WAIT_FORMAT) - 1
+            packed = struct.unpack(INSTR_FORMAT, pack(ins))[7:]
+            assert [packed[n * j + 1] & 3 for j in range(len(ins.waits))] == [int(w.previous) | int(w.late) << 1
+                                                                               for w in ins.waits]
+    assert ("L0.x_mlp", "L0.act") in late
+    attn = next(c for c, n in name.items() if n == "L0.attn")
+    o = next(c for c, n in name.items() if n == "L0.x_attn")
+    o_waits = {w for lst in sched.lists for x in lst if x.counter == o for w in x.waits if w.counter == attn}
+    assert (level == 1) == bool(o_waits) and not any(w.late for w in o_waits)
+    for seed in (21, 22, 23):
+        assert_vm_computes_the_model(m, sched, offsets, floats, seed=seed)
+
+
+def test_a_read_wait_made_late_is_caught(tmp_path):
+    # tags 1: the output projection reads attention's output as plain floats; were its wait on attention polled
+    # before its epilogue only, its reads would come first: the VM finds the words unwritten
+    m, prog, plan, offsets, floats = tag_waits_setup(tmp_path, "llama", 1)
+    sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan, tag_waits=2)
+    attn = first_attention(prog)
+    o = attn + 1
+    for lst in sched.lists:
+        lst[:] = [dataclasses.replace(x, waits=tuple(dataclasses.replace(w, late=True) if w.counter == attn else w
+                                                     for w in x.waits)) if x.kernel == o else x for x in lst]
+    with pytest.raises(ScheduleError, match=rf"gemv kernel {o} tile \d+ \(token 0\) read %L0\.attn"):
+        VM(sched, {n: m.weights[n].float() for n in m.graph.params}, offsets, floats).run([5, 17, 99], 3, "eager")

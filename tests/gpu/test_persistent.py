@@ -56,14 +56,14 @@ def test_persistent_wide_rows_within_budget(tmp_path, monkeypatch):
     assert np.array_equal(np.stack([one.step(t, p) for p, t in enumerate(tokens)]), ours)
 
 
-@pytest.mark.parametrize("lead", [100, 10])
-def test_tag_waits_on_wide_rows_compute_the_same_bits(tmp_path, monkeypatch, lead):
+@pytest.mark.parametrize("waits,lead", [(1, 100), (1, 10), (2, 100)])
+def test_tag_waits_on_wide_rows_compute_the_same_bits(tmp_path, monkeypatch, waits, lead):
     # tag waits where the prologues load words before the wait (preload: 4 of a K 1536 norm's 6 words a thread, the
     # output projection's 3 pairs) and spin on them after, over 24 steps and a 40-token generation: the default's bits
     model, art = compile_tiny(tmp_path, "llama", hidden_size=1536, intermediate_size=6144, num_attention_heads=12,
                               num_key_value_heads=4, vocab_size=1024)
     base = kiec.Engine(art)
-    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_tag_waits=1, persist_tag_lead=lead))
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_tag_waits=waits, persist_tag_lead=lead))
     tokens = np.random.default_rng(4).integers(0, model.config.vocab_size, size=24).tolist()
     assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
                           np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
@@ -138,7 +138,8 @@ def test_device_draw_is_kiec_sampling_over_its_own_logits(tmp_path, temperature,
 
 
 @pytest.mark.parametrize("change", [{}, dict(persist_waits_together=0, persist_tagged=2, attn_min_keys=8),
-                                    pytest.param(dict(persist_tag_waits=1, attn_min_keys=8), id="tag_waits")])
+                                    pytest.param(dict(persist_tag_waits=1, attn_min_keys=8), id="tag_waits"),
+                                    pytest.param(dict(persist_tag_waits=2, attn_min_keys=8), id="tag_waits2")])
 def test_generation_ends_at_eos_and_when_the_host_stops_it(tmp_path, monkeypatch, change):
     # also with waits polled one after the other and attention's arrivals as an `extra` wait (tags 2, several
     # splits a head), and with tag waits (tiles spin on their words' tags, not on counters): a stop must end every
@@ -263,7 +264,8 @@ def test_trace_stamps_attentions_parts_when_asked(tmp_path, monkeypatch):
     assert summary.attention_parts(ts, slots, sched)[0].startswith(f"attention splits with rows ({stamped.sum()})")
 
 
-@pytest.mark.parametrize("level,tag_waits", [(1, 0), (2, 0), pytest.param(2, 1, id="2-tag_waits")])
+@pytest.mark.parametrize("level,tag_waits", [(1, 0), (2, 0), pytest.param(2, 1, id="2-tag_waits"),
+                                             pytest.param(2, 2, id="2-tag_waits2")])
 def test_tagged_words_compute_the_same_bits_over_long_launches(tmp_path, monkeypatch, level, tag_waits):
     # hidden 4608: the norm's x (18 words a thread) is past what the prologue holds in registers, the down
     # projection's (K 6144) is copied in batches; 8 keys a split from the 4th token on, so that one launch of 200
@@ -318,7 +320,12 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     pytest.param(dict(persist_tag_waits=1, persist_poll_sleep_ns=100),
                                                  id="tag_waits-sleep"),
                                     pytest.param(dict(persist_tag_waits=1, persist_tag_lead=10, attn_min_keys=8),
-                                                 id="tag_waits-lead")])
+                                                 id="tag_waits-lead"),
+                                    pytest.param(dict(persist_tag_waits=2), id="tag_waits2"),
+                                    pytest.param(dict(persist_tag_waits=2, attn_min_keys=8, persist_tagged=1),
+                                                 id="tag_waits2-tags1"),
+                                    pytest.param(dict(persist_tag_waits=2, persist_waits_together=0),
+                                                 id="tag_waits2-serial")])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
@@ -337,8 +344,9 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # its eighth (tags 1, no short pass); RoPE's coefficients made before the wait; a short pass's rows loaded
     # before q; the timing probe that runs each GEMV's dots and prologue twice, or the prologues and the dots of
     # the GEMVs beside attention; tag waits (tiles spinning on their tagged words, not on the writers' counters), with
-    # several splits, with tags 1, with a sleep between spins, and waiting for 90% of the writer's tiles first. Knobs
-    # that leave the math alone leave the bits alone
+    # several splits, with tags 1, with a sleep between spins, and waiting for 90% of the writer's tiles first; with
+    # the waits that guard only writes polled before the epilogue (2; also with tags 1 and with waits polled one at a
+    # time). Knobs that leave the math alone leave the bits alone
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
     if "attn_min_keys" in change:
         art = compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=change["attn_min_keys"])

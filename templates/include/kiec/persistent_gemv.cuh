@@ -391,7 +391,8 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
 #if KIEC_TAG_WAITS
   if (TX && !DIRECT) prologue.preload(x);
 #endif
-  if (!wait_inputs(u)) return false;
+  unsigned late_seen = 0u;  // (KIEC_TAG_WAITS 2: wait_writes')
+  if (!wait_inputs(u, nullptr, 0, &late_seen)) return false;
   // the residual this tile adds to, asked for now: its load's latency passes under the prologue and the pages
   const bool res_mine = EPI == EPI_RESIDUAL && (int)threadIdx.x < outs;
   float y_mine = 0.f;
@@ -419,6 +420,9 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   if (tracing(u)) trace_row(u)[TR_PAGE_WAIT_CYCLES] = waited;
   sync_block();
   trace(u, TR_SUMS_DONE);
+#if KIEC_TAG_WAITS >= 2
+  if (!wait_writes(u, late_seen)) return false;  // the waits that guard only this tile's writes
+#endif
   const unsigned res_tag = TY && EPI == EPI_RESIDUAL ? tag_of(u, d.tag_res) : 0u;
   if (TY && res_mine) y_mine = tagged_value(y_word, y, lo + threadIdx.x, res_tag);
   gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY>(u, acc, bias, y, lo, outs, n_out, y_mine,

@@ -59,8 +59,18 @@ __device__ __forceinline__ void trace(const Turn& u, TraceSlot what) {
 #ifndef KIEC_WAITS_TOGETHER
 #define KIEC_WAITS_TOGETHER 0
 #endif
+// Tag waits (KIEC_TAG_WAITS): a Wait's `previous` field holds previous in bit 0, late in bit 1 (KIEC_TAG_WAITS 2: the
+// wait guards only the tile's writes; wait_inputs leaves it to wait_writes) and its lead above (persistent_abi.py).
+#if KIEC_TAG_WAITS
+__device__ __forceinline__ unsigned wait_target(const Wait& w, int t) {
+  return w.tiles * (unsigned)(t + 1 - (w.previous & 1)) - (w.previous >> 2);
+}
+__device__ __forceinline__ bool wait_late(const Wait& w) { return KIEC_TAG_WAITS >= 2 && (w.previous & 2); }
+#endif
+// `late_seen` (KIEC_TAG_WAITS 2, waits polled together): lane i of warp 0 gets a relaxed load of late wait i's
+// counter, issued here and first looked at by wait_writes, so that its round trip passes under the tile's work.
 __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra = nullptr,
-                                            unsigned extra_target = 0) {
+                                            unsigned extra_target = 0, unsigned* late_seen = nullptr) {
   __shared__ int go;
   static_assert(MAX_WAITS < 32, "a lane a wait, and one for `extra`");
   if (KIEC_WAITS_TOGETHER && threadIdx.x < 32) {
@@ -71,8 +81,12 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
     if (lane < n) {
       const Wait w = u.ins->waits[lane];
       counter = u.a->counters + w.counter * u.a->counter_stride;
-#if KIEC_TAG_WAITS  // `previous` carries the wait's lead above its lowest bit (persistent_abi.py)
-      target = w.tiles * (unsigned)(u.t + 1 - (w.previous & 1)) - (w.previous >> 1);
+#if KIEC_TAG_WAITS
+      target = wait_target(w, u.t);
+      if (wait_late(w)) {  // wait_writes' (its load issued now, not waited for)
+        met = true;
+        if (late_seen) asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(*late_seen) : "l"(counter));
+      }
 #else
       target = w.tiles * (unsigned)(u.t + 1 - w.previous);
 #endif
@@ -95,8 +109,8 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
       const Wait w = i < 0 ? Wait{} : u.ins->waits[i];
       const unsigned* counter = i < 0 ? extra : u.a->counters + w.counter * u.a->counter_stride;
 #if KIEC_TAG_WAITS
-      const unsigned target =
-          i < 0 ? extra_target : w.tiles * (unsigned)(u.t + 1 - (w.previous & 1)) - (w.previous >> 1);
+      if (i >= 0 && wait_late(w)) continue;  // (wait_writes')
+      const unsigned target = i < 0 ? extra_target : wait_target(w, u.t);
 #else
       const unsigned target = i < 0 ? extra_target : w.tiles * (unsigned)(u.t + 1 - w.previous);
 #endif
@@ -112,6 +126,40 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
   sync_block();
   return go;
 }
+
+#if KIEC_TAG_WAITS >= 2
+// Every thread calls it before the tile's first write: the late waits (wait_late) met, looked at first in what
+// wait_inputs loaded into `late_seen` (lane i of warp 0, late wait i, with KIEC_WAITS_TOGETHER), then polled as
+// wait_inputs polls; false when the generation ended first.
+__device__ __forceinline__ bool wait_writes(const Turn& u, unsigned late_seen) {
+  __shared__ int go;
+  if (threadIdx.x < 32) {
+    const int n = u.ins->n_waits, lane = threadIdx.x;
+    bool met = true;
+    const unsigned* counter = nullptr;
+    unsigned target = 0;
+    if (lane < n && wait_late(u.ins->waits[lane])) {
+      const Wait w = u.ins->waits[lane];
+      counter = u.a->counters + w.counter * u.a->counter_stride;
+      target = wait_target(w, u.t);
+      met = KIEC_WAITS_TOGETHER && late_seen >= target;
+    }
+    int ok = 1;
+    for (unsigned spins = 1;; ++spins) {
+      if (!met) met = ld_acquire(counter) >= target;
+      if (__all_sync(0xffffffffu, met)) break;
+      if (spins % KIEC_STOP_POLL_EVERY == 0 && __any_sync(0xffffffffu, *(volatile int*)u.a->stop_pos <= u.pos)) {
+        ok = 0;
+        break;
+      }
+      if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
+    }
+    if (lane == 0) go = ok;
+  }
+  sync_block();
+  return go;
+}
+#endif
 
 // ---- tagged words (common.cuh: st_tagged, ld_tagged, tagged_value)
 #ifndef KIEC_TAGGED
