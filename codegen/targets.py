@@ -216,12 +216,13 @@ TARGETS: dict[str, TargetParams] = {
                           # bytes); the probe put a second copy of them at +63 us a token (ninth session, a8b8076).
                           # Parity tags halve those bytes. 2026-11-30 tenth session at 570e9ca (ms, two rounds):
                           # llama-3.2-1b 0.761 / 0.757 vs 0.765 / 0.762, qwen3-1.7b 1.140 / 1.145 vs 1.121 / 1.124,
-                          # smollm2-135m with tags on 0.525 vs 0.519 (bench/RESULTS.md): the bytes are not what the
-                          # prologues cost. So 0
+                          # smollm2-135m with tags on 0.525 / 0.525 vs 0.520 / 0.518 (bench/RESULTS.md): the bytes
+                          # are not what the prologues cost. So 0
                           persist_tag_parity=0,
                           # a reader of tagged words polls its writer's counter, then loads the words: two round trips
                           # after the last write where one would do (the trace's hops: 0.3-0.6 us a phase, 4% of the
-                          # chain on llama-3.2-1b, c581e19). Built in the tenth session, not yet run
+                          # chain on llama-3.2-1b: scripts/trace_summary.py on c581e19's trace). Built in the tenth
+                          # session, not yet run
                           persist_tag_waits=0, persist_tag_lead=100,
                           # without previous_first: 0.772-0.773 vs 0.826-0.829 on 1B, smollm2 0.527 vs 0.566
                           # (the twice probe, persist_probe_twice, ninth session at a8b8076, ms, two rounds: dots twice

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Kernel, Program, kernel_io
 
@@ -181,7 +182,7 @@ def direct_waits(program: Program, deps: list[list[Wait]], plan: TagPlan) -> lis
     wait on its writer itself, the latest earlier phase of the token that writes it, or else the latest of the
     previous token (the embedding's token, which select wrote). A phase's own state (attention's KV cache and
     partials) is not waited on here: attention acquires its cache rows from its arrivals."""
-    io = [reads_writes(program.kernels[i], program, op) for i, op in phases(program)]
+    io = phase_io(program)
     out = []
     for c, waits in enumerate(deps):
         kept = list(waits)
@@ -202,21 +203,10 @@ def tag_covered(program: Program, plan: TagPlan, slot_of: dict[str, int] | None 
     writer's tag for this token needs no wait on the writer's counter. Any other conflict between the two (the
     reader writes a slot the writer reads or writes, or reads a slot the writer writes under another name, or an
     untagged value of it) keeps the wait. The previous token's waits are not touched."""
-    slot = (lambda v: slot_of.get(v, v)) if slot_of else (lambda v: v)
-    io = [reads_writes(program.kernels[i], program, op) for i, op in phases(program)]
-    out = set()
-    for c, (rc, wc) in enumerate(io):
-        for j in range(c):
-            rj, wj = io[j]
-            named = rc & wj
-            if not named or any(plan.writer.get(v) != j for v in named):
-                continue
-            if {slot(v) for v in wc} & {slot(v) for v in rj | wj}:
-                continue
-            if {slot(v) for v in rc} & {slot(v) for v in wj} != {slot(v) for v in named}:
-                continue
-            out.add((c, j))
-    return out
+    io, slot = phase_io(program), slot_key(slot_of)
+    return {(c, j) for c, (rc, wc) in enumerate(io) for j, (rj, wj) in enumerate(io[:c])
+            if rc & wj and _reads_only_tags_of(rc, wj, j, plan, slot)
+            and not {slot(v) for v in wc} & {slot(v) for v in rj | wj}}
 
 
 def late_waits(program: Program, deps: list[list[Wait]], plan: TagPlan,
@@ -225,19 +215,10 @@ def late_waits(program: Program, deps: list[list[Wait]], plan: TagPlan,
     reads meet their writes in no other slot) guard only its writes (write-after-read, write-after-write): marked
     late, polled before the epilogue. Its tagged reads check their words; its untagged reads have waits of their
     own (direct_waits), which stay early, and so do the leads (they hold back the spin)."""
-    slot = (lambda v: slot_of.get(v, v)) if slot_of else (lambda v: v)
-    ph = phases(program)
-    io = [reads_writes(program.kernels[i], program, op) for i, op in ph]
-    out = []
-    for c, waits in enumerate(deps):
-        kept = []
-        for w in waits:
-            j, (rc, _), (_, wj) = w.counter, io[c], io[w.counter]
-            tagged = {slot(v) for v in rc & wj if plan.writer.get(v) == j}
-            late = ph[c][1] == "gemv" and not w.lead and {slot(v) for v in rc} & {slot(v) for v in wj} <= tagged
-            kept.append(dataclasses.replace(w, late=late))
-        out.append(kept)
-    return out
+    ph, io, slot = phases(program), phase_io(program), slot_key(slot_of)
+    return [[dataclasses.replace(w, late=ph[c][1] == "gemv" and not w.lead
+                                 and _reads_only_tags_of(io[c][0], io[w.counter][1], w.counter, plan, slot))
+             for w in waits] for c, waits in enumerate(deps)]
 
 
 def partials(k: AttentionKernel) -> str:
@@ -273,22 +254,39 @@ def reads_writes(k: Kernel, program: Program, opcode: str | None = None) -> tupl
     return r, w
 
 
-def _conflict(a: tuple[set, set], b: tuple[set, set], slot_of) -> bool:
+def phase_io(program: Program) -> list[tuple[set[str], set[str]]]:
+    """Each phase's (reads, writes) (reads_writes), indexed by counter."""
+    return [reads_writes(program.kernels[i], program, op) for i, op in phases(program)]
+
+
+def slot_key(slot_of: dict[str, int] | None) -> Callable[[str], object]:
+    """A value's arena slot (its name where `slot_of` does not place it, or without one): two values conflict where
+    their slots do."""
+    return (lambda v: slot_of.get(v, v)) if slot_of else (lambda v: v)
+
+
+def _conflict(a: tuple[set, set], b: tuple[set, set], slot) -> bool:
     """a after b: a reads what b writes, or a writes where b reads or writes (a shared arena slot counts)."""
-    slot = (lambda v: slot_of.get(v, v)) if slot_of else (lambda v: v)
     ra, wa = {slot(v) for v in a[0]}, {slot(v) for v in a[1]}
     rb, wb = {slot(v) for v in b[0]}, {slot(v) for v in b[1]}
     return bool(ra & wb or wa & rb or wa & wb)
 
 
+def _reads_only_tags_of(reads: set[str], writes: set[str], writer: int, plan: TagPlan, slot) -> bool:
+    """A phase reading `reads` meets `writer`'s `writes` in no slot but those of tagged values `writer` writes
+    (its reads of that writer are all checked by their tags)."""
+    tagged = {slot(v) for v in reads & writes if plan.writer.get(v) == writer}
+    return {slot(v) for v in reads} & {slot(v) for v in writes} <= tagged
+
+
 def dependencies(program: Program, slot_of: dict[str, int] | None = None) -> list[list[Wait]]:
     """For each phase: the earlier phases of the same token it conflicts with, and the phases at or after
     it of the previous token (their reads and writes of shared slots and state must be done)."""
-    io = [reads_writes(program.kernels[i], program, op) for i, op in phases(program)]
+    io, slot = phase_io(program), slot_key(slot_of)
     deps: list[list[Wait]] = []
     for i in range(len(io)):
-        same = [Wait(j, 0) for j in range(i) if _conflict(io[i], io[j], slot_of)]
-        prev = [Wait(j, 0, True) for j in range(i, len(io)) if _conflict(io[i], io[j], slot_of)]
+        same = [Wait(j, 0) for j in range(i) if _conflict(io[i], io[j], slot)]
+        prev = [Wait(j, 0, True) for j in range(i, len(io)) if _conflict(io[i], io[j], slot)]
         deps.append(same + prev)
     return deps
 

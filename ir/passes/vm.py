@@ -50,10 +50,15 @@ class VM:
         self.logits: list[torch.Tensor] = []
 
     # -- stamps
+    def wanted(self, ins: Instr, token: int, v: str) -> int:
+        """The stamp a read of v by `ins` at `token` must find: its producer's, this token's (written earlier in it)
+        or the last one's (the logits the embedding reads)."""
+        prod = self.producer[v]
+        return prod * 1_000_000 + (token if prod < ins.counter else token - 1)
+
     def read(self, ins: Instr, token: int, v: str, n: int, lo: int = 0, hi: int | None = None) -> torch.Tensor:
         hi = n if hi is None else hi
-        prod = self.producer[v]  # written earlier in this token, or (the logits the embedding reads) in the last
-        want = prod * 1_000_000 + (token if prod < ins.counter else token - 1)
+        prod, want = self.producer[v], self.wanted(ins, token, v)
         a, b = self.off[v] + lo, self.off[v] + hi
         got = self.stamp[a:b]
         if not bool((got == want).all()):
@@ -71,14 +76,20 @@ class VM:
         self.stamp[a:a + values.numel()] = ins.counter * 1_000_000 + token
 
     # -- instructions
+    def gemv_inputs(self, ins: Instr) -> list[tuple[str, int, int, int]]:
+        """What a GEMV tile reads, (value, its length, lo, hi): all of x, and its own rows of the residual stream it
+        then overwrites."""
+        k = self.p.kernels[ins.kernel]
+        n = self.p.graph.types[k.x].shape[0]
+        return [(k.x, n, 0, n)] + ([(k.residual, k.n_out, ins.lo, ins.hi)] if k.residual else [])
+
     def gemv_reads(self, ins: Instr, token: int) -> torch.Tensor:
         """A GEMV tile's reads and math: its outputs, not yet written."""
         k = self.p.kernels[ins.kernel]
-        env = {k.x: self.read(ins, token, k.x, self.p.graph.types[k.x].shape[0])}
-        if k.residual:  # this tile reads (and then overwrites) only its own rows of the residual stream
-            full = torch.zeros(k.n_out)
-            full[ins.lo:ins.hi] = self.read(ins, token, k.residual, k.n_out, ins.lo, ins.hi)
-            env[k.residual] = full
+        env = {}
+        for v, n, lo, hi in self.gemv_inputs(ins):
+            env[v] = torch.zeros(n)
+            env[v][lo:hi] = self.read(ins, token, v, n, lo, hi)
         return gemv_rows(k, collections.ChainMap(env, self.w), ins.lo, ins.hi)
 
     def execute(self, ins: Instr, token: int, prompt: list[int], out: torch.Tensor | None = None) -> bool:
@@ -218,17 +229,13 @@ class VM:
         k = self.p.kernels[ins.kernel]
         reads: list[tuple[str, int, int]] = []
         if isinstance(k, GemvKernel):
-            reads.append((k.x, 0, self.p.graph.types[k.x].shape[0]))
-            if k.residual:
-                reads.append((k.residual, ins.lo, ins.hi))
+            reads = [(v, lo, hi) for v, _, lo, hi in self.gemv_inputs(ins)]
         elif ins.opcode == "attention" and (split := self._split(ins, token)) is not None:
-            reads += [(k.qkv, lo, hi) for lo, hi in self._qkv_rows(k, split[0], split[3] == token + 1)]
+            reads = [(k.qkv, lo, hi) for lo, hi in self._qkv_rows(k, split[0], split[3] == token + 1)]
         for v, lo, hi in reads:
-            if v in self.s.spin:
-                prod = self.producer[v]
-                want = prod * 1_000_000 + (token if prod < ins.counter else token - 1)
-                if not bool((self.stamp[self.off[v] + lo:self.off[v] + hi] == want).all()):
-                    return v
+            if v in self.s.spin and not bool((self.stamp[self.off[v] + lo:self.off[v] + hi]
+                                              == self.wanted(ins, token, v)).all()):
+                return v
         return None
 
     def run(self, prompt: list[int], steps: int, policy: str = "eager", seed: int = 0,

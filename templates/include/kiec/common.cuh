@@ -252,7 +252,7 @@ __device__ __forceinline__ bool stop_passed() {
   const StopView& v = stop_view();
   return *(volatile const int*)v.stop_pos <= v.pos;
 }
-// Whether a loaded word carries `tag` (tagged_value's test).
+// Whether a loaded word carries `tag`.
 __device__ __forceinline__ bool carries(unsigned long long w, unsigned tag) {
 #if KIEC_TAG_PARITY
   return ((unsigned)w & 1u) == (tag & 1u);
@@ -287,20 +287,12 @@ __device__ __forceinline__ void settle_tags(Stale stale, Reload reload) {
 // will (a wrong tag is a compiler bug): the value is a NaN, which poisons the logits (the tests see it) instead of
 // hanging the kernel. (A trap here made ptxas spill 796 bytes.)
 __device__ __forceinline__ float tagged_value(unsigned long long w, const float* v2, int i, unsigned tag) {
-#if KIEC_TAG_PARITY
-  for (unsigned spins = 0; ((unsigned)w & 1u) != (tag & 1u); ++spins) {
-    if (spins == 1u << 20) return __uint_as_float(0x7fffffffu);
-    w = ld_tagged(v2, i);
-  }
-  return __uint_as_float((unsigned)w & ~1u);
-#else
-  for (unsigned spins = 0; (unsigned)(w >> 32) != tag; ++spins) {
+  for (unsigned spins = 0; !carries(w, tag); ++spins) {
     if (spins == 1u << 20) return __uint_as_float(0x7fffffffu);
     if (KIEC_TAG_WAITS && spins % 1024 == 1023 && stop_passed()) return __uint_as_float(0x7fffffffu);
     w = ld_tagged(v2, i);
   }
-  return __uint_as_float((unsigned)w);
-#endif
+  return __uint_as_float(KIEC_TAG_PARITY ? (unsigned)w & ~1u : (unsigned)w);  // (parity: the tag bit cleared)
 }
 
 }  // namespace kiec

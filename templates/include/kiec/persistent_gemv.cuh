@@ -79,8 +79,9 @@ struct Prologue {
   // counters (what is left of them guards its writes and untagged reads, not these words, whose tags are checked
   // after), so that their round trip passes under the polls' instead of after it. run_tagged starts from them.
   static constexpr int PAIRS = (K / 2 + THREADS - 1) / THREADS;
-  // (4 words or pairs at most, none past 8 a thread: held across the wait, a batch of 8 made ptxas spill 120 B on
-  // llama-3.2-1b, 2 of a K 4096 norm's or a K 14336 copy's 4 B on llama-3.1-8b; ptxas.py persist_tag_waits=1)
+  // (4 words or pairs at most, none past 8 a thread: held across the wait, a whole batch of 8 made ptxas spill 120 B
+  // on llama-3.2-1b; on llama-3.1-8b (a K 4096 norm, a K 14336 copy) any preload of theirs, 1 or 2, spilled 4 B;
+  // `python3 scripts/ptxas.py MODEL persistent persist_tag_waits=1`)
   static constexpr int PRE = NORM ? (PER < 4 ? PER : PER > 8 ? 0 : 4) : (PAIRS < 4 ? PAIRS : PAIRS > 8 ? 0 : 4);
   unsigned long long pa[PRE > 0 ? PRE : 1], pb[PRE > 0 && !NORM ? PRE : 1];
   __device__ __forceinline__ void preload(const float* x2) {

@@ -59,14 +59,29 @@ __device__ __forceinline__ void trace(const Turn& u, TraceSlot what) {
 #ifndef KIEC_WAITS_TOGETHER
 #define KIEC_WAITS_TOGETHER 0
 #endif
-// Tag waits (KIEC_TAG_WAITS): a Wait's `previous` field holds previous in bit 0, late in bit 1 (KIEC_TAG_WAITS 2: the
-// wait guards only the tile's writes; wait_inputs leaves it to wait_writes) and its lead above (persistent_abi.py).
-#if KIEC_TAG_WAITS
+// A wait's target this token: tiles * (t + 1), or tiles * t on the previous token's run. With tag waits
+// (KIEC_TAG_WAITS) a Wait's `previous` field holds previous in bit 0, late in bit 1 (KIEC_TAG_WAITS 2: the wait
+// guards only the tile's writes; wait_inputs leaves it to wait_writes) and its lead above (persistent_abi.py).
 __device__ __forceinline__ unsigned wait_target(const Wait& w, int t) {
+#if KIEC_TAG_WAITS
   return w.tiles * (unsigned)(t + 1 - (w.previous & 1)) - (w.previous >> 2);
+#else
+  return w.tiles * (unsigned)(t + 1 - w.previous);
+#endif
 }
 __device__ __forceinline__ bool wait_late(const Wait& w) { return KIEC_TAG_WAITS >= 2 && (w.previous & 2); }
-#endif
+// Warp 0: each lane's counter polled (acquire) until it reaches its target, every lane at once, a lane with `met`
+// polling nothing; 0 when the generation ended first (looked at every KIEC_STOP_POLL_EVERY polls, by the warp's
+// vote: every lane leaves at once).
+__device__ __forceinline__ int poll_lanes(const Turn& u, bool met, const unsigned* counter, unsigned target) {
+  for (unsigned spins = 1;; ++spins) {
+    if (!met) met = ld_acquire(counter) >= target;
+    if (__all_sync(0xffffffffu, met)) return 1;
+    if (spins % KIEC_STOP_POLL_EVERY == 0 && __any_sync(0xffffffffu, *(volatile int*)u.a->stop_pos <= u.pos))
+      return 0;
+    if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
+  }
+}
 // `late_seen` (KIEC_TAG_WAITS 2, waits polled together): lane i of warp 0 gets a relaxed load of late wait i's
 // counter, issued here and first looked at by wait_writes, so that its round trip passes under the tile's work.
 __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra = nullptr,
@@ -81,26 +96,13 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
     if (lane < n) {
       const Wait w = u.ins->waits[lane];
       counter = u.a->counters + w.counter * u.a->counter_stride;
-#if KIEC_TAG_WAITS
       target = wait_target(w, u.t);
       if (wait_late(w)) {  // wait_writes' (its load issued now, not waited for)
         met = true;
         if (late_seen) asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(*late_seen) : "l"(counter));
       }
-#else
-      target = w.tiles * (unsigned)(u.t + 1 - w.previous);
-#endif
     }
-    int ok = 1;
-    for (unsigned spins = 1;; ++spins) {
-      if (!met) met = ld_acquire(counter) >= target;
-      if (__all_sync(0xffffffffu, met)) break;
-      if (spins % KIEC_STOP_POLL_EVERY == 0 && __any_sync(0xffffffffu, *(volatile int*)u.a->stop_pos <= u.pos)) {
-        ok = 0;  // (every lane leaves at once: the warp's vote, not each lane's load)
-        break;
-      }
-      if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
-    }
+    const int ok = poll_lanes(u, met, counter, target);
     if (lane == 0) go = ok;
   } else if (!KIEC_WAITS_TOGETHER && threadIdx.x == 0) {
     int ok = 1;
@@ -108,12 +110,8 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
     for (int i = extra ? -1 : 0; i < n && ok; ++i) {  // i = -1: `extra`
       const Wait w = i < 0 ? Wait{} : u.ins->waits[i];
       const unsigned* counter = i < 0 ? extra : u.a->counters + w.counter * u.a->counter_stride;
-#if KIEC_TAG_WAITS
       if (i >= 0 && wait_late(w)) continue;  // (wait_writes')
       const unsigned target = i < 0 ? extra_target : wait_target(w, u.t);
-#else
-      const unsigned target = i < 0 ? extra_target : w.tiles * (unsigned)(u.t + 1 - w.previous);
-#endif
       for (unsigned spins = 1; ld_acquire(counter) < target; ++spins) {
         // a generation that ended may leave a wait unmet for good (its producer stopped first): every spin looks
         if (spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)u.a->stop_pos <= u.pos) { ok = 0; break; }
@@ -144,16 +142,7 @@ __device__ __forceinline__ bool wait_writes(const Turn& u, unsigned late_seen) {
       target = wait_target(w, u.t);
       met = KIEC_WAITS_TOGETHER && late_seen >= target;
     }
-    int ok = 1;
-    for (unsigned spins = 1;; ++spins) {
-      if (!met) met = ld_acquire(counter) >= target;
-      if (__all_sync(0xffffffffu, met)) break;
-      if (spins % KIEC_STOP_POLL_EVERY == 0 && __any_sync(0xffffffffu, *(volatile int*)u.a->stop_pos <= u.pos)) {
-        ok = 0;
-        break;
-      }
-      if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
-    }
+    const int ok = poll_lanes(u, met, counter, target);
     if (lane == 0) go = ok;
   }
   sync_block();
