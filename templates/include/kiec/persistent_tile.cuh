@@ -70,18 +70,7 @@ __device__ __forceinline__ unsigned wait_target(const Wait& w, int t) {
 #endif
 }
 __device__ __forceinline__ bool wait_late(const Wait& w) { return KIEC_TAG_WAITS >= 2 && (w.previous & 2); }
-// Warp 0: each lane's counter polled (acquire) until it reaches its target, every lane at once, a lane with `met`
-// polling nothing; 0 when the generation ended first (looked at every KIEC_STOP_POLL_EVERY polls, by the warp's
-// vote: every lane leaves at once).
-__device__ __forceinline__ int poll_lanes(const Turn& u, bool met, const unsigned* counter, unsigned target) {
-  for (unsigned spins = 1;; ++spins) {
-    if (!met) met = ld_acquire(counter) >= target;
-    if (__all_sync(0xffffffffu, met)) return 1;
-    if (spins % KIEC_STOP_POLL_EVERY == 0 && __any_sync(0xffffffffu, *(volatile int*)u.a->stop_pos <= u.pos))
-      return 0;
-    if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
-  }
-}
+
 // `late_seen` (KIEC_TAG_WAITS 2, waits polled together): lane i of warp 0 gets a relaxed load of late wait i's
 // counter, issued here and first looked at by wait_writes, so that its round trip passes under the tile's work.
 __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra = nullptr,
@@ -102,7 +91,16 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
         if (late_seen) asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(*late_seen) : "l"(counter));
       }
     }
-    const int ok = poll_lanes(u, met, counter, target);
+    int ok = 1;
+    for (unsigned spins = 1;; ++spins) {
+      if (!met) met = ld_acquire(counter) >= target;
+      if (__all_sync(0xffffffffu, met)) break;
+      if (spins % KIEC_STOP_POLL_EVERY == 0 && __any_sync(0xffffffffu, *(volatile int*)u.a->stop_pos <= u.pos)) {
+        ok = 0;  // (every lane leaves at once: the warp's vote, not each lane's load)
+        break;
+      }
+      if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
+    }
     if (lane == 0) go = ok;
   } else if (!KIEC_WAITS_TOGETHER && threadIdx.x == 0) {
     int ok = 1;
@@ -142,7 +140,16 @@ __device__ __forceinline__ bool wait_writes(const Turn& u, unsigned late_seen) {
       target = wait_target(w, u.t);
       met = KIEC_WAITS_TOGETHER && late_seen >= target;
     }
-    const int ok = poll_lanes(u, met, counter, target);
+    int ok = 1;
+    for (unsigned spins = 1;; ++spins) {  // (wait_inputs' loop)
+      if (!met) met = ld_acquire(counter) >= target;
+      if (__all_sync(0xffffffffu, met)) break;
+      if (spins % KIEC_STOP_POLL_EVERY == 0 && __any_sync(0xffffffffu, *(volatile int*)u.a->stop_pos <= u.pos)) {
+        ok = 0;
+        break;
+      }
+      if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
+    }
     if (lane == 0) go = ok;
   }
   sync_block();
