@@ -109,9 +109,10 @@ if [ -n "${COMPUTE:-}" ]; then
 fi
 # MODES=graph,persistent: the modes kiec bench compiles and times (default graph)
 # VARIANTS="model v1 v2 ... [/ model v1 ...]": A/B of target-table variants (scripts/variants.py); VARIANTS_TRACE=POS:
-# each persistent variant's step at POS traced too, side by side (a position within each model's context)
+# each persistent variant's step at POS traced too, side by side (a position within each model's context), each
+# recording kept as $OUT/traces/*.npz (scripts/trace_summary.py FILE reads one)
 if [ -n "${VARIANTS:-}" ]; then
-  timeout 450 python3 scripts/variants.py ${VARIANTS_TRACE:+--trace=$VARIANTS_TRACE} $VARIANTS 2>&1 \
+  VARIANTS_TRACE_DIR=$OUT/traces timeout 450 python3 scripts/variants.py ${VARIANTS_TRACE:+--trace=$VARIANTS_TRACE} $VARIANTS 2>&1 \
     | grep -v "^\[kiec\]" | tee "$OUT/variants.log"
 fi
 for spec in "$@"; do

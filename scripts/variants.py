@@ -10,6 +10,8 @@ and MBU per variant. Each model's artifacts are deleted after its timing (the le
 llama-3.1-8b variants are 32 GB). --trace=POS: then each persistent variant's step at POS traced in the kernel
 (Engine.trace), side by side: per kind of phase its mean hop and span along the chain (scripts/trace_summary.py),
 then each variant's whole summary."""
+import os
+import re
 import shutil
 import sys
 
@@ -25,10 +27,15 @@ def traces(arts: dict[str, str], pos: int) -> None:
     """The persistent variants' steps at `pos`, traced: one column a variant (numbered in the legend), one row a
     kind of phase (hop + span us, mean over its phases), the traced step's span last; then each whole summary."""
     recs = {}
+    save_dir = os.environ.get("VARIANTS_TRACE_DIR")  # each recording kept there as an .npz (trace_summary.py reads it)
     for v, art in arts.items():
         eng = engine(art)
         if eng.manifest.get("mode") == "persistent":
             recs[v] = (eng.trace(pos), eng.manifest)
+            if save_dir:
+                os.makedirs(save_dir, exist_ok=True)
+                name = re.sub(r"[^A-Za-z0-9.=-]+", "_", f"{os.path.basename(art)}_{v}")
+                trace_summary.save(os.path.join(save_dir, f"{name}.npz"), recs[v][0], eng.manifest, pos)
     if not recs:
         return
     chains = {v: trace_summary.chain(ts, m["trace_slots"], m["schedule"], m["kernels"]) for v, (ts, m) in recs.items()}
