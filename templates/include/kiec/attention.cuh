@@ -242,11 +242,11 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
 #pragma unroll
     for (int e = 0; e < QPER; ++e) {
       const int i = threadIdx.x + e * THREADS;
-      if (i < GROUP * HEAD_DIM) sm.qs[i / HEAD_DIM][i % HEAD_DIM] = tagged_value(wq[e], qkv, q0 + i, tag);
+      if (i < GROUP * HEAD_DIM) sm.qs[i / HEAD_DIM][i % HEAD_DIM] = settled_value(wq[e], qkv, q0 + i, tag);
     }
     if (kv_mine) {
-      sm.kn[threadIdx.x] = tagged_value(wk, qkv, k0 + threadIdx.x, tag);
-      sm.vn[threadIdx.x] = tagged_value(wv, qkv, v0 + threadIdx.x, tag);
+      sm.kn[threadIdx.x] = settled_value(wk, qkv, k0 + threadIdx.x, tag);
+      sm.vn[threadIdx.x] = settled_value(wv, qkv, v0 + threadIdx.x, tag);
     }
   } else {
     for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) sm.qs[i / HEAD_DIM][i % HEAD_DIM] = qkv[g * GROUP * HEAD_DIM + i];

@@ -129,8 +129,8 @@ struct Prologue {
         for (int e = 0; e < BP; ++e) {
           const int j = threadIdx.x + (e0 + e) * THREADS;
           if (e0 + e < P && j < K / 2) {
-            xs[2 * j] = tagged_value(wa[e], x2, 2 * j, tag);
-            xs[2 * j + 1] = tagged_value(wb[e], x2, 2 * j + 1, tag);
+            xs[2 * j] = settled_value(wa[e], x2, 2 * j, tag);
+            xs[2 * j + 1] = settled_value(wb[e], x2, 2 * j + 1, tag);
           }
         }
       }
@@ -166,7 +166,7 @@ struct Prologue {
       for (int e = 0; e < B; ++e) {
         const int i = threadIdx.x + (e0 + e) * THREADS;
         if (e0 + e < PER) {
-          const float val = i < K ? tagged_value(wd[e], x2, i, tag) : 0.f;
+          const float val = i < K ? settled_value(wd[e], x2, i, tag) : 0.f;
           if (HOLD) v[e0 + e] = val;
           else if (i < K) xs[i] = val;
           ss += val * val;
