@@ -34,7 +34,7 @@ def traces(arts: dict[str, str], pos: int) -> None:
             recs[v] = (eng.trace(pos), eng.manifest)
             if save_dir:
                 os.makedirs(save_dir, exist_ok=True)
-                name = re.sub(r"[^A-Za-z0-9.=-]+", "_", f"{os.path.basename(art)}_{v}")
+                name = re.sub(r"[^A-Za-z0-9.-]+", "_", f"{os.path.basename(art)}_{v}")  # (the device tool refuses "=")
                 trace_summary.save(os.path.join(save_dir, f"{name}.npz"), recs[v][0], eng.manifest, pos)
     if not recs:
         return
