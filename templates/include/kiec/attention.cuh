@@ -227,8 +227,7 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
         wv = ld_tagged(qkv, v0 + threadIdx.x);
       }
     }
-#if KIEC_TAG_WAITS
-    settle_tags<QPER + 2>(  // (tag waits: q, then the new k and v, loaded before their writes, again together)
+    settle_tags<QPER + 2>(  // (q, then the new k and v: each stale one again, together)
         [&](int e) {
           if (e < QPER) return threadIdx.x + e * THREADS < GROUP * HEAD_DIM && !carries(wq[e], tag);
           return kv_mine && !carries(e == QPER ? wk : wv, tag);
@@ -238,15 +237,14 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
           else if (e == QPER) wk = ld_tagged(qkv, k0 + threadIdx.x);
           else wv = ld_tagged(qkv, v0 + threadIdx.x);
         });
-#endif
 #pragma unroll
     for (int e = 0; e < QPER; ++e) {
       const int i = threadIdx.x + e * THREADS;
-      if (i < GROUP * HEAD_DIM) sm.qs[i / HEAD_DIM][i % HEAD_DIM] = settled_value(wq[e], qkv, q0 + i, tag);
+      if (i < GROUP * HEAD_DIM) sm.qs[i / HEAD_DIM][i % HEAD_DIM] = settled_value(wq[e], tag);
     }
     if (kv_mine) {
-      sm.kn[threadIdx.x] = settled_value(wk, qkv, k0 + threadIdx.x, tag);
-      sm.vn[threadIdx.x] = settled_value(wv, qkv, v0 + threadIdx.x, tag);
+      sm.kn[threadIdx.x] = settled_value(wk, tag);
+      sm.vn[threadIdx.x] = settled_value(wv, tag);
     }
   } else {
     for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) sm.qs[i / HEAD_DIM][i % HEAD_DIM] = qkv[g * GROUP * HEAD_DIM + i];

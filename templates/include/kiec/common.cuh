@@ -260,26 +260,25 @@ __device__ __forceinline__ bool carries(unsigned long long w, unsigned tag) {
   return (unsigned)(w >> 32) == tag;
 #endif
 }
-// Words whose first loads may predate their writes (KIEC_TAG_WAITS): while any of the N is stale (stale(e)), every
-// stale one is loaded again (reload(e)), all in one round trip, until none is, the generation passed its stop, or
-// 2^20 rounds went by (then tagged_value's own limit makes the value a NaN, as for any tag that never comes). (Each
-// word left to tagged_value would cost a round trip after the other.) Without KIEC_TAG_WAITS: nothing.
+// Tagged words loaded at once: while any of the N is stale (stale(e)), every stale one is loaded again (reload(e)),
+// all in one round trip, until none is or 2^20 rounds went by (a second: a wrong tag is a compiler bug), or with
+// KIEC_TAG_WAITS (whose first loads may predate the writes, and a generation that ended may never make them) the
+// generation passed its stop; settled_value then reads each word, a NaN where the tag never came. One loop for the
+// batch, not tagged_value's loop a word: less code in every case that reads tagged x (see settled_value).
 template <int N, typename Stale, typename Reload>
 __device__ __forceinline__ void settle_tags(Stale stale, Reload reload) {
-#if KIEC_TAG_WAITS
   for (unsigned spins = 1;; ++spins) {
     bool any = false;
 #pragma unroll
     for (int e = 0; e < N; ++e) any |= stale(e);
-    if (!any || spins == 1u << 20 || (spins % 1024 == 0 && stop_passed())) return;
-#if defined(KIEC_POLL_SLEEP_NS) && KIEC_POLL_SLEEP_NS > 0  // (persist_poll_sleep_ns, as the counters' polls)
+    if (!any || spins == 1u << 20 || (KIEC_TAG_WAITS && spins % 1024 == 0 && stop_passed())) return;
+#if KIEC_TAG_WAITS && defined(KIEC_POLL_SLEEP_NS) && KIEC_POLL_SLEEP_NS > 0  // (persist_poll_sleep_ns, as the counters' polls)
     __nanosleep(KIEC_POLL_SLEEP_NS);
 #endif
 #pragma unroll
     for (int e = 0; e < N; ++e)
       if (stale(e)) reload(e);
   }
-#endif
 }
 
 // A word loaded earlier, loaded again until it carries `tag`: its value. Readers look only once the writer's
@@ -295,19 +294,13 @@ __device__ __forceinline__ float tagged_value(unsigned long long w, const float*
   return __uint_as_float(KIEC_TAG_PARITY ? (unsigned)w & ~1u : (unsigned)w);  // (parity: the tag bit cleared)
 }
 
-// A word that went through settle_tags: with KIEC_TAG_WAITS it carries `tag` unless settle_tags gave up on it (the
-// round limit, or the generation passed its stop), and then its value is a NaN, as tagged_value's would be, with no
-// reload loop of its own: a loop a word made llama-3.2-1b's down projection case 2,280 instructions against 1,400
-// without tag waits, and the slower code ran every case slower (scripts/code_size.py). Without: tagged_value.
-__device__ __forceinline__ float settled_value(unsigned long long w, const float* v2, int i, unsigned tag) {
-#if KIEC_TAG_WAITS
-  (void)v2;
-  (void)i;
+// A word that went through settle_tags: it carries `tag` unless settle_tags gave up on it, and then its value is a
+// NaN, as tagged_value's would be, with no reload loop of its own: with a loop a word, llama-3.2-1b's tag-wait
+// kernel was 13,920 SASS instructions against 12,152 without tag waits (its down projection case 2,280 vs 1,400)
+// and every case ran slower, those whose waits tag waits leave alone too (scripts/code_size.py; bench/RESULTS.md).
+__device__ __forceinline__ float settled_value(unsigned long long w, unsigned tag) {
   return carries(w, tag) ? __uint_as_float(KIEC_TAG_PARITY ? (unsigned)w & ~1u : (unsigned)w)
                          : __uint_as_float(0x7fffffffu);
-#else
-  return tagged_value(w, v2, i, tag);
-#endif
 }
 
 }  // namespace kiec

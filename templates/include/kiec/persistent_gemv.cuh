@@ -117,20 +117,18 @@ struct Prologue {
 #endif
           if (e0 + e < P && j < K / 2) ld_tagged2(x2, j, wa[e], wb[e]);
         }
-#if KIEC_TAG_WAITS
-        settle_tags<BP>(  // (tag waits: the pairs loaded before their writes, again together)
+        settle_tags<BP>(  // (the stale pairs again, together)
             [&](int e) {
               const int j = threadIdx.x + (e0 + e) * THREADS;
               return e0 + e < P && j < K / 2 && !(carries(wa[e], tag) && carries(wb[e], tag));
             },
             [&](int e) { ld_tagged2(x2, threadIdx.x + (e0 + e) * THREADS, wa[e], wb[e]); });
-#endif
 #pragma unroll
         for (int e = 0; e < BP; ++e) {
           const int j = threadIdx.x + (e0 + e) * THREADS;
           if (e0 + e < P && j < K / 2) {
-            xs[2 * j] = settled_value(wa[e], x2, 2 * j, tag);
-            xs[2 * j + 1] = settled_value(wb[e], x2, 2 * j + 1, tag);
+            xs[2 * j] = settled_value(wa[e], tag);
+            xs[2 * j + 1] = settled_value(wb[e], tag);
           }
         }
       }
@@ -154,19 +152,17 @@ struct Prologue {
 #endif
         if (e0 + e < PER && i < K) wd[e] = ld_tagged(x2, i);
       }
-#if KIEC_TAG_WAITS
       settle_tags<B>(
           [&](int e) {
             const int i = threadIdx.x + (e0 + e) * THREADS;
             return e0 + e < PER && i < K && !carries(wd[e], tag);
           },
           [&](int e) { wd[e] = ld_tagged(x2, threadIdx.x + (e0 + e) * THREADS); });
-#endif
 #pragma unroll
       for (int e = 0; e < B; ++e) {
         const int i = threadIdx.x + (e0 + e) * THREADS;
         if (e0 + e < PER) {
-          const float val = i < K ? settled_value(wd[e], x2, i, tag) : 0.f;
+          const float val = i < K ? settled_value(wd[e], tag) : 0.f;
           if (HOLD) v[e0 + e] = val;
           else if (i < K) xs[i] = val;
           ss += val * val;
