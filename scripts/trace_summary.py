@@ -4,7 +4,8 @@ Usage: python scripts/trace_summary.py ARTIFACT [POS] [--save=FILE.npz]  (needs 
 
 Views: per kind of instruction, the SMs' time waiting and working (and the pages ready); along the chain of
 phases, for each phase the hop (from the previous phase's last signal to this phase's first SM seeing its inputs)
-and the span (from that first SM to this phase's last signal), averaged per kind; the slowest tile of each GEMV
+and the span (from that first SM to this phase's last signal), averaged per kind; the handover (its tiles' inputs
+ready, x ready and done after the previous phase's last signal, min / median / max); the slowest tile of each GEMV
 phase; and the spread of ready pages."""
 import collections
 import json
@@ -103,6 +104,41 @@ def chain(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> dict[
         out[kind(opcode, kernels[k])].append((hop, (last_done - first_ready) / 1e3))
         prev_end = last_done if prev_end is None else max(prev_end, last_done)
     return {name: (len(v), float(np.mean([h for h, _ in v])), float(np.mean([s for _, s in v]))) for name, v in out.items()}
+
+
+def handover(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> dict[str, list[float]]:
+    """Per kind: its tiles' inputs ready, x ready (GEMVs) and done, each as (min, median, max) over a phase's tiles
+    in us after the previous phase's last signal, averaged over its phases (9 numbers; x ready NaN but for GEMVs).
+    The phase's own stretch of the chain is its done max; a median far under the max says the phase waits for its
+    slowest tile, and a handover that makes the median tile earlier does not shorten it unless the max moves."""
+    col = columns(ts, slots)
+    phases: dict[int, list[int]] = collections.defaultdict(list)
+    for i, entry in enumerate(sched):
+        if col["start"][i] > 0:
+            phases[entry[3]].append(i)
+    out: dict[str, list[list[float]]] = collections.defaultdict(list)
+    prev_end = None
+    for c in sorted(phases):
+        rows = phases[c]
+        _, opcode, k, _ = sched[rows[0]]
+        if prev_end is not None:
+            def spread(name: str) -> list[float]:
+                d = (col[name][rows] - prev_end) / 1e3
+                return [float(d.min()), float(np.median(d)), float(d.max())]
+            xs = spread("x_ready") if opcode == "gemv" else [float("nan")] * 3
+            out[kind(opcode, kernels[k])].append(spread("ready") + xs + spread("done"))
+        last_done = col["done"][rows].max()
+        prev_end = last_done if prev_end is None else max(prev_end, last_done)
+    return {name: [float(v) for v in np.mean(v, axis=0)] for name, v in out.items()}
+
+
+def handover_lines(h: dict[str, list[float]]) -> list[str]:
+    lines = ["after the previous phase's last signal, us (min / median / max over a phase's tiles, mean over its "
+             "phases):", f"{'kind':<24}{'inputs ready':>21}{'x ready':>21}{'done':>21}"]
+    for name, v in sorted(h.items(), key=lambda kv: -kv[1][8]):
+        cells = ["" if np.isnan(v[i]) else f"{v[i]:.2f} {v[i + 1]:.2f} {v[i + 2]:.2f}" for i in (0, 3, 6)]
+        lines.append(f"{name:<24}" + "".join(f"{c:>21}" for c in cells))
+    return lines
 
 
 def chain_lines(ch: dict[str, tuple[int, float, float]]) -> list[str]:
@@ -220,6 +256,7 @@ def summary_of(ts: np.ndarray, m: dict, pos: int) -> str:
     lines = per_kind(ts, slots, sched, kernels, sms)
     lines[0] = f"position {pos}: {lines[0]}"
     lines += ["", *chain_lines(chain(ts, slots, sched, kernels))]
+    lines += ["", *handover_lines(handover(ts, slots, sched, kernels))]
     lines += ["", *tail_lines(*tails(ts, slots, sched, kernels))]
     for view in (attention_critical(ts, slots, sched), attention_parts(ts, slots, sched)):
         lines += ["", *view] if view else []

@@ -25,14 +25,16 @@ def recording(rows, extra=None):
                      for (a, b, x, s, d, w), (r, so) in zip(rows, extra)], dtype=np.int64)
 
 
+# two SMs; phase 0 (QKV) ends at 5 us, phase 1 (attention) starts being ready at 7 us and ends at 9 us, phase 2 (O)
+# is ready at 12 us on one SM and 13 us on the other and ends at 15 us (times in ns)
+CHAIN_SCHED = [[0, "gemv", 0, 0], [1, "gemv", 0, 0], [0, "attention", 1, 1], [1, "attention", 1, 1],
+               [0, "gemv", 2, 2], [1, "gemv", 2, 2]]
+CHAIN_ROWS = [(1000, 2000, 2500, 3500, 4000, 500), (1000, 2500, 3000, 4500, 5000, 1000), (5000, 7000, 7500, 0, 8000, 0),
+              (5500, 7500, 8000, 0, 9000, 0), (8000, 12000, 12500, 13500, 14000, 0), (9000, 13000, 13500, 14500, 15000, 250)]
+
+
 def test_the_chain_view_splits_a_token_into_hops_and_spans():
-    # two SMs; phase 0 (QKV) ends at 5 us, phase 1 (attention) starts being ready at 7 us and ends at 9 us,
-    # phase 2 (O) is ready at 12 us on one SM and 13 us on the other and ends at 15 us (times in ns)
-    sched = [[0, "gemv", 0, 0], [1, "gemv", 0, 0], [0, "attention", 1, 1], [1, "attention", 1, 1],
-             [0, "gemv", 2, 2], [1, "gemv", 2, 2]]
-    ts = recording([(1000, 2000, 2500, 3500, 4000, 500), (1000, 2500, 3000, 4500, 5000, 1000),
-                    (5000, 7000, 7500, 0, 8000, 0), (5500, 7500, 8000, 0, 9000, 0), (8000, 12000, 12500, 13500, 14000, 0),
-                    (9000, 13000, 13500, 14500, 15000, 250)])
+    sched, ts = CHAIN_SCHED, recording(CHAIN_ROWS)
     ch = trace_summary.chain(ts, SLOTS, sched, KERNELS)
     assert ch["gemv:qkv"] == (1, 0.0, 3.0)
     assert ch["attention"] == pytest.approx((1, 2.0, 2.0))
@@ -41,6 +43,21 @@ def test_the_chain_view_splits_a_token_into_hops_and_spans():
     assert lines[-1].split()[1:4] == ["3", "5.0", "8.0"]  # phases, hops, spans
     kinds = trace_summary.per_kind(ts, SLOTS, sched, KERNELS, 2)
     assert kinds[0].startswith("token span 14.0 us over 2 SMs")
+
+
+def test_the_handover_view_times_each_phases_tiles_from_the_previous_last_signal():
+    # CHAIN_ROWS: attention's two splits see their inputs 2 and 2.5 us after QKV's last signal (5 us)
+    # and end 3 and 4 us after it; O's two tiles are ready 3 and 4 us after attention's last signal (9 us), their x
+    # 3.5 and 4.5, done 5 and 6; the first phase has no previous one and is left out
+    sched, ts = CHAIN_SCHED, recording(CHAIN_ROWS)
+    h = trace_summary.handover(ts, SLOTS, sched, KERNELS)
+    assert set(h) == {"attention", "gemv:x"}
+    assert h["gemv:x"] == pytest.approx([3, 3.5, 4, 3.5, 4, 4.5, 5, 5.5, 6])
+    assert h["attention"][:3] == pytest.approx([2, 2.25, 2.5]) and all(np.isnan(h["attention"][3:6]))
+    assert h["attention"][6:] == pytest.approx([3, 3.5, 4])
+    lines = trace_summary.handover_lines(h)
+    assert lines[2].split() == ["gemv:x", "3.00", "3.50", "4.00", "3.50", "4.00", "4.50", "5.00", "5.50", "6.00"]
+    assert lines[3].split() == ["attention", "2.00", "2.25", "2.50", "3.00", "3.50", "4.00"]  # (no x ready)
 
 
 def test_the_per_kind_view_splits_working_into_prologue_pages_dots_and_epilogue():
@@ -116,11 +133,7 @@ def test_variants_trace_puts_the_persistent_variants_side_by_side(monkeypatch, c
     vspec = importlib.util.spec_from_file_location("variants", os.path.join(sys_path, "variants.py"))
     variants = importlib.util.module_from_spec(vspec)
     vspec.loader.exec_module(variants)
-    sched = [[0, "gemv", 0, 0], [1, "gemv", 0, 0], [0, "attention", 1, 1], [1, "attention", 1, 1],
-             [0, "gemv", 2, 2], [1, "gemv", 2, 2]]
-    rows = [(1000, 2000, 2500, 3500, 4000, 500), (1000, 2500, 3000, 4500, 5000, 1000),
-            (5000, 7000, 7500, 0, 8000, 0), (5500, 7500, 8000, 0, 9000, 0), (8000, 12000, 12500, 13500, 14000, 0),
-            (9000, 13000, 13500, 14500, 15000, 250)]
+    sched, rows = CHAIN_SCHED, CHAIN_ROWS
     slower = [r if i != 3 else (5500, 7500, 8000, 0, 10000, 0) for i, r in enumerate(rows)]
     manifest = dict(mode="persistent", trace_slots=SLOTS, schedule=sched, kernels=KERNELS, sms=2)
 
