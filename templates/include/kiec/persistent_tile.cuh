@@ -21,13 +21,19 @@ __device__ __forceinline__ unsigned long long* trace_row(const Turn& u) {
 }
 
 // A timestamp (TR_START, TR_READY, TR_X_READY, TR_SUMS_DONE, TR_STORED, TR_DONE: thread 0's view); the SM cycles
-// from start to done ride along.
+// from start to done ride along, the start's kept in shared memory: read back from the recording (global memory),
+// it cost the traced step a load's round trip between each tile's done and the next one's start, on the SM that
+// ended a phase too (0.3-0.4 us from its done to its next start in e3615a3's traces, bench/RESULTS.md).
+__device__ __forceinline__ long long& trace_start_cycles() {
+  __shared__ long long cycles;
+  return cycles;
+}
 __device__ __forceinline__ void trace(const Turn& u, TraceSlot what) {
   if (!tracing(u)) return;
   unsigned long long* row = trace_row(u);
   row[what] = global_ns();
-  if (what == TR_START) row[TR_CYCLES] = clock64();
-  if (what == TR_DONE) row[TR_CYCLES] = clock64() - row[TR_CYCLES];
+  if (what == TR_START) trace_start_cycles() = clock64();
+  if (what == TR_DONE) row[TR_CYCLES] = clock64() - trace_start_cycles();
 }
 
 // Every thread calls it. Thread 0 spins until each counter the instruction waits on reaches this token's
