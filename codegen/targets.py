@@ -51,7 +51,10 @@ class TargetParams:
     # else needs it (ir/passes/persistent.py: tag_covered) and loads the words until every one carries its tag,
     # stale ones again together (common.cuh: settle_tags), looking at the stop position as it spins; GEMV prologues
     # and attention splits load their first words before the waits they keep. 2: also a GEMV's waits that guard only
-    # its writes are polled before its epilogue (ir/passes/persistent.py: late_waits; persistent_tile.cuh: wait_writes)
+    # its writes are polled before its epilogue (ir/passes/persistent.py: late_waits; persistent_tile.cuh: wait_writes).
+    # Off: slower on every model measured (bench/RESULTS.md, 2026-11-30 eleventh session: llama-3.2-1b 0.778 / 0.798
+    # ms at 1 / 2 vs 0.761 in f330442's call 5; smollm2-135m with tags 0.544 vs 0.519 at 1 in e3615a3's call 6): the
+    # median tile sees its x sooner, the slowest one later, and a phase ends with its slowest tile
     persist_tag_waits: int
     # persistent, with tag waits: below 100, such a tile still waits for all but this percentage (rounded up) of its
     # writer's tiles, then spins on the words over the last ones only (fewer loads again); 100: no wait at all
