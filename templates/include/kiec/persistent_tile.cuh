@@ -23,7 +23,7 @@ __device__ __forceinline__ unsigned long long* trace_row(const Turn& u) {
 // A timestamp (TR_START, TR_READY, TR_X_READY, TR_SUMS_DONE, TR_STORED, TR_DONE: thread 0's view); the SM cycles
 // from start to done ride along, the start's kept in shared memory: read back from the recording (global memory),
 // it cost the traced step a load's round trip between each tile's done and the next one's start, on the SM that
-// ended a phase too (0.3-0.4 us from its done to its next start in e3615a3's traces, bench/RESULTS.md).
+// ended a phase too (0.2-0.4 us from its done to its next start in e3615a3's traces, bench/RESULTS.md).
 __device__ __forceinline__ long long& trace_start_cycles() {
   __shared__ long long cycles;
   return cycles;
