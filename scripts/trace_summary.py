@@ -6,7 +6,7 @@ Views: per kind of instruction, the SMs' time waiting and working (and the pages
 phases, for each phase the hop (from the previous phase's last signal to this phase's first SM seeing its inputs)
 and the span (from that first SM to this phase's last signal), averaged per kind; the handover (its tiles' inputs
 ready, x ready and done after the previous phase's last signal, min / median / max); the slowest tile of each GEMV
-phase; and the spread of ready pages."""
+phase, and where it lost against the median one; and the spread of ready pages."""
 import collections
 import json
 import sys
@@ -164,7 +164,7 @@ def tails(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> tuple
     out: dict[str, list[float]] = collections.defaultdict(list)
     last: collections.Counter = collections.Counter()
     for c, rows in phases.items():
-        done = col["done"][rows]
+        done = col["done"][rows] - col["done"][rows].min()  # (before the median's float: see slowest_parts)
         out[kind("gemv", kernels[sched[rows[0]][2]])].append((done.max() - np.median(done)) / 1e3)
         last[sched[rows[int(done.argmax())]][0]] += 1
     return {name: float(np.mean(v)) for name, v in out.items()}, last
@@ -188,6 +188,44 @@ def tail_lines(t: dict[str, float], last: collections.Counter) -> list[str]:
     phases = sum(last.values())
     lines.append(f"  the SMs most often last ({phases} phases): "
                  + ", ".join(f"SM {sm} {n}x" for sm, n in last.most_common(6)))
+    return lines
+
+
+def slowest_parts(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> dict[str, tuple[list[float], int, int]]:
+    """Per GEMV kind: where its phases' slowest tile (the last done) lost against the median tile, us, mean over the
+    phases: inputs ready later, prologue (to x ready), pages and dots (to the sums), epilogue and release (to done),
+    and done; with how many of its phases (of how many) that tile started after the previous phase's last signal,
+    its SM still busy with its previous instruction then. The first phase has no previous one and is left out."""
+    col = columns(ts, slots)
+    phases: dict[int, list[int]] = collections.defaultdict(list)
+    for i, entry in enumerate(sched):
+        if col["start"][i] > 0:
+            phases[entry[3]].append(i)
+    out: dict[str, list] = collections.defaultdict(lambda: [[], 0, 0])
+    prev_end = None
+    for c in sorted(phases):
+        rows = np.array(phases[c])
+        _, opcode, k, _ = sched[rows[0]]
+        if prev_end is not None and opcode == "gemv":
+            # (ns after prev_end before any float: %globaltimer's ns since 1970 lose ~256 ns to a float64)
+            ready, x, sums, done = ((col[n][rows] - prev_end).astype(np.float64) for n in ("ready", "x_ready", "sums_done", "done"))
+            parts = [ready, x - ready, sums - x, done - sums, done]
+            j = int(done.argmax())
+            entry = out[kind(opcode, kernels[k])]
+            entry[0].append([(p[j] - np.median(p)) / 1e3 for p in parts])
+            entry[1] += int(col["start"][rows[j]] >= prev_end)
+            entry[2] += 1
+        last_done = col["done"][rows].max()
+        prev_end = last_done if prev_end is None else max(prev_end, last_done)
+    return {name: ([float(v) for v in np.mean(d, axis=0)], late, n) for name, (d, late, n) in out.items()}
+
+
+def slowest_lines(sp: dict[str, tuple[list[float], int, int]]) -> list[str]:
+    lines = ["the slowest tile of each GEMV phase against the median tile, us later (mean over the phases), and the "
+             "phases where it started after the previous phase ended:",
+             f"{'kind':<24}{'ready':>8}{'prologue':>10}{'pages+dots':>12}{'epi+release':>13}{'done':>8}{'started late':>14}"]
+    for name, (d, late, n) in sorted(sp.items(), key=lambda kv: -kv[1][0][4]):
+        lines.append(f"{name:<24}{d[0]:>8.2f}{d[1]:>10.2f}{d[2]:>12.2f}{d[3]:>13.2f}{d[4]:>8.2f}{f'{late} of {n}':>14}")
     return lines
 
 
@@ -258,6 +296,7 @@ def summary_of(ts: np.ndarray, m: dict, pos: int) -> str:
     lines += ["", *chain_lines(chain(ts, slots, sched, kernels))]
     lines += ["", *handover_lines(handover(ts, slots, sched, kernels))]
     lines += ["", *tail_lines(*tails(ts, slots, sched, kernels))]
+    lines += ["", *slowest_lines(slowest_parts(ts, slots, sched, kernels))]
     for view in (attention_critical(ts, slots, sched), attention_parts(ts, slots, sched)):
         lines += ["", *view] if view else []
     lines += ["", "pages in the ring when a GEMV tile's x was ready (min, p10, median, p90, max over its tiles):"]

@@ -105,6 +105,38 @@ def test_the_tails_view_names_the_slowest_tiles():
     assert lines[1] == "  gemv:qkv 4.00, gemv:x 0.50" and lines[2].startswith("  the SMs most often last (2 phases): SM 2 1x")
 
 
+def test_the_slowest_parts_view_says_where_the_last_tile_lost():
+    # phase 0 (QKV) ends at 5 us; phase 2 (O) on three SMs: two were waiting (ready 5.5 and 5.6 us) and take 3 us to
+    # done; the third was busy until 6 us (its attention split), is ready at 6.4 and its pages and dots take 0.5 us
+    # longer: it is 0.8 us later at ready (against the median 5.6), 0.5 in pages and dots, 1.3 at done, and started
+    # after phase 0 ended (the attention phase between, not a GEMV, is left out)
+    sched = [[0, "gemv", 0, 0], [1, "gemv", 0, 0], [2, "gemv", 0, 0], [2, "attention", 1, 1],
+             [0, "gemv", 2, 2], [1, "gemv", 2, 2], [2, "gemv", 2, 2]]
+    rows = [(1000, 2000, 2500, 3500, 4000, 0), (1000, 2000, 2500, 3500, 5000, 0), (1000, 2000, 2500, 3500, 4500, 0),
+            (4500, 4600, 4700, 0, 5000, 0),
+            (4200, 5500, 6000, 8000, 8500, 0), (4300, 5600, 6100, 8100, 8600, 0), (6000, 6400, 6900, 9400, 9900, 0)]
+    sp = trace_summary.slowest_parts(recording(rows), SLOTS, sched, KERNELS)
+    assert set(sp) == {"gemv:x"}
+    parts, late, n = sp["gemv:x"]
+    assert parts == pytest.approx([0.8, 0.0, 0.5, 0.0, 1.3]) and (late, n) == (1, 1)
+    lines = trace_summary.slowest_lines(sp)
+    assert lines[2].split() == ["gemv:x", "0.80", "0.00", "0.50", "0.00", "1.30", "1", "of", "1"]
+
+
+def test_the_views_keep_nanoseconds_at_globaltimers_magnitude():
+    # %globaltimer counts ns since 1970 (~1.7e18), where a float64 steps by 256 ns: the views subtract before any
+    # float, so the same recording shifted there reads the same
+    sched = [[0, "gemv", 0, 0], [1, "gemv", 0, 0], [2, "gemv", 0, 0], [0, "gemv", 2, 2], [1, "gemv", 2, 2],
+             [2, "gemv", 2, 2]]
+    rows = [(1000, 2000, 2500, 3500, 4000, 0), (1000, 2000, 2500, 3500, 5000, 0), (1000, 2000, 2500, 3500, 4501, 0),
+            (4200, 5503, 6011, 8000, 8517, 0), (4300, 5600, 6100, 8100, 8633, 0), (6000, 6437, 6900, 9400, 9931, 0)]
+    base = 1_764_000_000_000_000_000
+    shifted = [tuple(v + base if i < 5 else v for i, v in enumerate(r)) for r in rows]
+    for view in (trace_summary.slowest_parts, trace_summary.tails, trace_summary.handover, trace_summary.chain):
+        assert view(recording(shifted), SLOTS, sched, KERNELS) == view(recording(rows), SLOTS, sched, KERNELS)
+    assert trace_summary.tails(recording(shifted), SLOTS, sched, KERNELS)[0]["gemv:qkv"] == pytest.approx(0.499)
+
+
 def test_the_ready_pages_view_gives_their_spread():
     sched = [[s, "gemv", 0, 0] for s in range(5)] + [[0, "attention", 1, 1]]
     ts = recording([(1000, 2000, 2500, 3500, 4000, 0)] * 6, [(r, 0) for r in (12, 0, 3, 7, 12, 0)])
