@@ -225,7 +225,7 @@ TARGETS: dict[str, TargetParams] = {
                           # a reader of tagged words polls its writer's counter, then loads the words: two round trips
                           # after the last write where one would do (the trace's hops: 0.3-0.6 us a phase, 4% of the
                           # chain on llama-3.2-1b: scripts/trace_summary.py on c581e19's trace). Built in the tenth
-                          # session, not yet run
+                          # session; the eleventh measured it slower (the field's comment above), so off
                           persist_tag_waits=0, persist_tag_lead=100,
                           # without previous_first: 0.772-0.773 vs 0.826-0.829 on 1B, smollm2 0.527 vs 0.566
                           # (the twice probe, persist_probe_twice, ninth session at a8b8076, ms, two rounds: dots twice
