@@ -35,6 +35,10 @@ class TargetParams:
     persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch)
     persist_waits_previous_first: int  # persistent: 1: an instruction polls the previous token's waits first
     persist_waits_together: int  # persistent: 1: warp 0's lanes poll an instruction's waits at once, a lane each
+    # persistent: 1: a warp of the streaming warpgroup polls each instruction's waits ahead of the compute warps and
+    # posts them met in shared memory (persistent_tile.cuh: poll_ahead), so that a tile whose SM was still busy when
+    # its inputs came starts at once; not with persist_tag_waits
+    persist_poll_ahead: int
     persist_attn_pipeline: int  # persistent: 1: attention loads its next K/V pass while it computes this one
     persist_attn_keys: int  # persistent: keys a pass per lane group (attention's unrolled step); 0: graph mode's
     persist_attn_short_keys: int  # persistent: > 0: a split one pass of this many keys covers runs that pass
@@ -163,6 +167,10 @@ TARGETS: dict[str, TargetParams] = {
                           # the median). 236e4bf: alone 1.192 vs 1.197-1.201 ms on qwen3-1.7b, none on 1B; with tags and
                           # the attention pipeline, on by default (below)
                           persist_waits_together=1,
+                          # in the eleventh session's traces the slowest tile of most GEMV phases is one whose SM was
+                          # still busy when its inputs came: 0.6-1.1 us from its start to inputs ready, a load of its
+                          # waits and a poll. Built then, not yet run
+                          persist_poll_ahead=0,
                           # at 8192 a split of llama-3.2-1b takes 512 rows in two passes of 256, each a round trip of
                           # loads and then its scores; persistent 8k costs 13 us a layer more than short context
                           # (bench/RESULTS.md, 5f1b610) for 3.7 us of K/V at the ceiling. 236e4bf: 0.931 vs 0.963-0.965 ms

@@ -291,6 +291,31 @@ def test_waits_polled_together_compile_and_poll_a_lane_a_wait(tmp_path, monkeypa
     assert "u.ins->waits[lane]" in together and "__all_sync" in together
 
 
+def test_waits_polled_ahead_compile_and_refuse_tag_waits(tmp_path, monkeypatch):
+    # persist_poll_ahead: a warp of the streaming warpgroup polls the waits ahead (poll_ahead); the kernel builds
+    # (nvcc), the default's source has no KIEC_POLL_AHEAD, and tag waits (which the poller knows nothing of) and
+    # values other than 0 and 1 are refused by name
+    import dataclasses
+
+    from kiec.codegen import targets
+    from kiec.codegen.persistent import _PersistentEmitter
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama")
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    base = targets.TARGETS["sm_90"]
+    with open(os.path.join(kiec.compile(model, str(tmp_path / "base"), mode="persistent"), "src", "model.cu")) as fh:
+        assert "KIEC_POLL_AHEAD" not in fh.read()
+    on = dataclasses.replace(base, persist_poll_ahead=1)
+    monkeypatch.setitem(targets.TARGETS, "sm_90", on)
+    with open(os.path.join(kiec.compile(model, str(tmp_path / "art"), mode="persistent"), "src", "model.cu")) as fh:
+        assert "#define KIEC_POLL_AHEAD 1" in fh.read()
+    program = pipeline.run(model.graph)
+    with pytest.raises(ValueError, match="persist_poll_ahead with persist_tag_waits"):
+        _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, persist_tag_waits=1))
+    with pytest.raises(ValueError, match="persist_poll_ahead 2: 0 or 1"):
+        _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, persist_poll_ahead=2))
+
+
 def test_early_rope_and_kv_first_set_their_flags_after_the_short_pass(tmp_path):
     # persist_attn_early_rope, persist_attn_kv_first: attention_tile's EARLY_ROPE and KV_FIRST after U_SHORT; off,
     # the tail stops before them; KV_FIRST only with a short pass (persist_attn_short_keys)

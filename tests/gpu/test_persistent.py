@@ -139,11 +139,13 @@ def test_device_draw_is_kiec_sampling_over_its_own_logits(tmp_path, temperature,
 
 @pytest.mark.parametrize("change", [{}, dict(persist_waits_together=0, persist_tagged=2, attn_min_keys=8),
                                     pytest.param(dict(persist_tag_waits=1, attn_min_keys=8), id="tag_waits"),
-                                    pytest.param(dict(persist_tag_waits=2, attn_min_keys=8), id="tag_waits2")])
+                                    pytest.param(dict(persist_tag_waits=2, attn_min_keys=8), id="tag_waits2"),
+                                    pytest.param(dict(persist_poll_ahead=1, attn_min_keys=8), id="poll_ahead")])
 def test_generation_ends_at_eos_and_when_the_host_stops_it(tmp_path, monkeypatch, change):
     # also with waits polled one after the other and attention's arrivals as an `extra` wait (tags 2, several
-    # splits a head), and with tag waits (tiles spin on their words' tags, not on counters): a stop must end every
-    # spin, or an SM waits for a producer that stopped first
+    # splits a head), with tag waits (tiles spin on their words' tags, not on counters), and with the waits polled
+    # ahead by a warp of their own (its spins too): a stop must end every spin, or an SM waits for a producer that
+    # stopped first
     model, art = compile_tiny(tmp_path, "qwen3", max_position_embeddings=4096)
     if change:
         art = compile_variant(model, tmp_path, monkeypatch, **change)
@@ -325,7 +327,12 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     pytest.param(dict(persist_tag_waits=2, attn_min_keys=8, persist_tagged=1),
                                                  id="tag_waits2-tags1"),
                                     pytest.param(dict(persist_tag_waits=2, persist_waits_together=0),
-                                                 id="tag_waits2-serial")])
+                                                 id="tag_waits2-serial"),
+                                    pytest.param(dict(persist_poll_ahead=1), id="poll_ahead"),
+                                    pytest.param(dict(persist_poll_ahead=1, attn_min_keys=8), id="poll_ahead-splits"),
+                                    pytest.param(dict(persist_poll_ahead=1, persist_tagged=0), id="poll_ahead-tags0"),
+                                    pytest.param(dict(persist_poll_ahead=1, persist_poll_sleep_ns=100),
+                                                 id="poll_ahead-sleep")])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
@@ -346,7 +353,9 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the GEMVs beside attention; tag waits (tiles spinning on their tagged words, not on the writers' counters), with
     # several splits, with tags 1, with a sleep between spins, and waiting for 90% of the writer's tiles first; with
     # the waits that guard only writes polled before the epilogue (2; also with tags 1 and with waits polled one at a
-    # time). Knobs that leave the math alone leave the bits alone
+    # time); the waits polled ahead by a warp of the streaming warpgroup (with several splits, so that attention's
+    # arrivals are an `extra` its tile polls itself; without tags; with a sleep between polls). Knobs that leave the
+    # math alone leave the bits alone
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
     if "attn_min_keys" in change:
         art = compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=change["attn_min_keys"])
@@ -358,7 +367,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "attn_min_keys", "persist_x_direct", "persist_stages", "persist_poll_sleep_ns",
                          "persist_waits_previous_first", "persist_waits_together",
                          "persist_attn_short_keys", "persist_tagged", "persist_attn_early_rope",
-                         "persist_attn_kv_first", "persist_probe_twice", "persist_tag_waits", "persist_tag_lead"}:
+                         "persist_attn_kv_first", "persist_probe_twice", "persist_tag_waits", "persist_tag_lead",
+                         "persist_poll_ahead"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)

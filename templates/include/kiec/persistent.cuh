@@ -168,11 +168,17 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
   if (threadIdx.x == 0) {
     ring.init(COMPUTE_WARPS * 32);
     quit = 0;
+#if KIEC_POLL_AHEAD
+    ahead() = Ahead{0, 0, begin, end - begin};
+#endif
   }
   __syncthreads();  // the last one with the streaming warps
   if (threadIdx.x >= COMPUTE_WARPS * 32) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(STREAM_REGS));
     if (threadIdx.x == COMPUTE_WARPS * 32) stream_weights<R, L2_AHEAD>(a, ring, begin, end, &quit);
+#if KIEC_POLL_AHEAD  // (the warpgroup's second warp: the first one's other lanes wait on its thread 0's branch)
+    else if (threadIdx.x / 32 == COMPUTE_WARPS + 1) poll_ahead(a, begin, end, &quit);
+#endif
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(ComputeRegs<COMPUTE_WARPS>::value));

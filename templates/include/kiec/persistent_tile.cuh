@@ -77,12 +77,69 @@ __device__ __forceinline__ unsigned wait_target(const Wait& w, int t) {
 }
 __device__ __forceinline__ bool wait_late(const Wait& w) { return KIEC_TAG_WAITS >= 2 && (w.previous & 2); }
 
+// KIEC_POLL_AHEAD (persist_poll_ahead): a warp of the streaming warpgroup polls each instruction's waits ahead of
+// the compute warps, in their order (poll_ahead), and posts in shared memory how far it got (Ahead); wait_inputs only
+// looks there (and polls `extra` itself). An SM still busy with its previous tile when its next tile's inputs came
+// then starts that tile at once, not after loading its waits and a poll's round trip: in the traces of the eleventh
+// session such a tile took 0.6-1.1 us from its start to inputs ready, and it was the phase's slowest tile in 49 of
+// 64 GEMV phases on llama-3.2-1b (bench/RESULTS.md). Order: a lane's acquire of a counter, the warp's __syncwarp,
+// lane 0's release of `seq` (CTA scope), thread 0's acquire of it and the block's barrier order the tile's reads
+// after the producers' writes, as wait_inputs' own acquire and barrier do.
+#ifndef KIEC_POLL_AHEAD
+#define KIEC_POLL_AHEAD 0
+#endif
+#if KIEC_POLL_AHEAD && KIEC_TAG_WAITS
+#error "persist_poll_ahead with persist_tag_waits: the poller knows nothing of late waits or spins on tags"
+#endif
+struct Ahead {
+  int seq;           // t * count + i + 1: the waits of the block's instruction i of token t, and of all before, met
+  int stopped;       // the generation ended before the waits of instruction seq (0-based) were met
+  int begin, count;  // the block's list: a.instrs[begin, begin + count)
+};
+__device__ __forceinline__ Ahead& ahead() {
+  __shared__ Ahead view;
+  return view;
+}
+__device__ __forceinline__ int ld_acquire_cta(const int* p) {
+  int v;
+  asm volatile("ld.acquire.cta.shared.u32 %0, [%1];" : "=r"(v) : "r"((unsigned)__cvta_generic_to_shared(p)) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release_cta(int* p, int v) {
+  asm volatile("st.release.cta.shared.u32 [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(p)), "r"(v) : "memory");
+}
+// Thread 0 spins until *counter reaches target: false when the generation ended first (its stop position looked at
+// every KIEC_STOP_POLL_EVERY polls).
+__device__ __forceinline__ bool spin_until(const unsigned* counter, unsigned target, const Turn& u) {
+  for (unsigned spins = 1; ld_acquire(counter) < target; ++spins) {
+    // a generation that ended may leave a wait unmet for good (its producer stopped first): every spin looks
+    if (spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)u.a->stop_pos <= u.pos) return false;
+    if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
+  }
+  return true;
+}
+
 // `late_seen` (KIEC_TAG_WAITS 2, waits polled together): lane i of warp 0 gets a relaxed load of late wait i's
 // counter, issued here and first looked at by wait_writes, so that its round trip passes under the tile's work.
 __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra = nullptr,
                                             unsigned extra_target = 0, unsigned* late_seen = nullptr) {
   __shared__ int go;
   static_assert(MAX_WAITS < 32, "a lane a wait, and one for `extra`");
+#if KIEC_POLL_AHEAD
+  if (threadIdx.x == 0) {  // (the poller's post, then `extra`)
+    Ahead& v = ahead();
+    const int seq = u.t * v.count + (int)(u.ins - u.a->instrs) - v.begin + 1;
+    int ok = 1;
+    while (ld_acquire_cta(&v.seq) < seq) {
+      if (ld_acquire_cta(&v.stopped)) {  // (its last post came before: looked at once more)
+        ok = ld_acquire_cta(&v.seq) >= seq;
+        break;
+      }
+    }
+    go = ok && (!extra || spin_until(extra, extra_target, u));
+  }
+  (void)late_seen;
+#else
   if (KIEC_WAITS_TOGETHER && threadIdx.x < 32) {
     const int n = u.ins->n_waits, lane = threadIdx.x;
     bool met = lane > n || (lane == n && !extra);  // counters only grow: a wait met stays met
@@ -115,19 +172,53 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
       const Wait w = i < 0 ? Wait{} : u.ins->waits[i];
       const unsigned* counter = i < 0 ? extra : u.a->counters + w.counter * u.a->counter_stride;
       if (i >= 0 && wait_late(w)) continue;  // (wait_writes')
-      const unsigned target = i < 0 ? extra_target : wait_target(w, u.t);
-      for (unsigned spins = 1; ld_acquire(counter) < target; ++spins) {
-        // a generation that ended may leave a wait unmet for good (its producer stopped first): every spin looks
-        if (spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)u.a->stop_pos <= u.pos) { ok = 0; break; }
-        if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
-      }
+      ok = spin_until(counter, i < 0 ? extra_target : wait_target(w, u.t), u);
     }
     go = ok;
   }
+#endif
   trace(u, TR_READY);
   sync_block();
   return go;
 }
+
+#if KIEC_POLL_AHEAD
+// The poller (KIEC_POLL_AHEAD): one warp of the streaming warpgroup walks the block's list as the compute warps do,
+// token after token; for each instruction its lanes poll the waits at once (lane i, wait i) and lane 0 posts it met.
+// It leaves at the end, when the compute warps have left (`quit`), or when the generation ended first (`stopped`).
+// It polls with acquire loads, one a round trip: relaxed ones and an acquire after would add a round trip to every
+// tile whose SM waited for its inputs (each acquire invalidates the SM's L1, as the compute warps' polls did).
+__device__ __forceinline__ void poll_ahead(const PersistentArgs& a, int begin, int end, volatile int* quit) {
+  Ahead& v = ahead();
+  const int lane = threadIdx.x & 31;
+  int seq = 0;
+  for (int pos = a.p0, t = 0; pos < a.p_end; ++pos, ++t) {
+    for (int i = begin; i < end; ++i) {
+      const Instr& ins = a.instrs[i];
+      bool met = lane >= ins.n_waits;  // counters only grow: a wait met stays met
+      const unsigned* counter = nullptr;
+      unsigned target = 0;
+      if (!met) {
+        const Wait w = ins.waits[lane];
+        counter = a.counters + w.counter * a.counter_stride;
+        target = wait_target(w, t);
+      }
+      for (unsigned spins = 1;; ++spins) {
+        if (!met) met = ld_acquire(counter) >= target;
+        if (__all_sync(0xffffffffu, met)) break;
+        const bool stop = spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)a.stop_pos <= pos;
+        if (__any_sync(0xffffffffu, stop || *quit)) {  // (the warp's vote: every lane leaves at once)
+          if (lane == 0) st_release_cta(&v.stopped, 1);
+          return;
+        }
+        if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
+      }
+      __syncwarp();
+      if (lane == 0) st_release_cta(&v.seq, ++seq);
+    }
+  }
+}
+#endif
 
 #if KIEC_TAG_WAITS >= 2
 // Every thread calls it before the tile's first write: the late waits (wait_late) met, looked at first in what
