@@ -78,8 +78,8 @@ __device__ __forceinline__ unsigned wait_target(const Wait& w, int t) {
 __device__ __forceinline__ bool wait_late(const Wait& w) { return KIEC_TAG_WAITS >= 2 && (w.previous & 2); }
 
 // KIEC_POLL_AHEAD (persist_poll_ahead): a warp of the streaming warpgroup polls each instruction's waits ahead of
-// the compute warps, in their order (poll_ahead), and posts in shared memory how far it got (Ahead); wait_inputs only
-// looks there (and polls `extra` itself). An SM still busy with its previous tile when its next tile's inputs came
+// the compute warps, in their order (poll_ahead), attention's arrivals (`extra`) among them, and posts in shared
+// memory how far it got (Ahead); wait_inputs only looks there. An SM still busy with its previous tile when its next tile's inputs came
 // then starts that tile at once, not after loading its waits and a poll's round trip: in the traces of the eleventh
 // session such a tile took 0.6-1.1 us from its start to inputs ready, and it was the phase's slowest tile in 49 of
 // 64 GEMV phases on llama-3.2-1b (bench/RESULTS.md). Order: a lane's acquire of a counter, the warp's __syncwarp,
@@ -136,8 +136,10 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
         break;
       }
     }
-    go = ok && (!extra || spin_until(extra, extra_target, u));
+    go = ok;
   }
+  (void)extra;  // (attention's arrivals: the poller's lane n_waits polls them, from the descriptor: poll_ahead)
+  (void)extra_target;
   (void)late_seen;
 #else
   if (KIEC_WAITS_TOGETHER && threadIdx.x < 32) {
@@ -195,13 +197,21 @@ __device__ __forceinline__ void poll_ahead(const PersistentArgs& a, int begin, i
   for (int pos = a.p0, t = 0; pos < a.p_end; ++pos, ++t) {
     for (int i = begin; i < end; ++i) {
       const Instr& ins = a.instrs[i];
-      bool met = lane >= ins.n_waits;  // counters only grow: a wait met stays met
+      const int n = ins.n_waits;
+      // lane n: attention's `extra` with tagged words, the previous step's arrivals on its KV head (attention_tile
+      // asks for arrive + g, SPLITS x t: the descriptor's arrive and splits)
+      const bool arrivals = KIEC_TAGGED && t > 0 && ins.opcode == OP_ATTENTION;
+      bool met = lane > n || (lane == n && !arrivals);  // counters only grow: a wait met stays met
       const unsigned* counter = nullptr;
       unsigned target = 0;
-      if (!met) {
+      if (lane < n) {
         const Wait w = ins.waits[lane];
         counter = a.counters + w.counter * a.counter_stride;
         target = wait_target(w, t);
+      } else if (lane == n && arrivals) {
+        const KernelDesc& d = a.kernels[ins.kernel];
+        counter = a.arrivals + d.arrive + ins.lo;
+        target = (unsigned)d.splits * (unsigned)t;
       }
       for (unsigned spins = 1;; ++spins) {
         if (!met) met = ld_acquire(counter) >= target;
