@@ -156,7 +156,7 @@ def test_a_saved_recording_summarizes_the_same_without_a_gpu(tmp_path):
     assert text == trace_summary.summary_of(ts, manifest, 64) and text.startswith("position 64: token span 8.0 us")
 
 
-def test_variants_trace_puts_the_persistent_variants_side_by_side(monkeypatch, capsys):
+def test_variants_trace_puts_the_persistent_variants_side_by_side(monkeypatch, capsys, tmp_path):
     # scripts/variants.py --trace: two persistent variants' recordings (the second's attention 1 us longer) and a
     # graph-mode one, which has no in-kernel trace and is left out
     sys_path = os.path.join(os.path.dirname(__file__), "..", "..", "scripts")
@@ -179,7 +179,13 @@ def test_variants_trace_puts_the_persistent_variants_side_by_side(monkeypatch, c
 
     engines = {"a": Eng(recording(rows)), "b": Eng(recording(slower)), "g": Eng(None, "graph")}
     monkeypatch.setattr(variants, "engine", lambda art: engines[art])
+    monkeypatch.setenv("VARIANTS_TRACE_DIR", str(tmp_path / "traces"))  # (gpu_run.sh: $OUT/traces)
     variants.traces({"mode=persistent": "a", "mode=persistent,x=1": "b", "mode=graph": "g"}, 64)
+    # each persistent recording kept, named by its artifact and variant without "=" or "," (the device tool leaves
+    # such names behind), and read back as it was
+    assert sorted(os.listdir(tmp_path / "traces")) == ["a_mode_persistent.npz", "b_mode_persistent_x_1.npz"]
+    got_ts, got_manifest, pos = trace_summary.load(str(tmp_path / "traces" / "b_mode_persistent_x_1.npz"))
+    assert pos == 64 and np.array_equal(got_ts, recording(slower)) and got_manifest["schedule"] == sched
     out = capsys.readouterr().out.splitlines()
     assert out[1].split() == ["[0]", "mode=persistent"] and out[2].split() == ["[1]", "mode=persistent,x=1"]
     table = {line.split()[0]: line.split()[1:] for line in out[4:8]}
