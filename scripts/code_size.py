@@ -20,14 +20,23 @@ CASE = re.compile(r"      case (\d+): return ([^\n]*)\n")
 
 
 def cuobjdump() -> str:
+    """cuobjdump, and nvdisasm (which its -sass runs) on the PATH: the CUDA toolkit's, or pip's nvidia packages'
+    (nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm put both in one bin folder, added to the PATH here)."""
     found = shutil.which("cuobjdump")
-    if found:
-        return found
-    import nvidia  # pip's CUDA packages share this namespace
-    for root in nvidia.__path__:
-        for path in glob.glob(os.path.join(root, "*", "bin", "cuobjdump")):
-            return path
-    sys.exit("code_size.py: no cuobjdump on the PATH or in pip's nvidia packages (pip install nvidia-cuda-cuobjdump)")
+    if not found:
+        try:
+            import nvidia  # pip's CUDA packages share this namespace
+            roots = list(nvidia.__path__)
+        except ImportError:
+            roots = []
+        found = next((p for r in roots for p in glob.glob(os.path.join(r, "*", "bin", "cuobjdump"))), None)
+        if not found:
+            sys.exit("code_size.py: no cuobjdump on the PATH or in pip's nvidia packages "
+                     "(pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+        os.environ["PATH"] = os.path.dirname(found) + os.pathsep + os.environ.get("PATH", "")
+    if not shutil.which("nvdisasm"):
+        sys.exit(f"code_size.py: {found} needs nvdisasm on the PATH (pip install nvidia-cuda-nvdisasm)")
+    return found
 
 
 def sizes(name: str, changes: dict[str, str], max_seq_len: int = 512) -> tuple[int, int, list[tuple[str, int]]]:

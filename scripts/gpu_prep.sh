@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # On the CPU machine, before the GPU calls: everything scripts/gpu_run.sh needs that the lent GPU machine lacks.
-# These paths are in .git/info/exclude and travel through the device tool's `carry`.
+# These paths are in .git/info/exclude (added here where a fresh checkout lacks them: the device tool sends the
+# untracked files git does not ignore, and .carry's real model alone is over its 64 MiB) and travel through `carry`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+for p in .carry/ .kiec_commit .whl/; do grep -qxF "$p" "$exclude" 2> /dev/null || echo "$p" >> "$exclude"; done
 git rev-parse --short HEAD > .kiec_commit                 # the tree travels without .git
 [ -f .whl/gguf-0.19.0-py3-none-any.whl ] || python3 -m pip download -q --no-deps --only-binary=:all: \
   --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 -d .whl gguf==0.19.0  # GGUF reader
