@@ -93,6 +93,11 @@ fi
 if [ -n "${CLUSTER:-}" ]; then
   bench_build cluster_x cluster_x && timeout 120 /tmp/cluster_x 2>&1 | tee "$OUT/cluster_x.txt"
 fi
+# ACQUIRE=1: whether a thread keeps several acquire loads of counters in flight, and what a fence after relaxed loads
+# costs (bench/acquire_pipeline.cu: the question before polling a counter with staggered loads)
+if [ -n "${ACQUIRE:-}" ]; then
+  bench_build acquire_pipeline acquire_pipeline && timeout 60 /tmp/acquire_pipeline 2>&1 | tee "$OUT/acquire_pipeline.txt"
+fi
 # STREAM=1: how fast the weight ring delivers when nothing stops it (the LM head's case), against the read ceiling,
 # with the GEMV tile consuming, other ring shapes and L2 policy (bench/stream_rate.cu)
 if [ -n "${STREAM:-}" ]; then
