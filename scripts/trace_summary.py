@@ -191,7 +191,8 @@ def tail_lines(t: dict[str, float], last: collections.Counter) -> list[str]:
     return lines
 
 
-def slowest_parts(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> dict[str, tuple[list[float], int, int]]:
+def slowest_parts(ts: np.ndarray, slots: list[str], sched: list,
+                  kernels: list) -> dict[str, tuple[list[float], int, int]]:
     """Per GEMV kind: where its phases' slowest tile (the last done) lost against the median tile, us, mean over the
     phases: inputs ready later, prologue (to x ready), pages and dots (to the sums), epilogue and release (to done),
     and done; with how many of its phases (of how many) that tile started after the previous phase's last signal,
@@ -208,7 +209,8 @@ def slowest_parts(ts: np.ndarray, slots: list[str], sched: list, kernels: list) 
         _, opcode, k, _ = sched[rows[0]]
         if prev_end is not None and opcode == "gemv":
             # (ns after prev_end before any float: %globaltimer's ns since 1970 lose ~256 ns to a float64)
-            ready, x, sums, done = ((col[n][rows] - prev_end).astype(np.float64) for n in ("ready", "x_ready", "sums_done", "done"))
+            ready, x, sums, done = ((col[n][rows] - prev_end).astype(np.float64)
+                                    for n in ("ready", "x_ready", "sums_done", "done"))
             parts = [ready, x - ready, sums - x, done - sums, done]
             j = int(done.argmax())
             entry = out[kind(opcode, kernels[k])]
@@ -223,7 +225,8 @@ def slowest_parts(ts: np.ndarray, slots: list[str], sched: list, kernels: list) 
 def slowest_lines(sp: dict[str, tuple[list[float], int, int]]) -> list[str]:
     lines = ["the slowest tile of each GEMV phase against the median tile, us later (mean over the phases), and the "
              "phases where it started after the previous phase ended:",
-             f"{'kind':<24}{'ready':>8}{'prologue':>10}{'pages+dots':>12}{'epi+release':>13}{'done':>8}{'started late':>14}"]
+             f"{'kind':<24}{'ready':>8}{'prologue':>10}{'pages+dots':>12}{'epi+release':>13}{'done':>8}"
+             f"{'started late':>14}"]
     for name, (d, late, n) in sorted(sp.items(), key=lambda kv: -kv[1][0][4]):
         lines.append(f"{name:<24}{d[0]:>8.2f}{d[1]:>10.2f}{d[2]:>12.2f}{d[3]:>13.2f}{d[4]:>8.2f}{f'{late} of {n}':>14}")
     return lines

@@ -272,7 +272,7 @@ __device__ __forceinline__ void settle_tags(Stale stale, Reload reload) {
 #pragma unroll
     for (int e = 0; e < N; ++e) any |= stale(e);
     if (!any || spins == 1u << 20 || (KIEC_TAG_WAITS && spins % 1024 == 0 && stop_passed())) return;
-#if KIEC_TAG_WAITS && defined(KIEC_POLL_SLEEP_NS) && KIEC_POLL_SLEEP_NS > 0  // (persist_poll_sleep_ns, as the counters' polls)
+#if KIEC_TAG_WAITS && defined(KIEC_POLL_SLEEP_NS) && KIEC_POLL_SLEEP_NS > 0  // (persist_poll_sleep_ns, as counters')
     __nanosleep(KIEC_POLL_SLEEP_NS);
 #endif
 #pragma unroll

@@ -77,14 +77,14 @@ __device__ __forceinline__ unsigned wait_target(const Wait& w, int t) {
 }
 __device__ __forceinline__ bool wait_late(const Wait& w) { return KIEC_TAG_WAITS >= 2 && (w.previous & 2); }
 
-// KIEC_POLL_AHEAD (persist_poll_ahead): a warp of the streaming warpgroup polls each instruction's waits ahead of
-// the compute warps, in their order (poll_ahead), attention's arrivals (`extra`) among them, and posts in shared
-// memory how far it got (Ahead); wait_inputs only looks there. An SM still busy with its previous tile when its next tile's inputs came
-// then starts that tile at once, not after loading its waits and a poll's round trip: in the traces of the eleventh
-// session such a tile took 0.6-1.1 us from its start to inputs ready, and it was the phase's slowest tile in 49 of
-// 64 GEMV phases on llama-3.2-1b (bench/RESULTS.md). Order: a lane's acquire of a counter, the warp's __syncwarp,
-// lane 0's release of `seq` (CTA scope), thread 0's acquire of it and the block's barrier order the tile's reads
-// after the producers' writes, as wait_inputs' own acquire and barrier do.
+// KIEC_POLL_AHEAD (persist_poll_ahead): a warp of the streaming warpgroup polls each instruction's waits ahead of the
+// compute warps, in their order (poll_ahead), attention's arrivals (`extra`) among them, and posts in shared memory how
+// far it got (Ahead); wait_inputs only looks there. An SM still busy with its previous tile when its next tile's inputs
+// came then starts that tile at once, not after loading its waits and a poll's round trip: in the traces of the
+// eleventh session such a tile took 0.6-1.1 us from its start to inputs ready, and it was the phase's slowest tile in
+// 49 of 64 GEMV phases on llama-3.2-1b (bench/RESULTS.md). Order: a lane's acquire of a counter, the warp's __syncwarp,
+// lane 0's release of `seq` (CTA scope), thread 0's acquire of it and the block's barrier order the tile's reads after
+// the producers' writes, as wait_inputs' own acquire and barrier do.
 #ifndef KIEC_POLL_AHEAD
 #define KIEC_POLL_AHEAD 0
 #endif
@@ -126,7 +126,7 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
   __shared__ int go;
   static_assert(MAX_WAITS < 32, "a lane a wait, and one for `extra`");
 #if KIEC_POLL_AHEAD
-  if (threadIdx.x == 0) {  // (the poller's post, then `extra`)
+  if (threadIdx.x == 0) {  // (the poller's post)
     Ahead& v = ahead();
     const int seq = u.t * v.count + (int)(u.ins - u.a->instrs) - v.begin + 1;
     int ok = 1;
