@@ -10,6 +10,7 @@ phase, and where it lost against the median one; and the spread of ready pages."
 import collections
 import json
 import sys
+from typing import Iterator
 
 import numpy as np
 
@@ -84,25 +85,37 @@ def per_kind(ts: np.ndarray, slots: list[str], sched: list, kernels: list, sms: 
     return lines
 
 
+def phase_rows(col: dict[str, np.ndarray], sched: list, opcode: str | None = None) -> dict[int, np.ndarray]:
+    """Each phase's (counter's) recorded instructions, their rows in the recording; with `opcode`, its phases alone."""
+    phases: dict[int, list[int]] = collections.defaultdict(list)
+    for i, (_, op, _, c) in enumerate(sched):
+        if col["start"][i] > 0 and (opcode is None or op == opcode):
+            phases[c].append(i)
+    return {c: np.array(rows) for c, rows in phases.items()}
+
+
+def along_chain(col: dict[str, np.ndarray], sched: list) -> Iterator[tuple[np.ndarray, str, int, int | None]]:
+    """The phases in order: each one's rows, opcode and kernel, and the latest last signal of the phases before it
+    (ns; None for the first)."""
+    prev_end = None
+    for c, rows in sorted(phase_rows(col, sched).items()):
+        _, opcode, k, _ = sched[rows[0]]
+        yield rows, opcode, k, prev_end
+        last_done = col["done"][rows].max()
+        prev_end = last_done if prev_end is None else max(prev_end, last_done)
+
+
 def chain(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> dict[str, tuple[int, float, float]]:
     """Per kind: (phases, mean hop us, mean span us) along the phases in order. A phase's hop runs from the
     previous phase's last signal to its own first inputs-ready, its span from there to its own last signal; a
     phase whose first SM saw its inputs before the previous one ended (they do not depend on each other) has a
     hop of 0."""
     col = columns(ts, slots)
-    phases: dict[int, list[int]] = collections.defaultdict(list)
-    for i, entry in enumerate(sched):
-        if col["start"][i] > 0:
-            phases[entry[3]].append(i)
     out: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
-    prev_end = None
-    for c in sorted(phases):
-        rows = phases[c]
+    for rows, opcode, k, prev_end in along_chain(col, sched):
         first_ready, last_done = col["ready"][rows].min(), col["done"][rows].max()
         hop = 0.0 if prev_end is None else max(0.0, (first_ready - prev_end) / 1e3)
-        _, opcode, k, _ = sched[rows[0]]
         out[kind(opcode, kernels[k])].append((hop, (last_done - first_ready) / 1e3))
-        prev_end = last_done if prev_end is None else max(prev_end, last_done)
     return {name: (len(v), float(np.mean([h for h, _ in v])), float(np.mean([s for _, s in v]))) for name, v in out.items()}
 
 
@@ -112,23 +125,16 @@ def handover(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> di
     The phase's own stretch of the chain is its done max; a median far under the max says the phase waits for its
     slowest tile, and a handover that makes the median tile earlier does not shorten it unless the max moves."""
     col = columns(ts, slots)
-    phases: dict[int, list[int]] = collections.defaultdict(list)
-    for i, entry in enumerate(sched):
-        if col["start"][i] > 0:
-            phases[entry[3]].append(i)
     out: dict[str, list[list[float]]] = collections.defaultdict(list)
-    prev_end = None
-    for c in sorted(phases):
-        rows = phases[c]
-        _, opcode, k, _ = sched[rows[0]]
-        if prev_end is not None:
-            def spread(name: str) -> list[float]:
-                d = (col[name][rows] - prev_end) / 1e3
-                return [float(d.min()), float(np.median(d)), float(d.max())]
-            xs = spread("x_ready") if opcode == "gemv" else [float("nan")] * 3
-            out[kind(opcode, kernels[k])].append(spread("ready") + xs + spread("done"))
-        last_done = col["done"][rows].max()
-        prev_end = last_done if prev_end is None else max(prev_end, last_done)
+    for rows, opcode, k, prev_end in along_chain(col, sched):
+        if prev_end is None:
+            continue
+
+        def spread(name: str) -> list[float]:
+            d = (col[name][rows] - prev_end) / 1e3
+            return [float(d.min()), float(np.median(d)), float(d.max())]
+        xs = spread("x_ready") if opcode == "gemv" else [float("nan")] * 3
+        out[kind(opcode, kernels[k])].append(spread("ready") + xs + spread("done"))
     return {name: [float(v) for v in np.mean(v, axis=0)] for name, v in out.items()}
 
 
@@ -157,13 +163,9 @@ def tails(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> tuple
     """Per GEMV kind: the mean over its phases of the last SM's signal after the median SM's (us: what waiting
     for the slowest tile costs the phase); and how often each SM signalled a GEMV phase last."""
     col = columns(ts, slots)
-    phases: dict[int, list[int]] = collections.defaultdict(list)
-    for i, (sm, opcode, k, c) in enumerate(sched):
-        if col["start"][i] > 0 and opcode == "gemv":
-            phases[c].append(i)
     out: dict[str, list[float]] = collections.defaultdict(list)
     last: collections.Counter = collections.Counter()
-    for c, rows in phases.items():
+    for rows in phase_rows(col, sched, "gemv").values():
         done = col["done"][rows] - col["done"][rows].min()  # (before the median's float: see slowest_parts)
         out[kind("gemv", kernels[sched[rows[0]][2]])].append((done.max() - np.median(done)) / 1e3)
         last[sched[rows[int(done.argmax())]][0]] += 1
@@ -198,27 +200,19 @@ def slowest_parts(ts: np.ndarray, slots: list[str], sched: list,
     and done; with how many of its phases (of how many) that tile started after the previous phase's last signal,
     its SM still busy with its previous instruction then. The first phase has no previous one and is left out."""
     col = columns(ts, slots)
-    phases: dict[int, list[int]] = collections.defaultdict(list)
-    for i, entry in enumerate(sched):
-        if col["start"][i] > 0:
-            phases[entry[3]].append(i)
     out: dict[str, list] = collections.defaultdict(lambda: [[], 0, 0])
-    prev_end = None
-    for c in sorted(phases):
-        rows = np.array(phases[c])
-        _, opcode, k, _ = sched[rows[0]]
-        if prev_end is not None and opcode == "gemv":
-            # (ns after prev_end before any float: %globaltimer's ns since 1970 lose ~256 ns to a float64)
-            ready, x, sums, done = ((col[n][rows] - prev_end).astype(np.float64)
-                                    for n in ("ready", "x_ready", "sums_done", "done"))
-            parts = [ready, x - ready, sums - x, done - sums, done]
-            j = int(done.argmax())
-            entry = out[kind(opcode, kernels[k])]
-            entry[0].append([(p[j] - np.median(p)) / 1e3 for p in parts])
-            entry[1] += int(col["start"][rows[j]] >= prev_end)
-            entry[2] += 1
-        last_done = col["done"][rows].max()
-        prev_end = last_done if prev_end is None else max(prev_end, last_done)
+    for rows, opcode, k, prev_end in along_chain(col, sched):
+        if prev_end is None or opcode != "gemv":
+            continue
+        # (ns after prev_end before any float: %globaltimer's ns since 1970 lose ~256 ns to a float64)
+        ready, x, sums, done = ((col[n][rows] - prev_end).astype(np.float64)
+                                for n in ("ready", "x_ready", "sums_done", "done"))
+        parts = [ready, x - ready, sums - x, done - sums, done]
+        j = int(done.argmax())
+        entry = out[kind(opcode, kernels[k])]
+        entry[0].append([(p[j] - np.median(p)) / 1e3 for p in parts])
+        entry[1] += int(col["start"][rows[j]] >= prev_end)
+        entry[2] += 1
     return {name: ([float(v) for v in np.mean(d, axis=0)], late, n) for name, (d, late, n) in out.items()}
 
 
@@ -274,10 +268,7 @@ def attention_critical(ts: np.ndarray, slots: list[str], sched: list) -> list[st
     and the one that signalled last (partial stored to done: the arrival, the merge and the signal), mean us (min,
     max) over the phases: the two stretches of attention on the chain."""
     col = columns(ts, slots)
-    phases: dict[int, list[int]] = collections.defaultdict(list)
-    for i, (_, opcode, _, c) in enumerate(sched):
-        if opcode == "attention" and col["start"][i] > 0:
-            phases[c].append(i)
+    phases = phase_rows(col, sched, "attention")
     if not phases:
         return []
     slice_us, tail_us = [], []

@@ -74,7 +74,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   QkvWords<HEAD_DIM, GROUP, WARPS> pre;  // (its words before the wait: their tags are checked after it)
   if (TAGGED && split < active) pre.load(qkv, g, kv_heads, hi == u.pos + 1);
 #endif
-  if (!wait_inputs(u, KIEC_TAGGED && u.t > 0 ? arrive + g : nullptr, (unsigned)SPLITS * (unsigned)u.t)) return false;
+  if (!wait_inputs(u, arrivals_waited(u.t) ? arrive + g : nullptr, (unsigned)SPLITS * (unsigned)u.t)) return false;
 #ifdef KIEC_SCRATCH_BYTES
   static_assert(sizeof(AttentionSmem<HEAD_DIM, GROUP, WARPS>) <= KIEC_SCRATCH_BYTES,
                 "codegen/persistent.py sized the tiles' scratch below AttentionSmem");

@@ -119,6 +119,23 @@ __device__ __forceinline__ bool spin_until(const unsigned* counter, unsigned tar
   return true;
 }
 
+// A warp's lanes spin each on its counter (none, or met already: `met`) until every lane's has reached its target:
+// false once the warp's vote on stopped(spins) says the generation ended first (every lane leaves at once).
+// wait_writes' and poll_ahead's loop; wait_inputs writes the same loop out (a test reads it there).
+template <typename Stopped>
+__device__ __forceinline__ bool lanes_meet(const unsigned* counter, unsigned target, bool met, Stopped stopped) {
+  for (unsigned spins = 1;; ++spins) {
+    if (!met) met = ld_acquire(counter) >= target;
+    if (__all_sync(0xffffffffu, met)) return true;
+    if (__any_sync(0xffffffffu, stopped(spins))) return false;
+    if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
+  }
+}
+
+// Whether an attention tile of token t waits for the previous step's splits' arrivals on its KV head (`extra`:
+// SPLITS x t of them, attention_tile): with tagged words its phase counters move relaxed and carry no cache rows.
+__device__ __forceinline__ bool arrivals_waited(int t) { return KIEC_TAGGED && t > 0; }
+
 // `late_seen` (KIEC_TAG_WAITS 2, waits polled together): lane i of warp 0 gets a relaxed load of late wait i's
 // counter, issued here and first looked at by wait_writes, so that its round trip passes under the tile's work.
 __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra = nullptr,
@@ -198,9 +215,9 @@ __device__ __forceinline__ void poll_ahead(const PersistentArgs& a, int begin, i
     for (int i = begin; i < end; ++i) {
       const Instr& ins = a.instrs[i];
       const int n = ins.n_waits;
-      // lane n: attention's `extra` with tagged words, the previous step's arrivals on its KV head (attention_tile
-      // asks for arrive + g, SPLITS x t: the descriptor's arrive and splits)
-      const bool arrivals = KIEC_TAGGED && t > 0 && ins.opcode == OP_ATTENTION;
+      // lane n: attention's `extra` (arrivals_waited), its counter and target from the descriptor as attention_tile
+      // has them (arrive + g, SPLITS x t)
+      const bool arrivals = arrivals_waited(t) && ins.opcode == OP_ATTENTION;
       bool met = lane > n || (lane == n && !arrivals);  // counters only grow: a wait met stays met
       const unsigned* counter = nullptr;
       unsigned target = 0;
@@ -213,15 +230,11 @@ __device__ __forceinline__ void poll_ahead(const PersistentArgs& a, int begin, i
         counter = a.arrivals + d.arrive + ins.lo;
         target = (unsigned)d.splits * (unsigned)t;
       }
-      for (unsigned spins = 1;; ++spins) {
-        if (!met) met = ld_acquire(counter) >= target;
-        if (__all_sync(0xffffffffu, met)) break;
-        const bool stop = spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)a.stop_pos <= pos;
-        if (__any_sync(0xffffffffu, stop || *quit)) {  // (the warp's vote: every lane leaves at once)
-          if (lane == 0) st_release_cta(&v.stopped, 1);
-          return;
-        }
-        if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
+      if (!lanes_meet(counter, target, met, [&](unsigned spins) {
+            return *quit || (spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)a.stop_pos <= pos);
+          })) {
+        if (lane == 0) st_release_cta(&v.stopped, 1);
+        return;
       }
       __syncwarp();
       if (lane == 0) st_release_cta(&v.seq, ++seq);
@@ -247,16 +260,9 @@ __device__ __forceinline__ bool wait_writes(const Turn& u, unsigned late_seen) {
       target = wait_target(w, u.t);
       met = KIEC_WAITS_TOGETHER && late_seen >= target;
     }
-    int ok = 1;
-    for (unsigned spins = 1;; ++spins) {  // (wait_inputs' loop)
-      if (!met) met = ld_acquire(counter) >= target;
-      if (__all_sync(0xffffffffu, met)) break;
-      if (spins % KIEC_STOP_POLL_EVERY == 0 && __any_sync(0xffffffffu, *(volatile int*)u.a->stop_pos <= u.pos)) {
-        ok = 0;
-        break;
-      }
-      if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
-    }
+    const bool ok = lanes_meet(counter, target, met, [&](unsigned spins) {
+      return spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)u.a->stop_pos <= u.pos;
+    });
     if (lane == 0) go = ok;
   }
   sync_block();
