@@ -161,9 +161,9 @@ __device__ __forceinline__ void prefetch_split_l2(const T* cache, int kv_heads, 
 struct NoMarks {
   __device__ __forceinline__ void operator()(int) const {}
 };
-// Tag waits (KIEC_TAG_WAITS): a split's tagged q words and, where it appends, the new k and v words, loaded by the
-// persistent tile before its wait (its waits left guard its writes, not these words, whose tags attention_slice
-// checks), so that their round trip passes under the polls'.
+// A split's tagged q words and, where it appends, the new k and v words, all loaded at once (attention_slice); with
+// tag waits (KIEC_TAG_WAITS) the persistent tile loads them before its wait (its waits left guard its writes, not
+// these words, whose tags attention_slice checks), so that their round trip passes under the polls'.
 template <int HEAD_DIM, int GROUP, int WARPS>
 struct QkvWords {
   static constexpr int THREADS = WARPS * 32, QPER = (GROUP * HEAD_DIM + THREADS - 1) / THREADS;
@@ -205,28 +205,15 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   if constexpr (TAGGED) {  // every word loaded at once, then each stale one again
     constexpr int THREADS = WARPS * 32, QPER = (GROUP * HEAD_DIM + THREADS - 1) / THREADS;
     static_assert(HEAD_DIM <= THREADS, "a thread takes at most one element of the new k and v");
-    unsigned long long wq[QPER], wk = 0ull, wv = 0ull;
+    QkvWords<HEAD_DIM, GROUP, WARPS> words;
+#if KIEC_TAG_WAITS
+    if (pre) words = *pre;  // (loaded before the wait)
+    else
+#endif
+      words.load(qkv, g, kv_heads, owns_pos);
+    unsigned long long(&wq)[QPER] = words.q, &wk = words.k, &wv = words.v;
     const int q0 = g * GROUP * HEAD_DIM, k0 = (nq + g) * HEAD_DIM, v0 = (nq + kv_heads + g) * HEAD_DIM;
     const bool kv_mine = owns_pos && (int)threadIdx.x < HEAD_DIM;
-#if KIEC_TAG_WAITS
-    if (pre) {  // (loaded before the wait: QkvWords)
-#pragma unroll
-      for (int e = 0; e < QPER; ++e) wq[e] = pre->q[e];
-      wk = pre->k;
-      wv = pre->v;
-    } else
-#endif
-    {
-#pragma unroll
-      for (int e = 0; e < QPER; ++e) {
-        const int i = threadIdx.x + e * THREADS;
-        if (i < GROUP * HEAD_DIM) wq[e] = ld_tagged(qkv, q0 + i);
-      }
-      if (kv_mine) {
-        wk = ld_tagged(qkv, k0 + threadIdx.x);
-        wv = ld_tagged(qkv, v0 + threadIdx.x);
-      }
-    }
     settle_tags<QPER + 2>(  // (q, then the new k and v: each stale one again, together)
         [&](int e) {
           if (e < QPER) return threadIdx.x + e * THREADS < GROUP * HEAD_DIM && !carries(wq[e], tag);
