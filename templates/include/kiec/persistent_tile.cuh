@@ -65,6 +65,9 @@ __device__ __forceinline__ void trace(const Turn& u, TraceSlot what) {
 #ifndef KIEC_WAITS_TOGETHER
 #define KIEC_WAITS_TOGETHER 0
 #endif
+#ifndef KIEC_TAGGED  // 1: some values travel as tagged words (persist_tagged)
+#define KIEC_TAGGED 0
+#endif
 // A wait's target this token: tiles * (t + 1), or tiles * t on the previous token's run. With tag waits
 // (KIEC_TAG_WAITS) a Wait's `previous` field holds previous in bit 0, late in bit 1 (KIEC_TAG_WAITS 2: the wait
 // guards only the tile's writes; wait_inputs leaves it to wait_writes) and its lead above (persistent_abi.py).
@@ -270,10 +273,7 @@ __device__ __forceinline__ bool wait_writes(const Turn& u, unsigned late_seen) {
 }
 #endif
 
-// ---- tagged words (common.cuh: st_tagged, ld_tagged, tagged_value)
-#ifndef KIEC_TAGGED
-#define KIEC_TAGGED 0
-#endif
+// ---- tagged words (common.cuh: st_tagged, ld_tagged, tagged_value; KIEC_TAGGED above)
 
 // The tag phase `phase` of this token writes.
 __device__ __forceinline__ unsigned tag_of(const Turn& u, int phase) {
