@@ -88,28 +88,53 @@ __device__ __forceinline__ bool wait_late(const Wait& w) { return KIEC_TAG_WAITS
 // 49 of 64 GEMV phases on llama-3.2-1b (bench/RESULTS.md). Order: a lane's acquire of a counter, the warp's __syncwarp,
 // lane 0's release of `seq` (CTA scope), thread 0's acquire of it and the block's barrier order the tile's reads after
 // the producers' writes, as wait_inputs' own acquire and barrier do.
+// The poller paces its polls while the compute warps are not yet waiting for the instruction it polls for: at full
+// rate every SM's poller spun on its next phase's counters all through the phases before, and the weights streamed at
+// half speed (llama-3.2-1b 1.198 vs 0.770 ms a token, twelfth session: many SMs polling one line hold its L2 slice,
+// which every weight copy crosses). Paced, it polls once a KIEC_AHEAD_PAUSE_NS (0: never paced), looking meanwhile
+// every KIEC_AHEAD_LOOK_NS at whether the compute warps began to wait (Ahead::waiting), and then at full rate.
 #ifndef KIEC_POLL_AHEAD
 #define KIEC_POLL_AHEAD 0
 #endif
+#ifndef KIEC_AHEAD_PAUSE_NS
+#define KIEC_AHEAD_PAUSE_NS 0
+#endif
+#define KIEC_AHEAD_LOOK_NS 100
 #if KIEC_POLL_AHEAD && KIEC_TAG_WAITS
 #error "persist_poll_ahead with persist_tag_waits: the poller knows nothing of late waits or spins on tags"
 #endif
 struct Ahead {
   int seq;           // t * count + i + 1: the waits of the block's instruction i of token t, and of all before, met
   int stopped;       // the generation ended before the waits of instruction seq (0-based) were met
+  int waiting;       // the seq the compute warps wait for (or last waited for)
   int begin, count;  // the block's list: a.instrs[begin, begin + count)
 };
 __device__ __forceinline__ Ahead& ahead() {
   __shared__ Ahead view;
   return view;
 }
-__device__ __forceinline__ int ld_acquire_cta(const int* p) {
+// Ahead's words are read and written with atomics: racecheck took a plain ld.acquire / st.release of them for a race
+// (55,296 hazards a run, twelfth session), as it takes any shared access not ordered by a barrier.
+__device__ __forceinline__ int ld_acquire_cta(int* p) {
   int v;
-  asm volatile("ld.acquire.cta.shared.u32 %0, [%1];" : "=r"(v) : "r"((unsigned)__cvta_generic_to_shared(p)) : "memory");
+  asm volatile("atom.acquire.cta.shared.or.b32 %0, [%1], 0;"
+               : "=r"(v) : "r"((unsigned)__cvta_generic_to_shared(p)) : "memory");
+  return v;
+}
+__device__ __forceinline__ int ld_relaxed_cta(int* p) {
+  int v;
+  asm volatile("atom.relaxed.cta.shared.or.b32 %0, [%1], 0;" : "=r"(v) : "r"((unsigned)__cvta_generic_to_shared(p)));
   return v;
 }
 __device__ __forceinline__ void st_release_cta(int* p, int v) {
-  asm volatile("st.release.cta.shared.u32 [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(p)), "r"(v) : "memory");
+  int old;
+  asm volatile("atom.release.cta.shared.exch.b32 %0, [%1], %2;"
+               : "=r"(old) : "r"((unsigned)__cvta_generic_to_shared(p)), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_relaxed_cta(int* p, int v) {
+  int old;
+  asm volatile("atom.relaxed.cta.shared.exch.b32 %0, [%1], %2;"
+               : "=r"(old) : "r"((unsigned)__cvta_generic_to_shared(p)), "r"(v));
 }
 // Thread 0 spins until *counter reaches target: false when the generation ended first (its stop position looked at
 // every KIEC_STOP_POLL_EVERY polls).
@@ -125,13 +150,19 @@ __device__ __forceinline__ bool spin_until(const unsigned* counter, unsigned tar
 // A warp's lanes spin each on its counter (none, or met already: `met`) until every lane's has reached its target:
 // false once the warp's vote on stopped(spins) says the generation ended first (every lane leaves at once).
 // wait_writes' and poll_ahead's loop; wait_inputs writes the same loop out (a test reads it there).
-template <typename Stopped>
-__device__ __forceinline__ bool lanes_meet(const unsigned* counter, unsigned target, bool met, Stopped stopped) {
+struct PollSleep {  // between two polls: KIEC_POLL_SLEEP_NS
+  __device__ __forceinline__ void operator()() const {
+    if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
+  }
+};
+template <typename Stopped, typename Pause = PollSleep>
+__device__ __forceinline__ bool lanes_meet(const unsigned* counter, unsigned target, bool met, Stopped stopped,
+                                           Pause pause = {}) {
   for (unsigned spins = 1;; ++spins) {
     if (!met) met = ld_acquire(counter) >= target;
     if (__all_sync(0xffffffffu, met)) return true;
     if (__any_sync(0xffffffffu, stopped(spins))) return false;
-    if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
+    pause();
   }
 }
 
@@ -150,6 +181,7 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
     Ahead& v = ahead();
     const int seq = u.t * v.count + (int)(u.ins - u.a->instrs) - v.begin + 1;
     int ok = 1;
+    if (KIEC_AHEAD_PAUSE_NS > 0) st_relaxed_cta(&v.waiting, seq);  // (the poller stops pacing this one)
     while (ld_acquire_cta(&v.seq) < seq) {
       if (ld_acquire_cta(&v.stopped)) {  // (its last post came before: looked at once more)
         ok = ld_acquire_cta(&v.seq) >= seq;
@@ -233,9 +265,18 @@ __device__ __forceinline__ void poll_ahead(const PersistentArgs& a, int begin, i
         counter = a.arrivals + d.arrive + ins.lo;
         target = (unsigned)d.splits * (unsigned)t;
       }
+      // paced while the compute warps are not yet waiting for this instruction (seq + 1): lane 0 looks, the warp
+      // follows its vote
+      const auto pause = [&] {
+        if (KIEC_AHEAD_PAUSE_NS <= 0) return PollSleep{}();
+        for (int ns = 0; ns < KIEC_AHEAD_PAUSE_NS; ns += KIEC_AHEAD_LOOK_NS) {
+          if (__shfl_sync(0xffffffffu, lane == 0 ? ld_relaxed_cta(&v.waiting) : 0, 0) > seq) return;
+          __nanosleep(KIEC_AHEAD_LOOK_NS);
+        }
+      };
       if (!lanes_meet(counter, target, met, [&](unsigned spins) {
             return *quit || (spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)a.stop_pos <= pos);
-          })) {
+          }, pause)) {
         if (lane == 0) st_release_cta(&v.stopped, 1);
         return;
       }
