@@ -294,7 +294,7 @@ def test_waits_polled_together_compile_and_poll_a_lane_a_wait(tmp_path, monkeypa
 def test_waits_polled_ahead_compile_and_refuse_tag_waits(tmp_path, monkeypatch):
     # persist_poll_ahead: a warp of the streaming warpgroup polls the waits ahead (poll_ahead); the kernel builds
     # (nvcc), the default's source has no KIEC_POLL_AHEAD, and tag waits (which the poller knows nothing of) and
-    # values other than 0 and 1 are refused by name
+    # values other than 0 and 1 are refused by name, as is a pause (its pace ahead) out of range
     import dataclasses
 
     from kiec.codegen import targets
@@ -308,12 +308,15 @@ def test_waits_polled_ahead_compile_and_refuse_tag_waits(tmp_path, monkeypatch):
     on = dataclasses.replace(base, persist_poll_ahead=1)
     monkeypatch.setitem(targets.TARGETS, "sm_90", on)
     with open(os.path.join(kiec.compile(model, str(tmp_path / "art"), mode="persistent"), "src", "model.cu")) as fh:
-        assert "#define KIEC_POLL_AHEAD 1" in fh.read()
+        text = fh.read()
+        assert "#define KIEC_POLL_AHEAD 1" in text and "#define KIEC_AHEAD_PAUSE_NS 1000" in text
     program = pipeline.run(model.graph)
     with pytest.raises(ValueError, match="persist_poll_ahead with persist_tag_waits"):
         _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, persist_tag_waits=1))
     with pytest.raises(ValueError, match="persist_poll_ahead 2: 0 or 1"):
         _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, persist_poll_ahead=2))
+    with pytest.raises(ValueError, match="persist_poll_ahead_pause_ns -1: 0 to 100000 ns"):
+        _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, persist_poll_ahead_pause_ns=-1))
 
 
 def test_early_rope_and_kv_first_set_their_flags_after_the_short_pass(tmp_path):
