@@ -281,7 +281,8 @@ __device__ __forceinline__ void poll_ahead(const PersistentArgs& a, int begin, i
         return;
       }
       __syncwarp();
-      if (lane == 0) st_release_cta(&v.seq, ++seq);
+      ++seq;  // (every lane's: the pace looks at it)
+      if (lane == 0) st_release_cta(&v.seq, seq);
     }
   }
 }
