@@ -72,6 +72,8 @@ class _PersistentEmitter(_Emitter):
             raise ValueError(f"persist_tag_lead {t.persist_tag_lead}: a percentage of the writer's tiles, 0 to 100")
         if t.persist_poll_ahead not in (0, 1):
             raise ValueError(f"persist_poll_ahead {t.persist_poll_ahead}: 0 or 1")
+        if t.persist_poll_relaxed not in (0, 1):
+            raise ValueError(f"persist_poll_relaxed {t.persist_poll_relaxed}: 0 or 1")
         if not 0 <= t.persist_poll_ahead_pause_ns <= 100_000:
             raise ValueError(f"persist_poll_ahead_pause_ns {t.persist_poll_ahead_pause_ns}: 0 to 100000 ns")
         if t.persist_poll_ahead and self.tag_waits:
@@ -255,6 +257,7 @@ class _PersistentEmitter(_Emitter):
             l2_ahead=self.t.persist_l2_ahead_bytes // page, stop_poll_every=self.t.persist_stop_poll_every,
             poll_sleep_ns=self.t.persist_poll_sleep_ns, waits_together=int(bool(self.t.persist_waits_together)),
             poll_ahead=self.t.persist_poll_ahead, ahead_pause_ns=self.t.persist_poll_ahead_pause_ns,
+            poll_relaxed=self.t.persist_poll_relaxed,
             probe_relaxed_signal=self.t.persist_probe_relaxed_signal,
             trace_attention=self.t.persist_trace_attention,
             tagged=int(self.tags is not None), tag_parity=self.parity_table(), tag_waits=self.tag_waits,

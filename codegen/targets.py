@@ -42,6 +42,9 @@ class TargetParams:
     # persist_poll_ahead: while the compute warps are not yet waiting for the instruction it polls for, the poller polls
     # once this many ns (0: at full rate, which halved the weights' stream: persistent_tile.cuh, KIEC_AHEAD_PAUSE_NS)
     persist_poll_ahead_pause_ns: int
+    # persistent: 1: waits polled with relaxed loads and each counter acquired once met (an acquire invalidates the
+    # SM's L1 and seemed to stall its weight stream: persistent_tile.cuh, KIEC_POLL_RELAXED)
+    persist_poll_relaxed: int
     persist_attn_pipeline: int  # persistent: 1: attention loads its next K/V pass while it computes this one
     persist_attn_keys: int  # persistent: keys a pass per lane group (attention's unrolled step); 0: graph mode's
     persist_attn_short_keys: int  # persistent: > 0: a split one pass of this many keys covers runs that pass
@@ -173,7 +176,7 @@ TARGETS: dict[str, TargetParams] = {
                           # in the eleventh session's traces the slowest tile of most GEMV phases is one whose SM was
                           # still busy when its inputs came: 0.6-1.1 us from its start to inputs ready, a load of its
                           # waits and a poll. Built then, not yet run
-                          persist_poll_ahead=0, persist_poll_ahead_pause_ns=1000,
+                          persist_poll_ahead=0, persist_poll_ahead_pause_ns=1000, persist_poll_relaxed=0,
                           # at 8192 a split of llama-3.2-1b takes 512 rows in two passes of 256, each a round trip of
                           # loads and then its scores; persistent 8k costs 13 us a layer more than short context
                           # (bench/RESULTS.md, 5f1b610) for 3.7 us of K/V at the ceiling. 236e4bf: 0.931 vs 0.963-0.965 ms

@@ -315,6 +315,8 @@ def test_waits_polled_ahead_compile_and_refuse_tag_waits(tmp_path, monkeypatch):
         _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, persist_tag_waits=1))
     with pytest.raises(ValueError, match="persist_poll_ahead 2: 0 or 1"):
         _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, persist_poll_ahead=2))
+    with pytest.raises(ValueError, match="persist_poll_relaxed 2: 0 or 1"):
+        _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, persist_poll_relaxed=2))
     with pytest.raises(ValueError, match="persist_poll_ahead_pause_ns -1: 0 to 100000 ns"):
         _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, persist_poll_ahead_pause_ns=-1))
 

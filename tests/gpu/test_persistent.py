@@ -140,7 +140,10 @@ def test_device_draw_is_kiec_sampling_over_its_own_logits(tmp_path, temperature,
 @pytest.mark.parametrize("change", [{}, dict(persist_waits_together=0, persist_tagged=2, attn_min_keys=8),
                                     pytest.param(dict(persist_tag_waits=1, attn_min_keys=8), id="tag_waits"),
                                     pytest.param(dict(persist_tag_waits=2, attn_min_keys=8), id="tag_waits2"),
-                                    pytest.param(dict(persist_poll_ahead=1, attn_min_keys=8), id="poll_ahead")])
+                                    pytest.param(dict(persist_poll_ahead=1, attn_min_keys=8), id="poll_ahead"),
+                                    pytest.param(dict(persist_poll_ahead=1, persist_poll_relaxed=1, attn_min_keys=8),
+                                                 id="poll_ahead-relaxed"),
+                                    pytest.param(dict(persist_poll_relaxed=1, attn_min_keys=8), id="poll_relaxed")])
 def test_generation_ends_at_eos_and_when_the_host_stops_it(tmp_path, monkeypatch, change):
     # also with waits polled one after the other and attention's arrivals as an `extra` wait (tags 2, several
     # splits a head), with tag waits (tiles spin on their words' tags, not on counters), and with the waits polled
@@ -332,7 +335,13 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     pytest.param(dict(persist_poll_ahead=1, attn_min_keys=8), id="poll_ahead-splits"),
                                     pytest.param(dict(persist_poll_ahead=1, persist_tagged=0), id="poll_ahead-tags0"),
                                     pytest.param(dict(persist_poll_ahead=1, persist_poll_sleep_ns=100),
-                                                 id="poll_ahead-sleep")])
+                                                 id="poll_ahead-sleep"),
+                                    pytest.param(dict(persist_poll_ahead=1, persist_poll_ahead_pause_ns=0),
+                                                 id="poll_ahead-unpaced"),
+                                    pytest.param(dict(persist_poll_ahead=1, persist_poll_relaxed=1),
+                                                 id="poll_ahead-relaxed"),
+                                    pytest.param(dict(persist_poll_relaxed=1), id="poll_relaxed"),
+                                    pytest.param(dict(persist_poll_relaxed=1, persist_tagged=0), id="poll_relaxed-tags0")])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every

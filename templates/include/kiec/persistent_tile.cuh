@@ -96,6 +96,13 @@ __device__ __forceinline__ bool wait_late(const Wait& w) { return KIEC_TAG_WAITS
 #ifndef KIEC_POLL_AHEAD
 #define KIEC_POLL_AHEAD 0
 #endif
+// KIEC_POLL_RELAXED (persist_poll_relaxed): waits are polled with relaxed loads and each counter acquired once when
+// the warp's are all met (a round trip more); the poller's paced polls too. An acquire load invalidates the SM's L1,
+// and a poller paced at 300 / 1,000 / 3,000 ns slowed llama-3.2-1b to 1.122 / 0.886 / 0.812 ms vs 0.767 (twelfth
+// session): ~150 ns of the SM's weight stream lost a poll, as if each acquire stalled it for a round trip.
+#ifndef KIEC_POLL_RELAXED
+#define KIEC_POLL_RELAXED 0
+#endif
 #ifndef KIEC_AHEAD_PAUSE_NS
 #define KIEC_AHEAD_PAUSE_NS 0
 #endif
@@ -155,12 +162,24 @@ struct PollSleep {  // between two polls: KIEC_POLL_SLEEP_NS
     if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
   }
 };
-template <typename Stopped, typename Pause = PollSleep>
+struct Never {
+  __device__ __forceinline__ bool operator()() const { return false; }
+};
+// relaxed(): this spin's polls are relaxed loads (no L1 invalidation); a lane met by one acquires its counter once
+// when the warp's are all met, before the caller's release
+template <typename Stopped, typename Pause = PollSleep, typename Relaxed = Never>
 __device__ __forceinline__ bool lanes_meet(const unsigned* counter, unsigned target, bool met, Stopped stopped,
-                                           Pause pause = {}) {
+                                           Pause pause = {}, Relaxed relaxed = {}) {
+  bool seen = false;  // met by a relaxed load
   for (unsigned spins = 1;; ++spins) {
-    if (!met) met = ld_acquire(counter) >= target;
-    if (__all_sync(0xffffffffu, met)) return true;
+    if (!met) {
+      seen = relaxed();
+      met = (seen ? ld_relaxed_gpu(counter) : ld_acquire(counter)) >= target;
+    }
+    if (__all_sync(0xffffffffu, met)) {
+      if (seen) seen = ld_acquire(counter) >= target;  // (true: counters only grow)
+      return true;
+    }
     if (__any_sync(0xffffffffu, stopped(spins))) return false;
     pause();
   }
@@ -209,9 +228,13 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
       }
     }
     int ok = 1;
+    bool seen = false;  // (KIEC_POLL_RELAXED: met by a relaxed load, acquired once all are met)
     for (unsigned spins = 1;; ++spins) {
-      if (!met) met = ld_acquire(counter) >= target;
-      if (__all_sync(0xffffffffu, met)) break;
+      if (!met) seen = met = (KIEC_POLL_RELAXED ? ld_relaxed_gpu(counter) : ld_acquire(counter)) >= target;
+      if (__all_sync(0xffffffffu, met)) {
+        if (KIEC_POLL_RELAXED && seen) seen = ld_acquire(counter) >= target;
+        break;
+      }
       if (spins % KIEC_STOP_POLL_EVERY == 0 && __any_sync(0xffffffffu, *(volatile int*)u.a->stop_pos <= u.pos)) {
         ok = 0;  // (every lane leaves at once: the warp's vote, not each lane's load)
         break;
@@ -240,8 +263,8 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
 // The poller (KIEC_POLL_AHEAD): one warp of the streaming warpgroup walks the block's list as the compute warps do,
 // token after token; for each instruction its lanes poll the waits at once (lane i, wait i) and lane 0 posts it met.
 // It leaves at the end, when the compute warps have left (`quit`), or when the generation ended first (`stopped`).
-// It polls with acquire loads, one a round trip: relaxed ones and an acquire after would add a round trip to every
-// tile whose SM waited for its inputs (each acquire invalidates the SM's L1, as the compute warps' polls did).
+// Once the compute warps wait for the instruction it polls with acquire loads, one a round trip (relaxed ones and an
+// acquire after would add one); before, paced (KIEC_AHEAD_PAUSE_NS), with relaxed loads under KIEC_POLL_RELAXED.
 __device__ __forceinline__ void poll_ahead(const PersistentArgs& a, int begin, int end, volatile int* quit) {
   Ahead& v = ahead();
   const int lane = threadIdx.x & 31;
@@ -266,17 +289,22 @@ __device__ __forceinline__ void poll_ahead(const PersistentArgs& a, int begin, i
         target = (unsigned)d.splits * (unsigned)t;
       }
       // paced while the compute warps are not yet waiting for this instruction (seq + 1): lane 0 looks, the warp
-      // follows its vote
+      // follows its vote; paced polls are relaxed with KIEC_POLL_RELAXED
+      const auto waiting = [&] { return __shfl_sync(0xffffffffu, lane == 0 ? ld_relaxed_cta(&v.waiting) : 0, 0) > seq; };
+      bool paced = KIEC_AHEAD_PAUSE_NS > 0 && !waiting();
       const auto pause = [&] {
-        if (KIEC_AHEAD_PAUSE_NS <= 0) return PollSleep{}();
+        if (!paced) return PollSleep{}();
         for (int ns = 0; ns < KIEC_AHEAD_PAUSE_NS; ns += KIEC_AHEAD_LOOK_NS) {
-          if (__shfl_sync(0xffffffffu, lane == 0 ? ld_relaxed_cta(&v.waiting) : 0, 0) > seq) return;
+          if (waiting()) {
+            paced = false;
+            return;
+          }
           __nanosleep(KIEC_AHEAD_LOOK_NS);
         }
       };
       if (!lanes_meet(counter, target, met, [&](unsigned spins) {
             return *quit || (spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)a.stop_pos <= pos);
-          }, pause)) {
+          }, pause, [&] { return KIEC_POLL_RELAXED && paced; })) {
         if (lane == 0) st_release_cta(&v.stopped, 1);
         return;
       }
