@@ -39,8 +39,7 @@ class TargetParams:
     # posts them met in shared memory (persistent_tile.cuh: poll_ahead), so that a tile whose SM was still busy when
     # its inputs came starts at once; not with persist_tag_waits
     persist_poll_ahead: int
-    # persist_poll_ahead: while the compute warps are not yet waiting for the instruction it polls for, the poller polls
-    # once this many ns (0: at full rate, which halved the weights' stream: persistent_tile.cuh, KIEC_AHEAD_PAUSE_NS)
+    # persist_poll_ahead: ns between two of the poller's (relaxed) polls of an instruction's waits (0: back to back)
     persist_poll_ahead_pause_ns: int
     # persistent: 1: waits polled with relaxed loads and each counter acquired once met (an acquire invalidates the
     # SM's L1 and seemed to stall its weight stream: persistent_tile.cuh, KIEC_POLL_RELAXED)

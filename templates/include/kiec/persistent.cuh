@@ -170,7 +170,7 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
     ring.init(COMPUTE_WARPS * 32);
     quit = 0;
 #if KIEC_POLL_AHEAD
-    ahead() = Ahead{0, 0, 0, begin, end - begin};
+    ahead() = Ahead{{0, 0, 0, 0}, 0, begin, end - begin};
 #endif
   }
   __syncthreads();  // the last one with the streaming warps

@@ -80,26 +80,27 @@ __device__ __forceinline__ unsigned wait_target(const Wait& w, int t) {
 }
 __device__ __forceinline__ bool wait_late(const Wait& w) { return KIEC_TAG_WAITS >= 2 && (w.previous & 2); }
 
-// KIEC_POLL_AHEAD (persist_poll_ahead): a warp of the streaming warpgroup polls each instruction's waits ahead of the
-// compute warps, in their order (poll_ahead), attention's arrivals (`extra`) among them, and posts in shared memory how
-// far it got (Ahead); wait_inputs only looks there. An SM still busy with its previous tile when its next tile's inputs
-// came then starts that tile at once, not after loading its waits and a poll's round trip: in the traces of the
-// eleventh session such a tile took 0.6-1.1 us from its start to inputs ready, and it was the phase's slowest tile in
-// 49 of 64 GEMV phases on llama-3.2-1b (bench/RESULTS.md). Order: a lane's acquire of a counter, the warp's __syncwarp,
-// lane 0's release of `seq` (CTA scope), thread 0's acquire of it and the block's barrier order the tile's reads after
-// the producers' writes, as wait_inputs' own acquire and barrier do.
-// The poller paces its polls while the compute warps are not yet waiting for the instruction it polls for: at full
-// rate every SM's poller spun on its next phase's counters all through the phases before, and the weights streamed at
-// half speed (llama-3.2-1b 1.198 vs 0.770 ms a token, twelfth session: many SMs polling one line hold its L2 slice,
-// which every weight copy crosses). Paced, it polls once a KIEC_AHEAD_PAUSE_NS (0: never paced), looking meanwhile
-// every KIEC_AHEAD_LOOK_NS at whether the compute warps began to wait (Ahead::waiting), and then at full rate.
+// KIEC_POLL_AHEAD (persist_poll_ahead): a warp of the streaming warpgroup polls the waits of the block's instructions
+// ahead of the compute warps, in their order (poll_ahead), attention's arrivals (`extra`) among them, and posts each
+// instruction whose waits it saw met in shared memory (Ahead::met); wait_inputs looks there first and polls the waits
+// itself when its instruction is not posted. An SM still busy with its previous tile when its next tile's inputs came
+// then starts that tile at once, not after loading its waits and a poll's round trip: in the traces of the eleventh
+// session such a tile took 0.6-1.1 us from its start to inputs ready, and it was the phase's slowest tile in 49 of 64
+// GEMV phases on llama-3.2-1b (bench/RESULTS.md). The poller only polls instructions the compute warps have not
+// reached (Ahead::waiting): once they wait, they poll as without it, so a latency-bound model loses no handover to
+// it (the poller's post cost smollm2-135m 0.531 vs 0.505 ms when the compute warps waited for it, twelfth session).
+// Its polls are relaxed loads, one a KIEC_AHEAD_PAUSE_NS (an acquire poll invalidates the SM's L1 and stalled its
+// weight stream: acquire polls at 300 / 1,000 / 3,000 ns made llama-3.2-1b 1.122 / 0.886 / 0.812 ms vs 0.767, relaxed
+// ones 0.756), and each counter is acquired once when the instruction's are all met. Order: a lane's acquire, the
+// warp's __syncwarp, lane 0's release of the slot (CTA scope), thread 0's acquire of it and the block's barrier order
+// the tile's reads after the producers' writes, as wait_inputs' own acquire and barrier do.
 #ifndef KIEC_POLL_AHEAD
 #define KIEC_POLL_AHEAD 0
 #endif
-// KIEC_POLL_RELAXED (persist_poll_relaxed): waits are polled with relaxed loads and each counter acquired once when
-// the warp's are all met (a round trip more); the poller's paced polls too. An acquire load invalidates the SM's L1,
-// and a poller paced at 300 / 1,000 / 3,000 ns slowed llama-3.2-1b to 1.122 / 0.886 / 0.812 ms vs 0.767 (twelfth
-// session): ~150 ns of the SM's weight stream lost a poll, as if each acquire stalled it for a round trip.
+// KIEC_POLL_RELAXED (persist_poll_relaxed): wait_inputs polls with relaxed loads and acquires each counter once when
+// the warp's are all met (a round trip more), as the poller does: an acquire invalidates the SM's L1 (and seemed to
+// stall its weight stream for a round trip a poll, above). Measured the same: 0.763 vs 0.766 ms on llama-3.2-1b,
+// 0.511 vs 0.505-0.508 on smollm2-135m, 1.126 vs 1.124 on qwen3-1.7b (twelfth session).
 #ifndef KIEC_POLL_RELAXED
 #define KIEC_POLL_RELAXED 0
 #endif
@@ -110,11 +111,12 @@ __device__ __forceinline__ bool wait_late(const Wait& w) { return KIEC_TAG_WAITS
 #if KIEC_POLL_AHEAD && KIEC_TAG_WAITS
 #error "persist_poll_ahead with persist_tag_waits: the poller knows nothing of late waits or spins on tags"
 #endif
+constexpr int AHEAD_SLOTS = 4;  // posts kept: the poller runs at most a few instructions ahead
 struct Ahead {
-  int seq;           // t * count + i + 1: the waits of the block's instruction i of token t, and of all before, met
-  int stopped;       // the generation ended before the waits of instruction seq (0-based) were met
-  int waiting;       // the seq the compute warps wait for (or last waited for)
-  int begin, count;  // the block's list: a.instrs[begin, begin + count)
+  int met[AHEAD_SLOTS];  // slot s % AHEAD_SLOTS: s when the waits of the block's s-th instruction (1-based, token after
+                         // token: t * count + i + 1) were met
+  int waiting;           // the s the compute warps wait for (or last waited for)
+  int begin, count;      // the block's list: a.instrs[begin, begin + count)
 };
 __device__ __forceinline__ Ahead& ahead() {
   __shared__ Ahead view;
@@ -196,24 +198,22 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
   __shared__ int go;
   static_assert(MAX_WAITS < 32, "a lane a wait, and one for `extra`");
 #if KIEC_POLL_AHEAD
-  if (threadIdx.x == 0) {  // (the poller's post)
+  bool posted = false;  // (warp 0's: the poller saw this instruction's waits met)
+  if (threadIdx.x < 32) {
     Ahead& v = ahead();
     const int seq = u.t * v.count + (int)(u.ins - u.a->instrs) - v.begin + 1;
-    int ok = 1;
-    if (KIEC_AHEAD_PAUSE_NS > 0) st_relaxed_cta(&v.waiting, seq);  // (the poller stops pacing this one)
-    while (ld_acquire_cta(&v.seq) < seq) {
-      if (ld_acquire_cta(&v.stopped)) {  // (its last post came before: looked at once more)
-        ok = ld_acquire_cta(&v.seq) >= seq;
-        break;
-      }
+    int p = 0;
+    if (threadIdx.x == 0) {
+      st_relaxed_cta(&v.waiting, seq);  // (the poller leaves this one to us)
+      p = ld_acquire_cta(&v.met[seq % AHEAD_SLOTS]) == seq;
     }
-    go = ok;
+    posted = __shfl_sync(0xffffffffu, p, 0);
+    if (posted && threadIdx.x == 0) go = 1;
   }
-  (void)extra;  // (attention's arrivals: the poller's lane n_waits polls them, from the descriptor: poll_ahead)
-  (void)extra_target;
-  (void)late_seen;
 #else
-  if (KIEC_WAITS_TOGETHER && threadIdx.x < 32) {
+  constexpr bool posted = false;
+#endif
+  if (KIEC_WAITS_TOGETHER && threadIdx.x < 32 && !posted) {
     const int n = u.ins->n_waits, lane = threadIdx.x;
     bool met = lane > n || (lane == n && !extra);  // counters only grow: a wait met stays met
     const unsigned* counter = extra;
@@ -242,7 +242,7 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
       if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
     }
     if (lane == 0) go = ok;
-  } else if (!KIEC_WAITS_TOGETHER && threadIdx.x == 0) {
+  } else if (!KIEC_WAITS_TOGETHER && threadIdx.x == 0 && !posted) {
     int ok = 1;
     const int n = u.ins->n_waits;
     for (int i = extra ? -1 : 0; i < n && ok; ++i) {  // i = -1: `extra`
@@ -253,7 +253,6 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
     }
     go = ok;
   }
-#endif
   trace(u, TR_READY);
   sync_block();
   return go;
@@ -261,16 +260,20 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
 
 #if KIEC_POLL_AHEAD
 // The poller (KIEC_POLL_AHEAD): one warp of the streaming warpgroup walks the block's list as the compute warps do,
-// token after token; for each instruction its lanes poll the waits at once (lane i, wait i) and lane 0 posts it met.
-// It leaves at the end, when the compute warps have left (`quit`), or when the generation ended first (`stopped`).
-// Once the compute warps wait for the instruction it polls with acquire loads, one a round trip (relaxed ones and an
-// acquire after would add one); before, paced (KIEC_AHEAD_PAUSE_NS), with relaxed loads under KIEC_POLL_RELAXED.
+// token after token, skipping the instructions they have reached; for the others its lanes poll the waits at once
+// (lane i, wait i) and lane 0 posts the instruction met. It leaves at the end, when the compute warps have left
+// (`quit`), or when the generation ended.
 __device__ __forceinline__ void poll_ahead(const PersistentArgs& a, int begin, int end, volatile int* quit) {
   Ahead& v = ahead();
   const int lane = threadIdx.x & 31;
   int seq = 0;
+  // whether the compute warps wait for instruction s or a later one: lane 0 looks, the warp follows its vote
+  const auto reached = [&](int s) {
+    return __shfl_sync(0xffffffffu, lane == 0 ? ld_relaxed_cta(&v.waiting) : 0, 0) >= s;
+  };
   for (int pos = a.p0, t = 0; pos < a.p_end; ++pos, ++t) {
     for (int i = begin; i < end; ++i) {
+      if (reached(++seq)) continue;  // (they poll it themselves)
       const Instr& ins = a.instrs[i];
       const int n = ins.n_waits;
       // lane n: attention's `extra` (arrivals_waited), its counter and target from the descriptor as attention_tile
@@ -288,29 +291,26 @@ __device__ __forceinline__ void poll_ahead(const PersistentArgs& a, int begin, i
         counter = a.arrivals + d.arrive + ins.lo;
         target = (unsigned)d.splits * (unsigned)t;
       }
-      // paced while the compute warps are not yet waiting for this instruction (seq + 1): lane 0 looks, the warp
-      // follows its vote; paced polls are relaxed with KIEC_POLL_RELAXED
-      const auto waiting = [&] { return __shfl_sync(0xffffffffu, lane == 0 ? ld_relaxed_cta(&v.waiting) : 0, 0) > seq; };
-      bool paced = KIEC_AHEAD_PAUSE_NS > 0 && !waiting();
-      const auto pause = [&] {
-        if (!paced) return PollSleep{}();
+      bool gave_up = false;  // the compute warps reached it first
+      const auto pause = [&] {  // the next poll after KIEC_AHEAD_PAUSE_NS, or none once they reach it
         for (int ns = 0; ns < KIEC_AHEAD_PAUSE_NS; ns += KIEC_AHEAD_LOOK_NS) {
-          if (waiting()) {
-            paced = false;
-            return;
-          }
+          if ((gave_up = reached(seq))) return;
           __nanosleep(KIEC_AHEAD_LOOK_NS);
         }
+        gave_up = reached(seq);
       };
-      if (!lanes_meet(counter, target, met, [&](unsigned spins) {
-            return *quit || (spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)a.stop_pos <= pos);
-          }, pause, [&] { return KIEC_POLL_RELAXED && paced; })) {
-        if (lane == 0) st_release_cta(&v.stopped, 1);
-        return;
+      const bool ok = lanes_meet(
+          counter, target, met,
+          [&](unsigned spins) {
+            return gave_up || *quit || (spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)a.stop_pos <= pos);
+          },
+          pause, [] { return true; });
+      if (ok) {
+        __syncwarp();
+        if (lane == 0) st_release_cta(&v.met[seq % AHEAD_SLOTS], seq);
+      } else if (!gave_up) {
+        return;  // (the generation ended, or the compute warps left)
       }
-      __syncwarp();
-      ++seq;  // (every lane's: the pace looks at it)
-      if (lane == 0) st_release_cta(&v.seq, seq);
     }
   }
 }
