@@ -287,7 +287,7 @@ def test_waits_polled_together_compile_and_poll_a_lane_a_wait(tmp_path, monkeypa
     with open(os.path.join(art, "src", "model.cu")) as fh:
         assert "#define KIEC_WAITS_TOGETHER 1" in fh.read()
     with open(os.path.join(INCLUDE_DIR, "kiec", "persistent_tile.cuh")) as fh:
-        together = fh.read().split("if (KIEC_WAITS_TOGETHER && threadIdx.x < 32) {")[1].split("} else if")[0]
+        together = fh.read().split("if (KIEC_WAITS_TOGETHER && threadIdx.x < 32 && !posted) {")[1].split("} else if")[0]
     assert "u.ins->waits[lane]" in together and "__all_sync" in together
 
 
