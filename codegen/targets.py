@@ -174,7 +174,10 @@ TARGETS: dict[str, TargetParams] = {
                           persist_waits_together=1,
                           # in the eleventh session's traces the slowest tile of most GEMV phases is one whose SM was
                           # still busy when its inputs came: 0.6-1.1 us from its start to inputs ready, a load of its
-                          # waits and a poll. Built then, not yet run
+                          # waits and a poll. The poller (twelfth session, 264f09b): llama-3.2-1b 0.761-0.765 vs
+                          # 0.766-0.767 ms, smollm2-135m 0.516-0.517 vs 0.506-0.507, qwen3-1.7b 1.138-1.140 vs
+                          # 1.128-1.129: off. Relaxed polls alone: 0.763 vs 0.766, 0.511 vs 0.505-0.508, 1.126 vs
+                          # 1.124: off
                           persist_poll_ahead=0, persist_poll_ahead_pause_ns=1000, persist_poll_relaxed=0,
                           # at 8192 a split of llama-3.2-1b takes 512 rows in two passes of 256, each a round trip of
                           # loads and then its scores; persistent 8k costs 13 us a layer more than short context
