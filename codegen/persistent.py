@@ -45,12 +45,23 @@ def template_tail(values: list, defaults: list) -> str:
     return "".join(f", {str(v).lower()}" for v in values)
 
 
+def model_width(program: Program) -> int:
+    """The model's width: its embedding's row (0 for a program without an embedding)."""
+    return max((program.graph.params[k.table].type.shape[1] for k in program.kernels if isinstance(k, EmbedKernel)),
+               default=0)
+
+
 def tag_level(program: Program, target: TargetParams) -> int:
     """persist_tagged for this model: 0 where its width (the embedding's row) is below persist_tagged_min_width."""
-    widths = [program.graph.params[k.table].type.shape[1] for k in program.kernels if isinstance(k, EmbedKernel)]
-    if widths and max(widths) < target.persist_tagged_min_width:
+    width = model_width(program)
+    if width and width < target.persist_tagged_min_width:
         return 0
     return target.persist_tagged
+
+
+def l2_ahead_bytes(program: Program, target: TargetParams) -> int:
+    """persist_l2_ahead_bytes for this model: 0 where its width is above persist_l2_ahead_max_width."""
+    return target.persist_l2_ahead_bytes if model_width(program) <= target.persist_l2_ahead_max_width else 0
 
 
 class _PersistentEmitter(_Emitter):
@@ -254,7 +265,7 @@ class _PersistentEmitter(_Emitter):
         src.files["model.cu"] = self.env.get_template("persistent.cu.j2").render(
             ctype=self.ctype, cases=self.cases, sms=self.sched.sms, phases=len(self.sched.phases),
             warps=self.warps, smem=smem, stages=stages, page=page, arrivals=max(self.arrivals, 1),
-            l2_ahead=self.t.persist_l2_ahead_bytes // page, stop_poll_every=self.t.persist_stop_poll_every,
+            l2_ahead=l2_ahead_bytes(self.p, self.t) // page, stop_poll_every=self.t.persist_stop_poll_every,
             poll_sleep_ns=self.t.persist_poll_sleep_ns, waits_together=int(bool(self.t.persist_waits_together)),
             poll_ahead=self.t.persist_poll_ahead, ahead_pause_ns=self.t.persist_poll_ahead_pause_ns,
             poll_relaxed=self.t.persist_poll_relaxed,

@@ -26,6 +26,7 @@ class TargetParams:
     persist_page_bytes: int  # persistent: bytes of one page of the shared-memory weight ring (one TMA copy)
     persist_stages: int  # persistent: pages in the ring at most (fewer where the tiles' scratch needs the room)
     persist_l2_ahead_bytes: int  # persistent: bytes past a full ring the streaming thread asks L2 for (per SM)
+    persist_l2_ahead_max_width: int  # persistent: a model wider than this (its embedding's row) asks L2 for none
     persist_stop_poll_every: int  # persistent: counter polls between two looks at the stop position (1: each)
     persist_poll_sleep_ns: int  # persistent: > 0: a waiting thread sleeps about this long between counter polls
     persist_counter_stride: int  # unsigned ints between two phases' counters (32: one 128-byte line each)
@@ -132,7 +133,12 @@ TARGETS: dict[str, TargetParams] = {
                           # batched warp sums stay a knob (gemv_compute.cu measures with it). 12 compute warps on
                           # smollm2-135m (no spills there): 0.539 / 0.540 vs 0.507 ms (tenth session, 38a3854)
                           persist_warps=8, persist_page_bytes=16 << 10, persist_stages=12,
-                          persist_l2_ahead_bytes=0,
+                          # L2 asked for 128 / 256 / 512 KB an SM past the ring (twelfth session, 030681b, ms, two
+                          # rounds): smollm2-135m 0.500 all three vs 0.508-0.509; llama-3.2-1b 128 / 256 / 384 KB
+                          # 0.766-0.768 vs 0.765-0.768; qwen3-1.7b 256 KB 1.134-1.135 vs 1.122-1.126 (second session,
+                          # 94a9075: llama-3.2-1b 256 KB 0.819-0.824 vs 0.822-0.823). So on below a width of 1024
+                          # only (smollm2-135m's 576; no model between 576 and 2048 timed)
+                          persist_l2_ahead_bytes=256 << 10, persist_l2_ahead_max_width=1023,
                           # sleeping 100 ns between polls: 0.846 vs 0.852 ms on llama-3.2-1b at a9dfdd7 (a kernel
                           # carrying 48f2904's 3.5%); other models not run
                           persist_stop_poll_every=64, persist_poll_sleep_ns=0,

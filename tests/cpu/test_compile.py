@@ -273,6 +273,29 @@ def test_narrow_models_get_no_tags(tmp_path):
     assert tag_level(program, dataclasses.replace(target("sm_90"), persist_tagged=1, persist_tagged_min_width=0)) == 1
 
 
+def test_narrow_models_ask_l2_ahead(tmp_path):
+    # persist_l2_ahead_max_width: a model no wider than it asks L2 for persist_l2_ahead_bytes past the ring (the
+    # kernel's L2_AHEAD, in pages), a wider one for none; by default smollm2-135m's width (576) does, 2048 does not
+    import dataclasses
+    import re
+
+    from kiec.codegen.persistent import emit_persistent, l2_ahead_bytes, model_width
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    program = pipeline.run(model.graph)
+    assert model_width(program) == 256
+    base = target("sm_90")
+    assert 576 <= base.persist_l2_ahead_max_width < 2048 and base.persist_l2_ahead_bytes > 0
+    for width, want in [(256, 1 << 18), (255, 0)]:
+        t = dataclasses.replace(base, persist_l2_ahead_bytes=1 << 18, persist_l2_ahead_max_width=width)
+        assert l2_ahead_bytes(program, t) == want
+        src = emit_persistent(program, "bf16", model.max_seq_len, t, "x")
+        pages = re.search(r"persistent_kernel<Model, Ring, WARPS, (\d+)>", src.files["model.cu"])
+        assert pages and int(pages.group(1)) == want // t.persist_page_bytes
+
+
 def test_waits_polled_together_compile_and_poll_a_lane_a_wait(tmp_path, monkeypatch):
     # persist_waits_together: warp 0's lanes poll an instruction's waits at once (wait_inputs); the kernel builds
     import dataclasses
