@@ -341,7 +341,8 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     pytest.param(dict(persist_poll_ahead=1, persist_poll_relaxed=1),
                                                  id="poll_ahead-relaxed"),
                                     pytest.param(dict(persist_poll_relaxed=1), id="poll_relaxed"),
-                                    pytest.param(dict(persist_poll_relaxed=1, persist_tagged=0), id="poll_relaxed-tags0")])
+                                    pytest.param(dict(persist_poll_relaxed=1, persist_tagged=0),
+                                                 id="poll_relaxed-tags0")])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every

@@ -87,13 +87,14 @@ __device__ __forceinline__ bool wait_late(const Wait& w) { return KIEC_TAG_WAITS
 // then starts that tile at once, not after loading its waits and a poll's round trip: in the traces of the eleventh
 // session such a tile took 0.6-1.1 us from its start to inputs ready, and it was the phase's slowest tile in 49 of 64
 // GEMV phases on llama-3.2-1b (bench/RESULTS.md). The poller only polls instructions the compute warps have not
-// reached (Ahead::waiting): once they wait, they poll as without it, so a latency-bound model loses no handover to
-// it (the poller's post cost smollm2-135m 0.531 vs 0.505 ms when the compute warps waited for it, twelfth session).
-// Its polls are relaxed loads, one a KIEC_AHEAD_PAUSE_NS (an acquire poll invalidates the SM's L1 and stalled its
-// weight stream: acquire polls at 300 / 1,000 / 3,000 ns made llama-3.2-1b 1.122 / 0.886 / 0.812 ms vs 0.767, relaxed
-// ones 0.756), and each counter is acquired once when the instruction's are all met. Order: a lane's acquire, the
-// warp's __syncwarp, lane 0's release of the slot (CTA scope), thread 0's acquire of it and the block's barrier order
-// the tile's reads after the producers' writes, as wait_inputs' own acquire and barrier do.
+// reached (Ahead::waiting): once they wait, they poll as without it (the poller's post cost smollm2-135m 0.531 vs
+// 0.505 ms where the compute warps waited for it, twelfth session). Its polls are relaxed loads, one a
+// KIEC_AHEAD_PAUSE_NS (an acquire poll invalidates the SM's L1 and stalled its weight stream: acquire polls at 300 /
+// 1,000 / 3,000 ns made llama-3.2-1b 1.122 / 0.886 / 0.812 ms vs 0.767, relaxed ones 0.756), and each counter is
+// acquired once when the instruction's are all met. As built (264f09b) it is not faster: llama-3.2-1b 0.761-0.765 vs
+// 0.766-0.767 ms, smollm2-135m 0.516-0.517 vs 0.506-0.507, qwen3-1.7b 1.138-1.140 vs 1.128-1.129. Order: a lane's
+// acquire, the warp's __syncwarp, lane 0's release of the slot (CTA scope), thread 0's acquire of it and the block's
+// barrier order the tile's reads after the producers' writes, as wait_inputs' own acquire and barrier do.
 #ifndef KIEC_POLL_AHEAD
 #define KIEC_POLL_AHEAD 0
 #endif
