@@ -81,15 +81,6 @@ class _PersistentEmitter(_Emitter):
                              "one before only, so its reader must wait for the writer's counter first")
         if not 0 <= t.persist_tag_lead <= 100:
             raise ValueError(f"persist_tag_lead {t.persist_tag_lead}: a percentage of the writer's tiles, 0 to 100")
-        if t.persist_poll_ahead not in (0, 1):
-            raise ValueError(f"persist_poll_ahead {t.persist_poll_ahead}: 0 or 1")
-        if t.persist_poll_relaxed not in (0, 1):
-            raise ValueError(f"persist_poll_relaxed {t.persist_poll_relaxed}: 0 or 1")
-        if not 0 <= t.persist_poll_ahead_pause_ns <= 100_000:
-            raise ValueError(f"persist_poll_ahead_pause_ns {t.persist_poll_ahead_pause_ns}: 0 to 100000 ns")
-        if t.persist_poll_ahead and self.tag_waits:
-            raise ValueError("persist_poll_ahead with persist_tag_waits: the poller knows nothing of late waits, and "
-                             "tiles that spin on tags would wait for it on counters they no longer need")
         if self.tag_waits and t.persist_x_direct:
             raise ValueError("persist_tag_waits with persist_x_direct: x slices read straight from memory spin on "
                              "their words one at a time (load_x_slice_tagged), not as a batch")
@@ -267,8 +258,6 @@ class _PersistentEmitter(_Emitter):
             warps=self.warps, smem=smem, stages=stages, page=page, arrivals=max(self.arrivals, 1),
             l2_ahead=l2_ahead_bytes(self.p, self.t) // page, stop_poll_every=self.t.persist_stop_poll_every,
             poll_sleep_ns=self.t.persist_poll_sleep_ns, waits_together=int(bool(self.t.persist_waits_together)),
-            poll_ahead=self.t.persist_poll_ahead, ahead_pause_ns=self.t.persist_poll_ahead_pause_ns,
-            poll_relaxed=self.t.persist_poll_relaxed,
             probe_relaxed_signal=self.t.persist_probe_relaxed_signal,
             trace_attention=self.t.persist_trace_attention,
             tagged=int(self.tags is not None), tag_parity=self.parity_table(), tag_waits=self.tag_waits,

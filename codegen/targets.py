@@ -36,15 +36,6 @@ class TargetParams:
     persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch)
     persist_waits_previous_first: int  # persistent: 1: an instruction polls the previous token's waits first
     persist_waits_together: int  # persistent: 1: warp 0's lanes poll an instruction's waits at once, a lane each
-    # persistent: 1: a warp of the streaming warpgroup polls each instruction's waits ahead of the compute warps and
-    # posts them met in shared memory (persistent_tile.cuh: poll_ahead), so that a tile whose SM was still busy when
-    # its inputs came starts at once; not with persist_tag_waits
-    persist_poll_ahead: int
-    # persist_poll_ahead: ns between two of the poller's (relaxed) polls of an instruction's waits (0: back to back)
-    persist_poll_ahead_pause_ns: int
-    # persistent: 1: waits polled with relaxed loads and each counter acquired once met (an acquire invalidates the
-    # SM's L1 and seemed to stall its weight stream: persistent_tile.cuh, KIEC_POLL_RELAXED)
-    persist_poll_relaxed: int
     persist_attn_pipeline: int  # persistent: 1: attention loads its next K/V pass while it computes this one
     persist_attn_keys: int  # persistent: keys a pass per lane group (attention's unrolled step); 0: graph mode's
     persist_attn_short_keys: int  # persistent: > 0: a split one pass of this many keys covers runs that pass
@@ -180,11 +171,12 @@ TARGETS: dict[str, TargetParams] = {
                           persist_waits_together=1,
                           # in the eleventh session's traces the slowest tile of most GEMV phases is one whose SM was
                           # still busy when its inputs came: 0.6-1.1 us from its start to inputs ready, a load of its
-                          # waits and a poll. The poller (twelfth session, 264f09b): llama-3.2-1b 0.761-0.765 vs
-                          # 0.766-0.767 ms, smollm2-135m 0.516-0.517 vs 0.506-0.507, qwen3-1.7b 1.138-1.140 vs
-                          # 1.128-1.129: off. Relaxed polls alone: 0.763 vs 0.766, 0.511 vs 0.505-0.508, 1.126 vs
-                          # 1.124: off
-                          persist_poll_ahead=0, persist_poll_ahead_pause_ns=1000, persist_poll_relaxed=0,
+                          # waits and a poll. A warp of the streaming warpgroup polling them ahead
+                          # (persist_poll_ahead, twelfth session, 264f09b): llama-3.2-1b 0.761-0.765 vs 0.766-0.767
+                          # ms, smollm2-135m 0.516-0.517 vs 0.506-0.507, qwen3-1.7b 1.138-1.140 vs 1.128-1.129;
+                          # relaxed polls (persist_poll_relaxed): 0.763 vs 0.766, 0.511 vs 0.505-0.508, 1.126 vs
+                          # 1.124. Both taken out (their code: git log -S persist_poll_ahead; bench/RESULTS.md says
+                          # what each cost)
                           # at 8192 a split of llama-3.2-1b takes 512 rows in two passes of 256, each a round trip of
                           # loads and then its scores; persistent 8k costs 13 us a layer more than short context
                           # (bench/RESULTS.md, 5f1b610) for 3.7 us of K/V at the ceiling. 236e4bf: 0.931 vs 0.963-0.965 ms

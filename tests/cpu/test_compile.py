@@ -310,38 +310,8 @@ def test_waits_polled_together_compile_and_poll_a_lane_a_wait(tmp_path, monkeypa
     with open(os.path.join(art, "src", "model.cu")) as fh:
         assert "#define KIEC_WAITS_TOGETHER 1" in fh.read()
     with open(os.path.join(INCLUDE_DIR, "kiec", "persistent_tile.cuh")) as fh:
-        together = fh.read().split("if (KIEC_WAITS_TOGETHER && threadIdx.x < 32 && !posted) {")[1].split("} else if")[0]
+        together = fh.read().split("if (KIEC_WAITS_TOGETHER && threadIdx.x < 32) {")[1].split("} else if")[0]
     assert "u.ins->waits[lane]" in together and "__all_sync" in together
-
-
-def test_waits_polled_ahead_compile_and_refuse_tag_waits(tmp_path, monkeypatch):
-    # persist_poll_ahead: a warp of the streaming warpgroup polls the waits ahead (poll_ahead); the kernel builds
-    # (nvcc), the default's source has no KIEC_POLL_AHEAD, and tag waits (which the poller knows nothing of) and
-    # values other than 0 and 1 are refused by name, as is a pause (its pace ahead) out of range
-    import dataclasses
-
-    from kiec.codegen import targets
-    from kiec.codegen.persistent import _PersistentEmitter
-    from kiec.ir.passes import pipeline
-    make_tiny_hf(tmp_path / "hf", "llama")
-    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
-    base = targets.TARGETS["sm_90"]
-    with open(os.path.join(kiec.compile(model, str(tmp_path / "base"), mode="persistent"), "src", "model.cu")) as fh:
-        assert "KIEC_POLL_AHEAD" not in fh.read()
-    on = dataclasses.replace(base, persist_poll_ahead=1)
-    monkeypatch.setitem(targets.TARGETS, "sm_90", on)
-    with open(os.path.join(kiec.compile(model, str(tmp_path / "art"), mode="persistent"), "src", "model.cu")) as fh:
-        text = fh.read()
-        assert "#define KIEC_POLL_AHEAD 1" in text and "#define KIEC_AHEAD_PAUSE_NS 1000" in text
-    program = pipeline.run(model.graph)
-    with pytest.raises(ValueError, match="persist_poll_ahead with persist_tag_waits"):
-        _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, persist_tag_waits=1))
-    with pytest.raises(ValueError, match="persist_poll_ahead 2: 0 or 1"):
-        _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, persist_poll_ahead=2))
-    with pytest.raises(ValueError, match="persist_poll_relaxed 2: 0 or 1"):
-        _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, persist_poll_relaxed=2))
-    with pytest.raises(ValueError, match="persist_poll_ahead_pause_ns -1: 0 to 100000 ns"):
-        _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, persist_poll_ahead_pause_ns=-1))
 
 
 def test_early_rope_and_kv_first_set_their_flags_after_the_short_pass(tmp_path):

@@ -139,11 +139,7 @@ def test_device_draw_is_kiec_sampling_over_its_own_logits(tmp_path, temperature,
 
 @pytest.mark.parametrize("change", [{}, dict(persist_waits_together=0, persist_tagged=2, attn_min_keys=8),
                                     pytest.param(dict(persist_tag_waits=1, attn_min_keys=8), id="tag_waits"),
-                                    pytest.param(dict(persist_tag_waits=2, attn_min_keys=8), id="tag_waits2"),
-                                    pytest.param(dict(persist_poll_ahead=1, attn_min_keys=8), id="poll_ahead"),
-                                    pytest.param(dict(persist_poll_ahead=1, persist_poll_relaxed=1, attn_min_keys=8),
-                                                 id="poll_ahead-relaxed"),
-                                    pytest.param(dict(persist_poll_relaxed=1, attn_min_keys=8), id="poll_relaxed")])
+                                    pytest.param(dict(persist_tag_waits=2, attn_min_keys=8), id="tag_waits2")])
 def test_generation_ends_at_eos_and_when_the_host_stops_it(tmp_path, monkeypatch, change):
     # also with waits polled one after the other and attention's arrivals as an `extra` wait (tags 2, several
     # splits a head), with tag waits (tiles spin on their words' tags, not on counters), and with the waits polled
@@ -330,19 +326,7 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     pytest.param(dict(persist_tag_waits=2, attn_min_keys=8, persist_tagged=1),
                                                  id="tag_waits2-tags1"),
                                     pytest.param(dict(persist_tag_waits=2, persist_waits_together=0),
-                                                 id="tag_waits2-serial"),
-                                    pytest.param(dict(persist_poll_ahead=1), id="poll_ahead"),
-                                    pytest.param(dict(persist_poll_ahead=1, attn_min_keys=8), id="poll_ahead-splits"),
-                                    pytest.param(dict(persist_poll_ahead=1, persist_tagged=0), id="poll_ahead-tags0"),
-                                    pytest.param(dict(persist_poll_ahead=1, persist_poll_sleep_ns=100),
-                                                 id="poll_ahead-sleep"),
-                                    pytest.param(dict(persist_poll_ahead=1, persist_poll_ahead_pause_ns=0),
-                                                 id="poll_ahead-unpaced"),
-                                    pytest.param(dict(persist_poll_ahead=1, persist_poll_relaxed=1),
-                                                 id="poll_ahead-relaxed"),
-                                    pytest.param(dict(persist_poll_relaxed=1), id="poll_relaxed"),
-                                    pytest.param(dict(persist_poll_relaxed=1, persist_tagged=0),
-                                                 id="poll_relaxed-tags0")])
+                                                 id="tag_waits2-serial")])
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
@@ -377,8 +361,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "attn_min_keys", "persist_x_direct", "persist_stages", "persist_poll_sleep_ns",
                          "persist_waits_previous_first", "persist_waits_together",
                          "persist_attn_short_keys", "persist_tagged", "persist_attn_early_rope",
-                         "persist_attn_kv_first", "persist_probe_twice", "persist_tag_waits", "persist_tag_lead",
-                         "persist_poll_ahead"}:
+                         "persist_attn_kv_first", "persist_probe_twice", "persist_tag_waits", "persist_tag_lead"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)

@@ -145,8 +145,7 @@ __device__ __forceinline__ bool select_tile(Turn u, const float* logits, int voc
 }
 
 // One block per SM: warps [0, COMPUTE_WARPS) run its list token after token (Model::run dispatches an
-// instruction); one more warpgroup streams the weights (stream_weights: one thread of it works) and, with
-// KIEC_POLL_AHEAD, polls the compute warps' waits ahead of them (poll_ahead: its second warp). Registers move
+// instruction); one more warpgroup streams the weights (stream_weights: one thread of it works). Registers move
 // from the streaming warpgroup to the compute warps (setmaxnreg): the launch bounds alone give every thread 168
 // (a 12-warp block; at that ptxas spilled 132 B for llama-3.2-1b before setmaxnreg, ptxas -v). Shared memory: the ring's barriers,
 // its pages, then the tiles' scratch.
@@ -169,17 +168,11 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
   if (threadIdx.x == 0) {
     ring.init(COMPUTE_WARPS * 32);
     quit = 0;
-#if KIEC_POLL_AHEAD
-    ahead() = Ahead{{0, 0, 0, 0}, 0, begin, end - begin};
-#endif
   }
   __syncthreads();  // the last one with the streaming warps
   if (threadIdx.x >= COMPUTE_WARPS * 32) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(STREAM_REGS));
     if (threadIdx.x == COMPUTE_WARPS * 32) stream_weights<R, L2_AHEAD>(a, ring, begin, end, &quit);
-#if KIEC_POLL_AHEAD  // (the warpgroup's second warp polls: its first warp's thread 0 streams)
-    else if (threadIdx.x / 32 == COMPUTE_WARPS + 1) poll_ahead(a, begin, end, &quit);
-#endif
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(ComputeRegs<COMPUTE_WARPS>::value));

@@ -80,72 +80,6 @@ __device__ __forceinline__ unsigned wait_target(const Wait& w, int t) {
 }
 __device__ __forceinline__ bool wait_late(const Wait& w) { return KIEC_TAG_WAITS >= 2 && (w.previous & 2); }
 
-// KIEC_POLL_AHEAD (persist_poll_ahead): a warp of the streaming warpgroup polls the waits of the block's instructions
-// ahead of the compute warps, in their order (poll_ahead), attention's arrivals (`extra`) among them, and posts each
-// instruction whose waits it saw met in shared memory (Ahead::met); wait_inputs looks there first and polls the waits
-// itself when its instruction is not posted. An SM still busy with its previous tile when its next tile's inputs came
-// then starts that tile at once, not after loading its waits and a poll's round trip: in the traces of the eleventh
-// session such a tile took 0.6-1.1 us from its start to inputs ready, and it was the phase's slowest tile in 49 of 64
-// GEMV phases on llama-3.2-1b (bench/RESULTS.md). The poller only polls instructions the compute warps have not
-// reached (Ahead::waiting): once they wait, they poll as without it (the poller's post cost smollm2-135m 0.531 vs
-// 0.505 ms where the compute warps waited for it, twelfth session). Its polls are relaxed loads, one a
-// KIEC_AHEAD_PAUSE_NS (an acquire poll invalidates the SM's L1 and stalled its weight stream: acquire polls at 300 /
-// 1,000 / 3,000 ns made llama-3.2-1b 1.122 / 0.886 / 0.812 ms vs 0.767, relaxed ones 0.756), and each counter is
-// acquired once when the instruction's are all met. As built (264f09b) it is not faster: llama-3.2-1b 0.761-0.765 vs
-// 0.766-0.767 ms, smollm2-135m 0.516-0.517 vs 0.506-0.507, qwen3-1.7b 1.138-1.140 vs 1.128-1.129. Order: a lane's
-// acquire, the warp's __syncwarp, lane 0's release of the slot (CTA scope), thread 0's acquire of it and the block's
-// barrier order the tile's reads after the producers' writes, as wait_inputs' own acquire and barrier do.
-#ifndef KIEC_POLL_AHEAD
-#define KIEC_POLL_AHEAD 0
-#endif
-// KIEC_POLL_RELAXED (persist_poll_relaxed): wait_inputs polls with relaxed loads and acquires each counter once when
-// the warp's are all met (a round trip more), as the poller does: an acquire invalidates the SM's L1 (and seemed to
-// stall its weight stream for a round trip a poll, above). Measured the same: 0.763 vs 0.766 ms on llama-3.2-1b,
-// 0.511 vs 0.505-0.508 on smollm2-135m, 1.126 vs 1.124 on qwen3-1.7b (twelfth session).
-#ifndef KIEC_POLL_RELAXED
-#define KIEC_POLL_RELAXED 0
-#endif
-#ifndef KIEC_AHEAD_PAUSE_NS
-#define KIEC_AHEAD_PAUSE_NS 0
-#endif
-#define KIEC_AHEAD_LOOK_NS 100
-#if KIEC_POLL_AHEAD && KIEC_TAG_WAITS
-#error "persist_poll_ahead with persist_tag_waits: the poller knows nothing of late waits or spins on tags"
-#endif
-constexpr int AHEAD_SLOTS = 4;  // posts kept: the poller runs at most a few instructions ahead
-struct Ahead {
-  int met[AHEAD_SLOTS];  // slot s % AHEAD_SLOTS: s when the waits of the block's s-th instruction (1-based, token after
-                         // token: t * count + i + 1) were met
-  int waiting;           // the s the compute warps wait for (or last waited for)
-  int begin, count;      // the block's list: a.instrs[begin, begin + count)
-};
-__device__ __forceinline__ Ahead& ahead() {
-  __shared__ Ahead view;
-  return view;
-}
-// Ahead's words are read and written with atomics: racecheck took a plain ld.acquire / st.release of them for a race
-// (235,768 hazard reports over 8 read sites, twelfth session), as it takes any shared access a barrier does not order.
-__device__ __forceinline__ int ld_acquire_cta(int* p) {
-  int v;
-  asm volatile("atom.acquire.cta.shared.or.b32 %0, [%1], 0;"
-               : "=r"(v) : "r"((unsigned)__cvta_generic_to_shared(p)) : "memory");
-  return v;
-}
-__device__ __forceinline__ int ld_relaxed_cta(int* p) {
-  int v;
-  asm volatile("atom.relaxed.cta.shared.or.b32 %0, [%1], 0;" : "=r"(v) : "r"((unsigned)__cvta_generic_to_shared(p)));
-  return v;
-}
-__device__ __forceinline__ void st_release_cta(int* p, int v) {
-  int old;
-  asm volatile("atom.release.cta.shared.exch.b32 %0, [%1], %2;"
-               : "=r"(old) : "r"((unsigned)__cvta_generic_to_shared(p)), "r"(v) : "memory");
-}
-__device__ __forceinline__ void st_relaxed_cta(int* p, int v) {
-  int old;
-  asm volatile("atom.relaxed.cta.shared.exch.b32 %0, [%1], %2;"
-               : "=r"(old) : "r"((unsigned)__cvta_generic_to_shared(p)), "r"(v));
-}
 // Thread 0 spins until *counter reaches target: false when the generation ended first (its stop position looked at
 // every KIEC_STOP_POLL_EVERY polls).
 __device__ __forceinline__ bool spin_until(const unsigned* counter, unsigned target, const Turn& u) {
@@ -159,32 +93,14 @@ __device__ __forceinline__ bool spin_until(const unsigned* counter, unsigned tar
 
 // A warp's lanes spin each on its counter (none, or met already: `met`) until every lane's has reached its target:
 // false once the warp's vote on stopped(spins) says the generation ended first (every lane leaves at once).
-// wait_writes' and poll_ahead's loop; wait_inputs writes the same loop out (a test reads it there).
-struct PollSleep {  // between two polls: KIEC_POLL_SLEEP_NS
-  __device__ __forceinline__ void operator()() const {
-    if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
-  }
-};
-struct Never {
-  __device__ __forceinline__ bool operator()() const { return false; }
-};
-// relaxed(): this spin's polls are relaxed loads (no L1 invalidation); a lane met by one acquires its counter once
-// when the warp's are all met, before the caller's release
-template <typename Stopped, typename Pause = PollSleep, typename Relaxed = Never>
-__device__ __forceinline__ bool lanes_meet(const unsigned* counter, unsigned target, bool met, Stopped stopped,
-                                           Pause pause = {}, Relaxed relaxed = {}) {
-  bool seen = false;  // met by a relaxed load
+// wait_writes' loop; wait_inputs writes the same loop out (a test reads it there).
+template <typename Stopped>
+__device__ __forceinline__ bool lanes_meet(const unsigned* counter, unsigned target, bool met, Stopped stopped) {
   for (unsigned spins = 1;; ++spins) {
-    if (!met) {
-      seen = relaxed();
-      met = (seen ? ld_relaxed_gpu(counter) : ld_acquire(counter)) >= target;
-    }
-    if (__all_sync(0xffffffffu, met)) {
-      if (seen) seen = ld_acquire(counter) >= target;  // (true: counters only grow)
-      return true;
-    }
+    if (!met) met = ld_acquire(counter) >= target;
+    if (__all_sync(0xffffffffu, met)) return true;
     if (__any_sync(0xffffffffu, stopped(spins))) return false;
-    pause();
+    if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
   }
 }
 
@@ -198,23 +114,7 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
                                             unsigned extra_target = 0, unsigned* late_seen = nullptr) {
   __shared__ int go;
   static_assert(MAX_WAITS < 32, "a lane a wait, and one for `extra`");
-#if KIEC_POLL_AHEAD
-  bool posted = false;  // (warp 0's: the poller saw this instruction's waits met)
-  if (threadIdx.x < 32) {
-    Ahead& v = ahead();
-    const int seq = u.t * v.count + (int)(u.ins - u.a->instrs) - v.begin + 1;
-    int p = 0;
-    if (threadIdx.x == 0) {
-      st_relaxed_cta(&v.waiting, seq);  // (the poller leaves this one to us)
-      p = ld_acquire_cta(&v.met[seq % AHEAD_SLOTS]) == seq;
-    }
-    posted = __shfl_sync(0xffffffffu, p, 0);
-    if (posted && threadIdx.x == 0) go = 1;
-  }
-#else
-  constexpr bool posted = false;
-#endif
-  if (KIEC_WAITS_TOGETHER && threadIdx.x < 32 && !posted) {
+  if (KIEC_WAITS_TOGETHER && threadIdx.x < 32) {
     const int n = u.ins->n_waits, lane = threadIdx.x;
     bool met = lane > n || (lane == n && !extra);  // counters only grow: a wait met stays met
     const unsigned* counter = extra;
@@ -229,13 +129,9 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
       }
     }
     int ok = 1;
-    bool seen = false;  // (KIEC_POLL_RELAXED: met by a relaxed load, acquired once all are met)
     for (unsigned spins = 1;; ++spins) {
-      if (!met) seen = met = (KIEC_POLL_RELAXED ? ld_relaxed_gpu(counter) : ld_acquire(counter)) >= target;
-      if (__all_sync(0xffffffffu, met)) {
-        if (KIEC_POLL_RELAXED && seen) seen = ld_acquire(counter) >= target;
-        break;
-      }
+      if (!met) met = ld_acquire(counter) >= target;
+      if (__all_sync(0xffffffffu, met)) break;
       if (spins % KIEC_STOP_POLL_EVERY == 0 && __any_sync(0xffffffffu, *(volatile int*)u.a->stop_pos <= u.pos)) {
         ok = 0;  // (every lane leaves at once: the warp's vote, not each lane's load)
         break;
@@ -243,7 +139,7 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
       if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
     }
     if (lane == 0) go = ok;
-  } else if (!KIEC_WAITS_TOGETHER && threadIdx.x == 0 && !posted) {
+  } else if (!KIEC_WAITS_TOGETHER && threadIdx.x == 0) {
     int ok = 1;
     const int n = u.ins->n_waits;
     for (int i = extra ? -1 : 0; i < n && ok; ++i) {  // i = -1: `extra`
@@ -258,64 +154,6 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
   sync_block();
   return go;
 }
-
-#if KIEC_POLL_AHEAD
-// The poller (KIEC_POLL_AHEAD): one warp of the streaming warpgroup walks the block's list as the compute warps do,
-// token after token, skipping the instructions they have reached; for the others its lanes poll the waits at once
-// (lane i, wait i) and lane 0 posts the instruction met. It leaves at the end, when the compute warps have left
-// (`quit`), or when the generation ended.
-__device__ __forceinline__ void poll_ahead(const PersistentArgs& a, int begin, int end, volatile int* quit) {
-  Ahead& v = ahead();
-  const int lane = threadIdx.x & 31;
-  int seq = 0;
-  // whether the compute warps wait for instruction s or a later one: lane 0 looks, the warp follows its vote
-  const auto reached = [&](int s) {
-    return __shfl_sync(0xffffffffu, lane == 0 ? ld_relaxed_cta(&v.waiting) : 0, 0) >= s;
-  };
-  for (int pos = a.p0, t = 0; pos < a.p_end; ++pos, ++t) {
-    for (int i = begin; i < end; ++i) {
-      if (reached(++seq)) continue;  // (they poll it themselves)
-      const Instr& ins = a.instrs[i];
-      const int n = ins.n_waits;
-      // lane n: attention's `extra` (arrivals_waited), its counter and target from the descriptor as attention_tile
-      // has them (arrive + g, SPLITS x t)
-      const bool arrivals = arrivals_waited(t) && ins.opcode == OP_ATTENTION;
-      bool met = lane > n || (lane == n && !arrivals);  // counters only grow: a wait met stays met
-      const unsigned* counter = nullptr;
-      unsigned target = 0;
-      if (lane < n) {
-        const Wait w = ins.waits[lane];
-        counter = a.counters + w.counter * a.counter_stride;
-        target = wait_target(w, t);
-      } else if (lane == n && arrivals) {
-        const KernelDesc& d = a.kernels[ins.kernel];
-        counter = a.arrivals + d.arrive + ins.lo;
-        target = (unsigned)d.splits * (unsigned)t;
-      }
-      bool gave_up = false;  // the compute warps reached it first
-      const auto pause = [&] {  // the next poll after KIEC_AHEAD_PAUSE_NS, or none once they reach it
-        for (int ns = 0; ns < KIEC_AHEAD_PAUSE_NS; ns += KIEC_AHEAD_LOOK_NS) {
-          if ((gave_up = reached(seq))) return;
-          __nanosleep(KIEC_AHEAD_LOOK_NS);
-        }
-        gave_up = reached(seq);
-      };
-      const bool ok = lanes_meet(
-          counter, target, met,
-          [&](unsigned spins) {
-            return gave_up || *quit || (spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)a.stop_pos <= pos);
-          },
-          pause, [] { return true; });
-      if (ok) {
-        __syncwarp();
-        if (lane == 0) st_release_cta(&v.met[seq % AHEAD_SLOTS], seq);
-      } else if (!gave_up) {
-        return;  // (the generation ended, or the compute warps left)
-      }
-    }
-  }
-}
-#endif
 
 #if KIEC_TAG_WAITS >= 2
 // Every thread calls it before the tile's first write: the late waits (wait_late) met, looked at first in what
