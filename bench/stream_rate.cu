@@ -9,6 +9,10 @@
 //   tile      the ring feeding the real GEMV tile loop (persistent_gemv.cuh's gemv_pages, K 2048 like the LM head)
 //   normal    tile, the copies with L2's evict-normal policy instead of evict-first
 //   pages     tile with other ring shapes: 24 x 8 KB, 6 x 32 KB, 10 x 16 KB (llama-3.1-8b's ring), 13 x 16 KB
+//   polled    tile while a lane of the streaming warpgroup's second warp polls a counter nobody moves: acquire loads
+//             back to back (every block on one line, as the kernel's SMs poll a phase counter, or each on its own),
+//             relaxed loads back to back, or acquire loads ~1 us apart. The twelfth session inferred from a poller's
+//             three paces that each acquire poll costs the SM's stream ~0.2 us (bench/RESULTS.md); this times it.
 // for a share of 4 MB an SM (the LM head's) and of 512 KB (a big GEMV's share on llama-3.2-1b: a phase starting
 // with an empty ring). Prints, per way: TB/s over the GPU (all bytes over the first start to the last end: what a
 // phase costs), and GB/s an SM (median SM, slowest SM), median of 5 runs; each run reads bytes no earlier run of it
@@ -32,17 +36,22 @@
 using T = __nv_bfloat16;
 constexpr int WARPS = 8, K = 2048, SEGS = 2, RUNS = 5;
 constexpr size_t MAX_SHARE = 4 << 20;  // bytes a block streams at most
-enum Way { LANDED = 0, TILE = 1, NORMAL = 2 };
+enum Way { LANDED = 0, TILE = 1, NORMAL = 2, POLL_ACQUIRE = 3, POLL_ACQUIRE_OWN = 4, POLL_RELAXED = 5,
+           POLL_ACQUIRE_1US = 6 };
 
 // Block b streams [src + b * share, + share) through ring R; stamps[2b], stamps[2b + 1]: its start and end (ns).
 template <typename R>
 __global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1)
-stream(const char* src, size_t share, int way, unsigned long long* stamps, float* sink) {
+stream(const char* src, size_t share, int way, unsigned long long* stamps, float* sink, const unsigned* counters) {
   using G = kiec::GemvShape<T, K, WARPS, kiec::EPI_STORE, SEGS, R::PAGE>;
   extern __shared__ __align__(128) char smem_raw[];
+  __shared__ volatile int done;  // the compute warps are through the share: the poller stops
   R ring;
   float* acc = reinterpret_cast<float*>(ring.carve(smem_raw));  // a row's segment sums, the rows of one share
-  if (threadIdx.x == 0) ring.init(WARPS * 32);
+  if (threadIdx.x == 0) {
+    ring.init(WARPS * 32);
+    done = 0;
+  }
   __syncthreads();
   const char* mine = src + (size_t)blockIdx.x * share;
   const int items = (int)(share / G::ITEM), pages = (items + G::PER_PAGE - 1) / G::PER_PAGE;
@@ -59,6 +68,20 @@ stream(const char* src, size_t share, int way, unsigned long long* stamps, float
         kiec::bulk_copy(ring.page(seq), mine + (size_t)first * G::ITEM, bytes, ring.full + stage, policy);
       }
       ring.drain(pages);
+    } else if (way >= POLL_ACQUIRE && threadIdx.x == (WARPS + 1) * 32) {  // the poller (a counter never met)
+      const unsigned* c = counters + (way == POLL_ACQUIRE_OWN ? blockIdx.x * 32 : 0);  // (own: a 128-byte line each)
+      unsigned seen = 0;
+      while (!done) {
+        if (way == POLL_RELAXED) {
+          unsigned v;
+          asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
+          seen += v;
+        } else {
+          seen += kiec::ld_acquire(c);
+        }
+        if (way == POLL_ACQUIRE_1US) __nanosleep(1000);
+      }
+      if (seen == 0x12345678u) sink[blockIdx.x] = 1.f;  // (never: the counters stay 0)
     }
     return;
   }
@@ -77,6 +100,7 @@ stream(const char* src, size_t share, int way, unsigned long long* stamps, float
     stamps[2 * blockIdx.x] = t0;
     stamps[2 * blockIdx.x + 1] = kiec::global_ns();
     sink[blockIdx.x] = acc[0];  // nothing computed is dead
+    done = 1;
   }
 }
 
@@ -100,6 +124,7 @@ struct Buffers {
   size_t bytes;  // RUNS + 1 regions of sms * MAX_SHARE: each run its own
   unsigned long long* stamps;
   float* sink;
+  unsigned* counters;  // 32 a block (a line each), all 0: polled, never met
 };
 
 template <int STAGES, int PAGE>
@@ -112,7 +137,7 @@ static void way(const char* name, const Buffers& b, int sms, size_t share, int w
   const size_t region = (size_t)sms * MAX_SHARE;
   std::vector<double> total, med, slow;
   for (int r = 0; r <= RUNS; ++r) {  // run 0 warms up
-    stream<R><<<sms, threads, smem>>>(b.w + (size_t)r * region, share, w, b.stamps, b.sink);
+    stream<R><<<sms, threads, smem>>>(b.w + (size_t)r * region, share, w, b.stamps, b.sink, b.counters);
     CHECK(cudaDeviceSynchronize());
     std::vector<unsigned long long> h(2 * sms);
     CHECK(cudaMemcpy(h.data(), b.stamps, h.size() * sizeof h[0], cudaMemcpyDeviceToHost));
@@ -142,6 +167,8 @@ int main() {
   CHECK(cudaMemset(b.w, 0, b.bytes));
   CHECK(cudaMalloc(&b.stamps, 2 * sms * sizeof *b.stamps));
   CHECK(cudaMalloc(&b.sink, sms * sizeof *b.sink));
+  CHECK(cudaMalloc(&b.counters, 32 * sms * sizeof *b.counters));
+  CHECK(cudaMemset(b.counters, 0, 32 * sms * sizeof *b.counters));
   unsigned* usink;
   CHECK(cudaMalloc(&usink, sizeof *usink));
   // the ceiling over one run's region at a time, like the runs below (cudaEvent timed)
@@ -170,6 +197,10 @@ int main() {
     way<6, 32 << 10>("tile, 6 x 32 KB", b, sms, share, TILE);
     way<10, 16 << 10>("tile, 10 x 16 KB (llama-3.1-8b's)", b, sms, share, TILE);
     way<13, 16 << 10>("tile, 13 x 16 KB", b, sms, share, TILE);
+    way<12, 16 << 10>("tile + acquire polls, one line", b, sms, share, POLL_ACQUIRE);
+    way<12, 16 << 10>("tile + acquire polls, own lines", b, sms, share, POLL_ACQUIRE_OWN);
+    way<12, 16 << 10>("tile + relaxed polls, one line", b, sms, share, POLL_RELAXED);
+    way<12, 16 << 10>("tile + acquire polls 1 us apart", b, sms, share, POLL_ACQUIRE_1US);
   }
   return 0;
 }

@@ -99,7 +99,8 @@ if [ -n "${ACQUIRE:-}" ]; then
   bench_build acquire_pipeline acquire_pipeline && timeout 60 /tmp/acquire_pipeline 2>&1 | tee "$OUT/acquire_pipeline.txt"
 fi
 # STREAM=1: how fast the weight ring delivers when nothing stops it (the LM head's case), against the read ceiling,
-# with the GEMV tile consuming, other ring shapes and L2 policy (bench/stream_rate.cu)
+# with the GEMV tile consuming, other ring shapes and L2 policy, and with a warp polling a counter meanwhile (acquire or
+# relaxed loads: what a poll costs the stream; bench/stream_rate.cu)
 if [ -n "${STREAM:-}" ]; then
   bench_build stream_rate stream_rate -DKIEC_COMPUTE_THREADS=256 && timeout 120 /tmp/stream_rate 2>&1 | tee "$OUT/stream_rate.txt"
 fi
