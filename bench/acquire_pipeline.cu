@@ -11,41 +11,24 @@
 //   release+acquire  red.release.gpu.add on this block's line, then an acquire load of a counter (a tile's signal,
 //                    then the next tile's poll)
 //   release+fence    red.release.gpu.add, then fence.acq_rel.gpu (does the fence wait for the add?)
-// Build and run (on the GPU machine): nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a
-//   bench/acquire_pipeline.cu -o /tmp/acq && /tmp/acq
+// Build and run (on the GPU machine; DIR holds persistent_abi.h, which the kernel's headers include):
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I DIR bench/acquire_pipeline.cu
+//        -o /tmp/acq && /tmp/acq
 #include <cuda_runtime.h>
 #include <stdio.h>
 
 #include <algorithm>
 #include <vector>
 
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e = (x);                                                                  \
-    if (e != cudaSuccess) {                                                               \
-      fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e));         \
-      return 1;                                                                           \
-    }                                                                                     \
-  } while (0)
+#include "persistent_abi.h"
+#include "kiec/persistent_tile.cuh"
+#include "bench_common.cuh"
+
+using kiec::ld_acquire;
+using kiec::ld_relaxed;
 
 constexpr int LINE = 32;  // unsigned ints a 128-byte line
 constexpr int BATCHES = 2000;
-
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
-}
 
 enum Test { ACQUIRE, RELAXED, RELAXED_FENCE, RELEASE_ACQUIRE, RELEASE_FENCE };
 
@@ -56,7 +39,7 @@ __global__ void measure(const unsigned* counters, unsigned* mine, float* out) {
   if (threadIdx.x != 0) return;
   unsigned sum = 0;
   unsigned* line = mine + blockIdx.x * LINE;
-  const unsigned long long t0 = now_ns();
+  const unsigned long long t0 = kiec::global_ns();
   for (int b = 0; b < BATCHES; ++b) {
     const unsigned* base = counters + (sum >> 31);  // (0: the values are small; a dependence on the last batch)
     if (TEST == ACQUIRE || TEST == RELAXED) {
@@ -74,11 +57,11 @@ __global__ void measure(const unsigned* counters, unsigned* mine, float* out) {
       else asm volatile("fence.acq_rel.gpu;" ::: "memory");  // (the next batch waits for it)
     }
   }
-  out[blockIdx.x] = (float)(now_ns() - t0) / BATCHES + (sum == 0xffffffffu ? 1.f : 0.f);
+  out[blockIdx.x] = (float)(kiec::global_ns() - t0) / BATCHES + (sum == 0xffffffffu ? 1.f : 0.f);
 }
 
 template <Test TEST, int K>
-int run(const char* name, int sms, const unsigned* counters, unsigned* mine, float* out) {
+void run(const char* name, int sms, const unsigned* counters, unsigned* mine, float* out) {
   measure<TEST, K><<<sms, 32>>>(counters, mine, out);  // (a warm-up launch, then the measured one)
   CHECK(cudaGetLastError());
   measure<TEST, K><<<sms, 32>>>(counters, mine, out);
@@ -87,7 +70,6 @@ int run(const char* name, int sms, const unsigned* counters, unsigned* mine, flo
   CHECK(cudaMemcpy(ns.data(), out, sms * sizeof(float), cudaMemcpyDeviceToHost));
   std::sort(ns.begin(), ns.end());
   printf("%-18s %2d %9.1f %9.1f %9.1f\n", name, K, ns[0], ns[sms / 2], ns[sms - 1]);
-  return 0;
 }
 
 int main() {
@@ -102,16 +84,15 @@ int main() {
   CHECK(cudaMalloc(&out, sms * sizeof(float)));
   printf("ns a batch, %d blocks (lane 0 each), %d batches: min, median, max over the blocks\n", sms, BATCHES);
   printf("%-18s %2s %9s %9s %9s\n", "test", "k", "min", "median", "max");
-  int bad = 0;
-  bad |= run<ACQUIRE, 1>("acquire", sms, counters, mine, out);
-  bad |= run<ACQUIRE, 2>("acquire", sms, counters, mine, out);
-  bad |= run<ACQUIRE, 4>("acquire", sms, counters, mine, out);
-  bad |= run<ACQUIRE, 8>("acquire", sms, counters, mine, out);
-  bad |= run<RELAXED, 1>("relaxed", sms, counters, mine, out);
-  bad |= run<RELAXED, 4>("relaxed", sms, counters, mine, out);
-  bad |= run<RELAXED, 8>("relaxed", sms, counters, mine, out);
-  bad |= run<RELAXED_FENCE, 1>("relaxed+fence", sms, counters, mine, out);
-  bad |= run<RELEASE_ACQUIRE, 1>("release+acquire", sms, counters, mine, out);
-  bad |= run<RELEASE_FENCE, 1>("release+fence", sms, counters, mine, out);
-  return bad;
+  run<ACQUIRE, 1>("acquire", sms, counters, mine, out);
+  run<ACQUIRE, 2>("acquire", sms, counters, mine, out);
+  run<ACQUIRE, 4>("acquire", sms, counters, mine, out);
+  run<ACQUIRE, 8>("acquire", sms, counters, mine, out);
+  run<RELAXED, 1>("relaxed", sms, counters, mine, out);
+  run<RELAXED, 4>("relaxed", sms, counters, mine, out);
+  run<RELAXED, 8>("relaxed", sms, counters, mine, out);
+  run<RELAXED_FENCE, 1>("relaxed+fence", sms, counters, mine, out);
+  run<RELEASE_ACQUIRE, 1>("release+acquire", sms, counters, mine, out);
+  run<RELEASE_FENCE, 1>("release+fence", sms, counters, mine, out);
+  return 0;
 }

@@ -72,13 +72,7 @@ stream(const char* src, size_t share, int way, unsigned long long* stamps, float
       const unsigned* c = counters + (way == POLL_ACQUIRE_OWN ? blockIdx.x * 32 : 0);  // (own: a 128-byte line each)
       unsigned seen = 0;
       while (!done) {
-        if (way == POLL_RELAXED) {
-          unsigned v;
-          asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
-          seen += v;
-        } else {
-          seen += kiec::ld_acquire(c);
-        }
+        seen += way == POLL_RELAXED ? kiec::ld_relaxed(c) : kiec::ld_acquire(c);
         if (way == POLL_ACQUIRE_1US) __nanosleep(1000);
       }
       if (seen == 0x12345678u) sink[blockIdx.x] = 1.f;  // (never: the counters stay 0)

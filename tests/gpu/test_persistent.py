@@ -142,9 +142,8 @@ def test_device_draw_is_kiec_sampling_over_its_own_logits(tmp_path, temperature,
                                     pytest.param(dict(persist_tag_waits=2, attn_min_keys=8), id="tag_waits2")])
 def test_generation_ends_at_eos_and_when_the_host_stops_it(tmp_path, monkeypatch, change):
     # also with waits polled one after the other and attention's arrivals as an `extra` wait (tags 2, several
-    # splits a head), with tag waits (tiles spin on their words' tags, not on counters), and with the waits polled
-    # ahead by a warp of their own (its spins too): a stop must end every spin, or an SM waits for a producer that
-    # stopped first
+    # splits a head), and with tag waits (tiles spin on their words' tags, not on counters): a stop must end every
+    # spin, or an SM waits for a producer that stopped first
     model, art = compile_tiny(tmp_path, "qwen3", max_position_embeddings=4096)
     if change:
         art = compile_variant(model, tmp_path, monkeypatch, **change)
@@ -347,9 +346,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the GEMVs beside attention; tag waits (tiles spinning on their tagged words, not on the writers' counters), with
     # several splits, with tags 1, with a sleep between spins, and waiting for 90% of the writer's tiles first; with
     # the waits that guard only writes polled before the epilogue (2; also with tags 1 and with waits polled one at a
-    # time); the waits polled ahead by a warp of the streaming warpgroup (with several splits, so that attention's
-    # arrivals are an `extra` its tile polls itself; without tags; with a sleep between polls). Knobs that leave the
-    # math alone leave the bits alone
+    # time). Knobs that leave the math alone leave the bits alone
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
     if "attn_min_keys" in change:
         art = compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=change["attn_min_keys"])

@@ -281,6 +281,11 @@ __device__ __forceinline__ void settle_tags(Stale stale, Reload reload) {
   }
 }
 
+// A word's value (with parity tags, the tag bit cleared).
+__device__ __forceinline__ float word_value(unsigned long long w) {
+  return __uint_as_float(KIEC_TAG_PARITY ? (unsigned)w & ~1u : (unsigned)w);
+}
+
 // A word loaded earlier, loaded again until it carries `tag`: its value. Readers look only once the writer's
 // counter says its stores are issued, so the tag comes within a few round trips; after 2^20 (a second) it never
 // will (a wrong tag is a compiler bug): the value is a NaN, which poisons the logits (the tests see it) instead of
@@ -291,7 +296,7 @@ __device__ __forceinline__ float tagged_value(unsigned long long w, const float*
     if (KIEC_TAG_WAITS && spins % 1024 == 1023 && stop_passed()) return __uint_as_float(0x7fffffffu);
     w = ld_tagged(v2, i);
   }
-  return __uint_as_float(KIEC_TAG_PARITY ? (unsigned)w & ~1u : (unsigned)w);  // (parity: the tag bit cleared)
+  return word_value(w);
 }
 
 // A word that went through settle_tags: it carries `tag` unless settle_tags gave up on it, and then its value is a
@@ -299,8 +304,7 @@ __device__ __forceinline__ float tagged_value(unsigned long long w, const float*
 // kernel was 13,920 SASS instructions against 12,152 without tag waits (its down projection case 2,280 vs 1,400)
 // and every case ran slower, those whose waits tag waits leave alone too (scripts/code_size.py; bench/RESULTS.md).
 __device__ __forceinline__ float settled_value(unsigned long long w, unsigned tag) {
-  return carries(w, tag) ? __uint_as_float(KIEC_TAG_PARITY ? (unsigned)w & ~1u : (unsigned)w)
-                         : __uint_as_float(0x7fffffffu);
+  return carries(w, tag) ? word_value(w) : __uint_as_float(0x7fffffffu);
 }
 
 }  // namespace kiec

@@ -35,6 +35,12 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   return v;
 }
 
+__device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {  // (no L1 invalidation, no ordering)
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
 // One instruction on one token.
 struct Turn {
   const Instr* ins;

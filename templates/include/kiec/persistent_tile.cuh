@@ -21,9 +21,10 @@ __device__ __forceinline__ unsigned long long* trace_row(const Turn& u) {
 }
 
 // A timestamp (TR_START, TR_READY, TR_X_READY, TR_SUMS_DONE, TR_STORED, TR_DONE: thread 0's view); the SM cycles
-// from start to done ride along, the start's kept in shared memory: read back from the recording (global memory),
-// it cost the traced step a load's round trip between each tile's done and the next one's start, on the SM that
-// ended a phase too (0.2-0.4 us from its done to its next start in e3615a3's traces, bench/RESULTS.md).
+// from start to done ride along, the start's kept in shared memory: read back from the recording (global memory) at
+// each done, it put a load's round trip before the next tile's start in the traced step. On the SM that ended a GEMV
+// phase, its next tile started 0.22-0.42 us after that end in e3615a3's traces and 0.10-0.13 us in f3ab310's
+// (`python3 bench/results/2026-11-30g/start_gap.py`; bench/RESULTS.md, twelfth session).
 __device__ __forceinline__ long long& trace_start_cycles() {
   __shared__ long long cycles;
   return cycles;
@@ -125,7 +126,7 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
       target = wait_target(w, u.t);
       if (wait_late(w)) {  // wait_writes' (its load issued now, not waited for)
         met = true;
-        if (late_seen) asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(*late_seen) : "l"(counter));
+        if (late_seen) *late_seen = ld_relaxed(counter);
       }
     }
     int ok = 1;
