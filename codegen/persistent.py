@@ -86,7 +86,8 @@ class _PersistentEmitter(_Emitter):
                              "their words one at a time (load_x_slice_tagged), not as a batch")
         self.sched: Schedule = schedule(program, t.sms, slot_of=dict(self.arena), min_keys=t.attn_min_keys,
                                         previous_first=bool(t.persist_waits_previous_first), tags=self.tags,
-                                        tag_waits=self.tag_waits, tag_lead=t.persist_tag_lead)
+                                        tag_waits=self.tag_waits, tag_lead=t.persist_tag_lead,
+                                        owner_merges=t.persist_attn_owner_merges)
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):
             self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)
@@ -106,11 +107,12 @@ class _PersistentEmitter(_Emitter):
         return bool(self.tags and self.t.persist_tag_parity)
 
     def scratch(self) -> dict[str, int]:
-        """Each layer's attention partials get their own region, so that layers never wait on each other's."""
-        out = {}
+        """Each layer's attention partials get their own region, so that layers never wait on each other's (as
+        8-byte words with persist_attn_owner_merges: a value and its tag)."""
+        out, words = {}, 2 if self.t.persist_attn_owner_merges else 1
         for k in self.attn:
             slots = self.partial_slots(k)
-            out[partials(k) + ".o"], out[partials(k) + ".ml"] = slots * k.head_dim, slots * 2
+            out[partials(k) + ".o"], out[partials(k) + ".ml"] = slots * k.head_dim * words, slots * 2 * words
         return out
 
     def partial_slots(self, k: AttentionKernel) -> int:
@@ -203,8 +205,9 @@ class _PersistentEmitter(_Emitter):
             raise ValueError(f"{k.name}: its input and output are tagged alike or not at all (tag_plan)")
         short = t.persist_attn_short_keys if 0 < t.persist_attn_short_keys < keys else 0
         tmpl += template_tail([self.tagged(k.qkv), bool(t.persist_attn_pipeline), bool(a.softcap > 0), short,
-                               bool(t.persist_attn_early_rope), bool(t.persist_attn_kv_first and short)],
-                              [False, False, True, 0, False, False])  # TAGGED .. U_SHORT, EARLY_ROPE, KV_FIRST
+                               bool(t.persist_attn_early_rope), bool(t.persist_attn_kv_first and short),
+                               t.persist_attn_owner_merges],
+                              [False, False, True, 0, False, False, 0])  # TAGGED .. KV_FIRST, OWNER_MAX
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",

@@ -41,6 +41,10 @@ class TargetParams:
     persist_attn_short_keys: int  # persistent: > 0: a split one pass of this many keys covers runs that pass
     persist_attn_early_rope: int  # persistent: 1: attention's RoPE coefficients made before it waits for its inputs
     persist_attn_kv_first: int  # persistent: 1: a short attention pass loads its earlier rows before q (short keys on)
+    # persistent: > 0: while at most this many splits of a KV head are in use, the one holding the position's row
+    # (the last) merges them, their partials read as tagged words and its own kept on chip; the others only store
+    # theirs (persistent.cuh: attention_tile's OWNER_MAX). 0: the split that arrives last merges, always
+    persist_attn_owner_merges: int
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
@@ -213,6 +217,19 @@ TARGETS: dict[str, TargetParams] = {
                           # session): 0.816-0.820 vs 0.822 ms on llama-3.2-1b then, taken out. Alone, ninth session:
                           # 0.763 / 0.762 vs 0.761 / 0.762 on llama-3.2-1b (with early RoPE: above); off
                           persist_attn_kv_first=0,
+                          # the split that arrived last merged: its partial stored, its arrival's acq_rel add (the
+                          # stores' acknowledgement, then the add's round trip), the partials loaded, the output stored
+                          # and released: 1.86 us from the last split's partial to the signal on smollm2-135m, 1.62 on
+                          # llama-3.2-1b (twelfth session's call-2 traces, trace_summary.py's attention view). With 1 the
+                          # split holding row pos merges as the partials' tags come, no arrival on the way (the same
+                          # bits). 2026-12-01 (thirteenth session, ms, two rounds, bench/RESULTS.md): 64 (the owner
+                          # always) smollm2-135m 0.491 vs 0.498, llama-3.2-1b 0.753-0.754 vs 0.764-0.767, qwen3-1.7b
+                          # 1.115 vs 1.126-1.130, but llama-3.2-1b at 8192 0.930-0.931 vs 0.911-0.913. A build with 8
+                          # (the last to arrive merges past 8 in use; arrivals counted and waited by every split, the
+                          # owner's added before its merge) was no faster at short context and as slow at 8192, where
+                          # its tiles merged the old way: that loss looks like the kernel's code (the owner path adds
+                          # 9-15 KB to the attention case), not the merge. Off until the long context stops losing
+                          persist_attn_owner_merges=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
                           # (ir/passes/persistent.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b

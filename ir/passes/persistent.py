@@ -62,6 +62,10 @@ class Schedule:
     # tag waits (persist_tag_waits): the tagged values whose readers do not wait on their writer's counter but
     # load the words until they carry this token's tag (tag_covered); empty without
     spin: frozenset[str] = frozenset()
+    # persist_attn_owner_merges: while at most this many of a KV head's splits are in use, the one holding the
+    # token's row (the last in use) merges them as their partials come, and only it arrives (all the splits' count
+    # at once); with more (or 0) the last to arrive merges
+    owner_merges: int = 0
 
 
 def phases(program: Program) -> list[tuple[int, str]]:
@@ -341,7 +345,8 @@ def gemv_shares(n: int, sms: int, first_sm: int = 0) -> list[tuple[int, int, int
 
 def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None,
              min_keys: int = 64, max_splits: int = 64, previous_first: bool = False,
-             tags: TagPlan | None = None, tag_waits: int = 0, tag_lead: int = 100) -> Schedule:
+             tags: TagPlan | None = None, tag_waits: int = 0, tag_lead: int = 100,
+             owner_merges: int = 0) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
@@ -352,11 +357,12 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     counter where that is the only reason to (tag_covered); it loads the words until they carry their tag.
     tag_lead (percent, below 100): instead of no wait, one for all but that share of the writer's tiles (a Wait's
     lead), so that the words are loaded again only over the writer's last tiles, not all along. tag_waits 2: also
-    the GEMV waits that guard only writes are polled before the epilogue (late_waits)."""
+    the GEMV waits that guard only writes are polled before the epilogue (late_waits). owner_merges: see
+    Schedule (it needs each SM to hold at most one split of a phase, which one SM a split gives)."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
-    sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys, spin)
+    sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys, spin, owner_merges)
     deps = dependencies(program, slot_of)
     covered = tag_covered(program, tags, slot_of) if tag_waits else set()
     if tag_waits:

@@ -107,6 +107,15 @@ class VM:
             self._attention_split(ins, token, k)
             key, want = (ins.kernel, ins.lo), self.arrivals(ins.kernel)
             before = self.arrived.get(key, 0)
+            if self._by_owner(ins, token):  # the owner merges (ready: the others' partials came), arrives for all
+                if not self._owns(ins, token):
+                    return False
+                if before != want * token:
+                    raise ScheduleError(f"attention kernel {ins.kernel} head {ins.lo}: token {token}'s owner found "
+                                        f"{before} arrivals, not the {want * token} of the tokens before")
+                self.arrived[key] = before + want
+                self._combine(ins, token, k)
+                return True
             if before < want * token:  # the device counts a token's arrivals on top of all the earlier ones
                 raise ScheduleError(f"attention kernel {ins.kernel} head {ins.lo} split {ins.tile % want} arrived at "
                                     f"token {token} before the splits of token {token - 1} all had ({before} of "
@@ -192,6 +201,17 @@ class VM:
             raise ScheduleError(f"attention kernel {ins.kernel} head {g} split {s} at token {token}: {what} "
                                 f"({stamps[g, lo:hi].tolist()})")
 
+    def _owns(self, ins: Instr, token: int) -> bool:
+        """Whether this split holds the token's row (the last in use): with owner_merges, the one that merges."""
+        split = self._split(ins, token)
+        return split is not None and split[3] == token + 1
+
+    def _by_owner(self, ins: Instr, token: int) -> bool:
+        """Whether the owner merges this attention instruction's KV head at `token`: owner_merges on and no more
+        splits in use than it says."""
+        used = len(split_rows(self.p.kernels[ins.kernel], token, self.s.splits[ins.kernel], self.s.min_keys))
+        return 0 < used <= self.s.owner_merges
+
     def arrivals(self, kernel: int) -> int:
         """Arrivals a KV head's last split waits for a token before it merges: one per split (the device's
         SPLITS)."""
@@ -219,7 +239,18 @@ class VM:
     def ready(self, ins: Instr, token: int) -> bool:
         """Whether the instruction may start: its waits met but the late ones (late_waits: the device polls them
         before a GEMV's writes; `pending` in run), and its tagged words there (stale_tag)."""
-        return all(self.met(w, token) for w in ins.waits if not w.late) and self.stale_tag(ins, token) is None
+        return (all(self.met(w, token) for w in ins.waits if not w.late) and self.stale_tag(ins, token) is None
+                and not self.partials_pending(ins, token))
+
+    def partials_pending(self, ins: Instr, token: int) -> bool:
+        """With owner_merges: whether this is a KV head's owner (_owns) whose other splits in use have not yet
+        stored this token's partials (the device loads their words until they carry its tag)."""
+        if not (ins.opcode == "attention" and self._by_owner(ins, token) and self._owns(ins, token)):
+            return False
+        k = self.p.kernels[ins.kernel]
+        used = len(split_rows(k, token, self.s.splits[ins.kernel], self.s.min_keys))
+        want = self.producer[partials(k)] * 1_000_000 + token
+        return not bool((self.parts[ins.kernel]["stamp"][ins.lo, :used - 1] == want).all())
 
     def stale_tag(self, ins: Instr, token: int) -> str | None:
         """Tag waits (Schedule.spin): the first tagged value this instruction reads that does not yet carry the
@@ -269,7 +300,8 @@ class VM:
                 i = live[0]
                 ins = lists[i][pc[i]]
                 blocked = [w for w in ins.waits if not self.met(w, tok[i]) and (i in pending or not w.late)]
-                on = f"counter {blocked[0].counter}" if blocked else f"the tags of %{self.stale_tag(ins, tok[i])}"
+                on = (f"counter {blocked[0].counter}" if blocked else "its other splits' partials"
+                      if self.partials_pending(ins, tok[i]) else f"the tags of %{self.stale_tag(ins, tok[i])}")
                 raise ScheduleError(f"deadlock: SM {i} at token {tok[i]} waits in {ins.opcode} kernel {ins.kernel} "
                                     f"tile {ins.tile} on {on}")
             i = max(ready, key=lambda j: (tok[j], lists[j][pc[j]].counter)) if policy == "eager" else rng.choice(ready)

@@ -14,14 +14,15 @@ from kiec.ir.passes.vm import VM, ScheduleError
 from tests.tiny_hf import make_tiny_hf
 
 
-def setup(tmp_path, family="qwen3", sms=7, min_keys=2, previous_first=False):
+def setup(tmp_path, family="qwen3", sms=7, min_keys=2, previous_first=False, owner_merges=False):
     # min_keys 2: from the 4th token on, attention spreads over 2-3 splits per KV head, merged by the last
     make_tiny_hf(tmp_path, family)
     m = kiec.load(str(tmp_path), max_seq_len=16)
     prog = pipeline.run(m.graph)
     offsets, floats = plan_buffers(prog, {})
     slots = {v: o for v, o in offsets.items()}
-    sched = schedule(prog, sms, tile_rows=32, slot_of=slots, min_keys=min_keys, previous_first=previous_first)
+    sched = schedule(prog, sms, tile_rows=32, slot_of=slots, min_keys=min_keys, previous_first=previous_first,
+                     owner_merges=owner_merges)
     weights = {n: m.weights[n].float() for n in m.graph.params}
     return m, prog, sched, weights, offsets, floats
 
@@ -95,6 +96,49 @@ def test_a_merge_before_every_split_arrived_is_caught(tmp_path, monkeypatch):
     # lets a split merge before the others wrote theirs
     monkeypatch.setattr(VM, "arrivals", lambda self, kernel: self.s.splits[kernel] - 1)
     with pytest.raises(ScheduleError, match=r"attention kernel \d+ head \d+ \(token \d+\) merged partials stamped \[.*\]; the dataflow wants"):
+        VM(sched, weights, offsets, floats).run([5, 17, 99, 4, 8], 6, "eager")
+
+
+@pytest.mark.parametrize("policy,seed,tags,most", [("eager", 0, False, 3), ("random", 1, False, 3),
+                                                   ("random", 2, False, 2), ("random", 3, True, 3),
+                                                   ("eager", 0, True, 2), ("random", 4, True, 2)])
+def test_owner_merges_computes_the_graph_on_any_interleaving(tmp_path, policy, seed, tags, most):
+    # persist_attn_owner_merges: while at most `most` splits are in use, the split holding the token's row merges
+    # once the others' partials came, the others never bump the counter; over 12 tokens the splits in use per KV
+    # head go 1, 2, 3 (min_keys 2, 3 splits), so with `most` 2 the last to arrive merges from the 5th token on
+    m, prog, sched, weights, offsets, floats = setup(tmp_path, owner_merges=most)
+    if tags:  # attention's input and output tagged (persist_tagged 2), its counter then relaxed
+        plan = tag_plan(prog, attention=True)
+        offsets, floats = plan_buffers(prog, {}, frozenset(plan.writer))
+        sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan, owner_merges=most)
+    vm = VM(sched, weights, offsets, floats)
+    prompt, steps = [5, 17, 99, 4, 8, 1], 12
+    got = vm.run(prompt, steps, policy, seed)
+    for t, (a, b) in enumerate(zip(got, reference_logits(m, prompt, steps))):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
+    splits = set(sched.splits.values())
+    assert splits == {3} and all(n == 3 * steps for n in vm.arrived.values())  # the owners' counts: 3 a token
+
+
+def test_an_owner_merge_before_the_partials_came_is_caught(tmp_path, monkeypatch):
+    m, prog, sched, weights, offsets, floats = setup(tmp_path, owner_merges=3)
+    # the owner merges as soon as its own waits are met, without the other splits' partials
+    monkeypatch.setattr(VM, "partials_pending", lambda self, ins, token: False)
+    with pytest.raises(ScheduleError, match=r"attention kernel \d+ head \d+ \(token \d+\) merged partials stamped \[.*\]; the dataflow wants"):
+        VM(sched, weights, offsets, floats).run([5, 17, 99, 4, 8], 6, "eager")
+
+
+def test_an_owner_behind_its_own_split_deadlocks_by_name(tmp_path):
+    # an SM whose list holds another split of the owner's KV head after the owner's tile: the owner waits for a
+    # partial its own SM has yet to make (why the schedule deals a phase's splits one an SM)
+    m, prog, sched, weights, offsets, floats = setup(tmp_path, owner_merges=3)
+    attn = first_attention(prog)
+    where = {ins.tile: (sm, i) for sm, lst in enumerate(sched.lists) for i, ins in enumerate(lst) if ins.kernel == attn}
+    (sm0, i0), (sm1, i1) = where[0], where[1]  # KV head 0's splits 0 and 1 (token 4: 2 in use, split 1 owns)
+    moved = sched.lists[sm0].pop(i0)
+    sched.lists[sm1].insert(i1 + 1, moved)
+    with pytest.raises(ScheduleError, match=rf"deadlock: SM {sm1} at token \d+ waits in attention kernel {attn} tile 1 "
+                                            r"on its other splits' partials"):
         VM(sched, weights, offsets, floats).run([5, 17, 99, 4, 8], 6, "eager")
 
 

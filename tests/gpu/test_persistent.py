@@ -108,6 +108,23 @@ def test_attention_short_pass_computes_the_same_bits(tmp_path, monkeypatch):
     assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
 
 
+@pytest.mark.parametrize("tags,most", [(0, 64), (2, 64), (2, 8)])
+def test_owner_merges_computes_the_same_bits(tmp_path, monkeypatch, tags, most):
+    # persist_attn_owner_merges: the split holding the position's row merges its KV head's splits from their tagged
+    # partials, in the same order as the last split to arrive did: with 8 keys a split at least, one launch over 300
+    # positions runs 1 to 38 splits in use (several batches of 8 partials), every logit the same bits as without
+    # it; with attention's input and output tagged too (tags 2); at most 8 in use: from position 64 on the last to
+    # arrive merges again, in the same launch
+    model, _ = compile_tiny(tmp_path, "llama", max_position_embeddings=512, hidden_size=256, intermediate_size=384)
+    fields = dict(attn_min_keys=8, persist_tagged=tags, persist_tagged_min_width=0)
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_owner_merges=most))
+    tokens = np.random.default_rng(7).integers(0, model.config.vocab_size, size=300).tolist()
+    assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
+                          np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+    assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
+
+
 @pytest.mark.parametrize("family", ["llama3-scaled", "qwen3", "mistral"])
 def test_early_rope_and_kv_first_compute_the_same_bits(tmp_path, monkeypatch, family):
     # persist_attn_early_rope: the rotation's coefficients made before the wait (scaled frequencies, q/k norms
@@ -139,7 +156,11 @@ def test_device_draw_is_kiec_sampling_over_its_own_logits(tmp_path, temperature,
 
 @pytest.mark.parametrize("change", [{}, dict(persist_waits_together=0, persist_tagged=2, attn_min_keys=8),
                                     pytest.param(dict(persist_tag_waits=1, attn_min_keys=8), id="tag_waits"),
-                                    pytest.param(dict(persist_tag_waits=2, attn_min_keys=8), id="tag_waits2")])
+                                    pytest.param(dict(persist_tag_waits=2, attn_min_keys=8), id="tag_waits2"),
+                                    pytest.param(dict(persist_attn_owner_merges=8, persist_tagged_min_width=0,
+                                                      attn_min_keys=8), id="owner_merges"),
+                                    pytest.param(dict(persist_attn_owner_merges=64, attn_min_keys=8),
+                                                 id="owner_merges_untagged")])
 def test_generation_ends_at_eos_and_when_the_host_stops_it(tmp_path, monkeypatch, change):
     # also with waits polled one after the other and attention's arrivals as an `extra` wait (tags 2, several
     # splits a head), and with tag waits (tiles spin on their words' tags, not on counters): a stop must end every

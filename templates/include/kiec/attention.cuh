@@ -399,33 +399,131 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   sync_block();
 }
 
+// A slice's (m, l, o) for head h, element d: its warps' states in sm merged.
+template <int HEAD_DIM, int GROUP, int WARPS>
+__device__ __forceinline__ void slice_state(const AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, int h, int d, float& mx,
+                                            float& lsum, float& o) {
+  mx = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, sm.wm[w][h]);
+  lsum = 0.f;
+  o = 0.f;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) {
+    const float c = mx == -INFINITY ? 0.f : __expf(sm.wm[w][h] - mx);
+    lsum += sm.wl[w][h] * c;
+    o += sm.wo[w][h][d] * c;
+  }
+}
+
+// Partials as 8-byte words (persist_attn_owner_merges): the value's bits, then the tag of the attention phase that
+// wrote them, whatever KIEC_TAG_PARITY says (a partial keeps all its bits); element i at 2 * i floats.
+__device__ __forceinline__ void st_part(float* p2, size_t i, float v, unsigned tag) {
+  const unsigned long long w = (unsigned long long)tag << 32 | __float_as_uint(v);
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p2 + 2 * i), "l"(w) : "memory");
+}
+__device__ __forceinline__ unsigned long long ld_part(const float* p2, size_t i) {
+  unsigned long long w;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(p2 + 2 * i));
+  return w;
+}
+__device__ __forceinline__ bool part_carries(unsigned long long w, unsigned tag) { return (unsigned)(w >> 32) == tag; }
+
 // Merge the warps of a slice: with one split in use the block writes the output, with several its partial
 // (o not yet divided by l, and m, l per head) at slot (g, split). TAGGED: the output as tagged words with `tag`.
+// part_tag (persist_attn_owner_merges), not 0: the partial as words carrying it (st_part), the merging split's reads.
 template <int HEAD_DIM, int GROUP, int WARPS, int SPLITS, bool TAGGED = false>
 __device__ __forceinline__ void attention_store(const AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, int g, int split,
                                                 int active, float* part_o, float* part_ml, float* out,
-                                                unsigned tag = 0) {
+                                                unsigned tag = 0, unsigned part_tag = 0) {
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) {
     const int h = i / HEAD_DIM, d = i % HEAD_DIM;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, sm.wm[w][h]);
-    float lsum = 0.f, o = 0.f;
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) {
-      const float c = mx == -INFINITY ? 0.f : __expf(sm.wm[w][h] - mx);
-      lsum += sm.wl[w][h] * c;
-      o += sm.wo[w][h][d] * c;
-    }
+    float mx, lsum, o;
+    slice_state(sm, h, d, mx, lsum, o);
     if (active == 1) {
       if (TAGGED) st_tagged(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, tag);
       else out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
       continue;
     }
     const size_t slot = ((size_t)g * SPLITS + split) * GROUP + h;
+    if (part_tag) {
+      st_part(part_o, slot * HEAD_DIM + d, o, part_tag);
+      if (d == 0) { st_part(part_ml, slot * 2, mx, part_tag); st_part(part_ml, slot * 2 + 1, lsum, part_tag); }
+      continue;
+    }
     part_o[slot * HEAD_DIM + d] = o;
     if (d == 0) { part_ml[slot * 2] = mx; part_ml[slot * 2 + 1] = lsum; }
   }
+}
+
+// One split's partial folded into a running (m, l, o) (attention_combine's step).
+__device__ __forceinline__ void fold_partial(float& mx, float& lsum, float& o, float ms, float ls, float os) {
+  const float mn = fmaxf(mx, ms);
+  const float c_old = mx == -INFINITY ? 0.f : __expf(mx - mn), c_new = ms == -INFINITY ? 0.f : __expf(ms - mn);
+  lsum = lsum * c_old + ls * c_new;
+  o = o * c_old + os * c_new;
+  mx = mn;
+}
+
+// persist_attn_owner_merges: the last split in use (the one that holds row pos) merges KV head g's `active` splits
+// in split order as attention_combine does (the same bits): the others' partials loaded as words (st_part) carrying
+// `tag`, a batch of up to 4 splits at once (8: 15 KB more code in llama-3.2-1b's attention case; 4: 9 KB), the stale ones loaded again together until they carry it, and its own
+// state taken from sm (never stored); the output as attention_store writes it (TAGGED: words with `out_tag`).
+// False, every thread's answer, when a word never came: the generation passed its stop (stopped(), looked at every
+// 1024 rounds) or 2^20 rounds went by (a wrong tag: that output is then a NaN).
+template <int HEAD_DIM, int GROUP, int WARPS, int SPLITS, bool TAGGED, typename Stopped>
+__device__ __forceinline__ bool attention_owner_merge(const AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, int g, int active,
+                                                      const float* part_o, const float* part_ml, float* out,
+                                                      unsigned tag, unsigned out_tag, Stopped stopped) {
+  constexpr int B = 4;
+  bool ok = true;
+  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) {
+    const int h = i / HEAD_DIM, d = i % HEAD_DIM;
+    float mx = -INFINITY, lsum = 0.f, o = 0.f;
+    for (int s0 = 0; s0 < active - 1; s0 += B) {
+      unsigned long long wm[B], wl[B], wo[B];
+#pragma unroll
+      for (int e = 0; e < B; ++e) {
+        const size_t slot = ((size_t)g * SPLITS + s0 + e) * GROUP + h;
+        wm[e] = wl[e] = wo[e] = (unsigned long long)tag << 32;  // (past the others: carries the tag, never read)
+        if (s0 + e < active - 1) {
+          wm[e] = ld_part(part_ml, slot * 2);
+          wl[e] = ld_part(part_ml, slot * 2 + 1);
+          wo[e] = ld_part(part_o, slot * HEAD_DIM + d);
+        }
+      }
+      for (unsigned spins = 1;; ++spins) {
+        bool stale = false;
+#pragma unroll
+        for (int e = 0; e < B; ++e)
+          stale |= !part_carries(wm[e], tag) || !part_carries(wl[e], tag) || !part_carries(wo[e], tag);
+        if (!stale) break;
+        if (spins == 1u << 20 || (spins % 1024 == 0 && stopped())) {
+          ok = false;
+          break;
+        }
+#pragma unroll
+        for (int e = 0; e < B; ++e) {
+          const size_t slot = ((size_t)g * SPLITS + s0 + e) * GROUP + h;
+          if (!part_carries(wm[e], tag)) wm[e] = ld_part(part_ml, slot * 2);
+          if (!part_carries(wl[e], tag)) wl[e] = ld_part(part_ml, slot * 2 + 1);
+          if (!part_carries(wo[e], tag)) wo[e] = ld_part(part_o, slot * HEAD_DIM + d);
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < B; ++e)
+        if (s0 + e < active - 1)
+          fold_partial(mx, lsum, o, __uint_as_float((unsigned)wm[e]), __uint_as_float((unsigned)wl[e]),
+                       __uint_as_float((unsigned)wo[e]));
+    }
+    float ms, ls, os;
+    slice_state(sm, h, d, ms, ls, os);
+    fold_partial(mx, lsum, o, ms, ls, os);
+    const float v = ok ? o / lsum : __uint_as_float(0x7fffffffu);
+    if (TAGGED) st_tagged(out, (g * GROUP + h) * HEAD_DIM + d, v, out_tag);
+    else out[(g * GROUP + h) * HEAD_DIM + d] = v;
+  }
+  return sync_block_and(ok);
 }
 
 // KV head g's output from the partials of its `active` splits, in split order (loads independent of the math).
@@ -439,13 +537,8 @@ __device__ __forceinline__ void attention_combine(int g, int active, const float
 #pragma unroll 8
     for (int s = 0; s < active; ++s) {
       const size_t slot = ((size_t)g * SPLITS + s) * GROUP + h;
-      const float ms = __ldcg(part_ml + slot * 2), ls = __ldcg(part_ml + slot * 2 + 1);
-      const float os = __ldcg(part_o + slot * HEAD_DIM + d);
-      const float mn = fmaxf(mx, ms);
-      const float c_old = mx == -INFINITY ? 0.f : __expf(mx - mn), c_new = ms == -INFINITY ? 0.f : __expf(ms - mn);
-      lsum = lsum * c_old + ls * c_new;
-      o = o * c_old + os * c_new;
-      mx = mn;
+      fold_partial(mx, lsum, o, __ldcg(part_ml + slot * 2), __ldcg(part_ml + slot * 2 + 1),
+                   __ldcg(part_o + slot * HEAD_DIM + d));
     }
     if (TAGGED) st_tagged(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, tag);
     else out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;

@@ -106,6 +106,17 @@ __device__ __forceinline__ void sync_block() {
   __syncthreads();
 #endif
 }
+// sync_block that also answers whether `v` holds on every computing thread.
+__device__ __forceinline__ bool sync_block_and(bool v) {
+#ifdef KIEC_COMPUTE_THREADS
+  unsigned r;
+  asm volatile("{ .reg .pred p, q; setp.ne.u32 p, %1, 0; bar.red.and.pred q, 1, %2, p; selp.u32 %0, 1, 0, q; }"
+               : "=r"(r) : "r"((unsigned)v), "n"(KIEC_COMPUTE_THREADS) : "memory");
+  return r;
+#else
+  return __syncthreads_and(v);
+#endif
+}
 
 // Sum over the whole block; every thread gets the result. `scratch` holds one float per warp.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {

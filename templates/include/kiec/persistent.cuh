@@ -49,15 +49,23 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // SOFTCAP false: a model without a logit softcap (attention_slice leaves its code out). U_SHORT: attention_slice's
 // one short pass for a slice that fits it. EARLY_ROPE (persist_attn_early_rope): the rotation's coefficients made
 // before the wait (RopeCoeffs; the same bits). KV_FIRST (persist_attn_kv_first): attention_slice's short pass loads
-// its earlier rows before q (the same bits).
+// its earlier rows before q (the same bits). OWNER_MAX > 0 (persist_attn_owner_merges): while at most OWNER_MAX
+// splits are in use, the one that holds row pos (the last in use) merges as the others' partials come
+// (attention_owner_merge: their tags, not an arrival, say so) and alone moves the phase counter, then (with TAGGED,
+// or MIXES below) adds SPLITS to the head's arrivals for all (a release: the row it wrote, for the next step's wait
+// on them); the others store their partials and go on. With more in use (a longer context: later in the launch)
+// the last to arrive merges.
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0,
-          bool EARLY_ROPE = false, bool KV_FIRST = false>
+          bool EARLY_ROPE = false, bool KV_FIRST = false, int OWNER_MAX = 0>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
                                             float* out, unsigned* arrive, float* smem) {
   const int g = u.ins->lo, split = u.ins->tile % SPLITS;
+  // OWNER_MAX below SPLITS: the owner merges early in a launch, the last to arrive later (MIXES); the latter counts
+  // on every earlier step's arrivals, so then the owner arrives and every tile waits for them, as with tags
+  constexpr bool MIXES = OWNER_MAX > 0 && OWNER_MAX < SPLITS, OWNER_ARRIVES = OWNER_MAX > 0 && (TAGGED || MIXES);
   int lo, hi, active;
   split_range<SPLITS, MIN_KEYS>(u.pos, window, split, lo, hi, active);  // the position's alone
   if (KIEC_ATTN_L2_HINT == 1 && split < active)  // its rows of earlier steps, asked of L2 before the wait
@@ -74,12 +82,16 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   QkvWords<HEAD_DIM, GROUP, WARPS> pre;  // (its words before the wait: their tags are checked after it)
   if (TAGGED && split < active) pre.load(qkv, g, kv_heads, hi == u.pos + 1);
 #endif
-  if (!wait_inputs(u, arrivals_waited(u.t) ? arrive + g : nullptr, (unsigned)SPLITS * (unsigned)u.t)) return false;
+  if (!wait_inputs(u, arrivals_waited(u.t) || (MIXES && u.t > 0) ? arrive + g : nullptr,
+                   (unsigned)SPLITS * (unsigned)u.t))
+    return false;
 #ifdef KIEC_SCRATCH_BYTES
   static_assert(sizeof(AttentionSmem<HEAD_DIM, GROUP, WARPS>) <= KIEC_SCRATCH_BYTES,
                 "codegen/persistent.py sized the tiles' scratch below AttentionSmem");
 #endif
   const unsigned mine = TAGGED ? tag_of(u, u.ins->counter) : 0u;
+  const bool by_owner = OWNER_MAX > 0 && active <= OWNER_MAX, merges = by_owner && split == active - 1;
+  bool ok = true;
   if (split < active) {
     auto& sm = *reinterpret_cast<AttentionSmem<HEAD_DIM, GROUP, WARPS>*>(smem);
 #if KIEC_TRACE_ATTENTION  // (a lambda that does nothing still changed the default kernel's SASS)
@@ -94,9 +106,27 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
         , TAGGED ? &pre : nullptr
 #endif
         );
-    attention_store<HEAD_DIM, GROUP, WARPS, SPLITS, TAGGED>(sm, g, split, active, part_o, part_ml, out, mine);
+    if (merges && active > 1)
+      ok = attention_owner_merge<HEAD_DIM, GROUP, WARPS, SPLITS, TAGGED>(
+          sm, g, active, part_o, part_ml, out, word_tag(u, u.ins->counter), mine,
+          [&] { return *(volatile int*)u.a->stop_pos <= u.pos; });
+    else
+      attention_store<HEAD_DIM, GROUP, WARPS, SPLITS, TAGGED>(sm, g, split, active, part_o, part_ml, out, mine,
+                                                              by_owner ? word_tag(u, u.ins->counter) : 0u);
   }
   trace(u, TR_X_READY);
+  if (by_owner) {
+    if (!ok) return false;  // (the generation ended: block-uniform, attention_owner_merge's vote)
+    if (!merges) {
+      sync_block();  // (the block's reads of its shared memory done before the next tile's writes)
+      trace(u, TR_DONE);
+      return true;
+    }
+    signal_done<TAGGED>(u);
+    if (OWNER_ARRIVES && threadIdx.x == 0)  // after the signal: off the chain
+      asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(arrive + g), "n"(SPLITS) : "memory");
+    return true;
+  }
   __shared__ int last;
   sync_block();
   if (threadIdx.x == 0) {  // releases this block's partial, acquires the others' when it is the last

@@ -185,13 +185,18 @@ __device__ __forceinline__ bool wait_writes(const Turn& u, unsigned late_seen) {
 
 // ---- tagged words (common.cuh: st_tagged, ld_tagged, tagged_value; KIEC_TAGGED above)
 
+// The full tag phase `phase` of this token writes (a word's upper half): never 0, none an earlier launch wrote.
+__device__ __forceinline__ unsigned word_tag(const Turn& u, int phase) {
+  return u.a->tag_base + (unsigned)u.t * (unsigned)u.a->phases + (unsigned)phase;
+}
+
 // The tag phase `phase` of this token writes.
 __device__ __forceinline__ unsigned tag_of(const Turn& u, int phase) {
 #if KIEC_TAG_PARITY  // the parity of the slot's write: ((t & W) ^ (k + 1)) & 1 (ir/passes/persistent.py: tag_parity)
   const unsigned bits = kiec_tag_parity[phase];
   return (((unsigned)u.t & bits) ^ (bits >> 1)) & 1u;
 #else
-  return u.a->tag_base + (unsigned)u.t * (unsigned)u.a->phases + (unsigned)phase;
+  return word_tag(u, phase);
 #endif
 }
 
