@@ -227,8 +227,9 @@ TARGETS: dict[str, TargetParams] = {
                           # 1.115 vs 1.126-1.130, but llama-3.2-1b at 8192 0.930-0.931 vs 0.911-0.913. A build with 8
                           # (the last to arrive merges past 8 in use; arrivals counted and waited by every split, the
                           # owner's added before its merge) was no faster at short context and as slow at 8192, where
-                          # its tiles merged the old way: that loss looks like the kernel's code (the owner path adds
-                          # 9-15 KB to the attention case), not the merge. Off until the long context stops losing
+                          # its tiles merged the old way: that loss looks like the kernel's schedule (ptxas reschedules
+                          # every case when one changes: bench/RESULTS.md), not the merge. Off until the long context
+                          # stops losing
                           persist_attn_owner_merges=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
