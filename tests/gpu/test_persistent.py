@@ -263,21 +263,23 @@ def test_trace_times_every_instruction_of_one_step(tmp_path):
     assert (ready_pages[~gemv] == 0).all() and (ready_pages[gemv] <= 64).all() and (ready_pages[gemv] > 0).any()
 
 
-def test_trace_stamps_attentions_parts_when_asked(tmp_path, monkeypatch):
+@pytest.mark.parametrize("owner", [0, 64])
+def test_trace_stamps_attentions_parts_when_asked(tmp_path, monkeypatch, owner):
     # persist_trace_attention: every attention split with rows (8 keys a split: several at position 40) stamps q
     # rotated (sums_done) and its keys done (stored) between its inputs and its partial; splits without rows none;
-    # trace_summary.py cuts them
+    # trace_summary.py cuts them. With the owner merge, the owner's x_ready is its slice's end, before its merge
     import importlib.util
     import os
     model, _ = compile_tiny(tmp_path, "qwen3")
-    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_trace_attention=1, attn_min_keys=8))
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_trace_attention=1, attn_min_keys=8,
+                                      persist_attn_owner_merges=owner))
     ts = eng.trace(40).astype(np.int64)
     slots, sched = eng.manifest["trace_slots"], eng.manifest["schedule"]
-    ready, x, sums, stored = (ts[:, slots.index(n)] for n in ("ready", "x_ready", "sums_done", "stored"))
+    ready, x, sums, stored, done = (ts[:, slots.index(n)] for n in ("ready", "x_ready", "sums_done", "stored", "done"))
     attn = np.array([op == "attention" for _, op, *_ in sched])
     stamped = attn & (sums > 0)
     assert stamped.sum() >= 2 * 2 * 2  # 2 layers, 2 KV heads, at least 2 splits with rows each
-    assert ((ready <= sums) & (sums <= stored) & (stored <= x))[stamped].all()
+    assert ((ready <= sums) & (sums <= stored) & (stored <= x) & (x <= done))[stamped].all()
     spec = importlib.util.spec_from_file_location("trace_summary", os.path.join(os.path.dirname(__file__), "..", "..",
                                                                                 "scripts", "trace_summary.py"))
     summary = importlib.util.module_from_spec(spec)

@@ -106,15 +106,18 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
         , TAGGED ? &pre : nullptr
 #endif
         );
-    if (merges && active > 1)
+    if (merges && active > 1) {
+      trace(u, TR_X_READY);  // (its slice done: what follows, the wait for the others' partials and the merge, is
+      // the tail trace_summary.py's attention views time, as the last arrival's merge without the owner)
       ok = attention_owner_merge<HEAD_DIM, GROUP, WARPS, SPLITS, TAGGED>(
           sm, g, active, part_o, part_ml, out, word_tag(u, u.ins->counter), mine,
           [&] { return *(volatile int*)u.a->stop_pos <= u.pos; });
-    else
+    } else {
       attention_store<HEAD_DIM, GROUP, WARPS, SPLITS, TAGGED>(sm, g, split, active, part_o, part_ml, out, mine,
                                                               by_owner ? word_tag(u, u.ins->counter) : 0u);
+    }
   }
-  trace(u, TR_X_READY);
+  if (!(merges && active > 1)) trace(u, TR_X_READY);
   if (by_owner) {
     if (!ok) return false;  // (the generation ended: block-uniform, attention_owner_merge's vote)
     if (!merges) {
