@@ -4,7 +4,9 @@ Emits the sources as `kiec compile` would (the sm_90 target with the given Targe
 each .cu unit to a cubin and writes cuobjdump's SASS to OUTDIR/<model>_<mode>_<unit>.sass. Prints each unit's
 instruction count and, where OUTDIR already held that file, whether the new one is byte-identical to it: run it
 before a change and after, and a change meant to leave a kernel alone is checked (the commits' "SASS
-byte-identical" claims)."""
+byte-identical" claims). Where it differs, also how many lines of the two listings differ with registers, predicates,
+convergence barriers and constants masked: the whole kernel is one function, so a change in one case moves the
+schedule of the others too (bench/RESULTS.md, 2026-12-01), and this count says how far."""
 import os
 import re
 import subprocess
@@ -17,6 +19,29 @@ from kiec.codegen import targets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from code_size import cuobjdump  # noqa: E402  (a script beside this one)
+
+
+def masked(sass: str) -> list[str]:
+    """The listing's instructions with registers, predicates, convergence barriers and constants masked: what two
+    schedules of the same code share."""
+    lines = re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);", sass)
+    subs = [(r"\bU?R\d+\b", "R"), (r"\bU?P\d\b", "P"), (r"\bB\d+\b", "B"), (r"0x[0-9a-f]+", "K"), (r"\s+", " ")]
+    out = []
+    for line in lines:
+        for pattern, repl in subs:
+            line = re.sub(pattern, repl, line)
+        out.append(line.strip())
+    return out
+
+
+def moved(before: str, after: str, tmp: str) -> int:
+    """Lines of the two masked listings that `diff` pairs with nothing (removed plus added)."""
+    paths = [os.path.join(tmp, f"masked{i}.txt") for i in (0, 1)]
+    for path, sass in zip(paths, (before, after)):
+        with open(path, "w") as fh:
+            fh.write("\n".join(masked(sass)) + "\n")
+    diff = subprocess.run(["diff", *paths], capture_output=True, text=True).stdout
+    return sum(1 for line in diff.splitlines() if line[:1] in "<>")
 
 
 def main(out: str, name: str, mode: str = "graph", *changes: str) -> None:
@@ -36,7 +61,7 @@ def main(out: str, name: str, mode: str = "graph", *changes: str) -> None:
             with open(path, "w") as fh:
                 fh.write(sass)
             same = "" if before is None else ", byte-identical to the one it replaced" if before == sass else \
-                ", DIFFERS from the one it replaced"
+                f", DIFFERS from the one it replaced ({moved(before, sass, d)} opcode lines of either differ)"
             count = len(re.findall(r"/\*[0-9a-f]{4,}\*/\s", sass))
             print(f"{fname}: {count} instructions{same}")
 

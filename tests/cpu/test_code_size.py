@@ -55,3 +55,26 @@ def test_sass_script_says_whether_a_build_changed_the_kernel(tmp_path, capsys):
     assert "byte-identical to the one it replaced" in capsys.readouterr().out
     sass.main(out, str(tmp_path / "hf"), "persistent", "persist_attn_keys=2")
     assert "DIFFERS from the one it replaced" in capsys.readouterr().out
+
+
+def test_sass_masks_what_a_reschedule_renames_and_counts_what_it_moves(tmp_path):
+    # scripts/sass.py's masked diff: registers, predicates, convergence barriers and constants renamed count as
+    # nothing; an instruction moved counts twice (removed and added), one inserted once
+    spec = importlib.util.spec_from_file_location(
+        "sass", os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "sass.py"))
+    sass = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sass)
+
+    def listing(*ins: str) -> str:
+        return "".join(f"        /*{16 * i:04x}*/                   {s} ;   /* 0x000fe20000000f00 */\n"
+                       for i, s in enumerate(ins))
+
+    a = listing("FFMA R4, R2, R3, R4", "@P0 BRA 0x120", "BSSY B2, 0x80", "IMAD.MOV.U32 R7, RZ, RZ, UR5")
+    renamed = listing("FFMA R8, R6, R9, R8", "@P3 BRA 0x1a0", "BSSY B4, 0x90", "IMAD.MOV.U32 R1, RZ, RZ, UR9")
+    assert sass.masked(a) == sass.masked(renamed) and len(sass.masked(a)) == 4
+    assert sass.moved(a, renamed, str(tmp_path)) == 0
+    swapped = listing("@P0 BRA 0x120", "FFMA R4, R2, R3, R4", "BSSY B2, 0x80", "IMAD.MOV.U32 R7, RZ, RZ, UR5")
+    assert sass.moved(a, swapped, str(tmp_path)) == 2
+    more = listing("FFMA R4, R2, R3, R4", "FADD R1, R1, R2", "@P0 BRA 0x120", "BSSY B2, 0x80",
+                   "IMAD.MOV.U32 R7, RZ, RZ, UR5")
+    assert sass.moved(a, more, str(tmp_path)) == 1
