@@ -469,8 +469,9 @@ __device__ __forceinline__ void fold_partial(float& mx, float& lsum, float& o, f
 // in split order as attention_combine does (the same bits): the others' partials loaded as words (st_part) carrying
 // `tag`, a batch of up to 4 splits at once (8: 15 KB more code in llama-3.2-1b's attention case; 4: 9 KB), the stale ones loaded again together until they carry it, and its own
 // state taken from sm (never stored); the output as attention_store writes it (TAGGED: words with `out_tag`).
-// False, every thread's answer, when a word never came: the generation passed its stop (stopped(), looked at every
-// 1024 rounds) or 2^20 rounds went by (a wrong tag: that output is then a NaN).
+// False, every thread's answer, when the generation passed its stop first (stopped(), looked at every 1024 rounds:
+// a split that saw the stop may never write its partial). After 2^20 rounds (a second: a wrong tag, a compiler bug)
+// the element is a NaN, which poisons the logits (the tests see it) instead of hanging the kernel, as tagged_value.
 template <int HEAD_DIM, int GROUP, int WARPS, int SPLITS, bool TAGGED, typename Stopped>
 __device__ __forceinline__ bool attention_owner_merge(const AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, int g, int active,
                                                       const float* part_o, const float* part_ml, float* out,
@@ -480,6 +481,7 @@ __device__ __forceinline__ bool attention_owner_merge(const AttentionSmem<HEAD_D
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) {
     const int h = i / HEAD_DIM, d = i % HEAD_DIM;
     float mx = -INFINITY, lsum = 0.f, o = 0.f;
+    bool lost = false;  // a word whose tag never came
     for (int s0 = 0; s0 < active - 1; s0 += B) {
       unsigned long long wm[B], wl[B], wo[B];
 #pragma unroll
@@ -498,7 +500,11 @@ __device__ __forceinline__ bool attention_owner_merge(const AttentionSmem<HEAD_D
         for (int e = 0; e < B; ++e)
           stale |= !part_carries(wm[e], tag) || !part_carries(wl[e], tag) || !part_carries(wo[e], tag);
         if (!stale) break;
-        if (spins == 1u << 20 || (spins % 1024 == 0 && stopped())) {
+        if (spins == 1u << 20) {
+          lost = true;
+          break;
+        }
+        if (spins % 1024 == 0 && stopped()) {
           ok = false;
           break;
         }
@@ -519,7 +525,7 @@ __device__ __forceinline__ bool attention_owner_merge(const AttentionSmem<HEAD_D
     float ms, ls, os;
     slice_state(sm, h, d, ms, ls, os);
     fold_partial(mx, lsum, o, ms, ls, os);
-    const float v = ok ? o / lsum : __uint_as_float(0x7fffffffu);
+    const float v = lost ? __uint_as_float(0x7fffffffu) : o / lsum;
     if (TAGGED) st_tagged(out, (g * GROUP + h) * HEAD_DIM + d, v, out_tag);
     else out[(g * GROUP + h) * HEAD_DIM + d] = v;
   }
