@@ -467,15 +467,16 @@ __device__ __forceinline__ void fold_partial(float& mx, float& lsum, float& o, f
 
 // persist_attn_owner_merges: the last split in use (the one that holds row pos) merges KV head g's `active` splits
 // in split order as attention_combine does (the same bits): the others' partials loaded as words (st_part) carrying
-// `tag`, a batch of up to 4 splits at once (8: 15 KB more code in llama-3.2-1b's attention case; 4: 9 KB), the stale ones loaded again together until they carry it, and its own
-// state taken from sm (never stored); the output as attention_store writes it (TAGGED: words with `out_tag`).
+// `tag`, a batch of up to 4 splits at once (8: 15 KB more code in llama-3.2-1b's attention case; 4: 9 KB), the
+// stale ones loaded again together until they carry it, and its own state taken from sm (never stored); the output
+// as attention_store writes it (TAGGED: words with `out_tag`).
 // False, every thread's answer, when the generation passed its stop first (stopped(), looked at every 1024 rounds:
 // a split that saw the stop may never write its partial). After 2^20 rounds (a second: a wrong tag, a compiler bug)
 // the element is a NaN, which poisons the logits (the tests see it) instead of hanging the kernel, as tagged_value.
 template <int HEAD_DIM, int GROUP, int WARPS, int SPLITS, bool TAGGED, typename Stopped>
-__device__ __forceinline__ bool attention_owner_merge(const AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, int g, int active,
-                                                      const float* part_o, const float* part_ml, float* out,
-                                                      unsigned tag, unsigned out_tag, Stopped stopped) {
+__device__ __forceinline__ bool attention_owner_merge(const AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, int g,
+                                                      int active, const float* part_o, const float* part_ml,
+                                                      float* out, unsigned tag, unsigned out_tag, Stopped stopped) {
   constexpr int B = 4;
   bool ok = true;
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) {
