@@ -222,8 +222,8 @@ TARGETS: dict[str, TargetParams] = {
                           # and released: 1.86 us from the last split's partial to the signal on smollm2-135m, 1.62 on
                           # llama-3.2-1b (twelfth session's call-2 traces, trace_summary.py's attention view). With N
                           # the split holding row pos merges as the partials' tags come, no arrival on the way, while
-                          # at most N splits are in use (the same bits). 2026-12-01 (thirteenth session, ms, two rounds, bench/RESULTS.md): 64 (the owner
-                          # always) smollm2-135m 0.491 vs 0.498, llama-3.2-1b 0.753-0.754 vs 0.764-0.767, qwen3-1.7b
+                          # at most N splits are in use (the same bits). 2026-12-01 (thirteenth session, ms, two
+                          # rounds, bench/RESULTS.md): 64 (the owner always) smollm2-135m 0.491 vs 0.498, llama-3.2-1b 0.753-0.754 vs 0.764-0.767, qwen3-1.7b
                           # 1.115 vs 1.126-1.130, but llama-3.2-1b at 8192 0.930-0.931 vs 0.911-0.913. A build with 8
                           # (the last to arrive merges past 8 in use; arrivals counted and waited by every split, the
                           # owner's added before its merge) was no faster at short context and as slow at 8192, where

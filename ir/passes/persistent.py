@@ -358,7 +358,8 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     tag_lead (percent, below 100): instead of no wait, one for all but that share of the writer's tiles (a Wait's
     lead), so that the words are loaded again only over the writer's last tiles, not all along. tag_waits 2: also
     the GEMV waits that guard only writes are polled before the epilogue (late_waits). owner_merges: see
-    Schedule (it needs each SM to hold at most one split of a phase, which one SM a split gives)."""
+    Schedule (an owner waits for its head's other splits, so no SM may hold two splits of one phase: attention's
+    tiles go one an SM)."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()

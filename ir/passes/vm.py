@@ -206,11 +206,18 @@ class VM:
         split = self._split(ins, token)
         return split is not None and split[3] == token + 1
 
+    def _used(self, ins: Instr, token: int) -> int:
+        """The splits of this attention instruction's KV head in use at `token`."""
+        return len(split_rows(self.p.kernels[ins.kernel], token, self.s.splits[ins.kernel], self.s.min_keys))
+
+    def _partials_stamp(self, k: AttentionKernel, token: int) -> int:
+        """The stamp this token's partials of attention kernel k carry (its phase's)."""
+        return self.producer[partials(k)] * 1_000_000 + token
+
     def _by_owner(self, ins: Instr, token: int) -> bool:
         """Whether the owner merges this attention instruction's KV head at `token`: owner_merges on and no more
         splits in use than it says."""
-        used = len(split_rows(self.p.kernels[ins.kernel], token, self.s.splits[ins.kernel], self.s.min_keys))
-        return 0 < used <= self.s.owner_merges
+        return bool(self.s.owner_merges) and self._used(ins, token) <= self.s.owner_merges
 
     def arrivals(self, kernel: int) -> int:
         """Arrivals a KV head's last split waits for a token before it merges: one per split (the device's
@@ -222,9 +229,7 @@ class VM:
         merged into its heads' outputs (the device skips the merge when one split is in use: that split wrote the
         output)."""
         g, group, dh = ins.lo, k.n_heads // k.kv_heads, k.head_dim
-        used = len(split_rows(k, token, self.s.splits[ins.kernel], self.s.min_keys))
-        part = self.parts[ins.kernel]
-        want = self.producer[partials(k)] * 1_000_000 + token  # the attention phase's stamp
+        used, part, want = self._used(ins, token), self.parts[ins.kernel], self._partials_stamp(k, token)
         got = part["stamp"][g, :used]
         if not bool((got == want).all()):
             raise ScheduleError(f"attention kernel {ins.kernel} head {g} (token {token}) merged partials stamped "
@@ -247,10 +252,8 @@ class VM:
         stored this token's partials (the device loads their words until they carry its tag)."""
         if not (ins.opcode == "attention" and self._by_owner(ins, token) and self._owns(ins, token)):
             return False
-        k = self.p.kernels[ins.kernel]
-        used = len(split_rows(k, token, self.s.splits[ins.kernel], self.s.min_keys))
-        want = self.producer[partials(k)] * 1_000_000 + token
-        return not bool((self.parts[ins.kernel]["stamp"][ins.lo, :used - 1] == want).all())
+        want = self._partials_stamp(self.p.kernels[ins.kernel], token)
+        return not bool((self.parts[ins.kernel]["stamp"][ins.lo, :self._used(ins, token) - 1] == want).all())
 
     def stale_tag(self, ins: Instr, token: int) -> str | None:
         """Tag waits (Schedule.spin): the first tagged value this instruction reads that does not yet carry the

@@ -14,7 +14,7 @@ from kiec.ir.passes.vm import VM, ScheduleError
 from tests.tiny_hf import make_tiny_hf
 
 
-def setup(tmp_path, family="qwen3", sms=7, min_keys=2, previous_first=False, owner_merges=False):
+def setup(tmp_path, family="qwen3", sms=7, min_keys=2, previous_first=False, owner_merges=0):
     # min_keys 2: from the 4th token on, attention spreads over 2-3 splits per KV head, merged by the last
     make_tiny_hf(tmp_path, family)
     m = kiec.load(str(tmp_path), max_seq_len=16)

@@ -112,7 +112,7 @@ def test_attention_short_pass_computes_the_same_bits(tmp_path, monkeypatch):
 def test_owner_merges_computes_the_same_bits(tmp_path, monkeypatch, tags, most):
     # persist_attn_owner_merges: the split holding the position's row merges its KV head's splits from their tagged
     # partials, in the same order as the last split to arrive did: with 8 keys a split at least, one launch over 300
-    # positions runs 1 to 38 splits in use (several batches of 8 partials), every logit the same bits as without
+    # positions runs 1 to 38 splits in use (several batches of 4 partials), every logit the same bits as without
     # it; with attention's input and output tagged too (tags 2); at most 8 in use: from position 64 on the last to
     # arrive merges again, in the same launch
     model, _ = compile_tiny(tmp_path, "llama", max_position_embeddings=512, hidden_size=256, intermediate_size=384)

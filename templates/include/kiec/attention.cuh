@@ -428,6 +428,10 @@ __device__ __forceinline__ unsigned long long ld_part(const float* p2, size_t i)
   return w;
 }
 __device__ __forceinline__ bool part_carries(unsigned long long w, unsigned tag) { return (unsigned)(w >> 32) == tag; }
+// A partial word's value, a NaN where it does not carry `tag` (settle_tags gave up on it), as settled_value.
+__device__ __forceinline__ float part_value(unsigned long long w, unsigned tag) {
+  return part_carries(w, tag) ? __uint_as_float((unsigned)w) : __uint_as_float(0x7fffffffu);
+}
 
 // Merge the warps of a slice: with one split in use the block writes the output, with several its partial
 // (o not yet divided by l, and m, l per head) at slot (g, split). TAGGED: the output as tagged words with `tag`.
@@ -467,68 +471,40 @@ __device__ __forceinline__ void fold_partial(float& mx, float& lsum, float& o, f
 
 // persist_attn_owner_merges: the last split in use (the one that holds row pos) merges KV head g's `active` splits
 // in split order as attention_combine does (the same bits): the others' partials loaded as words (st_part) carrying
-// `tag`, a batch of up to 4 splits at once (8: 15 KB more code in llama-3.2-1b's attention case; 4: 9 KB), the
-// stale ones loaded again together until they carry it, and its own state taken from sm (never stored); the output
-// as attention_store writes it (TAGGED: words with `out_tag`).
-// False, every thread's answer, when the generation passed its stop first (stopped(), looked at every 1024 rounds:
-// a split that saw the stop may never write its partial). After 2^20 rounds (a second: a wrong tag, a compiler bug)
-// the element is a NaN, which poisons the logits (the tests see it) instead of hanging the kernel, as tagged_value.
+// `tag`, a batch of up to 4 splits at once settled together (settle_tags), and its own state taken from sm (never
+// stored); the output as attention_store writes it (TAGGED: words with `out_tag`). False, every thread's answer,
+// when the generation passed its stop first (stopped(): a split that saw the stop may never write its partial); a
+// word whose tag never came (2^20 rounds: a compiler bug) makes its output a NaN, as settled_value's.
 template <int HEAD_DIM, int GROUP, int WARPS, int SPLITS, bool TAGGED, typename Stopped>
 __device__ __forceinline__ bool attention_owner_merge(const AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, int g,
                                                       int active, const float* part_o, const float* part_ml,
                                                       float* out, unsigned tag, unsigned out_tag, Stopped stopped) {
-  constexpr int B = 4;
+  constexpr int B = 4, W = 3 * B;  // a batch's words: split s0 + e's m, l and o at 3e, 3e + 1 and 3e + 2
   bool ok = true;
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) {
     const int h = i / HEAD_DIM, d = i % HEAD_DIM;
     float mx = -INFINITY, lsum = 0.f, o = 0.f;
-    bool lost = false;  // a word whose tag never came
     for (int s0 = 0; s0 < active - 1; s0 += B) {
-      unsigned long long wm[B], wl[B], wo[B];
+      auto load = [&](int e) {
+        const size_t slot = ((size_t)g * SPLITS + s0 + e / 3) * GROUP + h;
+        return e % 3 < 2 ? ld_part(part_ml, slot * 2 + e % 3) : ld_part(part_o, slot * HEAD_DIM + d);
+      };
+      unsigned long long w[W];
 #pragma unroll
-      for (int e = 0; e < B; ++e) {
-        const size_t slot = ((size_t)g * SPLITS + s0 + e) * GROUP + h;
-        wm[e] = wl[e] = wo[e] = (unsigned long long)tag << 32;  // (past the others: carries the tag, never read)
-        if (s0 + e < active - 1) {
-          wm[e] = ld_part(part_ml, slot * 2);
-          wl[e] = ld_part(part_ml, slot * 2 + 1);
-          wo[e] = ld_part(part_o, slot * HEAD_DIM + d);
-        }
-      }
-      for (unsigned spins = 1;; ++spins) {
-        bool stale = false;
-#pragma unroll
-        for (int e = 0; e < B; ++e)
-          stale |= !part_carries(wm[e], tag) || !part_carries(wl[e], tag) || !part_carries(wo[e], tag);
-        if (!stale) break;
-        if (spins == 1u << 20) {
-          lost = true;
-          break;
-        }
-        if (spins % 1024 == 0 && stopped()) {
-          ok = false;
-          break;
-        }
-#pragma unroll
-        for (int e = 0; e < B; ++e) {
-          const size_t slot = ((size_t)g * SPLITS + s0 + e) * GROUP + h;
-          if (!part_carries(wm[e], tag)) wm[e] = ld_part(part_ml, slot * 2);
-          if (!part_carries(wl[e], tag)) wl[e] = ld_part(part_ml, slot * 2 + 1);
-          if (!part_carries(wo[e], tag)) wo[e] = ld_part(part_o, slot * HEAD_DIM + d);
-        }
-      }
+      for (int e = 0; e < W; ++e)  // (past the others: a word that carries the tag, never read)
+        w[e] = s0 + e / 3 < active - 1 ? load(e) : (unsigned long long)tag << 32;
+      ok &= settle_tags<W>([&](int e) { return !part_carries(w[e], tag); }, [&](int e) { w[e] = load(e); }, stopped);
 #pragma unroll
       for (int e = 0; e < B; ++e)
         if (s0 + e < active - 1)
-          fold_partial(mx, lsum, o, __uint_as_float((unsigned)wm[e]), __uint_as_float((unsigned)wl[e]),
-                       __uint_as_float((unsigned)wo[e]));
+          fold_partial(mx, lsum, o, part_value(w[3 * e], tag), part_value(w[3 * e + 1], tag),
+                       part_value(w[3 * e + 2], tag));
     }
     float ms, ls, os;
     slice_state(sm, h, d, ms, ls, os);
     fold_partial(mx, lsum, o, ms, ls, os);
-    const float v = lost ? __uint_as_float(0x7fffffffu) : o / lsum;
-    if (TAGGED) st_tagged(out, (g * GROUP + h) * HEAD_DIM + d, v, out_tag);
-    else out[(g * GROUP + h) * HEAD_DIM + d] = v;
+    if (TAGGED) st_tagged(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, out_tag);
+    else out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
   }
   return sync_block_and(ok);
 }

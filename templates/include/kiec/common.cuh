@@ -271,18 +271,24 @@ __device__ __forceinline__ bool carries(unsigned long long w, unsigned tag) {
   return (unsigned)(w >> 32) == tag;
 #endif
 }
+// settle_tags' look at the stop by default: with KIEC_TAG_WAITS (whose first loads may predate the writes, and a
+// generation that ended may never make them) whether the generation passed its stop; never without.
+struct TagWaitsStop {
+  __device__ __forceinline__ bool operator()() const { return KIEC_TAG_WAITS && stop_passed(); }
+};
 // Tagged words loaded at once: while any of the N is stale (stale(e)), every stale one is loaded again (reload(e)),
-// all in one round trip, until none is or 2^20 rounds went by (a second: a wrong tag is a compiler bug), or with
-// KIEC_TAG_WAITS (whose first loads may predate the writes, and a generation that ended may never make them) the
-// generation passed its stop; settled_value then reads each word, a NaN where the tag never came. One loop for the
-// batch, not tagged_value's loop a word: less code in every case that reads tagged x (see settled_value).
-template <int N, typename Stale, typename Reload>
-__device__ __forceinline__ void settle_tags(Stale stale, Reload reload) {
+// all in one round trip, until none is or 2^20 rounds went by (a second: a wrong tag is a compiler bug), or
+// stopped() (looked at every 1024 rounds) says the generation passed its stop: then false. settled_value then reads
+// each word, a NaN where the tag never came. One loop for the batch, not tagged_value's loop a word: less code in
+// every case that reads tagged x (see settled_value).
+template <int N, typename Stale, typename Reload, typename Stopped = TagWaitsStop>
+__device__ __forceinline__ bool settle_tags(Stale stale, Reload reload, Stopped stopped = {}) {
   for (unsigned spins = 1;; ++spins) {
     bool any = false;
 #pragma unroll
     for (int e = 0; e < N; ++e) any |= stale(e);
-    if (!any || spins == 1u << 20 || (KIEC_TAG_WAITS && spins % 1024 == 0 && stop_passed())) return;
+    if (!any || spins == 1u << 20) return true;
+    if (spins % 1024 == 0 && stopped()) return false;
 #if KIEC_TAG_WAITS && defined(KIEC_POLL_SLEEP_NS) && KIEC_POLL_SLEEP_NS > 0  // (persist_poll_sleep_ns, as counters')
     __nanosleep(KIEC_POLL_SLEEP_NS);
 #endif

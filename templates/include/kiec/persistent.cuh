@@ -91,6 +91,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
 #endif
   const unsigned mine = TAGGED ? tag_of(u, u.ins->counter) : 0u;
   const bool by_owner = OWNER_MAX > 0 && active <= OWNER_MAX, merges = by_owner && split == active - 1;
+  const bool merges_others = merges && active > 1;  // (alone in use, the owner writes the output as before)
   bool ok = true;
   if (split < active) {
     auto& sm = *reinterpret_cast<AttentionSmem<HEAD_DIM, GROUP, WARPS>*>(smem);
@@ -106,7 +107,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
         , TAGGED ? &pre : nullptr
 #endif
         );
-    if (merges && active > 1) {
+    if (merges_others) {
       trace(u, TR_X_READY);  // (its slice done: what follows, the wait for the others' partials and the merge, is
       // the tail trace_summary.py's attention views time, as the last arrival's merge without the owner)
       ok = attention_owner_merge<HEAD_DIM, GROUP, WARPS, SPLITS, TAGGED>(
@@ -117,7 +118,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
                                                               by_owner ? word_tag(u, u.ins->counter) : 0u);
     }
   }
-  if (!(merges && active > 1)) trace(u, TR_X_READY);
+  if (!merges_others) trace(u, TR_X_READY);
   if (by_owner) {
     if (!ok) return false;  // (the generation ended: block-uniform, attention_owner_merge's vote)
     if (!merges) {
@@ -126,8 +127,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
       return true;
     }
     signal_done<TAGGED>(u);
-    if (OWNER_ARRIVES && threadIdx.x == 0)  // after the signal: off the chain
-      asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(arrive + g), "n"(SPLITS) : "memory");
+    if (OWNER_ARRIVES && threadIdx.x == 0) red_release<SPLITS>(arrive + g);  // after the signal: off the chain
     return true;
   }
   __shared__ int last;

@@ -200,9 +200,10 @@ __device__ __forceinline__ unsigned tag_of(const Turn& u, int phase) {
 #endif
 }
 
-// *p += 1 after every write this thread has seen: a release add, lighter than a full fence and a relaxed add.
+// *p += N after every write this thread has seen: a release add, lighter than a full fence and a relaxed add.
+template <unsigned N = 1>
 __device__ __forceinline__ void red_release(unsigned* p) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "n"(N) : "memory");
 }
 
 // The tile is done: every thread's writes are ordered before the counter moves (the barrier orders them before
