@@ -164,9 +164,19 @@ if [ -n "${PROFILE:-}" ]; then
   if [ -n "${PROFILE_KERNEL:-}" ]; then
     sections=(); for sec in ${PROFILE_SECTIONS:-SpeedOfLight WarpStateStats MemoryWorkloadAnalysis}; do
       sections+=(--section "$sec"); done
+    # PROFILE_SOURCE=1: the report kept ($OUT/ncu_MODEL.ncu-rep) and its per-instruction view (sampled warp stalls
+    # a SASS line) exported as CSV; PROFILE_TOKENS: tokens kiec-run generates (2)
+    export_args=(); [ -n "${PROFILE_SOURCE:-}" ] && export_args=(--export "$OUT/ncu_$PROFILE" --import-source no)
     timeout 400 "$ncu" --clock-control none -k "regex:$PROFILE_KERNEL" --launch-skip "${PROFILE_SKIP:-0}" \
-      --launch-count 4 --replay-mode "${PROFILE_REPLAY:-kernel}" "${sections[@]}" \
-      "$art/kiec-run" "$art" "$prompt" 2 > "$OUT/ncu_${PROFILE}_kernel.txt" 2>&1
+      --launch-count "${PROFILE_COUNT:-4}" --replay-mode "${PROFILE_REPLAY:-kernel}" "${sections[@]}" "${export_args[@]}" \
+      "$art/kiec-run" "$art" "$prompt" "${PROFILE_TOKENS:-2}" > "$OUT/ncu_${PROFILE}_kernel.txt" 2>&1
+    if [ -n "${PROFILE_SOURCE:-}" ]; then
+      "$ncu" --import "$OUT/ncu_$PROFILE.ncu-rep" --page source --csv --print-source sass \
+        > "$OUT/ncu_${PROFILE}_source.csv" 2> "$OUT/ncu_${PROFILE}_source.err"
+      "$ncu" --import "$OUT/ncu_$PROFILE.ncu-rep" --page details --print-details all \
+        > "$OUT/ncu_${PROFILE}_details.txt" 2>&1
+      ls -la "$OUT"/ncu_*; head -c 600 "$OUT/ncu_${PROFILE}_source.err"
+    fi
     grep -E "attention|gemv|persistent|Duration|Throughput|Stall|Warp Cycles|Issued|Achieved|L2|DRAM|Instruction" \
       "$OUT/ncu_${PROFILE}_kernel.txt" | head -80
   else
