@@ -112,10 +112,9 @@ def test_attention_short_pass_computes_the_same_bits(tmp_path, monkeypatch):
 def test_owner_merges_computes_the_same_bits(tmp_path, monkeypatch, tags, most, heads, kv_heads):
     # persist_attn_owner_merges: the split holding the position's row merges its KV head's splits from their tagged
     # partials, in the same order as the last split to arrive did: with 8 keys a split at least, one launch over 300
-    # positions runs 1 to 38 splits in use (batches of 16 partials' o: up to three), every logit the same bits as
-    # without it; with attention's input and output tagged too (tags 2); at most 8 in use: from position 64 on the
-    # last to arrive merges again, in the same launch. 8 query heads on one KV head: 512 outputs, two a thread
-    # (batches of 8), and the others' m and l four words a thread
+    # positions runs 1 to 38 splits in use (several batches of 4 partials), every logit the same bits as without
+    # it; with attention's input and output tagged too (tags 2); at most 8 in use: from position 64 on the last to
+    # arrive merges again, in the same launch. 8 query heads on one KV head: 512 outputs, two a thread
     model, _ = compile_tiny(tmp_path, "llama", max_position_embeddings=512, hidden_size=64 * heads,
                             intermediate_size=384, num_attention_heads=heads, num_key_value_heads=kv_heads)
     fields = dict(attn_min_keys=8, persist_tagged=tags, persist_tagged_min_width=0)

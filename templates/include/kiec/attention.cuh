@@ -471,83 +471,40 @@ __device__ __forceinline__ void fold_partial(float& mx, float& lsum, float& o, f
 
 // persist_attn_owner_merges: the last split in use (the one that holds row pos) merges KV head g's `active` splits
 // in split order as attention_combine does (the same bits): the others' partials loaded as words (st_part) carrying
-// `tag`, and its own state taken from sm (never stored); the output as attention_store writes it (TAGGED: words with
-// `out_tag`). The others' m and l are loaded once for the block (not by each of a head's HEAD_DIM threads) into the
-// warps' states' room once the thread's own state is out of it, beside the first batch of o words; then OB o words
-// a thread at a time, each batch settled together (settle_tags): at 8192 on llama-3.2-1b (16 splits) two round trips
-// of loads where batches of m, l and o of 4 splits made four (the owner's tail 5.1 us against the last arrival's
-// 3.0, 2026-12-01 fourteenth session's trace). False, every thread's answer, when the generation passed its stop
-// first (stopped(): a split that saw the stop may never write its partial); a word whose tag never came (2^20
-// rounds: a compiler bug) makes its output a NaN, as settled_value's.
+// `tag`, a batch of up to 4 splits at once settled together (settle_tags), and its own state taken from sm (never
+// stored); the output as attention_store writes it (TAGGED: words with `out_tag`). False, every thread's answer,
+// when the generation passed its stop first (stopped(): a split that saw the stop may never write its partial); a
+// word whose tag never came (2^20 rounds: a compiler bug) makes its output a NaN, as settled_value's.
 template <int HEAD_DIM, int GROUP, int WARPS, int SPLITS, bool TAGGED, typename Stopped>
-__device__ __forceinline__ bool attention_owner_merge(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, int g, int active,
-                                                      const float* part_o, const float* part_ml, float* out,
-                                                      unsigned tag, unsigned out_tag, Stopped stopped) {
-  constexpr int THREADS = WARPS * 32, ELEMS = GROUP * HEAD_DIM, E = (ELEMS + THREADS - 1) / THREADS;
-  // o words a batch: 16 where a thread takes one element, 8 where it takes more (llama-3.1-8b's 512 elements over
-  // 256 threads: with 16 ptxas spilled 4 bytes, `scripts/ptxas.py MODEL persistent persist_attn_owner_merges=64`)
-  constexpr int OB = SPLITS - 1 < (E > 1 ? 8 : 16) ? SPLITS - 1 : (E > 1 ? 8 : 16);
-  constexpr int ML = (2 * GROUP * (SPLITS - 1) + THREADS - 1) / THREADS;            // m, l words a thread
-  static_assert(2 * GROUP * SPLITS <= WARPS * GROUP * HEAD_DIM, "the others' m and l fit the warps' o states");
-  const int others = active - 1;
-  const unsigned long long fresh = (unsigned long long)tag << 32;  // (a word never read: it carries the tag)
-  float ms[E], ls[E], os[E];  // this thread's elements' own state, before the scratch below overwrites sm.wo
-#pragma unroll
-  for (int e = 0; e < E; ++e) {
-    const int i = threadIdx.x + e * THREADS;
-    if (i < ELEMS) slice_state(sm, i / HEAD_DIM, i % HEAD_DIM, ms[e], ls[e], os[e]);
-  }
-  // word j of the others' m, l: split s = j / 2 % others of head h = j / (2 * others), m (j even) or l
-  auto ml_index = [&](int j) { return (((size_t)g * SPLITS + j / 2 % others) * GROUP + j / (2 * others)) * 2 + j % 2; };
-  auto o_index = [&](int i, int s) {
-    return (((size_t)g * SPLITS + s) * GROUP + i / HEAD_DIM) * HEAD_DIM + i % HEAD_DIM;
-  };
-  unsigned long long mw[ML], w[OB];
-#pragma unroll
-  for (int k = 0; k < ML; ++k) {
-    const int j = threadIdx.x + k * THREADS;
-    mw[k] = j < 2 * GROUP * others ? ld_part(part_ml, ml_index(j)) : fresh;
-  }
-  const int i0 = threadIdx.x;  // the first element's first batch, in flight with m and l
-#pragma unroll
-  for (int e = 0; e < OB; ++e) w[e] = i0 < ELEMS && e < others ? ld_part(part_o, o_index(i0, e)) : fresh;
-  bool ok = settle_tags<ML + OB>(
-      [&](int e) { return !part_carries(e < ML ? mw[e] : w[e - ML], tag); },
-      [&](int e) {
-        if (e < ML) mw[e] = ld_part(part_ml, ml_index(threadIdx.x + e * THREADS));
-        else w[e - ML] = ld_part(part_o, o_index(i0, e - ML));
-      },
-      stopped);
-  float* ml = &sm.wo[0][0][0];  // [GROUP][others][2]
-  sync_block();                 // (every thread's slice_state read sm.wo)
-#pragma unroll
-  for (int k = 0; k < ML; ++k) {
-    const int j = threadIdx.x + k * THREADS;
-    if (j < 2 * GROUP * others) ml[j] = part_value(mw[k], tag);
-  }
-  sync_block();
-#pragma unroll
-  for (int e = 0; e < E; ++e) {
-    const int i = threadIdx.x + e * THREADS;
-    if (i >= ELEMS) break;  // (no barrier below)
-    const int h = i / HEAD_DIM;
+__device__ __forceinline__ bool attention_owner_merge(const AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, int g,
+                                                      int active, const float* part_o, const float* part_ml,
+                                                      float* out, unsigned tag, unsigned out_tag, Stopped stopped) {
+  constexpr int B = 4, W = 3 * B;  // a batch's words: split s0 + e's m, l and o at 3e, 3e + 1 and 3e + 2
+  bool ok = true;
+  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) {
+    const int h = i / HEAD_DIM, d = i % HEAD_DIM;
     float mx = -INFINITY, lsum = 0.f, o = 0.f;
-    for (int s0 = 0; s0 < others; s0 += OB) {
-      if (e > 0 || s0 > 0) {
+    for (int s0 = 0; s0 < active - 1; s0 += B) {
+      auto load = [&](int e) {
+        const size_t slot = ((size_t)g * SPLITS + s0 + e / 3) * GROUP + h;
+        return e % 3 < 2 ? ld_part(part_ml, slot * 2 + e % 3) : ld_part(part_o, slot * HEAD_DIM + d);
+      };
+      unsigned long long w[W];
 #pragma unroll
-        for (int k = 0; k < OB; ++k) w[k] = s0 + k < others ? ld_part(part_o, o_index(i, s0 + k)) : fresh;
-        ok &= settle_tags<OB>([&](int k) { return !part_carries(w[k], tag); },
-                              [&](int k) { w[k] = ld_part(part_o, o_index(i, s0 + k)); }, stopped);
-      }
+      for (int e = 0; e < W; ++e)  // (past the others: a word that carries the tag, never read)
+        w[e] = s0 + e / 3 < active - 1 ? load(e) : (unsigned long long)tag << 32;
+      ok &= settle_tags<W>([&](int e) { return !part_carries(w[e], tag); }, [&](int e) { w[e] = load(e); }, stopped);
 #pragma unroll
-      for (int k = 0; k < OB; ++k)
-        if (s0 + k < others)
-          fold_partial(mx, lsum, o, ml[(h * others + s0 + k) * 2], ml[(h * others + s0 + k) * 2 + 1],
-                       part_value(w[k], tag));
+      for (int e = 0; e < B; ++e)
+        if (s0 + e < active - 1)
+          fold_partial(mx, lsum, o, part_value(w[3 * e], tag), part_value(w[3 * e + 1], tag),
+                       part_value(w[3 * e + 2], tag));
     }
-    fold_partial(mx, lsum, o, ms[e], ls[e], os[e]);
-    if (TAGGED) st_tagged(out, g * ELEMS + i, o / lsum, out_tag);
-    else out[g * ELEMS + i] = o / lsum;
+    float ms, ls, os;
+    slice_state(sm, h, d, ms, ls, os);
+    fold_partial(mx, lsum, o, ms, ls, os);
+    if (TAGGED) st_tagged(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, out_tag);
+    else out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
   }
   return sync_block_and(ok);
 }
