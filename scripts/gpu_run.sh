@@ -113,6 +113,11 @@ if [ -n "${COMPUTE:-}" ]; then
       && timeout 60 /tmp/gemv_compute_$b
   done 2>&1 | tee "$OUT/gemv_compute.txt"
 fi
+# MMA=1: the GEMV tile's dot products on the tensor cores, 16 rows an mma (ldmatrix from a tile-major layout, x as
+# hi and lo bf16 columns), against the FMA tile's way, on shares already in shared memory (bench/mma_rows.cu)
+if [ -n "${MMA:-}" ]; then
+  bench_build mma_rows mma_rows && timeout 120 /tmp/mma_rows 2>&1 | tee "$OUT/mma_rows.txt"
+fi
 # MODES=graph,persistent: the modes kiec bench compiles and times (default graph)
 # VARIANTS="model v1 v2 ... [/ model v1 ...]": A/B of target-table variants (scripts/variants.py); VARIANTS_TRACE=POS:
 # each persistent variant's step at POS traced too, side by side (a position within each model's context), each
