@@ -28,7 +28,7 @@ if [ -f /tmp/smol/smol.partaa ] && [ -f /tmp/smol/smol.partab ]; then
 fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . > /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 1; }
 # AB="commit ...": the persistent kernel at those commits (trees made by AB=... gpu_prep.sh, carried as .carry/ab)
-# against this tree, AB_ROUNDS (2) rounds in turn, on AB_MODEL (llama-3.2-1b) at context 0: a slowdown between
+# against this tree, AB_ROUNDS (2) rounds in turn, on each of AB_MODEL (llama-3.2-1b) at context 0: a slowdown between
 # runs on different machines is told from a machine's by the two kernels timed in one call (the 3.5% 48f2904 cost)
 if [ -n "${AB:-}" ]; then
   for r in $(seq "${AB_ROUNDS:-2}"); do
@@ -36,9 +36,11 @@ if [ -n "${AB:-}" ]; then
       tree=.carry/ab/$c tag=$c; [ "$c" = . ] && tree=. tag=${KIEC_COMMIT:-this}
       (cd "$tree" && python3 -m pip install -q --no-deps --no-build-isolation -e . > /tmp/install_ab.log 2>&1) \
         || { cat /tmp/install_ab.log; continue; }
-      echo "=== $tag, round $r"
-      KIEC_COMMIT=$tag timeout 200 kiec bench "${AB_MODEL:-llama-3.2-1b}" --context 0 --mode persistent --vs "" \
-        --work-dir /tmp/kiec_ab 2>&1 | grep -E "^read ceiling|^kiec \(persistent"
+      for m in ${AB_MODEL:-llama-3.2-1b}; do
+        echo "=== $tag, round $r, $m"
+        KIEC_COMMIT=$tag timeout 200 kiec bench "$m" --context 0 --mode persistent --vs "" \
+          --work-dir /tmp/kiec_ab 2>&1 | grep -E "^read ceiling|^kiec \(persistent"
+      done
     done
   done 2>&1 | tee "$OUT/ab.log"
   rm -rf /tmp/kiec_ab
