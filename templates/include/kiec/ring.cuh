@@ -99,31 +99,16 @@ struct Ring {
 // next(), gate (and for SiLU-mul up) hold the current page's sources, `bytes` each, and up_at where its up half
 // goes in the page. next(true) also asks L2 for the cache rows of earlier steps of each attention split it walks
 // past (attn_l2_prefetch 2: the split loads them a phase or so later).
-// The walk of a share is kept (its first byte, item count and size, items a page) from the page that entered it,
-// so that its other pages cost a few multiply-adds: read from its instruction and descriptor at every page (two
-// loads that miss L1 and two integer divisions), one page took the streaming thread ~540 ns, 1.1 us of SM cycles
-// in 180 instructions (ncu's per-instruction samples, llama-3.2-1b, 2026-12-01 fourteenth session) where a 16 KB
-// page is 470 ns of an SM's share of the read ceiling: the thread, not HBM, bounded the stream (8 KB pages ran
-// 1.247 ms against 0.766, the same thread's cost for half the bytes).
 template <int PAGE>
 struct PageWalk {
   const PersistentArgs* a;
   int begin, end, pos, i, first;  // the next page: position, instruction, first item
-  int items, per_page;            // the current share's (valid while first > 0)
-  unsigned item_bytes;
-  const char* share;              // its first item's first byte
-  size_t up_off;                  // from a gate item to its up item (0: not SiLU-mul)
   const char* gate;
   const char* up;
   unsigned bytes, up_at;
   __host__ __device__ __forceinline__ PageWalk(const PersistentArgs* a_, int begin_, int end_)
-      : a(a_), begin(begin_), end(end_), pos(a_->p0), i(begin_), first(0), items(0), per_page(1), item_bytes(0),
-        share(nullptr), up_off(0) {}
+      : a(a_), begin(begin_), end(end_), pos(a_->p0), i(begin_), first(0) {}
   __host__ __device__ __forceinline__ bool next(bool hint_kv = false) {  // host too: tests/cpu/page_walk.cu
-    if (first > 0 && first < items) {  // the share's next page
-      page();
-      return true;
-    }
     for (; pos < a->p_end; ++pos, i = begin) {
       for (; i < end; ++i, first = 0) {
         const Instr& ins = a->instrs[i];
@@ -131,27 +116,20 @@ struct PageWalk {
           if (hint_kv && ins.opcode == OP_ATTENTION) ask_l2_for_rows(ins);
           continue;
         }
-        if (first > 0) continue;  // (the share's pages are done: next() walked them)
         const KernelDesc& d = a->kernels[ins.kernel];
-        per_page = items_per_page(PAGE, d.item_bytes, d.silu);
-        items = (ins.hi - ins.lo) * (d.row_bytes / d.item_bytes);
-        item_bytes = d.item_bytes;
-        share = a->weights + d.w[0] + (size_t)ins.lo * d.row_bytes;
-        up_off = d.silu ? (size_t)d.n * d.row_bytes : 0;
-        if (items <= 0) continue;
-        page();
+        const int per_page = items_per_page(PAGE, d.item_bytes, d.silu);
+        const int items = (ins.hi - ins.lo) * (d.row_bytes / d.item_bytes);
+        if (first >= items) continue;
+        const size_t at = (size_t)ins.lo * d.row_bytes + (size_t)first * d.item_bytes;
+        gate = a->weights + d.w[0] + at;
+        up = d.silu ? gate + (size_t)d.n * d.row_bytes : nullptr;
+        bytes = (unsigned)min(per_page, items - first) * d.item_bytes;
+        up_at = per_page * d.item_bytes;
+        first += per_page;
         return true;
       }
     }
     return false;
-  }
-  // The current share's page from item `first` on; first moves past it.
-  __host__ __device__ __forceinline__ void page() {
-    gate = share + (size_t)first * item_bytes;
-    up = up_off ? gate + up_off : nullptr;
-    bytes = (unsigned)min(per_page, items - first) * item_bytes;
-    up_at = per_page * item_bytes;
-    first += per_page;
   }
   // Attention split ins.tile % splits of KV head ins.lo at `pos`: its rows of earlier steps are [lo, lo + the
   // count returned) (split_range_of with the descriptor's splits and min_keys; 0 rows: none).
