@@ -127,6 +127,8 @@ TARGETS: dict[str, TargetParams] = {
                           # code: git log -S persist_attn_ / -S persist_signal_slots / -S persist_inflight_pages);
                           # batched warp sums stay a knob (gemv_compute.cu measures with it). 12 compute warps on
                           # smollm2-135m (no spills there): 0.539 / 0.540 vs 0.507 ms (tenth session, 38a3854)
+                          # 8 KB x 24 pages: 1.247 vs 0.766 ms on llama-3.2-1b, 4 KB x 48: 2.294 (fourteenth
+                          # session, bench/RESULTS.md): a fixed cost a page; a cheaper page walk was slower too
                           persist_warps=8, persist_page_bytes=16 << 10, persist_stages=12,
                           # L2 asked for 128 / 256 / 512 KB an SM past the ring (twelfth session, 030681b, ms, two
                           # rounds): smollm2-135m 0.500 all three vs 0.508-0.509; llama-3.2-1b 128 / 256 / 384 KB
@@ -223,13 +225,16 @@ TARGETS: dict[str, TargetParams] = {
                           # llama-3.2-1b (twelfth session's call-2 traces, trace_summary.py's attention view). With N
                           # the split holding row pos merges as the partials' tags come, no arrival on the way, while
                           # at most N splits are in use (the same bits). 2026-12-01 (thirteenth session, ms, two
-                          # rounds, bench/RESULTS.md): 64 (the owner always) smollm2-135m 0.491 vs 0.498, llama-3.2-1b 0.753-0.754 vs 0.764-0.767, qwen3-1.7b
-                          # 1.115 vs 1.126-1.130, but llama-3.2-1b at 8192 0.930-0.931 vs 0.911-0.913. A build with 8
+                          # rounds, bench/RESULTS.md): 64 (the owner always) smollm2-135m 0.491 vs 0.498,
+                          # llama-3.2-1b 0.753-0.754 vs 0.764-0.767, qwen3-1.7b 1.115 vs 1.126-1.130, but
+                          # llama-3.2-1b at 8192 0.930-0.931 vs 0.911-0.913. A build with 8
                           # (the last to arrive merges past 8 in use; arrivals counted and waited by every split, the
                           # owner's added before its merge) was no faster at short context and as slow at 8192, where
-                          # its tiles merged the old way: that loss looks like the kernel's schedule (ptxas reschedules
-                          # every case when one changes: bench/RESULTS.md), not the merge. Off until the long context
-                          # stops losing
+                          # its tiles merged the old way. Fourteenth session: rebuilds that change nothing a token
+                          # sees move it 0.5% at most (stop-poll counts 63 / 65), so 64's gain and loss on 1B are
+                          # real; at 8192 its tail after the last slice is 5.1 us against 3.0 (trace); loading the
+                          # others' m and l once and 16 o words a batch (cebbece) was slower still; smollm2-135m's
+                          # gain did not repeat (0.497 vs 0.497-0.499). Off until the long context stops losing
                           persist_attn_owner_merges=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
