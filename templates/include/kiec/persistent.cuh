@@ -100,7 +100,8 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
 #else
     NoMarks marks;
 #endif
-    attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, TAGGED, PIPE, SOFTCAP, U_SHORT, KV_FIRST>(
+    attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, TAGGED, PIPE, SOFTCAP, U_SHORT,
+                    KV_FIRST>(
         sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi,
         TAGGED ? tag_of(u, u.a->kernels[u.ins->kernel].tag_x) : 0u, EARLY_ROPE ? &rope : nullptr, marks
 #if KIEC_TAG_WAITS
@@ -112,7 +113,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
       // the tail trace_summary.py's attention views time, as the last arrival's merge without the owner)
       ok = attention_owner_merge<HEAD_DIM, GROUP, WARPS, SPLITS, TAGGED>(
           sm, g, active, part_o, part_ml, out, word_tag(u, u.ins->counter), mine,
-          [&] { return *(volatile int*)u.a->stop_pos <= u.pos; });
+          [&] { return stop_reached(u); });
     } else {
       attention_store<HEAD_DIM, GROUP, WARPS, SPLITS, TAGGED>(sm, g, split, active, part_o, part_ml, out, mine,
                                                               by_owner ? word_tag(u, u.ins->counter) : 0u);
@@ -180,8 +181,8 @@ __device__ __forceinline__ bool select_tile(Turn u, const float* logits, int voc
 // One block per SM: warps [0, COMPUTE_WARPS) run its list token after token (Model::run dispatches an
 // instruction); one more warpgroup streams the weights (stream_weights: one thread of it works). Registers move
 // from the streaming warpgroup to the compute warps (setmaxnreg): the launch bounds alone give every thread 168
-// (a 12-warp block; at that ptxas spilled 132 B for llama-3.2-1b before setmaxnreg, ptxas -v). Shared memory: the ring's barriers,
-// its pages, then the tiles' scratch.
+// (a 12-warp block; at that ptxas spilled 132 B for llama-3.2-1b before setmaxnreg, ptxas -v). Shared memory: the
+// ring's barriers, its pages, then the tiles' scratch.
 constexpr int STREAM_WARPS = 4, STREAM_REGS = 40;
 template <int COMPUTE_WARPS>
 struct ComputeRegs {  // what the register file leaves the compute warps, in steps of 8, at most 248

@@ -51,4 +51,8 @@ struct Turn {
                 // 0.848-0.850 of the commits before it in the same bisect (bench/RESULTS.md)
 };
 
+// Whether the generation has passed this turn's position: the host's stop, or the end the select tile set, at or
+// before it (a volatile load: the host writes it through mapped memory, the select tile from another SM).
+__device__ __forceinline__ bool stop_reached(const Turn& u) { return *(volatile const int*)u.a->stop_pos <= u.pos; }
+
 }  // namespace kiec

@@ -86,7 +86,7 @@ __device__ __forceinline__ bool wait_late(const Wait& w) { return KIEC_TAG_WAITS
 __device__ __forceinline__ bool spin_until(const unsigned* counter, unsigned target, const Turn& u) {
   for (unsigned spins = 1; ld_acquire(counter) < target; ++spins) {
     // a generation that ended may leave a wait unmet for good (its producer stopped first): every spin looks
-    if (spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)u.a->stop_pos <= u.pos) return false;
+    if (spins % KIEC_STOP_POLL_EVERY == 0 && stop_reached(u)) return false;
     if (KIEC_POLL_SLEEP_NS > 0) __nanosleep(KIEC_POLL_SLEEP_NS);
   }
   return true;
@@ -133,7 +133,7 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
     for (unsigned spins = 1;; ++spins) {
       if (!met) met = ld_acquire(counter) >= target;
       if (__all_sync(0xffffffffu, met)) break;
-      if (spins % KIEC_STOP_POLL_EVERY == 0 && __any_sync(0xffffffffu, *(volatile int*)u.a->stop_pos <= u.pos)) {
+      if (spins % KIEC_STOP_POLL_EVERY == 0 && __any_sync(0xffffffffu, stop_reached(u))) {
         ok = 0;  // (every lane leaves at once: the warp's vote, not each lane's load)
         break;
       }
@@ -174,7 +174,7 @@ __device__ __forceinline__ bool wait_writes(const Turn& u, unsigned late_seen) {
       met = KIEC_WAITS_TOGETHER && late_seen >= target;
     }
     const bool ok = lanes_meet(counter, target, met, [&](unsigned spins) {
-      return spins % KIEC_STOP_POLL_EVERY == 0 && *(volatile int*)u.a->stop_pos <= u.pos;
+      return spins % KIEC_STOP_POLL_EVERY == 0 && stop_reached(u);
     });
     if (lane == 0) go = ok;
   }
