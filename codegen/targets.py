@@ -21,7 +21,7 @@ class TargetParams:
     attn_l2_prefetch: int  # 1: each attention split asks L2 for its cache rows of earlier steps before its wait;
     # 2 (persistent): the weight stream asks as it walks past the split, a phase or so earlier
     gencode: str
-    prefetch_bytes: int  # weights a GEMV pulls into L2 (beyond its register batch) before waiting on the previous kernel
+    prefetch_bytes: int  # weights a GEMV pulls into L2 (beyond its register batch) before waiting on the previous one
     persist_warps: int  # persistent mode: compute warps of the one block per SM (one more streams the weights)
     persist_page_bytes: int  # persistent: bytes of one page of the shared-memory weight ring (one TMA copy)
     persist_stages: int  # persistent: pages in the ring at most (fewer where the tiles' scratch needs the room)
@@ -33,6 +33,8 @@ class TargetParams:
     persist_reduce_batch: int  # persistent GEMV: items a warp sums over its lanes together (1: each on its own)
     persist_copy_batch: int  # persistent GEMV: 16-byte loads in flight a thread when it copies a tagged x (no norm)
     persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
+    persist_walk_kept: int  # persistent: 1: the weight stream keeps a share's page walk (ring.cuh: PageWalk's KEPT)
+    persist_page_pace_ns: int  # persistent: > 0: the weight stream copies a page at most every this many ns
     persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch)
     persist_waits_previous_first: int  # persistent: 1: an instruction polls the previous token's waits first
     persist_waits_together: int  # persistent: 1: warp 0's lanes poll an instruction's waits at once, a lane each
@@ -154,6 +156,13 @@ TARGETS: dict[str, TargetParams] = {
                           # evict-normal instead: 0.868-0.872 vs 0.852 ms on llama-3.2-1b at a9dfdd7, and the ring
                           # with the tile consuming 3.82 vs 4.58 TB/s in bench/stream_rate.cu (3d07718)
                           persist_evict_first=1,
+                          # the streaming thread spends ~540 ns a 16 KB page walking the instruction list (ncu's
+                          # samples, fourteenth session; the page's share of the ceiling is 470 ns), yet the kept
+                          # walk (a few multiply-adds a page) ran llama-3.2-1b 0.803 vs 0.767 ms and smollm2-135m
+                          # 0.505 vs 0.500 (AB, one round, bench/RESULTS.md). Pacing the kept walk's copies
+                          # (persist_page_pace_ns, ~450) would tell whether its bursts or something else cost that:
+                          # not yet run
+                          persist_walk_kept=0, persist_page_pace_ns=0,
                           # 1 frees llama-3.1-8b's 57 KB x scratch: its ring 10 -> 12 pages (with persist_stages
                           # 13, llama-3.2-1b's 12 -> 13). With 13 pages on llama-3.2-1b at a9dfdd7: 0.840 vs 0.852
                           # ms; with poll sleep 100 too at edd1aac's kernel: 0.817 vs 0.823-0.826; other models not
@@ -185,8 +194,9 @@ TARGETS: dict[str, TargetParams] = {
                           # what each cost)
                           # at 8192 a split of llama-3.2-1b takes 512 rows in two passes of 256, each a round trip of
                           # loads and then its scores; persistent 8k costs 13 us a layer more than short context
-                          # (bench/RESULTS.md, 5f1b610) for 3.7 us of K/V at the ceiling. 236e4bf: 0.931 vs 0.963-0.965 ms
-                          # at 8192 on llama-3.2-1b; with tags 2 and waits together 0.768-0.769 vs 0.771-0.775 short
+                          # (bench/RESULTS.md, 5f1b610) for 3.7 us of K/V at the ceiling. 236e4bf: 0.931 vs
+                          # 0.963-0.965 ms at 8192 on llama-3.2-1b; with tags 2 and waits together 0.768-0.769 vs
+                          # 0.771-0.775 short
                           persist_attn_pipeline=1,
                           # the attention case is 5,376 of llama-3.2-1b's 11,160 instructions (84 KB; a GEMV case 8-17
                           # KB; scripts/code_size.py at 271523f): a layer runs ~130 KB of code, maybe more than the

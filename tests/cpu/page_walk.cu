@@ -3,7 +3,8 @@
 //   sm gate_offset up_offset(-1: none) bytes up_at   (offsets into the weights)
 // then, for each attention instruction at each position, the cache rows of earlier steps it would ask L2 for:
 //   kv sm pos instruction lo rows
-// Usage: page_walk DIR P0 P_END PAGE_BYTES   (DIR holds instrs.bin, starts.bin, kernels.bin as the artifact packs them)
+// Usage: page_walk DIR P0 P_END PAGE_BYTES [KEPT]   (DIR holds instrs.bin, starts.bin, kernels.bin as the artifact
+// packs them; KEPT 1: the walk that keeps a share's walk, persist_walk_kept)
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -24,10 +25,10 @@ static std::vector<char> slurp(const char* dir, const char* name) {
   return v;
 }
 
-template <int PAGE>
+template <int PAGE, bool KEPT>
 static void walk(const kiec::PersistentArgs& a, int sms) {
   for (int sm = 0; sm < sms; ++sm) {
-    kiec::PageWalk<PAGE> w(&a, a.starts[sm], a.starts[sm + 1]);
+    kiec::PageWalk<PAGE, KEPT> w(&a, a.starts[sm], a.starts[sm + 1]);
     while (w.next())
       printf("%d %lld %lld %u %u\n", sm, (long long)(w.gate - a.weights),
              w.up ? (long long)(w.up - a.weights) : -1ll, w.bytes, w.up_at);
@@ -35,7 +36,8 @@ static void walk(const kiec::PersistentArgs& a, int sms) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 5) { fprintf(stderr, "usage: %s DIR P0 P_END PAGE_BYTES\n", argv[0]); return 2; }
+  if (argc != 5 && argc != 6) { fprintf(stderr, "usage: %s DIR P0 P_END PAGE_BYTES [KEPT]\n", argv[0]); return 2; }
+  const bool kept = argc == 6 && atoi(argv[5]) != 0;
   std::vector<char> instrs = slurp(argv[1], "instrs.bin"), starts = slurp(argv[1], "starts.bin"),
                     kernels = slurp(argv[1], "kernels.bin");
   static char base[16];  // the weights' base: only offsets from it are printed
@@ -48,8 +50,8 @@ int main(int argc, char** argv) {
   a.p_end = atoi(argv[3]);
   const int sms = (int)(starts.size() / sizeof(int)) - 1;
   switch (atoi(argv[4])) {
-    case 1024: walk<1024>(a, sms); break;
-    case 16384: walk<16384>(a, sms); break;
+    case 1024: kept ? walk<1024, true>(a, sms) : walk<1024, false>(a, sms); break;
+    case 16384: kept ? walk<16384, true>(a, sms) : walk<16384, false>(a, sms); break;
     default: fprintf(stderr, "page size %s: add it to the switch\n", argv[4]); return 2;
   }
   kiec::PageWalk<1024> w(&a, 0, 0);

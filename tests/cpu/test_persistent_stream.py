@@ -42,8 +42,9 @@ def expected_pages(e: _PersistentEmitter, p0: int, p_end: int, page: int) -> lis
     return out
 
 
-def run_walk(tmp_path, family, page, sms, p0, p_end, **target_fields):
-    """The emitter for a tiny model of `family`, and the host page walk's lines: its pages, and its "kv" lines."""
+def run_walk(tmp_path, family, page, sms, p0, p_end, kept=False, **target_fields):
+    """The emitter for a tiny model of `family`, and the host page walk's lines: its pages, and its "kv" lines
+    (kept: the walk that keeps a share's walk, persist_walk_kept)."""
     import dataclasses
     make_tiny_hf(tmp_path / "hf", family, hidden_size=256, intermediate_size=640)
     prog = pipeline.run(kiec.load(str(tmp_path / "hf"), max_seq_len=64).graph)
@@ -55,17 +56,21 @@ def run_walk(tmp_path, family, page, sms, p0, p_end, **target_fields):
     (tmp_path / "starts.bin").write_bytes(struct.pack(f"<{len(starts) + 1}i", *starts, sum(map(len, e.sched.lists))))
     (tmp_path / "kernels.bin").write_bytes(b"".join(e.descs))
     exe = nvcc_build(tmp_path, os.path.join(HERE, "page_walk.cu"), "-std=c++17")
-    r = subprocess.run([exe, str(tmp_path), str(p0), str(p_end), str(page)], capture_output=True, text=True,
-                       check=True)
+    r = subprocess.run([exe, str(tmp_path), str(p0), str(p_end), str(page), str(int(kept))], capture_output=True,
+                       text=True, check=True)
     lines = r.stdout.splitlines()
     return (e, [tuple(map(int, x.split())) for x in lines if not x.startswith("kv")],
             [tuple(map(int, x.split()[1:])) for x in lines if x.startswith("kv")])
 
 
-@pytest.mark.parametrize("family,page,sms,p0,p_end", [("llama", 16384, 132, 3, 5), ("qwen2", 1024, 7, 3, 5),
-                                                      ("qwen3", 1024, 5, 3, 5)])
-def test_the_streaming_thread_copies_the_pages_the_gemv_tiles_read(tmp_path, family, page, sms, p0, p_end):
-    e, got, _ = run_walk(tmp_path, family, page, sms, p0, p_end)
+@pytest.mark.parametrize("family,page,sms,p0,p_end,kept", [("llama", 16384, 132, 3, 5, False),
+                                                           ("qwen2", 1024, 7, 3, 5, False),
+                                                           ("qwen3", 1024, 5, 3, 5, False),
+                                                           ("llama", 16384, 132, 3, 5, True),
+                                                           ("qwen3", 1024, 5, 3, 5, True)])
+def test_the_streaming_thread_copies_the_pages_the_gemv_tiles_read(tmp_path, family, page, sms, p0, p_end, kept):
+    # (kept: the walk that keeps a share's first byte, items and sizes from the page that entered it, the same pages)
+    e, got, _ = run_walk(tmp_path, family, page, sms, p0, p_end, kept)
     want = expected_pages(e, p0, p_end, page)
     assert len(got) == len(want) and got == want
     assert any(g[2] >= 0 for g in got) and len({g[3] for g in got}) > 1  # SiLU pages and short last pages seen

@@ -323,6 +323,11 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     dict(persist_page_bytes=1024, persist_stages=2, persist_l2_ahead_bytes=8192),
                                     dict(persist_stop_poll_every=1), dict(persist_poll_sleep_ns=100),
                                     dict(persist_evict_first=0),
+                                    pytest.param(dict(persist_walk_kept=1), id="walk_kept"),
+                                    pytest.param(dict(persist_walk_kept=1, persist_page_pace_ns=450),
+                                                 id="walk_kept-paced"),
+                                    pytest.param(dict(persist_page_bytes=1024, persist_stages=2, persist_walk_kept=1,
+                                                      persist_page_pace_ns=200), id="walk_kept-paced-1k"),
                                     dict(attn_l2_prefetch=1, attn_min_keys=8),
                                     dict(attn_l2_prefetch=2, attn_min_keys=8),
                                     dict(persist_x_direct=1), dict(persist_x_direct=1, persist_stages=13),
@@ -354,7 +359,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
     # share many pages and the weight stream wait on the compute warps all the time (with L2 lookahead, asking L2
-    # for the 8 pages after the ring meanwhile); the weight copies with L2's default policy; a vocabulary of 16384
+    # for the 8 pages after the ring meanwhile); the weight copies with L2's default policy; the weight stream's
+    # kept page walk, paced too (a page every 450 ns; with the two 1 KB pages, 200); a vocabulary of 16384
     # gives each SM's LM-head share about 124 rows; attention's rows asked of L2 by the split before its wait or by
     # the weight stream, with 8 keys a split (the base too) so that several splits ask; x slices loaded straight
     # from memory where there is no norm, with the ring deeper for the room; the previous token's waits polled
@@ -382,7 +388,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "attn_min_keys", "persist_x_direct", "persist_stages", "persist_poll_sleep_ns",
                          "persist_waits_previous_first", "persist_waits_together",
                          "persist_attn_short_keys", "persist_tagged", "persist_attn_early_rope",
-                         "persist_attn_kv_first", "persist_probe_twice", "persist_tag_waits", "persist_tag_lead"}:
+                         "persist_attn_kv_first", "persist_probe_twice", "persist_tag_waits", "persist_tag_lead",
+                         "persist_walk_kept", "persist_page_pace_ns"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)

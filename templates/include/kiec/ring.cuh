@@ -7,6 +7,12 @@
 #ifndef KIEC_WEIGHT_EVICT_FIRST
 #define KIEC_WEIGHT_EVICT_FIRST 1
 #endif
+#ifndef KIEC_WALK_KEPT
+#define KIEC_WALK_KEPT 0  // 1: PageWalk keeps a share's walk from the page that entered it (persist_walk_kept)
+#endif
+#ifndef KIEC_PAGE_PACE_NS
+#define KIEC_PAGE_PACE_NS 0  // > 0: the weight stream issues a page at most this often, ns (persist_page_pace_ns)
+#endif
 #ifndef KIEC_ATTN_L2_HINT
 #define KIEC_ATTN_L2_HINT 0  // 2: the weight stream asks L2 for attention's cache rows (PageWalk::next)
 #endif
@@ -99,16 +105,31 @@ struct Ring {
 // next(), gate (and for SiLU-mul up) hold the current page's sources, `bytes` each, and up_at where its up half
 // goes in the page. next(true) also asks L2 for the cache rows of earlier steps of each attention split it walks
 // past (attn_l2_prefetch 2: the split loads them a phase or so later).
-template <int PAGE>
+// KEPT (persist_walk_kept): the walk of a share (its first byte, item count and size, items a page) is kept from
+// the page that entered it, and its other pages cost a few multiply-adds. Without it each page reads its
+// instruction and descriptor again (two loads, two integer divisions: ~180 instructions, ~540 ns a page of the
+// streaming thread in ncu's samples on llama-3.2-1b, where a 16 KB page is 470 ns of an SM's share of the read
+// ceiling); yet with it the token ran slower (0.803 vs 0.767 ms, bench/RESULTS.md, 2026-12-01 fourteenth session).
+template <int PAGE, bool KEPT = KIEC_WALK_KEPT != 0>
 struct PageWalk {
   const PersistentArgs* a;
   int begin, end, pos, i, first;  // the next page: position, instruction, first item
+  int items, per_page;            // the current share's (KEPT: valid while first > 0)
+  unsigned item_bytes;
+  const char* share;              // its first item's first byte
+  size_t up_off;                  // from a gate item to its up item (0: not SiLU-mul)
   const char* gate;
   const char* up;
   unsigned bytes, up_at;
   __host__ __device__ __forceinline__ PageWalk(const PersistentArgs* a_, int begin_, int end_)
       : a(a_), begin(begin_), end(end_), pos(a_->p0), i(begin_), first(0) {}
   __host__ __device__ __forceinline__ bool next(bool hint_kv = false) {  // host too: tests/cpu/page_walk.cu
+    if constexpr (KEPT) {
+      if (first > 0 && first < items) {  // the share's next page
+        page();
+        return true;
+      }
+    }
     for (; pos < a->p_end; ++pos, i = begin) {
       for (; i < end; ++i, first = 0) {
         const Instr& ins = a->instrs[i];
@@ -117,19 +138,39 @@ struct PageWalk {
           continue;
         }
         const KernelDesc& d = a->kernels[ins.kernel];
-        const int per_page = items_per_page(PAGE, d.item_bytes, d.silu);
-        const int items = (ins.hi - ins.lo) * (d.row_bytes / d.item_bytes);
-        if (first >= items) continue;
-        const size_t at = (size_t)ins.lo * d.row_bytes + (size_t)first * d.item_bytes;
-        gate = a->weights + d.w[0] + at;
-        up = d.silu ? gate + (size_t)d.n * d.row_bytes : nullptr;
-        bytes = (unsigned)min(per_page, items - first) * d.item_bytes;
-        up_at = per_page * d.item_bytes;
-        first += per_page;
-        return true;
+        if constexpr (KEPT) {
+          if (first > 0) continue;  // (its pages are done: the test above walked them)
+          per_page = items_per_page(PAGE, d.item_bytes, d.silu);
+          items = (ins.hi - ins.lo) * (d.row_bytes / d.item_bytes);
+          if (items <= 0) continue;
+          item_bytes = d.item_bytes;
+          share = a->weights + d.w[0] + (size_t)ins.lo * d.row_bytes;
+          up_off = d.silu ? (size_t)d.n * d.row_bytes : 0;
+          page();
+          return true;
+        } else {
+          const int per_page = items_per_page(PAGE, d.item_bytes, d.silu);
+          const int items = (ins.hi - ins.lo) * (d.row_bytes / d.item_bytes);
+          if (first >= items) continue;
+          const size_t at = (size_t)ins.lo * d.row_bytes + (size_t)first * d.item_bytes;
+          gate = a->weights + d.w[0] + at;
+          up = d.silu ? gate + (size_t)d.n * d.row_bytes : nullptr;
+          bytes = (unsigned)min(per_page, items - first) * d.item_bytes;
+          up_at = per_page * d.item_bytes;
+          first += per_page;
+          return true;
+        }
       }
     }
     return false;
+  }
+  // The current share's page from item `first` on; first moves past it.
+  __host__ __device__ __forceinline__ void page() {
+    gate = share + (size_t)first * item_bytes;
+    up = up_off ? gate + up_off : nullptr;
+    bytes = (unsigned)min(per_page, items - first) * item_bytes;
+    up_at = per_page * item_bytes;
+    first += per_page;
   }
   // Attention split ins.tile % splits of KV head ins.lo at `pos`: its rows of earlier steps are [lo, lo + the
   // count returned) (split_range_of with the descriptor's splits and min_keys; 0 rows: none).
@@ -168,6 +209,7 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
   const unsigned long long policy = KIEC_WEIGHT_EVICT_FIRST ? evict_first_policy() : evict_normal_policy();
   PageWalk<R::PAGE> copy(&a, begin, end), ahead(&a, begin, end);
   unsigned seq = 0, asked = 0;  // pages copied into the ring; pages asked of L2 (the walk `ahead` is past them)
+  unsigned long long next_at = 0;  // (KIEC_PAGE_PACE_NS: the next page's copy not before, %globaltimer ns)
   for (; copy.next(KIEC_ATTN_L2_HINT == 2); ++seq) {
     const unsigned stage = seq % R::STAGES, use = seq / R::STAGES;
     if (use > 0) {
@@ -186,6 +228,12 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
           if (ahead.up) prefetch_bulk_l2(ahead.up, ahead.bytes);
         }
       }
+    }
+    if (KIEC_PAGE_PACE_NS > 0) {
+      unsigned long long now;
+      do asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));
+      while (now < next_at);
+      next_at = now + KIEC_PAGE_PACE_NS;
     }
     mbar_expect(ring.full + stage, copy.up ? 2 * copy.bytes : copy.bytes);
     char* dst = ring.page(seq);
