@@ -212,8 +212,9 @@ def test_attention_parts_cut_a_split_at_its_stamps():
 
 
 def test_attention_critical_takes_each_phases_last_split():
-    # two attention phases of two splits: the slice of the split whose partial came last (2 and 4 us) and the tail of
-    # the one that signalled last (1 and 6 us)
+    # two attention phases of two splits: the slice of the split whose partial came last (2 and 4 us), the tail of
+    # the one that signalled last (1 and 6 us) and the last partial to that signal (1 and 3 us: in the second phase
+    # the signaller's own partial came 3 us before the other's, as the owner merge's does)
     sched = [[0, "attention", 1, 1], [1, "attention", 1, 1], [0, "attention", 1, 2], [1, "attention", 1, 2]]
     ts = recording([(500, 1000, 3000, 0, 4000, 0), (500, 1000, 1500, 0, 2000, 0),
                     (9000, 10000, 14000, 0, 15000, 0), (9000, 10000, 11000, 0, 17000, 0)])
@@ -221,3 +222,5 @@ def test_attention_critical_takes_each_phases_last_split():
     assert lines[0] == "attention, per phase (2), us (mean, min, max):"
     assert [float(v) for v in lines[1][26:].split()] == pytest.approx([3.0, 2.0, 4.0])
     assert [float(v) for v in lines[2][26:].split()] == pytest.approx([3.5, 1.0, 6.0])
+    assert lines[3].startswith("  last partial to signal")
+    assert [float(v) for v in lines[3][26:].split()] == pytest.approx([2.0, 1.0, 3.0])
