@@ -156,7 +156,7 @@ TARGETS: dict[str, TargetParams] = {
                           # evict-normal instead: 0.868-0.872 vs 0.852 ms on llama-3.2-1b at a9dfdd7, and the ring
                           # with the tile consuming 3.82 vs 4.58 TB/s in bench/stream_rate.cu (3d07718)
                           persist_evict_first=1,
-                          # the streaming thread spends ~540 ns a 16 KB page walking the instruction list (ncu's
+                          # the streaming thread spends ~570 ns a 16 KB page walking the instruction list (ncu's
                           # samples, fourteenth session; the page's share of the ceiling is 470 ns), yet the kept
                           # walk (a few multiply-adds a page) ran llama-3.2-1b 0.803 vs 0.767 ms and smollm2-135m
                           # 0.505 vs 0.500 (AB, one round, bench/RESULTS.md). Pacing the kept walk's copies

@@ -107,7 +107,7 @@ struct Ring {
 // past (attn_l2_prefetch 2: the split loads them a phase or so later).
 // KEPT (persist_walk_kept): the walk of a share (its first byte, item count and size, items a page) is kept from
 // the page that entered it, and its other pages cost a few multiply-adds. Without it each page reads its
-// instruction and descriptor again (two loads, two integer divisions: ~180 instructions, ~540 ns a page of the
+// instruction and descriptor again (two loads, two integer divisions: ~180 instructions, ~570 ns a page of the
 // streaming thread in ncu's samples on llama-3.2-1b, where a 16 KB page is 470 ns of an SM's share of the read
 // ceiling); yet with it the token ran slower (0.803 vs 0.767 ms, bench/RESULTS.md, 2026-12-01 fourteenth session).
 template <int PAGE, bool KEPT = KIEC_WALK_KEPT != 0>

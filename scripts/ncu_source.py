@@ -1,0 +1,119 @@
+"""Where a kernel's warps stall, instruction by instruction: ncu's source page of a report exported as CSV
+(scripts/gpu_run.sh PROFILE_SOURCE=1 writes ncu_MODEL_source.csv; bench/results keeps them gzipped):
+    python3 scripts/ncu_source.py FILE[.gz]                  # top instructions, hot windows, the ring's share
+    python3 scripts/ncu_source.py FILE[.gz] --range A B      # instructions A..B of the listing, one a line
+Each instruction's sampled warps (all of the kernel's warps: compute, streaming, idle) and its top stall reasons;
+windows of --window (48) instructions by samples; and the persistent kernel's landmarks: the samples on the
+compute warps' shared-memory barrier waits (SYNCS.PHASECHK ... TRYWAIT and the branch after it: waiting for a ring
+page), on the instruction after a block barrier (BAR.SYNC: a tile's threads waiting while thread 0 polls its
+inputs, or for the block's slowest warp), and in the streaming thread's page loop (page_loop), its waits for a free
+page among them."""
+import csv
+import gzip
+import sys
+from collections import Counter
+
+
+def load(path: str) -> tuple[list[str], list[dict]]:
+    """The stall columns (stall_*, all samples) and one dict a SASS instruction: index, source, samples, executed,
+    and each stall column's count."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as fh:
+        rows = list(csv.reader(fh))
+    hdr = next(r for r in rows if r and r[0] == "Address")
+    start = rows.index(hdr) + 1
+    ix = {h: i for i, h in enumerate(hdr)}
+    stalls = [h for h in hdr if h.startswith("stall_") and "Not Issued" not in h]
+    def num(r: list[str], h: str) -> int:
+        v = r[ix[h]].replace(",", "")
+        return int(float(v)) if v not in ("", "-") else 0
+
+    out = []
+    for r in rows[start:]:
+        if len(r) < len(hdr):
+            continue
+        out.append(dict(index=len(out), source=r[ix["Source"]].strip(), samples=num(r, "# Samples"),
+                        executed=num(r, "Instructions Executed"), **{h: num(r, h) for h in stalls}))
+    return stalls, out
+
+
+def top_stalls(ins: list[dict], stalls: list[str], n: int = 2) -> str:
+    c = Counter({h[6:]: sum(i[h] for i in ins) for h in stalls})
+    return " ".join(f"{k}:{v}" for k, v in c.most_common(n) if v)
+
+
+def opcode(src: str) -> str:
+    words = src.split()
+    return (words[1] if words and words[0].startswith("@") else words[0]) if words else ""
+
+
+def page_loop(ins: list[dict]) -> range:
+    """The streaming thread's page loop: the instructions around its most executed bulk copy (UBLKCP) executed at
+    least 0.4 times as often, with gaps of up to 16 that run less (its rarer branches); empty without copies."""
+    copies = [i for i in ins if opcode(i["source"]).startswith("UBLKCP")]
+    if not copies:
+        return range(0)
+    top = max(copies, key=lambda c: c["executed"])
+    floor, at = 0.4 * top["executed"], top["index"]
+
+    def reach(step: int) -> int:
+        k, gap, last = at, 0, at
+        while 0 <= k + step < len(ins) and gap <= 16:
+            k += step
+            if ins[k]["executed"] >= floor:
+                last, gap = k, 0
+            else:
+                gap += 1
+        return last
+
+    return range(reach(-1), reach(1) + 1)
+
+
+def is_ring_wait(ins: list[dict], k: int) -> bool:
+    """A shared-memory barrier's try-wait (SYNCS.PHASECHK ... TRYWAIT) or the branch that loops back to it."""
+    def wait(j: int) -> bool:
+        return 0 <= j < len(ins) and "SYNCS.PHASECHK" in ins[j]["source"] and "TRYWAIT" in ins[j]["source"]
+    return wait(k) or wait(k - 1)
+
+
+def landmarks(ins: list[dict]) -> dict[str, int]:
+    """Samples on the compute warps' ring waits (try-waits outside the streaming thread's loop), after block
+    barriers, in the streaming thread's page loop and, of those, on its waits for a free page."""
+    loop = page_loop(ins)
+    ring = sum(i["samples"] for k, i in enumerate(ins) if k not in loop and is_ring_wait(ins, k))
+    after_bar = sum(ins[k + 1]["samples"] for k, i in enumerate(ins[:-1]) if opcode(i["source"]).startswith("BAR.SYNC"))
+    spin = sum(ins[k]["samples"] for k in loop if is_ring_wait(ins, k))
+    return {"compute warps' ring waits": ring, "after a block barrier": after_bar,
+            "streaming thread's page loop": sum(ins[k]["samples"] for k in loop),
+            "  of it, waits for a free page": spin}
+
+
+def main(argv: list[str]) -> None:
+    path = argv[0]
+    stalls, ins = load(path)
+    total = sum(i["samples"] for i in ins)
+    if "--range" in argv:
+        a, b = (int(v) for v in argv[argv.index("--range") + 1:][:2])
+        for i in ins[a:b]:
+            print(f"{i['index']:6d} {i['samples']:8d} {i['executed']:>11} {i['source'][:64]:64s} "
+                  f"{top_stalls([i], stalls, 3)}")
+        return
+    w = int(argv[argv.index("--window") + 1]) if "--window" in argv else 48
+    print(f"{len(ins)} instructions, {total} samples")
+    print("\ntop instructions (index, % of samples, executed, source, top stalls):")
+    for i in sorted(ins, key=lambda i: -i["samples"])[:25]:
+        print(f"{i['index']:6d} {100 * i['samples'] / total:5.2f}% {i['executed']:>11} {i['source'][:56]:56s} "
+              f"{top_stalls([i], stalls)}")
+    print(f"\nhot windows of {w} instructions (first index, % of samples, most executed, top stalls):")
+    wins = [ins[k:k + w] for k in range(0, len(ins), w)]
+    for seg in sorted(wins, key=lambda s: -sum(i["samples"] for i in s))[:15]:
+        s = sum(i["samples"] for i in seg)
+        print(f"{seg[0]['index']:6d} {100 * s / total:5.1f}% {max(i['executed'] for i in seg):>11} "
+              f"{top_stalls(seg, stalls, 3)}")
+    print("\nlandmarks (% of samples):")
+    for name, v in landmarks(ins).items():
+        print(f"  {name:<32}{100 * v / total:5.1f}%")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,47 @@
+"""scripts/ncu_source.py on a made-up source page: the streaming thread's page loop and the landmarks' samples."""
+import gzip
+import importlib.util
+import os
+
+spec = importlib.util.spec_from_file_location(
+    "ncu_source", os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "ncu_source.py"))
+ncu_source = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ncu_source)
+
+HEADER = ["Address", "Source", "# Samples", "Instructions Executed", "stall_barrier", "stall_long_sb",
+          "stall_barrier (Not Issued)"]
+
+
+def page(rows):
+    """ncu's CSV: its kernel-name line, the header, then (source, samples, executed, barrier, long_sb) rows."""
+    lines = ['"Kernel Name","k",', ",".join(f'"{h}"' for h in HEADER)]
+    for k, (src, n, ex, bar, lsb) in enumerate(rows):
+        lines.append(",".join(f'"{v}"' for v in (hex(0x1000 + 16 * k), src, n, ex, bar, lsb, 0)))
+    return "\n".join(lines) + "\n"
+
+
+ROWS = [("BAR.SYNC.DEFER_BLOCKING 0x1, 0x100", 1, 10, 0, 0),  # 0: a tile's block barrier
+        ("UMOV UR6, 0x400", 30, 10, 30, 0),  # 1: its threads waiting there
+        ("SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R1], R2", 2, 400, 0, 0),  # 2: a compute warp's page wait
+        ("@!P0 BRA 0x10", 20, 400, 0, 20),  # 3: its loop back
+        ("FFMA R1, R2, R3, R1", 7, 4000, 0, 0),  # 4: dots
+        *[("MOV R0, R1", 0, 1, 0, 0)] * 17,  # 5-21: code run once (the loop's search stops past 16 of them)
+        ("LDG.E R3, desc[UR22][R6.64]", 5, 100, 0, 5),  # 22: the streaming thread's walk, once a page
+        ("IMAD R3, R3, 0x2, RZ", 4, 30, 0, 0),  # 23: a rarer branch of it (a gap)
+        ("SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R4], R2", 1, 900, 0, 0),  # 24: its wait for a free page
+        ("@P0 BRA 0x70", 9, 900, 0, 9),  # 25
+        ("UBLKCP.S.G desc[UR10], [UR26], [UR14], UR13", 3, 100, 0, 0),  # 26: its copy
+        ("EXIT", 1, 1, 0, 0)]  # 27: past the loop
+
+
+def test_the_landmarks_split_ring_waits_barriers_and_the_streaming_loop(tmp_path):
+    path = tmp_path / "src.csv.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.write(page(ROWS))
+    stalls, ins = ncu_source.load(str(path))
+    assert stalls == ["stall_barrier", "stall_long_sb"] and len(ins) == len(ROWS)
+    assert ncu_source.page_loop(ins) == range(22, 27)
+    marks = ncu_source.landmarks(ins)
+    assert marks == {"compute warps' ring waits": 22, "after a block barrier": 30,
+                     "streaming thread's page loop": 22, "  of it, waits for a free page": 10}
+    assert ncu_source.top_stalls(ins, stalls) == "long_sb:34 barrier:30"  # (most first)
