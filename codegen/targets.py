@@ -47,6 +47,9 @@ class TargetParams:
     # (the last) merges them, their partials read as tagged words and its own kept on chip; the others only store
     # theirs (persistent.cuh: attention_tile's OWNER_MAX). 0: the split that arrives last merges, always
     persist_attn_owner_merges: int
+    # persistent, with owner merges: > 0: the owner sleeps about this long (ns) between two rounds of reloading the
+    # partials that have not come (its 256 threads reload every stale word of their batch each round)
+    persist_attn_owner_sleep_ns: int
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
@@ -246,6 +249,10 @@ TARGETS: dict[str, TargetParams] = {
                           # others' m and l once and 16 o words a batch (cebbece) was slower still; smollm2-135m's
                           # gain did not repeat (0.497 vs 0.497-0.499). Off until the long context stops losing
                           persist_attn_owner_merges=0,
+                          # at 8192 the owner waits 1.7 us for the last partial, spinning; the attention and output
+                          # projection spans grew 0.9 and 0.4 us a layer with it (fourteenth session's trace): whether
+                          # its spin slows the splits it waits for. Not yet run
+                          persist_attn_owner_sleep_ns=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
                           # (ir/passes/persistent.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b

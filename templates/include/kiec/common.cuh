@@ -280,8 +280,9 @@ struct TagWaitsStop {
 // all in one round trip, until none is or 2^20 rounds went by (a second: a wrong tag is a compiler bug), or
 // stopped() (looked at every 1024 rounds) says the generation passed its stop: then false. settled_value then reads
 // each word, a NaN where the tag never came. One loop for the batch, not tagged_value's loop a word: less code in
-// every case that reads tagged x (see settled_value).
-template <int N, typename Stale, typename Reload, typename Stopped = TagWaitsStop>
+// every case that reads tagged x (see settled_value). SLEEP_NS > 0: about that long asleep before each round of
+// reloads (the owner merge's persist_attn_owner_sleep_ns).
+template <int N, int SLEEP_NS = 0, typename Stale, typename Reload, typename Stopped = TagWaitsStop>
 __device__ __forceinline__ bool settle_tags(Stale stale, Reload reload, Stopped stopped = {}) {
   for (unsigned spins = 1;; ++spins) {
     bool any = false;
@@ -289,6 +290,7 @@ __device__ __forceinline__ bool settle_tags(Stale stale, Reload reload, Stopped 
     for (int e = 0; e < N; ++e) any |= stale(e);
     if (!any || spins == 1u << 20) return true;
     if (spins % 1024 == 0 && stopped()) return false;
+    if (SLEEP_NS > 0) __nanosleep(SLEEP_NS);
 #if KIEC_TAG_WAITS && defined(KIEC_POLL_SLEEP_NS) && KIEC_POLL_SLEEP_NS > 0  // (persist_poll_sleep_ns, as counters')
     __nanosleep(KIEC_POLL_SLEEP_NS);
 #endif
