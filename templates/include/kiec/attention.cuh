@@ -3,8 +3,11 @@
 //
 // Grid (kv_heads, SPLITS). Block (g, s) takes the GROUP query heads of KV head g over the s-th slice of
 // rows [start, pos]; how many slices are in use depends on the context (at least MIN_KEYS rows each). The
-// block whose slice holds row `pos` writes the new k (normed, rotated) and v there first. Lanes are grouped LPK = HEAD_DIM/8 to a key (16 bytes each), so a warp reads 32/LPK keys per pass.
+// block whose slice holds row `pos` writes the new k (normed, rotated) and v there first. Lanes are grouped
+// LPK = HEAD_DIM/8 to a key (16 bytes each), so a warp reads 32/LPK keys per pass. The splits' results meet in
+// attention_merge.cuh.
 #pragma once
+#include "attention_merge.cuh"
 #include "common.cuh"
 
 namespace kiec {
@@ -81,15 +84,6 @@ __device__ __forceinline__ void head_rmsnorm(float* v, const T* w, float eps, fl
   for (int i = lane; i < HEAD_DIM; i += 32) v[i] = v[i] * scale * to_float<T>(w[i]);
   __syncwarp();
 }
-
-// Shared memory of one attention block: its group's queries, the new key, and each warp's softmax state and output.
-template <int HEAD_DIM, int GROUP, int WARPS>
-struct AttentionSmem {  // codegen/persistent.py sizes it: keep the two in step
-  float qs[GROUP][HEAD_DIM];
-  float kn[HEAD_DIM], vn[HEAD_DIM];  // the new row (the split that holds row pos)
-  float wm[WARPS][GROUP], wl[WARPS][GROUP];
-  float wo[WARPS][GROUP][HEAD_DIM];
-};
 
 // split_range_of (common.cuh) with the split count and minimum known at compile time.
 template <int SPLITS, int MIN_KEYS>
@@ -397,140 +391,6 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
     }
   }
   sync_block();
-}
-
-// A slice's (m, l, o) for head h, element d: its warps' states in sm merged.
-template <int HEAD_DIM, int GROUP, int WARPS>
-__device__ __forceinline__ void slice_state(const AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, int h, int d, float& mx,
-                                            float& lsum, float& o) {
-  mx = -INFINITY;
-#pragma unroll
-  for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, sm.wm[w][h]);
-  lsum = 0.f;
-  o = 0.f;
-#pragma unroll
-  for (int w = 0; w < WARPS; ++w) {
-    const float c = mx == -INFINITY ? 0.f : __expf(sm.wm[w][h] - mx);
-    lsum += sm.wl[w][h] * c;
-    o += sm.wo[w][h][d] * c;
-  }
-}
-
-#ifndef KIEC_OWNER_SLEEP_NS
-#define KIEC_OWNER_SLEEP_NS 0  // > 0: the owner merge sleeps about this long between reloads of stale partials
-#endif
-
-// Partials as 8-byte words (persist_attn_owner_merges): the value's bits, then the tag of the attention phase that
-// wrote them, whatever KIEC_TAG_PARITY says (a partial keeps all its bits); element i at 2 * i floats.
-__device__ __forceinline__ void st_part(float* p2, size_t i, float v, unsigned tag) {
-  const unsigned long long w = (unsigned long long)tag << 32 | __float_as_uint(v);
-  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p2 + 2 * i), "l"(w) : "memory");
-}
-__device__ __forceinline__ unsigned long long ld_part(const float* p2, size_t i) {
-  unsigned long long w;
-  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(p2 + 2 * i));
-  return w;
-}
-__device__ __forceinline__ bool part_carries(unsigned long long w, unsigned tag) { return (unsigned)(w >> 32) == tag; }
-// A partial word's value, a NaN where it does not carry `tag` (settle_tags gave up on it), as settled_value.
-__device__ __forceinline__ float part_value(unsigned long long w, unsigned tag) {
-  return part_carries(w, tag) ? __uint_as_float((unsigned)w) : __uint_as_float(0x7fffffffu);
-}
-
-// Merge the warps of a slice: with one split in use the block writes the output, with several its partial
-// (o not yet divided by l, and m, l per head) at slot (g, split). TAGGED: the output as tagged words with `tag`.
-// part_tag (persist_attn_owner_merges), not 0: the partial as words carrying it (st_part), the merging split's reads.
-template <int HEAD_DIM, int GROUP, int WARPS, int SPLITS, bool TAGGED = false>
-__device__ __forceinline__ void attention_store(const AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, int g, int split,
-                                                int active, float* part_o, float* part_ml, float* out,
-                                                unsigned tag = 0, unsigned part_tag = 0) {
-  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) {
-    const int h = i / HEAD_DIM, d = i % HEAD_DIM;
-    float mx, lsum, o;
-    slice_state(sm, h, d, mx, lsum, o);
-    if (active == 1) {
-      if (TAGGED) st_tagged(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, tag);
-      else out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
-      continue;
-    }
-    const size_t slot = ((size_t)g * SPLITS + split) * GROUP + h;
-    if (part_tag) {
-      st_part(part_o, slot * HEAD_DIM + d, o, part_tag);
-      if (d == 0) { st_part(part_ml, slot * 2, mx, part_tag); st_part(part_ml, slot * 2 + 1, lsum, part_tag); }
-      continue;
-    }
-    part_o[slot * HEAD_DIM + d] = o;
-    if (d == 0) { part_ml[slot * 2] = mx; part_ml[slot * 2 + 1] = lsum; }
-  }
-}
-
-// One split's partial folded into a running (m, l, o) (attention_combine's step).
-__device__ __forceinline__ void fold_partial(float& mx, float& lsum, float& o, float ms, float ls, float os) {
-  const float mn = fmaxf(mx, ms);
-  const float c_old = mx == -INFINITY ? 0.f : __expf(mx - mn), c_new = ms == -INFINITY ? 0.f : __expf(ms - mn);
-  lsum = lsum * c_old + ls * c_new;
-  o = o * c_old + os * c_new;
-  mx = mn;
-}
-
-// persist_attn_owner_merges: the last split in use (the one that holds row pos) merges KV head g's `active` splits
-// in split order as attention_combine does (the same bits): the others' partials loaded as words (st_part) carrying
-// `tag`, a batch of up to 4 splits at once settled together (settle_tags), and its own state taken from sm (never
-// stored); the output as attention_store writes it (TAGGED: words with `out_tag`). False, every thread's answer,
-// when the generation passed its stop first (stopped(): a split that saw the stop may never write its partial); a
-// word whose tag never came (2^20 rounds: a compiler bug) makes its output a NaN, as settled_value's.
-template <int HEAD_DIM, int GROUP, int WARPS, int SPLITS, bool TAGGED, typename Stopped>
-__device__ __forceinline__ bool attention_owner_merge(const AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, int g,
-                                                      int active, const float* part_o, const float* part_ml,
-                                                      float* out, unsigned tag, unsigned out_tag, Stopped stopped) {
-  constexpr int B = 4, W = 3 * B;  // a batch's words: split s0 + e's m, l and o at 3e, 3e + 1 and 3e + 2
-  bool ok = true;
-  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32) {
-    const int h = i / HEAD_DIM, d = i % HEAD_DIM;
-    float mx = -INFINITY, lsum = 0.f, o = 0.f;
-    for (int s0 = 0; s0 < active - 1; s0 += B) {
-      auto load = [&](int e) {
-        const size_t slot = ((size_t)g * SPLITS + s0 + e / 3) * GROUP + h;
-        return e % 3 < 2 ? ld_part(part_ml, slot * 2 + e % 3) : ld_part(part_o, slot * HEAD_DIM + d);
-      };
-      unsigned long long w[W];
-#pragma unroll
-      for (int e = 0; e < W; ++e)  // (past the others: a word that carries the tag, never read)
-        w[e] = s0 + e / 3 < active - 1 ? load(e) : (unsigned long long)tag << 32;
-      ok &= settle_tags<W, KIEC_OWNER_SLEEP_NS>([&](int e) { return !part_carries(w[e], tag); },
-                                                [&](int e) { w[e] = load(e); }, stopped);
-#pragma unroll
-      for (int e = 0; e < B; ++e)
-        if (s0 + e < active - 1)
-          fold_partial(mx, lsum, o, part_value(w[3 * e], tag), part_value(w[3 * e + 1], tag),
-                       part_value(w[3 * e + 2], tag));
-    }
-    float ms, ls, os;
-    slice_state(sm, h, d, ms, ls, os);
-    fold_partial(mx, lsum, o, ms, ls, os);
-    if (TAGGED) st_tagged(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, out_tag);
-    else out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
-  }
-  return sync_block_and(ok);
-}
-
-// KV head g's output from the partials of its `active` splits, in split order (loads independent of the math).
-// TAGGED: the output as tagged words with `tag`.
-template <int HEAD_DIM, int GROUP, int SPLITS, bool TAGGED = false>
-__device__ __forceinline__ void attention_combine(int g, int active, const float* part_o, const float* part_ml, float* out,
-                                                  unsigned tag = 0) {
-  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += block_threads()) {
-    const int h = i / HEAD_DIM, d = i % HEAD_DIM;
-    float mx = -INFINITY, lsum = 0.f, o = 0.f;
-#pragma unroll 8
-    for (int s = 0; s < active; ++s) {
-      const size_t slot = ((size_t)g * SPLITS + s) * GROUP + h;
-      fold_partial(mx, lsum, o, __ldcg(part_ml + slot * 2), __ldcg(part_ml + slot * 2 + 1),
-                   __ldcg(part_o + slot * HEAD_DIM + d));
-    }
-    if (TAGGED) st_tagged(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, tag);
-    else out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
-  }
 }
 
 // Graph mode: grid (kv_heads, SPLITS); block (g, s) takes slice s of KV head g, and the last block of each KV
