@@ -4,10 +4,11 @@
 // x 16 elements of K (ldmatrix from a tile-major layout: 512 contiguous bytes a 16 x 16 block) against x as two
 // bf16 columns (hi and lo pieces: 16 significant bits of x; fp32 sums), 512 useful products of its 2048; each warp
 // takes every WARPS-th step of K for all of the share's row blocks, and the warps' sums meet in shared memory.
-// Baseline in the same run, the same shares: the FMA tile's way (a row a warp, 16 bytes a lane a round, x in
-// registers, widened bf16, a warp sum a row). Pages already in shared memory (no HBM), one block of 8 warps an SM,
-// 132 blocks. Prints GB/s of weights an SM (one SM's share of a 4.6 TB/s read ceiling is 35 GB/s) and each way's
-// largest error against a double-precision dot of the same bf16 weights and fp32 x, relative to the sum of |w x|.
+// Baseline in the same run, the same shares: the FMA tile's way (rows cut into segments as row_segments cuts them,
+// a segment a warp, 16 bytes a lane a round, x in registers, widened bf16, a warp sum a segment). Pages already in
+// shared memory (no HBM), one block of 8 warps on every SM. Prints GB/s of weights an SM (one SM's share of a
+// 4.6 TB/s read ceiling is 35 GB/s) and each way's largest error against a double-precision dot of the same bf16
+// weights and fp32 x, relative to the sum of |w x|.
 // Build (GPU machine): nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include
 //   bench/mma_rows.cu -o /tmp/mma_rows   (scripts/gpu_run.sh: MMA=1)
 #include <cuda_bf16.h>
@@ -20,7 +21,7 @@
 
 #include "bench_common.cuh"
 
-constexpr int WARPS = 8, THREADS = WARPS * 32, BUF = 128 << 10, BLOCK_BYTES = 512, REPS = 400, SMS = 132;
+constexpr int WARPS = 8, THREADS = WARPS * 32, BUF = 128 << 10, BLOCK_BYTES = 512, REPS = 400;
 constexpr int MAX_ROWS = 64;
 
 __device__ __forceinline__ unsigned shared_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
@@ -49,6 +50,27 @@ __host__ __device__ __forceinline__ float made_x(int k) { return 0.5f + 0.37f * 
 // buffer goes round: shares past 128 KB read its blocks again).
 __device__ __forceinline__ int block_at(int rb, int s, int steps) { return (rb * steps + s) % (BUF / BLOCK_BYTES); }
 
+// The share's 128 KB of weights into the block's shared memory (each way's layout reads them as its own).
+__device__ __forceinline__ void fill_buffer(char* smem, const __nv_bfloat16* w) {
+  for (int i = threadIdx.x; i < BUF / 16; i += THREADS)
+    reinterpret_cast<uint4*>(smem)[i] = reinterpret_cast<const uint4*>(w)[i];
+}
+
+// A rep's end: each row's PARTS sums (red[part * ROWS + row]: one a warp, or one a segment) added and kept in
+// `keep` (so that the work stays), block 0's first rep written to out for the error check.
+template <int ROWS, int PARTS>
+__device__ __forceinline__ void rows_out(const float* red, float& keep, float* out, int r) {
+  __syncthreads();
+  if (threadIdx.x < ROWS) {
+    float v = 0.f;
+#pragma unroll
+    for (int j = 0; j < PARTS; ++j) v += red[j * ROWS + threadIdx.x];
+    keep += v;
+    if (r == 0 && blockIdx.x == 0) out[threadIdx.x] = v;
+  }
+  __syncthreads();
+}
+
 // The tensor-core way: ROWS rows x K, tile-major (block (rb, s) holds rows 16 rb.. x elements 16 s.., row-major,
 // 32 bytes a row). Warp w takes steps w, w + WARPS, ...; x's pieces for them are in registers (column 0 of B the
 // hi pieces, column 1 the lo pieces, lanes 0-3 and 4-7; the other columns zero).
@@ -58,8 +80,7 @@ __global__ void __launch_bounds__(THREADS, 1) mma_rows(const __nv_bfloat16* w, f
   float* red = reinterpret_cast<float*>(smem + BUF);  // [WARPS][ROWS]
   constexpr int STEPS = K / 16, S = (STEPS + WARPS - 1) / WARPS, RB = ROWS / 16, ACC = S < 4 ? S : 4;
   static_assert(K % 16 == 0 && ROWS % 16 == 0, "16 x 16 blocks");
-  for (int i = threadIdx.x; i < BUF / 16; i += THREADS)
-    reinterpret_cast<uint4*>(smem)[i] = reinterpret_cast<const uint4*>(w)[i];
+  fill_buffer(smem, w);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   unsigned b[S][2];
 #pragma unroll
@@ -102,15 +123,7 @@ __global__ void __launch_bounds__(THREADS, 1) mma_rows(const __nv_bfloat16* w, f
         red[warp * ROWS + rb * 16 + g + 8] = d[0][2] + d[0][3];
       }
     }
-    __syncthreads();
-    if (threadIdx.x < ROWS) {
-      float v = 0.f;
-#pragma unroll
-      for (int j = 0; j < WARPS; ++j) v += red[j * ROWS + threadIdx.x];
-      keep += v;
-      if (r == 0 && blockIdx.x == 0) out[threadIdx.x] = v;
-    }
-    __syncthreads();
+    rows_out<ROWS, WARPS>(red, keep, out, r);
   }
   if (threadIdx.x < ROWS && keep == 12345.f) out[MAX_ROWS + threadIdx.x] = keep;  // (keeps the work)
 }
@@ -129,8 +142,7 @@ __global__ void __launch_bounds__(THREADS, 1) fma_rows(const __nv_bfloat16* w, f
   extern __shared__ __align__(128) char smem[];
   float* red = reinterpret_cast<float*>(smem + BUF);  // [SEGS][ROWS]
   constexpr int CH = K / 8, SEGS = segs_of(CH), SEGC = CH / SEGS, ROUNDS = (SEGC + 31) / 32;
-  for (int i = threadIdx.x; i < BUF / 16; i += THREADS)
-    reinterpret_cast<uint4*>(smem)[i] = reinterpret_cast<const uint4*>(w)[i];
+  fill_buffer(smem, w);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, seg = warp % SEGS;
   float xr[ROUNDS][8];
 #pragma unroll
@@ -168,15 +180,7 @@ __global__ void __launch_bounds__(THREADS, 1) fma_rows(const __nv_bfloat16* w, f
       for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
       if (lane == 0) red[seg * ROWS + j] = a;
     }
-    __syncthreads();
-    if (threadIdx.x < ROWS) {
-      float v = 0.f;
-#pragma unroll
-      for (int j = 0; j < SEGS; ++j) v += red[j * ROWS + threadIdx.x];
-      keep += v;
-      if (r == 0 && blockIdx.x == 0) out[threadIdx.x] = v;
-    }
-    __syncthreads();
+    rows_out<ROWS, SEGS>(red, keep, out, r);
   }
   if (threadIdx.x < ROWS && keep == 12345.f) out[MAX_ROWS + threadIdx.x] = keep;  // (keeps the work)
 }
@@ -193,7 +197,8 @@ static float weight_row_major(const std::vector<__nv_bfloat16>& w, int j, int k,
 }
 
 template <int K, int ROWS>
-static void run(const char* what, const __nv_bfloat16* dw, const std::vector<__nv_bfloat16>& hw, float* dout) {
+static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::vector<__nv_bfloat16>& hw,
+                float* dout) {
   const int shmem = BUF + WARPS * MAX_ROWS * 4;
   CHECK(cudaFuncSetAttribute(mma_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
   CHECK(cudaFuncSetAttribute(fma_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
@@ -203,8 +208,8 @@ static void run(const char* what, const __nv_bfloat16* dw, const std::vector<__n
   double gbs[2], err[2];
   for (int way = 0; way < 2; ++way) {
     auto launch = [&](int reps) {
-      if (way == 0) mma_rows<K, ROWS><<<SMS, THREADS, shmem>>>(dw, dout, reps);
-      else fma_rows<K, ROWS><<<SMS, THREADS, shmem>>>(dw, dout, reps);
+      if (way == 0) mma_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
+      else fma_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
     };
     launch(2);  // warm
     CHECK(cudaDeviceSynchronize());
@@ -255,11 +260,13 @@ int main() {
   CHECK(cudaMalloc(&dw, BUF));
   CHECK(cudaMalloc(&dout, 2 * MAX_ROWS * 4));
   CHECK(cudaMemcpy(dw, hw.data(), BUF, cudaMemcpyHostToDevice));
-  run<2048, 16>("llama-1b O tile", dw, hw, dout);
-  run<2048, 32>("llama-1b QKV tile (24)", dw, hw, dout);
-  run<2048, 64>("llama-1b gate/up (62x2)", dw, hw, dout);
-  run<8192, 16>("llama-1b down (15.5)", dw, hw, dout);
-  run<576, 16>("smollm2 QKV (7.3) / O", dw, hw, dout);
-  run<4096, 32>("llama-8b QKV/O tile", dw, hw, dout);
+  int sms;  // a block an SM
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  run<2048, 16>("llama-1b O tile", sms, dw, hw, dout);
+  run<2048, 32>("llama-1b QKV tile (24)", sms, dw, hw, dout);
+  run<2048, 64>("llama-1b gate/up (62x2)", sms, dw, hw, dout);
+  run<8192, 16>("llama-1b down (15.5)", sms, dw, hw, dout);
+  run<576, 16>("smollm2 QKV (7.3) / O", sms, dw, hw, dout);
+  run<4096, 32>("llama-8b QKV/O tile", sms, dw, hw, dout);
   return 0;
 }

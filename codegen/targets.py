@@ -133,7 +133,7 @@ TARGETS: dict[str, TargetParams] = {
                           # batched warp sums stay a knob (gemv_compute.cu measures with it). 12 compute warps on
                           # smollm2-135m (no spills there): 0.539 / 0.540 vs 0.507 ms (tenth session, 38a3854)
                           # 8 KB x 24 pages: 1.247 vs 0.766 ms on llama-3.2-1b, 4 KB x 48: 2.294 (fourteenth
-                          # session, bench/RESULTS.md): a fixed cost a page; a cheaper page walk was slower too
+                          # session, bench/RESULTS.md): a cost a page, it seems; a cheaper page walk was slower too
                           persist_warps=8, persist_page_bytes=16 << 10, persist_stages=12,
                           # L2 asked for 128 / 256 / 512 KB an SM past the ring (twelfth session, 030681b, ms, two
                           # rounds): smollm2-135m 0.500 all three vs 0.508-0.509; llama-3.2-1b 128 / 256 / 384 KB
@@ -159,8 +159,9 @@ TARGETS: dict[str, TargetParams] = {
                           # evict-normal instead: 0.868-0.872 vs 0.852 ms on llama-3.2-1b at a9dfdd7, and the ring
                           # with the tile consuming 3.82 vs 4.58 TB/s in bench/stream_rate.cu (3d07718)
                           persist_evict_first=1,
-                          # the streaming thread spends ~570 ns a 16 KB page walking the instruction list (ncu's
-                          # samples, fourteenth session; the page's share of the ceiling is 470 ns), yet the kept
+                          # the streaming thread spends ~1,130 SM cycles a 16 KB page walking the instruction list
+                          # (ncu's samples, fourteenth session: ~570 ns at 1.98 GHz, a clock not measured there; the
+                          # page's share of a 4.62 TB/s ceiling is 470 ns), yet the kept
                           # walk (a few multiply-adds a page) ran llama-3.2-1b 0.803 vs 0.767 ms and smollm2-135m
                           # 0.505 vs 0.500 (AB, one round, bench/RESULTS.md). Pacing the kept walk's copies
                           # (persist_page_pace_ns, ~450) would tell whether its bursts or something else cost that:
@@ -245,7 +246,7 @@ TARGETS: dict[str, TargetParams] = {
                           # owner's added before its merge) was no faster at short context and as slow at 8192, where
                           # its tiles merged the old way. Fourteenth session: rebuilds that change nothing a token
                           # sees move it 0.5% at most (stop-poll counts 63 / 65), so 64's gain and loss on 1B are
-                          # real; at 8192 its tail after the last slice is 5.1 us against 3.0 (trace); loading the
+                          # real; at 8192 it signals 3.4 us after the last partial against 3.0 (trace); loading the
                           # others' m and l once and 16 o words a batch (cebbece) was slower still; smollm2-135m's
                           # gain did not repeat (0.497 vs 0.497-0.499). Off until the long context stops losing
                           persist_attn_owner_merges=0,

@@ -182,7 +182,7 @@ if [ -n "${PROFILE:-}" ]; then
         > "$OUT/ncu_${PROFILE}_source.csv" 2> "$OUT/ncu_${PROFILE}_source.err"
       "$ncu" --import "$OUT/ncu_$PROFILE.ncu-rep" --page details --print-details all \
         > "$OUT/ncu_${PROFILE}_details.txt" 2>&1
-      ls -la "$OUT"/ncu_*; head -c 600 "$OUT/ncu_${PROFILE}_source.err"
+      [ -s "$OUT/ncu_${PROFILE}_source.err" ] && head -c 600 "$OUT/ncu_${PROFILE}_source.err"
       python3 scripts/ncu_source.py "$OUT/ncu_${PROFILE}_source.csv" | tail -6  # (its landmarks; the file has all)
     fi
     grep -E "attention|gemv|persistent|Duration|Throughput|Stall|Warp Cycles|Issued|Achieved|L2|DRAM|Instruction" \

@@ -250,10 +250,13 @@ class VM:
     def partials_pending(self, ins: Instr, token: int) -> bool:
         """With owner_merges: whether this is a KV head's owner (_owns) whose other splits in use have not yet
         stored this token's partials (the device loads their words until they carry its tag)."""
-        if not (ins.opcode == "attention" and self._by_owner(ins, token) and self._owns(ins, token)):
+        if ins.opcode != "attention" or not self.s.owner_merges:
+            return False
+        used = self._used(ins, token)  # (_by_owner's count, made once here: this runs at every ready check)
+        if used > self.s.owner_merges or not self._owns(ins, token):
             return False
         want = self._partials_stamp(self.p.kernels[ins.kernel], token)
-        return not bool((self.parts[ins.kernel]["stamp"][ins.lo, :self._used(ins, token) - 1] == want).all())
+        return not bool((self.parts[ins.kernel]["stamp"][ins.lo, :used - 1] == want).all())
 
     def stale_tag(self, ins: Instr, token: int) -> str | None:
         """Tag waits (Schedule.spin): the first tagged value this instruction reads that does not yet carry the

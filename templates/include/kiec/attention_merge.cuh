@@ -67,8 +67,7 @@ __device__ __forceinline__ void attention_store(const AttentionSmem<HEAD_DIM, GR
     float mx, lsum, o;
     slice_state(sm, h, d, mx, lsum, o);
     if (active == 1) {
-      if (TAGGED) st_tagged(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, tag);
-      else out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
+      store_value<TAGGED>(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, tag);
       continue;
     }
     const size_t slot = ((size_t)g * SPLITS + split) * GROUP + h;
@@ -115,8 +114,8 @@ __device__ __forceinline__ bool attention_owner_merge(const AttentionSmem<HEAD_D
 #pragma unroll
       for (int e = 0; e < W; ++e)  // (past the others: a word that carries the tag, never read)
         w[e] = s0 + e / 3 < active - 1 ? load(e) : (unsigned long long)tag << 32;
-      ok &= settle_tags<W, KIEC_OWNER_SLEEP_NS>([&](int e) { return !part_carries(w[e], tag); },
-                                                [&](int e) { w[e] = load(e); }, stopped);
+      ok &= settle_tags<W, TAG_SLEEP_NS + KIEC_OWNER_SLEEP_NS>([&](int e) { return !part_carries(w[e], tag); },
+                                                               [&](int e) { w[e] = load(e); }, stopped);
 #pragma unroll
       for (int e = 0; e < B; ++e)
         if (s0 + e < active - 1)
@@ -126,8 +125,7 @@ __device__ __forceinline__ bool attention_owner_merge(const AttentionSmem<HEAD_D
     float ms, ls, os;
     slice_state(sm, h, d, ms, ls, os);
     fold_partial(mx, lsum, o, ms, ls, os);
-    if (TAGGED) st_tagged(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, out_tag);
-    else out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
+    store_value<TAGGED>(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, out_tag);
   }
   return sync_block_and(ok);
 }
@@ -135,8 +133,8 @@ __device__ __forceinline__ bool attention_owner_merge(const AttentionSmem<HEAD_D
 // KV head g's output from the partials of its `active` splits, in split order (loads independent of the math).
 // TAGGED: the output as tagged words with `tag`.
 template <int HEAD_DIM, int GROUP, int SPLITS, bool TAGGED = false>
-__device__ __forceinline__ void attention_combine(int g, int active, const float* part_o, const float* part_ml, float* out,
-                                                  unsigned tag = 0) {
+__device__ __forceinline__ void attention_combine(int g, int active, const float* part_o, const float* part_ml,
+                                                  float* out, unsigned tag = 0) {
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += block_threads()) {
     const int h = i / HEAD_DIM, d = i % HEAD_DIM;
     float mx = -INFINITY, lsum = 0.f, o = 0.f;
@@ -146,8 +144,7 @@ __device__ __forceinline__ void attention_combine(int g, int active, const float
       fold_partial(mx, lsum, o, __ldcg(part_ml + slot * 2), __ldcg(part_ml + slot * 2 + 1),
                    __ldcg(part_o + slot * HEAD_DIM + d));
     }
-    if (TAGGED) st_tagged(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, tag);
-    else out[(g * GROUP + h) * HEAD_DIM + d] = o / lsum;
+    store_value<TAGGED>(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, tag);
   }
 }
 

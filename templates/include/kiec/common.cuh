@@ -276,13 +276,19 @@ __device__ __forceinline__ bool carries(unsigned long long w, unsigned tag) {
 struct TagWaitsStop {
   __device__ __forceinline__ bool operator()() const { return KIEC_TAG_WAITS && stop_passed(); }
 };
+// settle_tags' sleep between rounds by default: with KIEC_TAG_WAITS, a counter poll's (persist_poll_sleep_ns)
+#if KIEC_TAG_WAITS && defined(KIEC_POLL_SLEEP_NS)
+constexpr int TAG_SLEEP_NS = KIEC_POLL_SLEEP_NS;
+#else
+constexpr int TAG_SLEEP_NS = 0;
+#endif
 // Tagged words loaded at once: while any of the N is stale (stale(e)), every stale one is loaded again (reload(e)),
 // all in one round trip, until none is or 2^20 rounds went by (a second: a wrong tag is a compiler bug), or
 // stopped() (looked at every 1024 rounds) says the generation passed its stop: then false. settled_value then reads
 // each word, a NaN where the tag never came. One loop for the batch, not tagged_value's loop a word: less code in
 // every case that reads tagged x (see settled_value). SLEEP_NS > 0: about that long asleep before each round of
-// reloads (the owner merge's persist_attn_owner_sleep_ns).
-template <int N, int SLEEP_NS = 0, typename Stale, typename Reload, typename Stopped = TagWaitsStop>
+// reloads.
+template <int N, int SLEEP_NS = TAG_SLEEP_NS, typename Stale, typename Reload, typename Stopped = TagWaitsStop>
 __device__ __forceinline__ bool settle_tags(Stale stale, Reload reload, Stopped stopped = {}) {
   for (unsigned spins = 1;; ++spins) {
     bool any = false;
@@ -291,9 +297,6 @@ __device__ __forceinline__ bool settle_tags(Stale stale, Reload reload, Stopped 
     if (!any || spins == 1u << 20) return true;
     if (spins % 1024 == 0 && stopped()) return false;
     if (SLEEP_NS > 0) __nanosleep(SLEEP_NS);
-#if KIEC_TAG_WAITS && defined(KIEC_POLL_SLEEP_NS) && KIEC_POLL_SLEEP_NS > 0  // (persist_poll_sleep_ns, as counters')
-    __nanosleep(KIEC_POLL_SLEEP_NS);
-#endif
 #pragma unroll
     for (int e = 0; e < N; ++e)
       if (stale(e)) reload(e);

@@ -6,11 +6,6 @@
 
 namespace kiec {
 
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
-}
 
 // kiec_trace's recording (TRACE_SLOTS in persistent_abi.h) of one step: thread 0 of it writes it
 __device__ __forceinline__ bool traced_step(const Turn& u) { return u.traced; }

@@ -107,9 +107,10 @@ struct Ring {
 // past (attn_l2_prefetch 2: the split loads them a phase or so later).
 // KEPT (persist_walk_kept): the walk of a share (its first byte, item count and size, items a page) is kept from
 // the page that entered it, and its other pages cost a few multiply-adds. Without it each page reads its
-// instruction and descriptor again (two loads, two integer divisions: ~180 instructions, ~570 ns a page of the
-// streaming thread in ncu's samples on llama-3.2-1b, where a 16 KB page is 470 ns of an SM's share of the read
-// ceiling); yet with it the token ran slower (0.803 vs 0.767 ms, bench/RESULTS.md, 2026-12-01 fourteenth session).
+// instruction and descriptor again (two loads, two integer divisions: ~1,130 SM cycles a page of the streaming
+// thread in ncu's samples on llama-3.2-1b, ~570 ns at a 1.98 GHz clock that run did not measure, where a 16 KB page
+// is 470 ns of an SM's share of a 4.62 TB/s read ceiling); yet with it the token ran slower (0.803 vs 0.767 ms,
+// bench/RESULTS.md, 2026-12-01 fourteenth session).
 template <int PAGE, bool KEPT = KIEC_WALK_KEPT != 0>
 struct PageWalk {
   const PersistentArgs* a;
@@ -229,10 +230,9 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
         }
       }
     }
-    if (KIEC_PAGE_PACE_NS > 0) {
+    if constexpr (KIEC_PAGE_PACE_NS > 0) {
       unsigned long long now;
-      do asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));
-      while (now < next_at);
+      while ((now = global_ns()) < next_at) {}
       next_at = now + KIEC_PAGE_PACE_NS;
     }
     mbar_expect(ring.full + stage, copy.up ? 2 * copy.bytes : copy.bytes);
