@@ -11,7 +11,7 @@
 #define KIEC_WALK_KEPT 0  // 1: PageWalk keeps a share's walk from the page that entered it (persist_walk_kept)
 #endif
 #ifndef KIEC_PAGE_PACE_NS
-#define KIEC_PAGE_PACE_NS 0  // > 0: the weight stream issues a page at most this often, ns (persist_page_pace_ns)
+#define KIEC_PAGE_PACE_NS 0  // > 0: the weight stream issues a full page at most this often, ns (persist_page_pace_ns)
 #endif
 #ifndef KIEC_ATTN_L2_HINT
 #define KIEC_ATTN_L2_HINT 0  // 2: the weight stream asks L2 for attention's cache rows (PageWalk::next)
@@ -230,12 +230,13 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
         }
       }
     }
-    if constexpr (KIEC_PAGE_PACE_NS > 0) {
+    const unsigned bytes = copy.up ? 2 * copy.bytes : copy.bytes;
+    if constexpr (KIEC_PAGE_PACE_NS > 0) {  // a share's last page, shorter, waits its bytes' part of the pace
       unsigned long long now;
       while ((now = global_ns()) < next_at) {}
-      next_at = now + KIEC_PAGE_PACE_NS;
+      next_at = now + (unsigned long long)KIEC_PAGE_PACE_NS * bytes / R::PAGE;
     }
-    mbar_expect(ring.full + stage, copy.up ? 2 * copy.bytes : copy.bytes);
+    mbar_expect(ring.full + stage, bytes);
     char* dst = ring.page(seq);
     bulk_copy(dst, copy.gate, copy.bytes, ring.full + stage, policy);
     if (copy.up) bulk_copy(dst + copy.up_at, copy.up, copy.bytes, ring.full + stage, policy);
