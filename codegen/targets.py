@@ -160,13 +160,17 @@ TARGETS: dict[str, TargetParams] = {
                           # with the tile consuming 3.82 vs 4.58 TB/s in bench/stream_rate.cu (3d07718)
                           persist_evict_first=1,
                           # the streaming thread spends ~1,130 SM cycles a 16 KB page walking the instruction list
-                          # (ncu's samples, fourteenth session: ~570 ns at 1.98 GHz, a clock not measured there; the
-                          # page's share of a 4.62 TB/s ceiling is 470 ns), yet the kept
-                          # walk (a few multiply-adds a page) ran llama-3.2-1b 0.803 vs 0.767 ms and smollm2-135m
-                          # 0.505 vs 0.500 (AB, one round, bench/RESULTS.md). Pacing the kept walk's copies
-                          # (persist_page_pace_ns, ~450) would tell whether its bursts or something else cost that:
-                          # not yet run
-                          persist_walk_kept=0, persist_page_pace_ns=0,
+                          # (ncu's samples, fourteenth session), which spaces its copies out; a page's share of the
+                          # read ceiling is 470 ns (16 KB x 132 SMs / 4.6 TB/s). The kept walk (a few multiply-adds a
+                          # page) alone issues a freed ring's pages in a burst: llama-3.2-1b 0.803 vs 0.767 ms. Paced
+                          # (a full page at most every N ns; 2026-12-01 fifteenth session, ms, two rounds each,
+                          # bench/RESULTS.md): 1B 0.788 (350), 0.762 (400), 0.751-0.753 (430), 0.740 (450),
+                          # 0.741-0.742 (470), 0.751 (500) vs 0.767; the pace alone, without the kept walk, 0.775-0.782.
+                          # With 460: llama-3.1-8b 3.922 vs 4.084, llama-3.2-1b at 8192 0.904-0.905 vs 0.911, 1B
+                          # 0.743-0.744 vs 0.766, but smollm2-135m 0.502 vs 0.498-0.499 and qwen3-1.7b (450 and 470)
+                          # 1.129-1.135 vs 1.126-1.128. The pace is a page's share of H200's bandwidth (an H100's 3.35 TB/s
+                          # would want ~645 ns: not measured)
+                          persist_walk_kept=1, persist_page_pace_ns=460,
                           # 1 frees llama-3.1-8b's 57 KB x scratch: its ring 10 -> 12 pages (with persist_stages
                           # 13, llama-3.2-1b's 12 -> 13). With 13 pages on llama-3.2-1b at a9dfdd7: 0.840 vs 0.852
                           # ms; with poll sleep 100 too at edd1aac's kernel: 0.817 vs 0.823-0.826; other models not

@@ -326,10 +326,10 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     dict(persist_page_bytes=1024, persist_stages=2, persist_l2_ahead_bytes=8192),
                                     dict(persist_stop_poll_every=1), dict(persist_poll_sleep_ns=100),
                                     dict(persist_evict_first=0),
-                                    pytest.param(dict(persist_walk_kept=1), id="walk_kept"),
-                                    pytest.param(dict(persist_walk_kept=1, persist_page_pace_ns=450),
-                                                 id="walk_kept-paced"),
-                                    pytest.param(dict(persist_page_bytes=1024, persist_stages=2, persist_walk_kept=1,
+                                    pytest.param(dict(persist_walk_kept=0, persist_page_pace_ns=0),
+                                                 id="walk_each_page"),
+                                    pytest.param(dict(persist_page_pace_ns=0), id="walk_kept-unpaced"),
+                                    pytest.param(dict(persist_page_bytes=1024, persist_stages=2,
                                                       persist_page_pace_ns=200), id="walk_kept-paced-1k"),
                                     dict(attn_l2_prefetch=1, attn_min_keys=8),
                                     dict(attn_l2_prefetch=2, attn_min_keys=8),
@@ -363,7 +363,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # also run the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every
     # share many pages and the weight stream wait on the compute warps all the time (with L2 lookahead, asking L2
     # for the 8 pages after the ring meanwhile); the weight copies with L2's default policy; the weight stream's
-    # kept page walk, paced too (a page every 450 ns; with the two 1 KB pages, 200); a vocabulary of 16384
+    # page walk read again each page (the default before 2026-12-01's fifteenth session), the kept walk unpaced, and
+    # paced 200 ns a page with the two 1 KB pages; a vocabulary of 16384
     # gives each SM's LM-head share about 124 rows; attention's rows asked of L2 by the split before its wait or by
     # the weight stream, with 8 keys a split (the base too) so that several splits ask; x slices loaded straight
     # from memory where there is no norm, with the ring deeper for the room; the previous token's waits polled

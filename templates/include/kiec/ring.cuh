@@ -105,12 +105,12 @@ struct Ring {
 // next(), gate (and for SiLU-mul up) hold the current page's sources, `bytes` each, and up_at where its up half
 // goes in the page. next(true) also asks L2 for the cache rows of earlier steps of each attention split it walks
 // past (attn_l2_prefetch 2: the split loads them a phase or so later).
-// KEPT (persist_walk_kept): the walk of a share (its first byte, item count and size, items a page) is kept from
-// the page that entered it, and its other pages cost a few multiply-adds. Without it each page reads its
+// KEPT (persist_walk_kept, the default): the walk of a share (its first byte, item count and size, items a page) is
+// kept from the page that entered it, and its other pages cost a few multiply-adds. Without it each page reads its
 // instruction and descriptor again (two loads, two integer divisions: ~1,130 SM cycles a page of the streaming
-// thread in ncu's samples on llama-3.2-1b, ~570 ns at a 1.98 GHz clock that run did not measure, where a 16 KB page
-// is 470 ns of an SM's share of a 4.62 TB/s read ceiling); yet with it the token ran slower (0.803 vs 0.767 ms,
-// bench/RESULTS.md, 2026-12-01 fourteenth session).
+// thread in ncu's samples on llama-3.2-1b, fourteenth session). Kept but unpaced, a freed ring's pages go out in a
+// burst and the token ran slower (0.803 vs 0.767 ms); paced (KIEC_PAGE_PACE_NS, about a page's share of the read
+// ceiling), faster (0.740-0.744; bench/RESULTS.md, 2026-12-01 fifteenth session).
 template <int PAGE, bool KEPT = KIEC_WALK_KEPT != 0>
 struct PageWalk {
   const PersistentArgs* a;
@@ -139,28 +139,15 @@ struct PageWalk {
           continue;
         }
         const KernelDesc& d = a->kernels[ins.kernel];
-        if constexpr (KEPT) {
-          if (first > 0) continue;  // (its pages are done: the test above walked them)
-          per_page = items_per_page(PAGE, d.item_bytes, d.silu);
-          items = (ins.hi - ins.lo) * (d.row_bytes / d.item_bytes);
-          if (items <= 0) continue;
-          item_bytes = d.item_bytes;
-          share = a->weights + d.w[0] + (size_t)ins.lo * d.row_bytes;
-          up_off = d.silu ? (size_t)d.n * d.row_bytes : 0;
-          page();
-          return true;
-        } else {
-          const int per_page = items_per_page(PAGE, d.item_bytes, d.silu);
-          const int items = (ins.hi - ins.lo) * (d.row_bytes / d.item_bytes);
-          if (first >= items) continue;
-          const size_t at = (size_t)ins.lo * d.row_bytes + (size_t)first * d.item_bytes;
-          gate = a->weights + d.w[0] + at;
-          up = d.silu ? gate + (size_t)d.n * d.row_bytes : nullptr;
-          bytes = (unsigned)min(per_page, items - first) * d.item_bytes;
-          up_at = per_page * d.item_bytes;
-          first += per_page;
-          return true;
-        }
+        if (KEPT && first > 0) continue;  // (its pages are done: the test above walked them)
+        per_page = items_per_page(PAGE, d.item_bytes, d.silu);
+        items = (ins.hi - ins.lo) * (d.row_bytes / d.item_bytes);
+        if (items <= (KEPT ? 0 : first)) continue;  // (KEPT: first is 0 here)
+        item_bytes = d.item_bytes;
+        share = a->weights + d.w[0] + (size_t)ins.lo * d.row_bytes;
+        up_off = d.silu ? (size_t)d.n * d.row_bytes : 0;
+        page();
+        return true;
       }
     }
     return false;
