@@ -47,9 +47,6 @@ class TargetParams:
     # (the last) merges them, their partials read as tagged words and its own kept on chip; the others only store
     # theirs (persistent.cuh: attention_tile's OWNER_MAX). 0: the split that arrives last merges, always
     persist_attn_owner_merges: int
-    # persistent, with owner merges: > 0: the owner sleeps about this long (ns) between two rounds of reloading the
-    # partials that have not come (its 256 threads reload every stale word of their batch each round)
-    persist_attn_owner_sleep_ns: int
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
@@ -168,8 +165,9 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.741-0.742 (470), 0.751 (500) vs 0.767; the pace alone, without the kept walk, 0.775-0.782.
                           # With 460: llama-3.1-8b 3.922 vs 4.084, llama-3.2-1b at 8192 0.904-0.905 vs 0.911, 1B
                           # 0.743-0.744 vs 0.766, but smollm2-135m 0.502 vs 0.498-0.499 and qwen3-1.7b (450 and 470)
-                          # 1.129-1.135 vs 1.126-1.128. The pace is a page's share of H200's bandwidth (an H100's 3.35 TB/s
-                          # would want ~645 ns: not measured)
+                          # 1.129-1.135 vs 1.126-1.128 (a later call: 1.130-1.131 vs the old walk's 1.134-1.137; 550:
+                          # 1.162). The pace is a page's share of H200's bandwidth (an H100's 3.35 TB/s would want
+                          # ~645 ns: not measured)
                           persist_walk_kept=1, persist_page_pace_ns=460,
                           # 1 frees llama-3.1-8b's 57 KB x scratch: its ring 10 -> 12 pages (with persist_stages
                           # 13, llama-3.2-1b's 12 -> 13). With 13 pages on llama-3.2-1b at a9dfdd7: 0.840 vs 0.852
@@ -252,12 +250,11 @@ TARGETS: dict[str, TargetParams] = {
                           # sees move it 0.5% at most (stop-poll counts 63 / 65), so 64's gain and loss on 1B are
                           # real; at 8192 it signals 3.4 us after the last partial against 3.0 (trace); loading the
                           # others' m and l once and 16 o words a batch (cebbece) was slower still; smollm2-135m's
-                          # gain did not repeat (0.497 vs 0.497-0.499). Off until the long context stops losing
+                          # gain did not repeat (0.497 vs 0.497-0.499). The owner sleeping 100 / 300 ns between its
+                          # rounds of reloads (b228fa5; was its spin slowing the splits it waits for?): 1B at 8192
+                          # 0.921-0.923 / 0.924-0.925 vs 0.920-0.921 without (vs 0.903 default; fifteenth session),
+                          # taken out. Off until the long context stops losing
                           persist_attn_owner_merges=0,
-                          # at 8192 the owner waits 1.7 us for the last partial, spinning; the attention and output
-                          # projection spans grew 0.9 and 0.4 us a layer with it (fourteenth session's trace): whether
-                          # its spin slows the splits it waits for. Not yet run
-                          persist_attn_owner_sleep_ns=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
                           # (ir/passes/persistent.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b

@@ -34,10 +34,6 @@ __device__ __forceinline__ void slice_state(const AttentionSmem<HEAD_DIM, GROUP,
   }
 }
 
-#ifndef KIEC_OWNER_SLEEP_NS
-#define KIEC_OWNER_SLEEP_NS 0  // > 0: the owner merge sleeps about this long between reloads of stale partials
-#endif
-
 // Partials as 8-byte words (persist_attn_owner_merges): the value's bits, then the tag of the attention phase that
 // wrote them, whatever KIEC_TAG_PARITY says (a partial keeps all its bits); element i at 2 * i floats.
 __device__ __forceinline__ void st_part(float* p2, size_t i, float v, unsigned tag) {
@@ -114,8 +110,7 @@ __device__ __forceinline__ bool attention_owner_merge(const AttentionSmem<HEAD_D
 #pragma unroll
       for (int e = 0; e < W; ++e)  // (past the others: a word that carries the tag, never read)
         w[e] = s0 + e / 3 < active - 1 ? load(e) : (unsigned long long)tag << 32;
-      ok &= settle_tags<W, TAG_SLEEP_NS + KIEC_OWNER_SLEEP_NS>([&](int e) { return !part_carries(w[e], tag); },
-                                                               [&](int e) { w[e] = load(e); }, stopped);
+      ok &= settle_tags<W>([&](int e) { return !part_carries(w[e], tag); }, [&](int e) { w[e] = load(e); }, stopped);
 #pragma unroll
       for (int e = 0; e < B; ++e)
         if (s0 + e < active - 1)

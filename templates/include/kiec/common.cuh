@@ -286,9 +286,9 @@ constexpr int TAG_SLEEP_NS = 0;
 // all in one round trip, until none is or 2^20 rounds went by (a second: a wrong tag is a compiler bug), or
 // stopped() (looked at every 1024 rounds) says the generation passed its stop: then false. settled_value then reads
 // each word, a NaN where the tag never came. One loop for the batch, not tagged_value's loop a word: less code in
-// every case that reads tagged x (see settled_value). SLEEP_NS > 0: about that long asleep before each round of
-// reloads.
-template <int N, int SLEEP_NS = TAG_SLEEP_NS, typename Stale, typename Reload, typename Stopped = TagWaitsStop>
+// every case that reads tagged x (see settled_value). TAG_SLEEP_NS > 0: about that long asleep before each round
+// of reloads.
+template <int N, typename Stale, typename Reload, typename Stopped = TagWaitsStop>
 __device__ __forceinline__ bool settle_tags(Stale stale, Reload reload, Stopped stopped = {}) {
   for (unsigned spins = 1;; ++spins) {
     bool any = false;
@@ -296,7 +296,7 @@ __device__ __forceinline__ bool settle_tags(Stale stale, Reload reload, Stopped 
     for (int e = 0; e < N; ++e) any |= stale(e);
     if (!any || spins == 1u << 20) return true;
     if (spins % 1024 == 0 && stopped()) return false;
-    if (SLEEP_NS > 0) __nanosleep(SLEEP_NS);
+    if (TAG_SLEEP_NS > 0) __nanosleep(TAG_SLEEP_NS);
 #pragma unroll
     for (int e = 0; e < N; ++e)
       if (stale(e)) reload(e);
