@@ -35,6 +35,9 @@ class TargetParams:
     persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
     persist_walk_kept: int  # persistent: 1: the weight stream keeps a share's page walk (ring.cuh: PageWalk's KEPT)
     persist_page_pace_ns: int  # persistent: > 0: the weight stream copies a page at most every this many ns
+    # persistent, with a pace: > 0: the pace while the stream's page is 2 or more instructions past the GEMV whose
+    # pages the compute warps are on (the ring's refill during QKV, attention and the output projection)
+    persist_page_pace_ahead_ns: int
     persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch)
     persist_waits_previous_first: int  # persistent: 1: an instruction polls the previous token's waits first
     persist_waits_together: int  # persistent: 1: warp 0's lanes poll an instruction's waits at once, a lane each
@@ -169,6 +172,11 @@ TARGETS: dict[str, TargetParams] = {
                           # 1.162). The pace is a page's share of H200's bandwidth (an H100's 3.35 TB/s would want
                           # ~645 ns: not measured)
                           persist_walk_kept=1, persist_page_pace_ns=460,
+                          # the ring refills during QKV, attention and the output projection (~10 pages an SM in
+                          # their 16 us, the fifteenth session's trace) at the full pace, its copies queued ahead of
+                          # those phases' round trips (bench/hop_latency.cu: a hop of 1.7 us took 18-22 us with 12
+                          # pages in flight an SM); slower there, the refill still ends before gate/up. Not yet run
+                          persist_page_pace_ahead_ns=0,
                           # 1 frees llama-3.1-8b's 57 KB x scratch: its ring 10 -> 12 pages (with persist_stages
                           # 13, llama-3.2-1b's 12 -> 13). With 13 pages on llama-3.2-1b at a9dfdd7: 0.840 vs 0.852
                           # ms; with poll sleep 100 too at edd1aac's kernel: 0.817 vs 0.823-0.826; other models not

@@ -199,9 +199,17 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
   R ring;
   float* smem = reinterpret_cast<float*>(ring.carve(smem_raw));
   const int begin = a.starts[blockIdx.x], end = a.starts[blockIdx.x + 1];
+#if KIEC_PAGE_PACE_AHEAD_NS
+  __shared__ volatile int consumed_at;
+  ring.at = &consumed_at;
+  ring.span = end - begin;
+#endif
   if (threadIdx.x == 0) {
     ring.init(COMPUTE_WARPS * 32);
     quit = 0;
+#if KIEC_PAGE_PACE_AHEAD_NS
+    consumed_at = begin;  // (t 0, the first instruction)
+#endif
   }
   __syncthreads();  // the last one with the streaming warps
   if (threadIdx.x >= COMPUTE_WARPS * 32) {

@@ -407,6 +407,9 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   if constexpr ((TWICE & 2) != 0) stage_x();  // the probe: the same x written once more before
   stage_x();
   trace(u, TR_X_READY);
+#if KIEC_PAGE_PACE_AHEAD_NS
+  ring.consuming(u);  // (the weight stream's pace: ring.cuh)
+#endif
   if (tracing(u)) trace_row(u)[TR_PAGES_READY] = ring.landed((outs * SEGS + G::PER_PAGE - 1) / G::PER_PAGE);
   float xr[G::ROUNDS][8];  // this warp's segment of x
   if (TX && DIRECT) load_x_slice_tagged<G>(x, tag_of(u, d.tag_x), (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);

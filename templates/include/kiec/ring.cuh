@@ -13,6 +13,9 @@
 #ifndef KIEC_PAGE_PACE_NS
 #define KIEC_PAGE_PACE_NS 0  // > 0: the weight stream issues a full page at most this often, ns (persist_page_pace_ns)
 #endif
+#ifndef KIEC_PAGE_PACE_AHEAD_NS
+#define KIEC_PAGE_PACE_AHEAD_NS 0  // > 0: its pace 2+ instructions past the compute warps (persist_page_pace_ahead_ns)
+#endif
 #ifndef KIEC_ATTN_L2_HINT
 #define KIEC_ATTN_L2_HINT 0  // 2: the weight stream asks L2 for attention's cache rows (PageWalk::next)
 #endif
@@ -50,6 +53,19 @@ struct Ring {
   unsigned long long* full;    // STAGES: the page's bytes landed (one arrival and the transaction count)
   unsigned long long* empty;   // STAGES: every compute thread released the page (one arrival each)
   unsigned seq;                // pages this thread has gone through
+#if KIEC_PAGE_PACE_AHEAD_NS
+  // (shared) the GEMV whose pages the compute warps consume, as t * span + its index in a.instrs (consuming()); span:
+  // the SM's instructions a position
+  volatile int* at;
+  int span;
+  __device__ __forceinline__ void consuming(const Turn& u) const {
+    if (threadIdx.x == 0) *at = u.t * span + (int)(u.ins - u.a->instrs);
+  }
+  // How many instructions the page at (pos, i) is past the one the compute warps consume.
+  __device__ __forceinline__ int ahead(const PersistentArgs& a, int pos, int i) const {
+    return (pos - a.p0) * span + i - *at;
+  }
+#endif
   __device__ __forceinline__ char* page(unsigned s) const { return pages + (size_t)(s % STAGES) * PAGE; }
   // The ring at the start of `smem` (128-byte aligned, BYTES long); returns what follows it.
   __device__ __forceinline__ char* carve(char* smem) {
@@ -221,7 +237,11 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
     if constexpr (KIEC_PAGE_PACE_NS > 0) {  // a share's last page, shorter, waits its bytes' part of the pace
       unsigned long long now;
       while ((now = global_ns()) < next_at) {}
-      next_at = now + (unsigned long long)KIEC_PAGE_PACE_NS * bytes / R::PAGE;
+      unsigned pace = KIEC_PAGE_PACE_NS;
+#if KIEC_PAGE_PACE_AHEAD_NS
+      if (ring.ahead(a, copy.pos, copy.i) >= 2) pace = KIEC_PAGE_PACE_AHEAD_NS;
+#endif
+      next_at = now + (unsigned long long)pace * bytes / R::PAGE;
     }
     mbar_expect(ring.full + stage, bytes);
     char* dst = ring.page(seq);
