@@ -35,6 +35,9 @@ class TargetParams:
     persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
     persist_walk_kept: int  # persistent: 1: the weight stream keeps a share's page walk (ring.cuh: PageWalk's KEPT)
     persist_page_pace_ns: int  # persistent: > 0: the weight stream copies a page at most every this many ns
+    # persistent, with a pace and L2 lookahead: 1: the pages asked of L2 past a full ring are paced too, on the ring
+    # copies' clock (unpaced, they go out in a burst each time the ring fills)
+    persist_l2_ahead_paced: int
     # persistent, with a pace: > 0: the pace while the stream's page is 2 or more instructions past the GEMV whose
     # pages the compute warps are on (the ring's refill during QKV, attention and the output projection)
     persist_page_pace_ahead_ns: int
@@ -177,6 +180,9 @@ TARGETS: dict[str, TargetParams] = {
                           # those phases' round trips (bench/hop_latency.cu: a hop of 1.7 us took 18-22 us with 12
                           # pages in flight an SM); slower there, the refill still ends before gate/up. Not yet run
                           persist_page_pace_ahead_ns=0,
+                          # L2 lookahead (on below a width of 1024, above) measured noise on 1B unpaced (0.741 vs
+                          # 0.741, fifteenth session): its asks go out in a burst when the ring fills. Not yet run
+                          persist_l2_ahead_paced=0,
                           # 1 frees llama-3.1-8b's 57 KB x scratch: its ring 10 -> 12 pages (with persist_stages
                           # 13, llama-3.2-1b's 12 -> 13). With 13 pages on llama-3.2-1b at a9dfdd7: 0.840 vs 0.852
                           # ms; with poll sleep 100 too at edd1aac's kernel: 0.817 vs 0.823-0.826; other models not

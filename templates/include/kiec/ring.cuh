@@ -13,6 +13,9 @@
 #ifndef KIEC_PAGE_PACE_NS
 #define KIEC_PAGE_PACE_NS 0  // > 0: the weight stream issues a full page at most this often, ns (persist_page_pace_ns)
 #endif
+#ifndef KIEC_L2_AHEAD_PACED
+#define KIEC_L2_AHEAD_PACED 0  // 1: pages asked of L2 past a full ring take the pace too (persist_l2_ahead_paced)
+#endif
 #ifndef KIEC_PAGE_PACE_AHEAD_NS
 #define KIEC_PAGE_PACE_AHEAD_NS 0  // > 0: its pace 2+ instructions past the compute warps (persist_page_pace_ahead_ns)
 #endif
@@ -220,6 +223,9 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
       while (!mbar_test(ring.empty + stage, (use - 1) & 1)) {
         if (*quit) goto drain;
         if (AHEAD > 0 && asked < seq + AHEAD) {
+          unsigned long long now = 0;
+          if constexpr (KIEC_L2_AHEAD_PACED && KIEC_PAGE_PACE_NS > 0)
+            if ((now = global_ns()) < next_at) continue;
           if (asked <= seq) {  // start from this page
             ahead = copy;
             asked = seq + 1;
@@ -230,6 +236,8 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
           }
           prefetch_bulk_l2(ahead.gate, ahead.bytes);
           if (ahead.up) prefetch_bulk_l2(ahead.up, ahead.bytes);
+          if constexpr (KIEC_L2_AHEAD_PACED && KIEC_PAGE_PACE_NS > 0)  // (one clock: the SM's share of the memory)
+            next_at = now + (unsigned long long)KIEC_PAGE_PACE_NS * (ahead.up ? 2 : 1) * ahead.bytes / R::PAGE;
         }
       }
     }
