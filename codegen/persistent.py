@@ -269,6 +269,7 @@ class _PersistentEmitter(_Emitter):
             walk_kept=int(bool(self.t.persist_walk_kept)), page_pace_ns=self.t.persist_page_pace_ns,
             page_pace_ahead_ns=self.t.persist_page_pace_ahead_ns if self.t.persist_page_pace_ns else 0,
             l2_ahead_paced=int(bool(self.t.persist_l2_ahead_paced and self.t.persist_page_pace_ns)),
+            pace_ref_gbps=self.t.persist_pace_ref_gbps if self.t.persist_page_pace_ns else 0,
             attn_l2_hint=self.t.attn_l2_prefetch,
             scratch=self.smem,
             counter_stride=self.t.persist_counter_stride, instr_off=instr_off, starts_off=starts_off,

@@ -35,6 +35,10 @@ class TargetParams:
     persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
     persist_walk_kept: int  # persistent: 1: the weight stream keeps a share's page walk (ring.cuh: PageWalk's KEPT)
     persist_page_pace_ns: int  # persistent: > 0: the weight stream copies a page at most every this many ns
+    # persistent, with a pace: > 0: the peak memory bandwidth (GB/s, memory clock x bus width) the paces were measured
+    # best at; the runtime scales them by it over the GPU's own, so that each SM keeps its share of the memory's rate
+    # on another GPU of the arch (0: the paces as compiled)
+    persist_pace_ref_gbps: int
     # persistent, with a pace and L2 lookahead: 1: the pages asked of L2 past a full ring are paced too, on the ring
     # copies' clock (unpaced, they go out in a burst each time the ring fills)
     persist_l2_ahead_paced: int
@@ -183,6 +187,10 @@ TARGETS: dict[str, TargetParams] = {
                           # L2 lookahead (on below a width of 1024, above) measured noise on 1B unpaced (0.741 vs
                           # 0.741, fifteenth session): its asks go out in a burst when the ring fills. Not yet run
                           persist_l2_ahead_paced=0,
+                          # the paces above are H200's (peak 4916 GB/s: 3.2 GHz x 6144 bits, the driver's memory clock
+                          # not yet read on the GPU); an H100's 3352 would want 460 -> 675. Built, not yet run: 4916
+                          # scales them on other GPUs and leaves H200's alone
+                          persist_pace_ref_gbps=0,
                           # 1 frees llama-3.1-8b's 57 KB x scratch: its ring 10 -> 12 pages (with persist_stages
                           # 13, llama-3.2-1b's 12 -> 13). With 13 pages on llama-3.2-1b at a9dfdd7: 0.840 vs 0.852
                           # ms; with poll sleep 100 too at edd1aac's kernel: 0.817 vs 0.823-0.826; other models not

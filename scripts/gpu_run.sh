@@ -12,7 +12,7 @@ OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PATH="$PATH:/usr/local/cuda/bin"
 [ -f .kiec_commit ] && export KIEC_COMMIT=$(cat .kiec_commit)  # the tree travels without .git
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv; echo "kiec ${KIEC_COMMIT:-unknown}"; } | tee "$OUT/env.txt"
+{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.memory,memory.used --format=csv; echo "kiec ${KIEC_COMMIT:-unknown}"; } | tee "$OUT/env.txt"
 # Carried extras: wheels (.whl/, e.g. gguf) and the real test model, which travels in parts (.carry/)
 # because one call carries at most 64 MB; `stage` only copies the parts it was given and exits.
 if ls .whl/*.whl > /dev/null 2>&1; then

@@ -1,6 +1,7 @@
 """The persistent kernel's weight stream on the CPU: the streaming thread's page walk (PageWalk in ring.cuh,
 compiled for the host by nvcc) copies exactly the pages the GEMV tiles consume, in their order, from the weights
-the layout put there; computed here independently from the schedule and the kernels' shapes."""
+the layout put there; computed here independently from the schedule and the kernels' shapes. And its pace on GPUs
+of other memory bandwidths (page_pace)."""
 import os
 import struct
 import subprocess
@@ -97,3 +98,18 @@ def test_the_streaming_thread_asks_l2_for_the_rows_each_split_reads(tmp_path, fa
                 want.append((sm, pos, first + j, lo if n else 0, n))
     assert kv == want
     assert {n for *_, n in kv} >= {0, 1, 2} and len({lo for *_, lo, n in kv if n}) > 3  # none, short, full; many starts
+
+
+@pytest.mark.parametrize("ref", [4916, 0])
+def test_the_pace_keeps_each_sms_share_of_another_gpus_memory(tmp_path, ref):
+    # persist_pace_ref_gbps: a pace measured best on H200 (460 ns a page at its 4916 GB/s peak) becomes 674 on an
+    # H100 SXM's 3352 and 229 at twice H200's peak; H200 keeps its own, and a GPU whose driver gives no memory clock
+    # or bus width the compiled one. Without the reference (0) every GPU gets the compiled pace
+    exe = nvcc_build(tmp_path, os.path.join(HERE, "pace.cu"), "-std=c++17", "-DKIEC_PAGE_PACE_NS=460",
+                     f"-DKIEC_PACE_REF_GBPS={ref}")
+    cases = ["3201000", "6144", "2619000", "5120", "6402000", "6144", "0", "5120", "2619000", "0"]
+    r = subprocess.run([exe, "460", *cases], capture_output=True, text=True, check=True)
+    got = [tuple(map(int, line.split())) for line in r.stdout.splitlines()]
+    peaks = [4916, 3352, 9833, 0, 0]
+    paces = [460, 674, 229, 460, 460] if ref else [460] * 5
+    assert got == [(int(cases[2 * i]), int(cases[2 * i + 1]), peaks[i], paces[i]) for i in range(5)]

@@ -13,6 +13,9 @@
 #ifndef KIEC_PAGE_PACE_NS
 #define KIEC_PAGE_PACE_NS 0  // > 0: the weight stream issues a full page at most this often, ns (persist_page_pace_ns)
 #endif
+#ifndef KIEC_PACE_REF_GBPS
+#define KIEC_PACE_REF_GBPS 0  // > 0: the peak bandwidth the paces were tuned at (persist_pace_ref_gbps)
+#endif
 #ifndef KIEC_L2_AHEAD_PACED
 #define KIEC_L2_AHEAD_PACED 0  // 1: pages asked of L2 past a full ring take the pace too (persist_l2_ahead_paced)
 #endif
@@ -199,6 +202,17 @@ struct PageWalk {
   }
 };
 
+// A pace of PACE ns a full page on this GPU: with KIEC_PACE_REF_GBPS (the peak bandwidth where PACE was measured best,
+// persist_pace_ref_gbps) scaled by that over this GPU's peak (a.mem_gbps; unknown: unscaled), so that each SM still
+// takes its share of the memory's rate; without, PACE as compiled.
+template <unsigned PACE>
+__host__ __device__ __forceinline__ unsigned page_pace(const PersistentArgs& a) {
+  if constexpr (KIEC_PACE_REF_GBPS > 0)
+    return a.mem_gbps > 0 ? (unsigned)((unsigned long long)PACE * KIEC_PACE_REF_GBPS / a.mem_gbps) : PACE;
+  else
+    return PACE;
+}
+
 // The producer: thread 0 of the streaming warpgroup. Copies every GEMV share of positions [p0, p_end) into the ring
 // in instruction order, until the compute warps set `quit` (the generation ended early). Every SM's bytes in flight
 // are a queue that all other loads and the counters' round trips wait behind (bench/hop_latency.cu: a hop of 1.7 us
@@ -237,7 +251,8 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
           prefetch_bulk_l2(ahead.gate, ahead.bytes);
           if (ahead.up) prefetch_bulk_l2(ahead.up, ahead.bytes);
           if constexpr (KIEC_L2_AHEAD_PACED && KIEC_PAGE_PACE_NS > 0)  // (one clock: the SM's share of the memory)
-            next_at = now + (unsigned long long)KIEC_PAGE_PACE_NS * (ahead.up ? 2 : 1) * ahead.bytes / R::PAGE;
+            next_at = now + (unsigned long long)page_pace<KIEC_PAGE_PACE_NS>(a) * (ahead.up ? 2 : 1) * ahead.bytes /
+                            R::PAGE;
         }
       }
     }
@@ -245,9 +260,9 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
     if constexpr (KIEC_PAGE_PACE_NS > 0) {  // a share's last page, shorter, waits its bytes' part of the pace
       unsigned long long now;
       while ((now = global_ns()) < next_at) {}
-      unsigned pace = KIEC_PAGE_PACE_NS;
+      unsigned pace = page_pace<KIEC_PAGE_PACE_NS>(a);
 #if KIEC_PAGE_PACE_AHEAD_NS
-      if (ring.ahead(a, copy.pos, copy.i) >= 2) pace = KIEC_PAGE_PACE_AHEAD_NS;
+      if (ring.ahead(a, copy.pos, copy.i) >= 2) pace = page_pace<KIEC_PAGE_PACE_AHEAD_NS>(a);
 #endif
       next_at = now + (unsigned long long)pace * bytes / R::PAGE;
     }
