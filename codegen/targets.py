@@ -176,8 +176,8 @@ TARGETS: dict[str, TargetParams] = {
                           # With 460: llama-3.1-8b 3.922 vs 4.084, llama-3.2-1b at 8192 0.904-0.905 vs 0.911, 1B
                           # 0.743-0.744 vs 0.766, but smollm2-135m 0.502 vs 0.498-0.499 and qwen3-1.7b (450 and 470)
                           # 1.129-1.135 vs 1.126-1.128 (a later call: 1.130-1.131 vs the old walk's 1.134-1.137; 550:
-                          # 1.162). The pace is a page's share of H200's bandwidth (an H100's 3.35 TB/s would want
-                          # ~645 ns: not measured)
+                          # 1.162). The pace is a page's share of H200's bandwidth (an H100 would want ~675 ns:
+                          # persist_pace_ref_gbps below; not measured)
                           persist_walk_kept=1, persist_page_pace_ns=460,
                           # the ring refills during QKV, attention and the output projection (~10 pages an SM in
                           # their 16 us, the fifteenth session's trace) at the full pace, its copies queued ahead of
