@@ -87,7 +87,8 @@ class _PersistentEmitter(_Emitter):
         self.sched: Schedule = schedule(program, t.sms, slot_of=dict(self.arena), min_keys=t.attn_min_keys,
                                         previous_first=bool(t.persist_waits_previous_first), tags=self.tags,
                                         tag_waits=self.tag_waits, tag_lead=t.persist_tag_lead,
-                                        owner_merges=t.persist_attn_owner_merges)
+                                        owner_merges=t.persist_attn_owner_merges,
+                                        spare_splits=t.persist_attn_spare_splits)
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):
             self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)

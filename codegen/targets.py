@@ -57,6 +57,9 @@ class TargetParams:
     # (the last) merges them, their partials read as tagged words and its own kept on chip; the others only store
     # theirs (persistent.cuh: attention_tile's OWNER_MAX). 0: the split that arrives last merges, always
     persist_attn_owner_merges: int
+    # persistent: > 0: the output projection gives no rows to the SMs of each KV head's first N attention splits (the
+    # ones in use at short context), the others sharing their rows (ir/passes/persistent.py: schedule's spare_splits)
+    persist_attn_spare_splits: int
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
@@ -277,6 +280,12 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.921-0.923 / 0.924-0.925 vs 0.920-0.921 without (vs 0.903 default; fifteenth session),
                           # taken out. Off until the long context stops losing
                           persist_attn_owner_merges=0,
+                          # in the fifteenth session's trace (llama-3.2-1b, position 64) the output projection's last
+                          # tile was, in 8 of 16 layers, on an SM whose attention split was the one in use (~5 us
+                          # against ~1 for the others: it signals last, then starts its own share), 0.26-0.77 us
+                          # after the median tile. With 1 those 8 SMs get no share (the others 16-17 rows instead of
+                          # 15-16). Not yet run
+                          persist_attn_spare_splits=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
                           # (ir/passes/persistent.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b

@@ -330,15 +330,19 @@ def attention_splits(k: AttentionKernel, sms: int, max_splits: int = 64) -> int:
     return max(1, min(max_splits, sms // k.kv_heads))
 
 
-def gemv_shares(n: int, sms: int, first_sm: int = 0) -> list[tuple[int, int, int]]:
+def gemv_shares(n: int, sms: int, first_sm: int = 0, skip: frozenset[int] = frozenset()) -> list[tuple[int, int, int]]:
     """(sm, lo, hi): a GEMV's n output rows in equal shares to the row, one tile per SM, the longer ones first
     (the device's GEMV takes any row count: its work items are row segments). Between two waits a kernel takes
     as long as its busiest SM, so the shares are equal per kernel, not only over the whole token. A kernel with
-    fewer rows than SMs starts at `first_sm`, so that small kernels spread out."""
+    fewer rows than SMs starts at `first_sm`, so that small kernels spread out. The SMs in `skip` get none (the
+    others share their rows)."""
+    order = [s for s in ((first_sm + j) % sms for j in range(sms)) if s not in skip]
+    if not order:
+        raise ValueError(f"a GEMV of {n} rows with all {sms} SMs skipped")
     tiles, lo = [], 0
-    for j in range(min(sms, n)):
-        share = n // sms + (1 if j < n % sms else 0)
-        tiles.append(((first_sm + j) % sms, lo, lo + share))
+    for j in range(min(len(order), n)):
+        share = n // len(order) + (1 if j < n % len(order) else 0)
+        tiles.append((order[j], lo, lo + share))
         lo += share
     return tiles
 
@@ -346,7 +350,7 @@ def gemv_shares(n: int, sms: int, first_sm: int = 0) -> list[tuple[int, int, int
 def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None,
              min_keys: int = 64, max_splits: int = 64, previous_first: bool = False,
              tags: TagPlan | None = None, tag_waits: int = 0, tag_lead: int = 100,
-             owner_merges: int = 0) -> Schedule:
+             owner_merges: int = 0, spare_splits: int = 0) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
@@ -359,7 +363,9 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     lead), so that the words are loaded again only over the writer's last tiles, not all along. tag_waits 2: also
     the GEMV waits that guard only writes are polled before the epilogue (late_waits). owner_merges: see
     Schedule (an owner waits for its head's other splits, so no SM may hold two splits of one phase: attention's
-    tiles go one an SM)."""
+    tiles go one an SM). spare_splits: the GEMV after an attention phase (the output projection) gives no rows to
+    the SMs of each KV head's first spare_splits splits, the ones in use from the shortest context on (split_rows
+    fills splits from the first): its other SMs are waiting on them, so their share would start last."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
@@ -379,26 +385,28 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
         deps = late_waits(program, deps, tags, slot_of)
     if previous_first:
         deps = [sorted(waits, key=lambda w: not w.previous) for waits in deps]  # stable: each group keeps its order
-    sm = 0
+    sm, spared = 0, frozenset()
     for c, (i, opcode) in enumerate(sched.phases):
         k = program.kernels[i]
         n = output_size(k, program)
         if opcode == "gemv":
-            placed = gemv_shares(n, sms, sm)
+            placed, spared = gemv_shares(n, sms, sm, spared), frozenset()
         elif opcode == "select":
             placed = [(sm, 0, 1)]
         elif opcode == "attention":
             splits = sched.splits.setdefault(i, attention_splits(k, sms, max_splits))
             placed = [((sm + t) % sms, g, g + 1) for t, g in enumerate(g for g in range(n) for _ in range(splits))]
+            spared = frozenset(where for t, (where, _, _) in enumerate(placed) if t % splits < spare_splits)
         else:
             placed = [((sm + t) % sms, lo, min(lo + tile_rows, n)) for t, lo in enumerate(range(0, n, tile_rows))]
         sched.tiles.append(n if opcode == "attention" else len(placed))  # attention: its KV heads' last splits
         for t, (where, lo, hi) in enumerate(placed):
             sched.lists[where].append(Instr(opcode, i, t, lo, hi, tuple(deps[c]), c))  # tile counts below
         advance = len({where for where, _, _ in placed})
-        if opcode == "gemv":  # the SMs with a row more come first: the next kernel starts after them
+        if opcode == "gemv":  # the SMs with a row more come first: the next kernel starts after them (or after all)
             short = min(hi - lo for _, lo, hi in placed)
-            advance = sum(1 for _, lo, hi in placed if hi - lo > short) or advance
+            past = next((where for where, lo, hi in reversed(placed) if hi - lo > short), placed[-1][0])
+            advance = (past - sm) % sms + 1  # (without skipped SMs: the longer shares' count, or all placed)
         sm = (sm + advance) % sms
     def counted(w: Wait) -> Wait:  # the tiles of its phase, and a lead's (rounded up: 10% of 8 attention heads is 1)
         tiles = sched.tiles[w.counter]

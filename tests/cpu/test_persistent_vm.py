@@ -14,7 +14,7 @@ from kiec.ir.passes.vm import VM, ScheduleError
 from tests.tiny_hf import make_tiny_hf
 
 
-def setup(tmp_path, family="qwen3", sms=7, min_keys=2, previous_first=False, owner_merges=0):
+def setup(tmp_path, family="qwen3", sms=7, min_keys=2, previous_first=False, owner_merges=0, spare_splits=0):
     # min_keys 2: from the 4th token on, attention spreads over 2-3 splits per KV head, merged by the last
     make_tiny_hf(tmp_path, family)
     m = kiec.load(str(tmp_path), max_seq_len=16)
@@ -22,7 +22,7 @@ def setup(tmp_path, family="qwen3", sms=7, min_keys=2, previous_first=False, own
     offsets, floats = plan_buffers(prog, {})
     slots = {v: o for v, o in offsets.items()}
     sched = schedule(prog, sms, tile_rows=32, slot_of=slots, min_keys=min_keys, previous_first=previous_first,
-                     owner_merges=owner_merges)
+                     owner_merges=owner_merges, spare_splits=spare_splits)
     weights = {n: m.weights[n].float() for n in m.graph.params}
     return m, prog, sched, weights, offsets, floats
 
@@ -207,6 +207,44 @@ def test_gemv_shares_are_equal_per_sm_and_cover_every_row():
         sizes = [hi - lo for _, lo, hi in tiles]
         assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)  # the longer ones first
         assert len({sm for sm, _, _ in tiles}) == len(tiles) and tiles[0][0] == first
+
+
+def test_gemv_shares_skip_the_spared_sms():
+    from kiec.ir.passes.persistent import gemv_shares
+    for n, sms, first, skip in ((2048, 132, 128, {0, 16, 32, 48, 64, 80, 96, 112}), (10, 7, 5, {5, 6}),
+                                (3, 7, 0, {1})):
+        tiles = gemv_shares(n, sms, first, frozenset(skip))
+        assert [lo for _, lo, _ in tiles] == [0] + [hi for _, _, hi in tiles[:-1]] and tiles[-1][2] == n
+        sizes = [hi - lo for _, lo, hi in tiles]
+        assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+        assert not {sm for sm, _, _ in tiles} & skip and len(tiles) == min(n, sms - len(skip))
+    with pytest.raises(ValueError, match="all 3 SMs skipped"):
+        gemv_shares(4, 3, 0, frozenset({0, 1, 2}))
+
+
+@pytest.mark.parametrize("policy,seed", [("eager", 0), ("random", 1), ("random", 2)])
+def test_spared_splits_sms_get_no_output_projection_and_the_vm_agrees(tmp_path, policy, seed):
+    # persist_attn_spare_splits 1: the GEMV after each attention phase skips the SMs of every KV head's first split
+    # (7 SMs, 2 KV heads, 3 splits: 2 of the 7), the other 5 share its rows; the schedule still computes the model
+    m, prog, sched, weights, offsets, floats = setup(tmp_path, spare_splits=1)
+    splits = sched.splits[first_attention(prog)]
+    order = [i for i, _ in sched.phases]
+    checked = 0
+    for c, (i, opcode) in enumerate(sched.phases[:-1]):
+        if opcode != "attention":
+            continue
+        first = {sm for sm, lst in enumerate(sched.lists) for ins in lst if ins.counter == c and ins.tile % splits == 0}
+        after = {sm for sm, lst in enumerate(sched.lists) for ins in lst if ins.counter == c + 1}
+        rows = sorted((ins.lo, ins.hi) for lst in sched.lists for ins in lst if ins.counter == c + 1)
+        assert sched.phases[c + 1][1] == "gemv" and len(first) == 2 and after and not first & after
+        assert rows[0][0] == 0 and all(a[1] == b[0] for a, b in zip(rows, rows[1:]))
+        assert rows[-1][1] == prog.kernels[order[c + 1]].n_out
+        checked += 1
+    assert checked == sum(1 for _, op in sched.phases if op == "attention") > 0
+    prompt, steps = [5, 17, 99, 4], 8  # (splits in use per KV head: 1, then 2, then 3)
+    got = VM(sched, weights, offsets, floats).run(prompt, steps, policy, seed)
+    for t, (a, b) in enumerate(zip(got, reference_logits(m, prompt, steps))):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
 
 
 @pytest.mark.parametrize("name,bound", [("llama-3.2-1b", 0.97), ("llama-3.1-8b", 0.97), ("smollm2-135m", 0.93)])

@@ -333,6 +333,8 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                                       persist_l2_ahead_bytes=8192, persist_page_pace_ns=200,
                                                       persist_l2_ahead_paced=1), id="l2-ahead-paced-1k"),
                                     pytest.param(dict(persist_pace_ref_gbps=4916), id="pace-scaled"),
+                                    pytest.param(dict(persist_attn_spare_splits=1, attn_min_keys=8),
+                                                 id="spare-splits"),
                                     dict(attn_l2_prefetch=1, attn_min_keys=8),
                                     dict(attn_l2_prefetch=2, attn_min_keys=8),
                                     dict(persist_x_direct=1), dict(persist_x_direct=1, persist_stages=13),
@@ -367,22 +369,23 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the ring meanwhile); the weight copies with L2's default policy; the weight stream's page walk read again each
     # page (the default before 2026-12-01's fifteenth session), the kept walk unpaced, paced 200 ns a page with the two
     # 1 KB pages, paced 900 ns while 2+ instructions past the compute warps, with the 8 pages asked of L2 past the two 1
-    # KB pages paced too, and the paces scaled to the GPU's peak bandwidth; a vocabulary of 16384 gives each SM's
-    # LM-head share about 124 rows; attention's rows asked of L2 by the split before its wait or by the weight stream,
-    # with 8 keys a split (the base too) so that several splits ask; x slices loaded straight from memory where there is
-    # no norm, with the ring deeper for the room; the previous token's waits polled after this token's (the old order);
-    # an instruction's waits polled one after the other by one thread (the default polls them at once; with a sleep
-    # between polls too); attention's step unrolled over 2 keys a pass instead of 8 (a quarter of its code), or (the
-    # default) only for splits one such pass covers, or not at all; attention without its K/V pipeline; values as plain
-    # stores behind counters (tags 0, a narrow model's default, with several splits and with the old wait order too) or
-    # only GEMV-to-GEMV values tagged (1; with x slices loaded straight from them; with several splits) where the
-    # default tags attention's too (2); the defaults before 2026-11-30's seventh session (no tags, waits one at a time,
-    # no pipeline, no short pass) and before its eighth (tags 1, no short pass); RoPE's coefficients made before the
-    # wait; a short pass's rows loaded before q; the timing probe that runs each GEMV's dots and prologue twice, or the
-    # prologues and the dots of the GEMVs beside attention; tag waits (tiles spinning on their tagged words, not on the
-    # writers' counters), with several splits, with tags 1, with a sleep between spins, and waiting for 90% of the
-    # writer's tiles first; with the waits that guard only writes polled before the epilogue (2; also with tags 1 and
-    # with waits polled one at a time). Knobs that leave the math alone leave the bits alone
+    # KB pages paced too, and the paces scaled to the GPU's peak bandwidth; the output projection's rows kept off the
+    # SMs of each KV head's first split (with 8 keys a split, so that more than one is in use); a vocabulary of 16384
+    # gives each SM's LM-head share about 124 rows; attention's rows asked of L2 by the split before its wait or by the
+    # weight stream, with 8 keys a split (the base too) so that several splits ask; x slices loaded straight from memory
+    # where there is no norm, with the ring deeper for the room; the previous token's waits polled after this token's
+    # (the old order); an instruction's waits polled one after the other by one thread (the default polls them at once;
+    # with a sleep between polls too); attention's step unrolled over 2 keys a pass instead of 8 (a quarter of its
+    # code), or (the default) only for splits one such pass covers, or not at all; attention without its K/V pipeline;
+    # values as plain stores behind counters (tags 0, a narrow model's default, with several splits and with the old
+    # wait order too) or only GEMV-to-GEMV values tagged (1; with x slices loaded straight from them; with several
+    # splits) where the default tags attention's too (2); the defaults before 2026-11-30's seventh session (no tags,
+    # waits one at a time, no pipeline, no short pass) and before its eighth (tags 1, no short pass); RoPE's
+    # coefficients made before the wait; a short pass's rows loaded before q; the timing probe that runs each GEMV's
+    # dots and prologue twice, or the prologues and the dots of the GEMVs beside attention; tag waits (tiles spinning on
+    # their tagged words, not on the writers' counters), with several splits, with tags 1, with a sleep between spins,
+    # and waiting for 90% of the writer's tiles first; with the waits that guard only writes polled before the epilogue
+    # (2; also with tags 1 and with waits polled one at a time). Knobs that leave the math alone leave the bits alone
     model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
     if "attn_min_keys" in change:
         art = compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=change["attn_min_keys"])
