@@ -54,6 +54,19 @@ def traces(arts: dict[str, str], pos: int) -> None:
         print(f"\n  [{j}] {v}\n" + trace_summary.summary_of(ts, m, pos))
 
 
+def summary_lines(times: dict[str, list[float]]) -> list[str]:
+    """Each variant's medians (ms, a round each) and its mean against the first variant's, in percent (negative:
+    faster); a variant's spread between its rounds is the yardstick for the difference."""
+    base = sum(next(iter(times.values()))) / len(next(iter(times.values())))
+    width = max(len(v) for v in times)
+    lines = ["  summary: ms a round, mean against the first"]
+    for j, (v, ms) in enumerate(times.items()):
+        mean = sum(ms) / len(ms)
+        rel = "" if j == 0 else f"{(mean / base - 1) * 100:+.1f}%"
+        lines.append(f"    {v:<{width}}  {' / '.join(f'{t:.3f}' for t in ms)}  {rel}".rstrip())
+    return lines
+
+
 def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
     model_name, _, ctx = spec.partition(":")
     context = int(ctx or 0)
@@ -75,11 +88,14 @@ def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
             targets.TARGETS["sm_90"] = base
     ceil = measure_ceilings(work)["read_tbps"]
     print(f"{spec}: {nbytes / 1e9:.3f} GB/token, read ceiling {ceil:.2f} TB/s, floor {nbytes / ceil / 1e9:.3f} ms")
+    times: dict[str, list[float]] = {v: [] for v in arts}
     for rnd in range(2):  # two rounds, to see the spread between repeats of the same variant
         for v, art in arts.items():
             s, _ = time_kiec(art, 32, 256, context)
+            times[v].append(s.median_ms)
             print(f"  round {rnd} {v:<32} {s.median_ms:.3f} ms (p10 {s.p10_ms:.3f}, p90 {s.p90_ms:.3f}) "
                   f"{1e3 / s.median_ms:.0f} tok/s MBU {nbytes / (s.median_ms * 1e-3) / (ceil * 1e12) * 100:.1f}%")
+    print("\n".join(summary_lines(times)))
     if trace_pos is not None:
         traces(arts, trace_pos)
     release()  # this list's engines and their GPU memory, before the next model's

@@ -224,3 +224,17 @@ def test_attention_critical_takes_each_phases_last_split():
     assert [float(v) for v in lines[2][26:].split()] == pytest.approx([3.5, 1.0, 6.0])
     assert lines[3].startswith("  last partial to signal")
     assert [float(v) for v in lines[3][26:].split()] == pytest.approx([2.0, 1.0, 3.0])
+
+
+def test_variants_summary_gives_each_variants_rounds_and_its_mean_against_the_first(monkeypatch):
+    sys_path = os.path.join(os.path.dirname(__file__), "..", "..", "scripts")
+    monkeypatch.syspath_prepend(sys_path)
+    monkeypatch.setitem(__import__("sys").modules, "trace_summary", trace_summary)
+    vspec = importlib.util.spec_from_file_location("variants", os.path.join(sys_path, "variants.py"))
+    variants = importlib.util.module_from_spec(vspec)
+    vspec.loader.exec_module(variants)
+    lines = variants.summary_lines({"mode=persistent": [0.741, 0.741], "mode=persistent,x=1": [0.736, 0.738],
+                                    "mode=persistent,y=2": [0.875, 0.875]})
+    assert lines[1].split() == ["mode=persistent", "0.741", "/", "0.741"]
+    assert lines[2].split() == ["mode=persistent,x=1", "0.736", "/", "0.738", "-0.5%"]
+    assert lines[3].split() == ["mode=persistent,y=2", "0.875", "/", "0.875", "+18.1%"]
