@@ -156,15 +156,21 @@ def test_a_saved_recording_summarizes_the_same_without_a_gpu(tmp_path):
     assert text == trace_summary.summary_of(ts, manifest, 64) and text.startswith("position 64: token span 8.0 us")
 
 
-def test_variants_trace_puts_the_persistent_variants_side_by_side(monkeypatch, capsys, tmp_path):
-    # scripts/variants.py --trace: two persistent variants' recordings (the second's attention 1 us longer) and a
-    # graph-mode one, which has no in-kernel trace and is left out
+def load_variants(monkeypatch):
+    """scripts/variants.py as a module (it imports trace_summary from beside it)."""
     sys_path = os.path.join(os.path.dirname(__file__), "..", "..", "scripts")
     monkeypatch.syspath_prepend(sys_path)
     monkeypatch.setitem(__import__("sys").modules, "trace_summary", trace_summary)
     vspec = importlib.util.spec_from_file_location("variants", os.path.join(sys_path, "variants.py"))
     variants = importlib.util.module_from_spec(vspec)
     vspec.loader.exec_module(variants)
+    return variants
+
+
+def test_variants_trace_puts_the_persistent_variants_side_by_side(monkeypatch, capsys, tmp_path):
+    # scripts/variants.py --trace: two persistent variants' recordings (the second's attention 1 us longer) and a
+    # graph-mode one, which has no in-kernel trace and is left out
+    variants = load_variants(monkeypatch)
     sched, rows = CHAIN_SCHED, CHAIN_ROWS
     slower = [r if i != 3 else (5500, 7500, 8000, 0, 10000, 0) for i, r in enumerate(rows)]
     manifest = dict(mode="persistent", trace_slots=SLOTS, schedule=sched, kernels=KERNELS, sms=2)
@@ -227,12 +233,7 @@ def test_attention_critical_takes_each_phases_last_split():
 
 
 def test_variants_summary_gives_each_variants_rounds_and_its_mean_against_the_first(monkeypatch):
-    sys_path = os.path.join(os.path.dirname(__file__), "..", "..", "scripts")
-    monkeypatch.syspath_prepend(sys_path)
-    monkeypatch.setitem(__import__("sys").modules, "trace_summary", trace_summary)
-    vspec = importlib.util.spec_from_file_location("variants", os.path.join(sys_path, "variants.py"))
-    variants = importlib.util.module_from_spec(vspec)
-    vspec.loader.exec_module(variants)
+    variants = load_variants(monkeypatch)
     lines = variants.summary_lines({"mode=persistent": [0.741, 0.741], "mode=persistent,x=1": [0.736, 0.738],
                                     "mode=persistent,y=2": [0.875, 0.875]})
     assert lines[1].split() == ["mode=persistent", "0.741", "/", "0.741"]
