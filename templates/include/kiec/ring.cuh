@@ -218,7 +218,9 @@ __host__ __device__ __forceinline__ unsigned page_pace(const PersistentArgs& a) 
 // are a queue that all other loads and the counters' round trips wait behind (bench/hop_latency.cu: a hop of 1.7 us
 // took 18-22 us with 12 x 16 KB in flight from every SM), yet bounding the pages in flight to 2, 4 or 6 measured
 // 0.858, 0.854, 0.854 ms against 0.822 on llama-3.2-1b (2026-11-30: SMs still streaming need the depth while others
-// wait with full rings), so the whole ring may be in flight. While the ring is full it asks L2 for up to AHEAD pages
+// wait with full rings), so the whole ring may be in flight; instead a page goes out at most every KIEC_PAGE_PACE_NS
+// (about the SM's share of the read ceiling), so that a freed ring's pages do not all queue at once (llama-3.2-1b
+// 0.740-0.744 vs 0.767 ms, 2026-12-01). While the ring is full it asks L2 for up to AHEAD pages
 // beyond it (a second walk over the same pages), so that the memory keeps streaming through waits longer than the
 // ring covers (noise on llama-3.2-1b at 94a9075 and 9cd28d0; bench/l2_prefetch.cu: a region waiting in L2 copies
 // only 15-35% faster than one from HBM). Before returning it waits for its copies in flight, so that none lands
