@@ -91,7 +91,9 @@ def format_table(rep: Report) -> str:
     h = rep.header
     lines = [f"model {h['model']} | {h['dtype']} | prompt {h['prompt_len']} + {h['new_tokens']} new | {h['gpu']} | "
              f"driver {h['driver']} | torch {h['torch']} | kiec {h['commit']}",
-             f"read ceiling {rep.ceilings['read_tbps']:.2f} TB/s, copy {rep.ceilings['copy_tbps']:.2f} TB/s"]
+             f"read ceiling {rep.ceilings['read_tbps']:.2f} TB/s, copy {rep.ceilings['copy_tbps']:.2f} TB/s"
+             + (f"; peak {rep.ceilings['peak_gbps'] / 1e3:.2f} TB/s (the driver's memory clock x bus width)"
+                if rep.ceilings.get("peak_gbps") else "")]
     for ctx in rep.contexts():
         first = rep.first(ctx)
         lines += ["", f"context {ctx}: {first.bytes_per_token / 1e9:.3f} GB read per token",
@@ -139,23 +141,35 @@ def _events_ms(fn, reps: int) -> list[float]:
     return out
 
 
-def read_ceiling_tbps(work_dir: str, gb: float) -> float:
-    """Build templates/read_ceiling.cu once and run it: the median rate of a streaming read over `gb` GB."""
+def ceiling_library(work_dir: str):
+    """templates/read_ceiling.cu built once per source (its hash in the name, so that an edited source is built
+    again) and loaded."""
     import ctypes
+    import hashlib
 
     from kiec.build import check_toolchain
-    from kiec.codegen.emit import TEMPLATES
-    so = os.path.join(work_dir, "libkiec_read_ceiling.so")
+    from kiec.codegen.emit import INCLUDE_DIR, TEMPLATES
+    src = os.path.join(TEMPLATES, "read_ceiling.cu")
+    with open(src, "rb") as fh, open(os.path.join(INCLUDE_DIR, "kiec", "device_info.cuh"), "rb") as inc:
+        digest = hashlib.sha1(fh.read() + inc.read()).hexdigest()[:12]
+    so = os.path.join(work_dir, f"libkiec_read_ceiling_{digest}.so")
     if not os.path.exists(so):
         os.makedirs(work_dir, exist_ok=True)
         r = subprocess.run([check_toolchain("cuda", "sm_90"), "-O3", "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90",
-                            os.path.join(TEMPLATES, "read_ceiling.cu"), "-o", so], capture_output=True, text=True)
+                            "-I", INCLUDE_DIR, src, "-o", so + ".tmp"], capture_output=True, text=True)
         if r.returncode:
             raise RuntimeError(f"building the read-ceiling kernel failed: {r.stderr[-2000:]}")
+        os.replace(so + ".tmp", so)  # (no half-written library under the name a later run trusts)
     lib = ctypes.CDLL(so)
     lib.kiec_read_tbps.restype = ctypes.c_double
     lib.kiec_read_tbps.argtypes = [ctypes.c_size_t, ctypes.c_int]
-    tbps = lib.kiec_read_tbps(int(gb * 1e9) // 16 * 16, 20)
+    lib.kiec_peak_gbps.restype = ctypes.c_uint
+    return lib
+
+
+def read_ceiling_tbps(work_dir: str, gb: float) -> float:
+    """The median rate of a streaming read over `gb` GB (templates/read_ceiling.cu)."""
+    tbps = ceiling_library(work_dir).kiec_read_tbps(int(gb * 1e9) // 16 * 16, 20)
     if tbps <= 0:
         raise RuntimeError("the read-ceiling kernel failed")
     return tbps
@@ -174,7 +188,8 @@ def measure_ceilings(work_dir: str, gb: float = 4.0) -> dict:
     copy = float(np.median(_events_ms(lambda: y.copy_(x), 20)))
     x = y = None  # free the 8 GB before the next measurement
     torch.cuda.empty_cache()
-    return dict(read_tbps=read, copy_tbps=2 * n * 4 / (copy * 1e-3) / 1e12, read_gb=gb)
+    return dict(read_tbps=read, copy_tbps=2 * n * 4 / (copy * 1e-3) / 1e12, read_gb=gb,
+                peak_gbps=int(ceiling_library(work_dir).kiec_peak_gbps()))
 
 
 # What one run_bench keeps loaded across its contexts: the kiec Engine and the torch decoder (with its

@@ -86,8 +86,10 @@ def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
                                    weights_like=next(reversed(arts.values()), None))  # its tensors copied
         finally:
             targets.TARGETS["sm_90"] = base
-    ceil = measure_ceilings(work)["read_tbps"]
-    print(f"{spec}: {nbytes / 1e9:.3f} GB/token, read ceiling {ceil:.2f} TB/s, floor {nbytes / ceil / 1e9:.3f} ms")
+    ceilings = measure_ceilings(work)
+    ceil = ceilings["read_tbps"]
+    print(f"{spec}: {nbytes / 1e9:.3f} GB/token, read ceiling {ceil:.2f} TB/s, floor {nbytes / ceil / 1e9:.3f} ms"
+          + (f" (peak {ceilings['peak_gbps'] / 1e3:.2f} TB/s)" if ceilings.get("peak_gbps") else ""))
     times: dict[str, list[float]] = {v: [] for v in arts}
     for rnd in range(2):  # two rounds, to see the spread between repeats of the same variant
         for v, art in arts.items():

@@ -131,3 +131,32 @@ def test_progress_bar_redraws_on_a_terminal_and_prints_one_line_elsewhere():
     assert tty.getvalue() == "\rsteps [####....] 2/4"
     bar.step(5)  # clamps at the total, finishes the line
     assert tty.getvalue() == "\rsteps [####....] 2/4\rsteps [########] 4/4\n"
+
+
+def test_the_ceiling_line_gives_the_drivers_peak_where_there_is_one():
+    hdr = dict(model="m", dtype="bf16", prompt_len=32, new_tokens=256, gpu="NVIDIA H200", driver="580", torch="2.11",
+               commit="abc1234", python="3.12")
+    line = format_table(Report(hdr, dict(read_tbps=4.6, copy_tbps=4.3, peak_gbps=4916))).splitlines()[1]
+    assert line == ("read ceiling 4.60 TB/s, copy 4.30 TB/s; peak 4.92 TB/s (the driver's memory clock x bus "
+                    "width)")
+    assert format_table(Report(hdr, dict(read_tbps=4.6, copy_tbps=4.3, peak_gbps=0))).splitlines()[1] == \
+        "read ceiling 4.60 TB/s, copy 4.30 TB/s"
+
+
+def test_the_read_ceiling_library_builds_and_gives_no_peak_without_a_gpu(tmp_path):
+    # the library kiec bench measures the ceilings with: built (once per source: the same path again), loaded, and
+    # on a machine without a GPU its peak is 0, not an error
+    import torch
+
+    import kiec
+    from kiec.bench import ceiling_library
+    from kiec.build import check_toolchain
+    try:
+        check_toolchain("cuda", "sm_90")
+    except kiec.KiecError:
+        pytest.skip("needs nvcc")
+    lib = ceiling_library(str(tmp_path))
+    assert [f.name for f in tmp_path.iterdir() if f.suffix == ".so"] and not list(tmp_path.glob("*.tmp"))
+    if not torch.cuda.is_available():
+        assert lib.kiec_peak_gbps() == 0
+    assert ceiling_library(str(tmp_path)) is not None and len(list(tmp_path.glob("*.so"))) == 1

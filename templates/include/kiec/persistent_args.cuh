@@ -2,6 +2,7 @@
 // instruction and kernel-descriptor formats (Instr, KernelDesc) come from the generated persistent_abi.h.
 #pragma once
 #include "common.cuh"
+#include "device_info.cuh"
 
 namespace kiec {
 
@@ -29,12 +30,6 @@ struct PersistentArgs {
   int phases;                 // tag_base + t * phases + c; never 0, and no earlier launch's (the host's count)
   unsigned mem_gbps;          // this GPU's peak memory bandwidth, GB/s (memory_peak_gbps; 0: unknown)
 };
-
-// A GPU's peak memory bandwidth in GB/s (bytes a ns) from its memory clock (kHz) and bus width (bits), two transfers
-// a clock: H200 3,201,000 kHz x 6144 bits -> 4916, H100 SXM 2,619,000 x 5120 -> 3352; 0 where either is unknown.
-__host__ __device__ __forceinline__ unsigned memory_peak_gbps(long long mem_khz, int bus_bits) {
-  return mem_khz > 0 && bus_bits > 0 ? (unsigned)(mem_khz * bus_bits / 4000000) : 0u;
-}
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
