@@ -179,20 +179,22 @@ TARGETS: dict[str, TargetParams] = {
                           # With 460: llama-3.1-8b 3.922 vs 4.084, llama-3.2-1b at 8192 0.904-0.905 vs 0.911, 1B
                           # 0.743-0.744 vs 0.766, but smollm2-135m 0.502 vs 0.498-0.499 and qwen3-1.7b (450 and 470)
                           # 1.129-1.135 vs 1.126-1.128 (a later call: 1.130-1.131 vs the old walk's 1.134-1.137; 550:
-                          # 1.162). The pace is a page's share of H200's bandwidth (an H100 would want ~675 ns:
+                          # 1.162). The pace is a page's share of H200's bandwidth (an H100 would want ~674 ns:
                           # persist_pace_ref_gbps below; not measured)
                           persist_walk_kept=1, persist_page_pace_ns=460,
-                          # the ring refills during QKV, attention and the output projection (~10 pages an SM in
-                          # their 16 us, the fifteenth session's trace) at the full pace, its copies queued ahead of
-                          # those phases' round trips (bench/hop_latency.cu: a hop of 1.7 us took 18-22 us with 12
-                          # pages in flight an SM); slower there, the refill still ends before gate/up. Not yet run
+                          # the ring refills during QKV, attention and the output projection (the 6 + 4 pages of
+                          # theirs the fifteenth session's trace found in the ring, in their ~16 us traced) at the
+                          # full pace, its copies queued ahead of those phases' round trips (bench/hop_latency.cu: a
+                          # hop of 1.7 us took 18-22 us with 12 pages in flight an SM). At ~1 us a page the refill
+                          # should still end before gate/up (arithmetic: 10 pages in 10 us). Not yet run
                           persist_page_pace_ahead_ns=0,
                           # L2 lookahead (on below a width of 1024, above) measured noise on 1B unpaced (0.741 vs
                           # 0.741, fifteenth session): its asks go out in a burst when the ring fills. Not yet run
                           persist_l2_ahead_paced=0,
-                          # the paces above are H200's (peak 4916 GB/s: 3.2 GHz x 6144 bits, the driver's memory clock
-                          # not yet read on the GPU); an H100's 3352 would want 460 -> 675. Built, not yet run: 4916
-                          # scales them on other GPUs and leaves H200's alone
+                          # the paces above are H200's (peak 4916 GB/s: 3,201 MHz, nvidia-smi's memory clock in our
+                          # runs, x 6144 bits; the driver's attribute not yet read on the GPU); an H100's 3352 would
+                          # want 460 -> 674 (arithmetic). Built, not yet run: 4916 scales them on other GPUs and leaves
+                          # H200's alone
                           persist_pace_ref_gbps=0,
                           # 1 frees llama-3.1-8b's 57 KB x scratch: its ring 10 -> 12 pages (with persist_stages
                           # 13, llama-3.2-1b's 12 -> 13). With 13 pages on llama-3.2-1b at a9dfdd7: 0.840 vs 0.852
@@ -281,9 +283,10 @@ TARGETS: dict[str, TargetParams] = {
                           # taken out. Off until the long context stops losing
                           persist_attn_owner_merges=0,
                           # in the fifteenth session's trace (llama-3.2-1b, position 64) the output projection's last
-                          # tile was, in 8 of 16 layers, on an SM whose attention split was the one in use (~5 us
+                          # tile was, in 9 of 16 layers, on an SM whose attention split was the one in use (~5 us
                           # against ~1 for the others: it signals last, then starts its own share), 0.26-0.77 us
-                          # after the median tile. With 1 those 8 SMs get no share (the others 16-17 rows instead of
+                          # after the median tile (bench/results/2026-12-01c/o_last_tile.py; 13 of 16 with the old
+                          # walk). With 1 those SMs (one a KV head) get no share (the others 16-17 rows instead of
                           # 15-16). Not yet run
                           persist_attn_spare_splits=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718

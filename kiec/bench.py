@@ -167,19 +167,14 @@ def ceiling_library(work_dir: str):
     return lib
 
 
-def read_ceiling_tbps(work_dir: str, gb: float) -> float:
-    """The median rate of a streaming read over `gb` GB (templates/read_ceiling.cu)."""
-    tbps = ceiling_library(work_dir).kiec_read_tbps(int(gb * 1e9) // 16 * 16, 20)
-    if tbps <= 0:
-        raise RuntimeError("the read-ceiling kernel failed")
-    return tbps
-
-
 def measure_ceilings(work_dir: str, gb: float = 4.0) -> dict:
-    """Streaming read over `gb` GB (bytes read / time; the MBU denominator) and a device-to-device copy
-    (bytes read + written / time)."""
+    """Streaming read over `gb` GB (bytes read / time; the MBU denominator), a device-to-device copy (bytes read +
+    written / time), and the driver's peak (memory clock x bus width, GB/s; 0 where it does not say)."""
     import torch
-    read = read_ceiling_tbps(work_dir, gb)
+    lib = ceiling_library(work_dir)
+    read = lib.kiec_read_tbps(int(gb * 1e9) // 16 * 16, 20)  # (the median rate of a streaming read over gb GB)
+    if read <= 0:
+        raise RuntimeError("the read-ceiling kernel failed")
     n = int(gb * 1e9) // 4
     x = torch.rand(n, device="cuda")
     y = torch.empty_like(x)
@@ -189,7 +184,7 @@ def measure_ceilings(work_dir: str, gb: float = 4.0) -> dict:
     x = y = None  # free the 8 GB before the next measurement
     torch.cuda.empty_cache()
     return dict(read_tbps=read, copy_tbps=2 * n * 4 / (copy * 1e-3) / 1e12, read_gb=gb,
-                peak_gbps=int(ceiling_library(work_dir).kiec_peak_gbps()))
+                peak_gbps=int(lib.kiec_peak_gbps()))
 
 
 # What one run_bench keeps loaded across its contexts: the kiec Engine and the torch decoder (with its

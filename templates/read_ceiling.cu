@@ -11,14 +11,12 @@
 // The current GPU's peak memory bandwidth, GB/s, from the driver's memory clock and bus width (the figure the
 // persistent kernel's pace scales by, persist_pace_ref_gbps); 0 where the driver does not say.
 extern "C" unsigned kiec_peak_gbps() {
-  int dev = 0, khz = 0, bits = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, dev) != cudaSuccess) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
-  return kiec::memory_peak_gbps(khz, bits);
+  return kiec::device_peak_gbps(dev);
 }
 
 __global__ void read_kernel(const uint4* __restrict__ p, size_t n, unsigned int* sink) {

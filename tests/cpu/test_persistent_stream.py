@@ -108,7 +108,7 @@ def test_the_pace_keeps_each_sms_share_of_another_gpus_memory(tmp_path, ref):
     exe = nvcc_build(tmp_path, os.path.join(HERE, "pace.cu"), "-std=c++17", "-DKIEC_PAGE_PACE_NS=460",
                      f"-DKIEC_PACE_REF_GBPS={ref}")
     cases = ["3201000", "6144", "2619000", "5120", "6402000", "6144", "0", "5120", "2619000", "0"]
-    r = subprocess.run([exe, "460", *cases], capture_output=True, text=True, check=True)
+    r = subprocess.run([exe, *cases], capture_output=True, text=True, check=True)
     got = [tuple(map(int, line.split())) for line in r.stdout.splitlines()]
     peaks = [4916, 3352, 9833, 0, 0]
     paces = [460, 674, 229, 460, 460] if ref else [460] * 5

@@ -213,6 +213,13 @@ __host__ __device__ __forceinline__ unsigned page_pace(const PersistentArgs& a) 
     return PACE;
 }
 
+// When the next copy may go out after one of `bytes` at `now`: a full page waits the whole pace, a shorter one its
+// bytes' part of it.
+template <int PAGE>
+__device__ __forceinline__ unsigned long long paced_after(unsigned long long now, unsigned pace, unsigned bytes) {
+  return now + (unsigned long long)pace * bytes / PAGE;
+}
+
 // The producer: thread 0 of the streaming warpgroup. Copies every GEMV share of positions [p0, p_end) into the ring
 // in instruction order, until the compute warps set `quit` (the generation ended early). Every SM's bytes in flight
 // are a queue that all other loads and the counters' round trips wait behind (bench/hop_latency.cu: a hop of 1.7 us
@@ -233,6 +240,7 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
   PageWalk<R::PAGE> copy(&a, begin, end), ahead(&a, begin, end);
   unsigned seq = 0, asked = 0;  // pages copied into the ring; pages asked of L2 (the walk `ahead` is past them)
   unsigned long long next_at = 0;  // (KIEC_PAGE_PACE_NS: the next page's copy not before, %globaltimer ns)
+  const unsigned pace = page_pace<KIEC_PAGE_PACE_NS>(a), pace_ahead = page_pace<KIEC_PAGE_PACE_AHEAD_NS>(a);
   for (; copy.next(KIEC_ATTN_L2_HINT == 2); ++seq) {
     const unsigned stage = seq % R::STAGES, use = seq / R::STAGES;
     if (use > 0) {
@@ -253,20 +261,19 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
           prefetch_bulk_l2(ahead.gate, ahead.bytes);
           if (ahead.up) prefetch_bulk_l2(ahead.up, ahead.bytes);
           if constexpr (KIEC_L2_AHEAD_PACED && KIEC_PAGE_PACE_NS > 0)  // (one clock: the SM's share of the memory)
-            next_at = now + (unsigned long long)page_pace<KIEC_PAGE_PACE_NS>(a) * (ahead.up ? 2 : 1) * ahead.bytes /
-                            R::PAGE;
+            next_at = paced_after<R::PAGE>(now, pace, (ahead.up ? 2 : 1) * ahead.bytes);
         }
       }
     }
     const unsigned bytes = copy.up ? 2 * copy.bytes : copy.bytes;
-    if constexpr (KIEC_PAGE_PACE_NS > 0) {  // a share's last page, shorter, waits its bytes' part of the pace
+    if constexpr (KIEC_PAGE_PACE_NS > 0) {
       unsigned long long now;
       while ((now = global_ns()) < next_at) {}
-      unsigned pace = page_pace<KIEC_PAGE_PACE_NS>(a);
 #if KIEC_PAGE_PACE_AHEAD_NS
-      if (ring.ahead(a, copy.pos, copy.i) >= 2) pace = page_pace<KIEC_PAGE_PACE_AHEAD_NS>(a);
+      next_at = paced_after<R::PAGE>(now, ring.ahead(a, copy.pos, copy.i) >= 2 ? pace_ahead : pace, bytes);
+#else
+      next_at = paced_after<R::PAGE>(now, pace, bytes);
 #endif
-      next_at = now + (unsigned long long)pace * bytes / R::PAGE;
     }
     mbar_expect(ring.full + stage, bytes);
     char* dst = ring.page(seq);
