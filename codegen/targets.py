@@ -287,8 +287,12 @@ TARGETS: dict[str, TargetParams] = {
                           # against ~1 for the others: it signals last, then starts its own share), 0.26-0.77 us
                           # after the median tile (bench/results/2026-12-01c/o_last_tile.py; 13 of 16 with the old
                           # walk). With 1 those SMs (one a KV head) get no share (the others 16-17 rows instead of
-                          # 15-16). Not yet run
-                          persist_attn_spare_splits=0,
+                          # 15-16). 2026-12-01 sixteenth session (9ad4140, ms, two rounds each, bench/RESULTS.md):
+                          # llama-3.2-1b 0.743 / 0.743 vs 0.745 / 0.747 and 0.735 / 0.735 vs 0.744 / 0.741 (two
+                          # calls), at 8192 0.899 / 0.900 vs 0.906 / 0.905, qwen3-1.7b 1.122 / 1.122 vs 1.131 /
+                          # 1.129, llama-3.1-8b 3.890 / 3.889 vs 3.904 / 3.908, smollm2-135m 0.504 / 0.504 vs 0.504 /
+                          # 0.504. So 1
+                          persist_attn_spare_splits=1,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
                           # (ir/passes/persistent.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b

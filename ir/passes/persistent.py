@@ -365,7 +365,8 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     Schedule (an owner waits for its head's other splits, so no SM may hold two splits of one phase: attention's
     tiles go one an SM). spare_splits: the GEMV after an attention phase (the output projection) gives no rows to
     the SMs of each KV head's first spare_splits splits, the ones in use from the shortest context on (split_rows
-    fills splits from the first): its other SMs are waiting on them, so their share would start last."""
+    fills splits from the first): its other SMs are waiting on them, so their share would start last. None are
+    spared where they would be more than half the SMs (a GPU with few SMs for its KV heads)."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
@@ -397,6 +398,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
             splits = sched.splits.setdefault(i, attention_splits(k, sms, max_splits))
             placed = [((sm + t) % sms, g, g + 1) for t, g in enumerate(g for g in range(n) for _ in range(splits))]
             spared = frozenset(where for t, (where, _, _) in enumerate(placed) if t % splits < spare_splits)
+            spared = spared if 2 * len(spared) <= sms else frozenset()  # (the others would take twice the rows)
         else:
             placed = [((sm + t) % sms, lo, min(lo + tile_rows, n)) for t, lo in enumerate(range(0, n, tile_rows))]
         sched.tiles.append(n if opcode == "attention" else len(placed))  # attention: its KV heads' last splits

@@ -247,6 +247,14 @@ def test_spared_splits_sms_get_no_output_projection_and_the_vm_agrees(tmp_path, 
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
 
 
+def test_no_splits_are_spared_where_they_would_be_most_sms(tmp_path):
+    # 7 SMs, 2 KV heads, 3 splits: sparing every split (6 SMs) would leave one SM the whole output projection; the
+    # schedule spares none then, and the projection's rows go to all 7 SMs
+    _, prog, sched, *_ = setup(tmp_path, spare_splits=3)
+    c = next(c for c, (_, op) in enumerate(sched.phases) if op == "attention")
+    assert len({sm for sm, lst in enumerate(sched.lists) for ins in lst if ins.counter == c + 1}) == 7
+
+
 @pytest.mark.parametrize("name,bound", [("llama-3.2-1b", 0.97), ("llama-3.1-8b", 0.97), ("smollm2-135m", 0.93)])
 def test_each_kernels_weights_are_dealt_evenly_over_132_sms(name, bound):
     # a kernel lasts as long as its busiest SM: with 64-row tiles dealt round-robin, llama-3.2-1b's QKV
