@@ -84,11 +84,13 @@ class _PersistentEmitter(_Emitter):
         if self.tag_waits and t.persist_x_direct:
             raise ValueError("persist_tag_waits with persist_x_direct: x slices read straight from memory spin on "
                              "their words one at a time (load_x_slice_tagged), not as a batch")
+        # parity tags need every SM to read each write of the residual stream (tag_parity), which a spared SM
+        # skips at the output projection: they take no spared splits
         self.sched: Schedule = schedule(program, t.sms, slot_of=dict(self.arena), min_keys=t.attn_min_keys,
                                         previous_first=bool(t.persist_waits_previous_first), tags=self.tags,
                                         tag_waits=self.tag_waits, tag_lead=t.persist_tag_lead,
                                         owner_merges=t.persist_attn_owner_merges,
-                                        spare_splits=t.persist_attn_spare_splits)
+                                        spare_splits=0 if self.parity_tags() else t.persist_attn_spare_splits)
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):
             self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)

@@ -498,8 +498,9 @@ def test_the_twice_probe_picks_its_gemvs_and_compiles(tmp_path, monkeypatch):
 @pytest.mark.parametrize("change", [dict(), dict(persist_tagged=1, persist_x_direct=1)])
 def test_parity_tags_compile_with_their_table_and_reset(tmp_path, monkeypatch, change):
     # persist_tag_parity: the kernel defines KIEC_TAG_PARITY, holds each phase's parity bits and zeroes the tagged
-    # slots before each launch; it builds (nvcc) with tags 2 and with tags 1 and x slices straight from memory. A
-    # model too narrow for every SM to read the residual stream is refused by name, nothing left behind
+    # slots before each launch; it builds (nvcc) with tags 2 and with tags 1 and x slices straight from memory (the
+    # table's spared splits are not taken: every SM must read the residual stream). A model too narrow for every SM
+    # to read the residual stream is refused by name, nothing left behind
     import dataclasses
 
     from kiec.codegen import targets
