@@ -6,10 +6,10 @@
     python3 scripts/variants.py --trace=8192 llama-3.2-1b:8192 mode=persistent mode=persistent,persist_tagged=1
 (MODEL:N: timed from N tokens of context; a lone / starts the next model's list, so one call runs several.) Each
 variant is the sm_90 table entry with the given fields replaced (mode= picks graph or persistent); prints ms/token
-and MBU per variant. Each model's artifacts are deleted after its timing (the lent machine's disk holds 64 GB: two
-llama-3.1-8b variants are 32 GB). --trace=POS: then each persistent variant's step at POS traced in the kernel
-(Engine.trace), side by side: per kind of phase its mean hop and span along the chain (scripts/trace_summary.py),
-then each variant's whole summary."""
+and MBU per variant. Each model's artifacts are deleted after its timing (the lent machine's disk holds 64 GB: three
+llama-3.1-8b variants fit, five did not; a list too long for the free space is refused first). --trace=POS: then
+each persistent variant's step at POS traced in the kernel (Engine.trace), side by side: per kind of phase its mean
+hop and span along the chain (scripts/trace_summary.py), then each variant's whole summary."""
 import os
 import re
 import shutil
@@ -67,6 +67,17 @@ def summary_lines(times: dict[str, list[float]]) -> list[str]:
     return lines
 
 
+def disk_short(model_name: str, n: int, each: int, free: int) -> str | None:
+    """Why n artifacts of `each` bytes of weights do not fit in `free` bytes (each keeps its own weights.bin until
+    the model's timing ends), or None: said before the first compile, not after minutes of writing weights. (The
+    free bytes a user may write, as `df` says: on the lent machine ENOSPC came at that figure, with ~170 GB more
+    counted free in the filesystem's own blocks.)"""
+    if n * each <= free:
+        return None
+    return (f"{model_name}: {n} variants need {n * each / 1e9:.0f} GB of weights, the disk has {free / 1e9:.0f} GB "
+            f"free: at most {free // each} a call")
+
+
 def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
     model_name, _, ctx = spec.partition(":")
     context = int(ctx or 0)
@@ -75,6 +86,10 @@ def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
     base = targets.TARGETS["sm_90"]
     work = "/tmp/kiec_variants"
     shutil.rmtree(work, ignore_errors=True)  # a killed call's artifacts
+    os.makedirs(work, exist_ok=True)
+    short = disk_short(model_name, len(variants), bytes_per_token(model.graph, 0).read, shutil.disk_usage(work).free)
+    if short:
+        sys.exit(short)
     arts = {}
     for v in variants:
         changes = dict(kv.split("=") for kv in v.split(",") if "=" in kv)

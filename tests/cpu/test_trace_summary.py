@@ -239,3 +239,12 @@ def test_variants_summary_gives_each_variants_rounds_and_its_mean_against_the_fi
     assert lines[1].split() == ["mode=persistent", "0.741", "/", "0.741"]
     assert lines[2].split() == ["mode=persistent,x=1", "0.736", "/", "0.738", "-0.5%"]
     assert lines[3].split() == ["mode=persistent,y=2", "0.875", "/", "0.875", "+18.1%"]
+
+
+def test_variants_say_before_compiling_when_their_weights_do_not_fit_the_disk(monkeypatch):
+    # scripts/variants.py: five llama-3.1-8b variants (16 GB of weights each) on a disk with 60 GB free stopped at the
+    # third's weights after minutes (sixteenth session); the count is checked first
+    variants = load_variants(monkeypatch)
+    assert variants.disk_short("llama-3.1-8b", 3, 16 * 10**9, 60 * 10**9) is None
+    msg = variants.disk_short("llama-3.1-8b", 5, 16 * 10**9, 60 * 10**9)
+    assert msg == "llama-3.1-8b: 5 variants need 80 GB of weights, the disk has 60 GB free: at most 3 a call"
