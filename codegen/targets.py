@@ -179,22 +179,28 @@ TARGETS: dict[str, TargetParams] = {
                           # With 460: llama-3.1-8b 3.922 vs 4.084, llama-3.2-1b at 8192 0.904-0.905 vs 0.911, 1B
                           # 0.743-0.744 vs 0.766, but smollm2-135m 0.502 vs 0.498-0.499 and qwen3-1.7b (450 and 470)
                           # 1.129-1.135 vs 1.126-1.128 (a later call: 1.130-1.131 vs the old walk's 1.134-1.137; 550:
-                          # 1.162). The pace is a page's share of H200's bandwidth (an H100 would want ~674 ns:
+                          # 1.162). The pace is a page's share of H200's bandwidth (an H100 would want ~661 ns:
                           # persist_pace_ref_gbps below; not measured)
                           persist_walk_kept=1, persist_page_pace_ns=460,
                           # the ring refills during QKV, attention and the output projection (the 6 + 4 pages of
                           # theirs the fifteenth session's trace found in the ring, in their ~16 us traced) at the
                           # full pace, its copies queued ahead of those phases' round trips (bench/hop_latency.cu: a
                           # hop of 1.7 us took 18-22 us with 12 pages in flight an SM). At ~1 us a page the refill
-                          # should still end before gate/up (arithmetic: 10 pages in 10 us). Not yet run
+                          # should still end before gate/up (arithmetic: 10 pages in 10 us). 2026-12-01 sixteenth
+                          # session (ms, two rounds, bench/RESULTS.md): llama-3.2-1b 700 0.744 / 0.746, 1000 0.744 /
+                          # 0.743, 1500 0.752 / 0.752 vs 0.745 / 0.747; with spared splits 0.740 vs 0.735; qwen3-1.7b
+                          # likewise 1.128 vs 1.122; smollm2-135m 0.505 vs 0.504. Off
                           persist_page_pace_ahead_ns=0,
                           # L2 lookahead (on below a width of 1024, above) measured noise on 1B unpaced (0.741 vs
-                          # 0.741, fifteenth session): its asks go out in a burst when the ring fills. Not yet run
+                          # 0.741, fifteenth session): its asks go out in a burst when the ring fills. Paced, on
+                          # smollm2-135m (where the lookahead is on): 0.503 / 0.502 vs 0.504 / 0.504 (sixteenth
+                          # session); not run where it is off (wider models, persist_l2_ahead_max_width). Off
                           persist_l2_ahead_paced=0,
-                          # the paces above are H200's (peak 4916 GB/s: 3,201 MHz, nvidia-smi's memory clock in our
-                          # runs, x 6144 bits; the driver's attribute not yet read on the GPU); an H100's 3352 would
-                          # want 460 -> 674 (arithmetic). Built, not yet run: 4916 scales them on other GPUs and leaves
-                          # H200's alone
+                          # the paces above are H200's. Its driver's attributes give a peak of 4,814 GB/s (kiec bench's
+                          # line, sixteenth session; nvidia-smi's 3,201 MHz x 6144 bits would be 4,916); an H100's
+                          # published 3,352 would want 460 -> 661 (arithmetic). N > 0 scales the paces by N over the
+                          # GPU's peak: 4814 leaves H200's alone. 4916 on H200 (pace 470): 0.746 / 0.749 vs 0.745 /
+                          # 0.747 ms on llama-3.2-1b (sixteenth session). Off until another GPU is run
                           persist_pace_ref_gbps=0,
                           # 1 frees llama-3.1-8b's 57 KB x scratch: its ring 10 -> 12 pages (with persist_stages
                           # 13, llama-3.2-1b's 12 -> 13). With 13 pages on llama-3.2-1b at a9dfdd7: 0.840 vs 0.852
@@ -314,7 +320,8 @@ TARGETS: dict[str, TargetParams] = {
                           # Parity tags halve those bytes. 2026-11-30 tenth session at 570e9ca (ms, two rounds):
                           # llama-3.2-1b 0.761 / 0.757 vs 0.765 / 0.762, qwen3-1.7b 1.140 / 1.145 vs 1.121 / 1.124,
                           # smollm2-135m with tags on 0.525 / 0.525 vs 0.520 / 0.518 (bench/RESULTS.md): the bytes
-                          # are not what the prologues cost. So 0
+                          # are not what the prologues cost. So 0. (With it no splits are spared,
+                          # persist_attn_spare_splits: every SM must read each write of the residual stream)
                           persist_tag_parity=0,
                           # a reader of tagged words polls its writer's counter, then loads the words: two round trips
                           # after the last write where one would do (the trace's hops: 0.3-0.6 us a phase, 4% of the

@@ -102,9 +102,9 @@ def test_the_streaming_thread_asks_l2_for_the_rows_each_split_reads(tmp_path, fa
 
 @pytest.mark.parametrize("ref", [4916, 0])
 def test_the_pace_keeps_each_sms_share_of_another_gpus_memory(tmp_path, ref):
-    # persist_pace_ref_gbps: a pace measured best on H200 (460 ns a page at its 4916 GB/s peak) becomes 674 on an
-    # H100 SXM's 3352 and 229 at twice H200's peak; H200 keeps its own, and a GPU whose driver gives no memory clock
-    # or bus width the compiled one. Without the reference (0) every GPU gets the compiled pace
+    # persist_pace_ref_gbps: a pace measured best on H200 (460 ns a page, here at a 4916 GB/s reference) becomes 674
+    # on an H100 SXM's 3352 and 229 at twice that peak; the reference GPU keeps its own, and a GPU whose driver
+    # gives no memory clock or bus width the compiled one. Without the reference (0) every GPU gets the compiled pace
     exe = nvcc_build(tmp_path, os.path.join(HERE, "pace.cu"), "-std=c++17", "-DKIEC_PAGE_PACE_NS=460",
                      f"-DKIEC_PACE_REF_GBPS={ref}")
     cases = ["3201000", "6144", "2619000", "5120", "6402000", "6144", "0", "5120", "2619000", "0"]
