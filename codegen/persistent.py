@@ -79,6 +79,9 @@ class _PersistentEmitter(_Emitter):
         if self.tag_waits and t.persist_tag_parity:
             raise ValueError("persist_tag_waits with persist_tag_parity: a parity tells a word's last write from the "
                              "one before only, so its reader must wait for the writer's counter first")
+        if t.persist_x_direct not in (0, 1, 2):
+            raise ValueError(f"persist_x_direct {t.persist_x_direct}: 0, 1 (every GEMV without a norm) or 2 (those "
+                             f"whose warps hold a segment of x each)")
         if not 0 <= t.persist_tag_lead <= 100:
             raise ValueError(f"persist_tag_lead {t.persist_tag_lead}: a percentage of the writer's tiles, 0 to 100")
         if self.tag_waits and t.persist_x_direct:
@@ -182,7 +185,9 @@ class _PersistentEmitter(_Emitter):
         silu = k.epilogue == "silu_mul"
         segs = row_segments(k.k, self.warps, self.t.persist_page_bytes, silu)
         tx, ty = self.tagged(k.x), self.tagged(k.out)
-        direct = bool(self.t.persist_x_direct) and not k.norm  # x straight from memory, none in the scratch
+        # x straight from memory, none in the scratch: every GEMV without a norm (1), or only those whose warps each
+        # hold a segment of x of their own (2: none loads a slice another warp loads too)
+        direct = not k.norm and (self.t.persist_x_direct == 1 or (self.t.persist_x_direct == 2 and segs == self.warps))
         tail = template_tail([direct, tx, ty, self.twice(k)], [False, False, False, 0])  # DIRECT, TX, TY, TWICE
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "

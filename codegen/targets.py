@@ -45,7 +45,8 @@ class TargetParams:
     # persistent, with a pace: > 0: the pace while the stream's page is 2 or more instructions past the GEMV whose
     # pages the compute warps are on (the ring's refill during QKV, attention and the output projection)
     persist_page_pace_ahead_ns: int
-    persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch)
+    persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch);
+    # 2: only those whose warps hold a segment each (the down projection, K 8192, on llama-3.2-1b)
     persist_waits_previous_first: int  # persistent: 1: an instruction polls the previous token's waits first
     persist_waits_together: int  # persistent: 1: warp 0's lanes poll an instruction's waits at once, a lane each
     persist_attn_pipeline: int  # persistent: 1: attention loads its next K/V pass while it computes this one
@@ -206,7 +207,12 @@ TARGETS: dict[str, TargetParams] = {
                           # 13, llama-3.2-1b's 12 -> 13). With 13 pages on llama-3.2-1b at a9dfdd7: 0.840 vs 0.852
                           # ms; with poll sleep 100 too at edd1aac's kernel: 0.817 vs 0.823-0.826; other models not
                           # run (modelled, `scripts/time_model.py MODEL stream_gbps=32.1 ring_pages=N`: 8B 3834 ->
-                          # 3767 us)
+                          # 3767 us). On the paced stream (fifteenth and sixteenth sessions, ms, two rounds):
+                          # llama-3.2-1b with 13 pages 0.875 vs 0.741, llama-3.1-8b 4.106 / 4.109 vs 3.890 / 3.889.
+                          # With 1 the output projection (K 2048: 2 segments over 8 warps) loads each slice four times
+                          # over; 2 makes only the GEMVs whose warps each hold a segment of their own direct (1B: the
+                          # down projection, K 8192, whose 64 KB prologue took 2.4 us with the ring full, fifteenth
+                          # session's trace; its scratch then 8 KB, room for 13 pages). Built, not yet run
                           persist_x_direct=0,
                           # every instruction waits on this token's producer, then on a phase of the previous token
                           # (a write-after-read on a shared slot), reached long before: polled second, its round trip

@@ -469,6 +469,32 @@ def test_copy_batch_reaches_the_kernel(tmp_path):
         assert f"#define KIEC_COPY_BATCH {batch} " in emit_persistent(program, "bf16", 64, t, "x").files["model.cu"]
 
 
+def test_x_direct_2_takes_only_the_gemvs_whose_warps_hold_a_segment_each(tmp_path):
+    # persist_x_direct 2: the down projection (K 8192: 8 segments, one a warp) loads its x slices from memory, the
+    # output projection (K 256: one segment all 8 warps load) keeps its scratch; 1 takes both. The scratch left is
+    # the K-256 GEMVs', so 13 pages fit where the 8192 floats of x left room for 12
+    import dataclasses
+    import re
+
+    from kiec.codegen.persistent import emit_persistent
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=8192)
+    program = pipeline.run(kiec.load(str(tmp_path / "hf"), dtype="bf16").graph)
+
+    def direct(x_direct):  # each norm-less GEMV case's (K, DIRECT), and the ring's pages
+        t = dataclasses.replace(target("sm_90"), persist_x_direct=x_direct, persist_stages=13)
+        text = emit_persistent(program, "bf16", 64, t, "x").files["model.cu"]
+        cases = [(int(k), d == "true") for k, d in re.findall(
+            r"gemv_tile<T, (\d+), \d+, false, kiec::EPI_\w+, \w+, \d+, (\w+)", text)]
+        return cases, int(re.search(r"Ring<(\d+), \d+>", text).group(1))
+    assert direct(0) == ([(256, False), (8192, False)], 12)
+    assert direct(2) == ([(256, False), (8192, True)], 13)
+    assert direct(1) == ([(256, True), (8192, True)], 13)
+    with pytest.raises(ValueError, match="persist_x_direct 3: 0, 1"):
+        direct(3)
+
+
 def test_the_twice_probe_picks_its_gemvs_and_compiles(tmp_path, monkeypatch):
     # persist_probe_twice: gemv_tile's TWICE per GEMV: 4 doubles the dots of QKV and the output projection (the
     # GEMVs beside an attention) only, 8 the others' (gate/up, down, LM head), 2 every prologue; the kernel builds

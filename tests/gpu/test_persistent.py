@@ -45,14 +45,20 @@ def test_persistent_logits_within_budget_and_greedy_tokens_equal_graph_mode(tmp_
 def test_persistent_wide_rows_within_budget(tmp_path, monkeypatch):
     # rows long enough to be cut into segments (K = 1536: 2, K = 6144: 8, each warp's slice of x in registers),
     # many pages a share and SiLU-mul pages of gate and up halves; the down projection's tagged x (K 6144: 12 loads a
-    # thread) copied in two batches (persist_copy_batch 8, the default) and in one (16): the same bits
+    # thread) copied in two batches (persist_copy_batch 8, the default) and in one (16), or loaded by each warp
+    # straight from memory (persist_x_direct 2: its warps hold a segment each), with a 13-page ring: the same bits
     model, art = compile_tiny(tmp_path, "llama", hidden_size=1536, intermediate_size=6144, num_attention_heads=12,
                               num_key_value_heads=4, vocab_size=1024)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, "wide llama persistent: logits over 24 positions")
     graph = kiec.Engine(kiec.compile(model, str(tmp_path / "graph")))
     assert eng.generate(tokens[:5], 40) == graph.generate(tokens[:5], 40)
-    one = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_copy_batch=16))
+    direct = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "direct", persist_x_direct=2,
+                                         persist_stages=13))
+    assert np.array_equal(np.stack([direct.step(t, p) for p, t in enumerate(tokens)]), ours)
+    assert direct.generate(tokens[:5], 40) == graph.generate(tokens[:5], 40)
+    one = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_x_direct=0, persist_stages=12,
+                                      persist_copy_batch=16))
     assert np.array_equal(np.stack([one.step(t, p) for p, t in enumerate(tokens)]), ours)
 
 
