@@ -69,9 +69,9 @@ def summary_lines(times: dict[str, list[float]]) -> list[str]:
 
 def disk_short(model_name: str, n: int, each: int, free: int) -> str | None:
     """Why n artifacts of `each` bytes of weights do not fit in `free` bytes (each keeps its own weights.bin until
-    the model's timing ends), or None: said before the first compile, not after minutes of writing weights. (The
-    free bytes a user may write, as `df` says: on the lent machine ENOSPC came at that figure, with ~170 GB more
-    counted free in the filesystem's own blocks.)"""
+    the model's timing ends), or None: said before the first compile, not after minutes of writing weights. (`free`:
+    the bytes df calls available; after a call that ran out of space, the lent machine's df showed 4.2 GB available
+    with ~170 GB more free in the filesystem's blocks, so those blocks are not what a write may take.)"""
     if n * each <= free:
         return None
     return (f"{model_name}: {n} variants need {n * each / 1e9:.0f} GB of weights, the disk has {free / 1e9:.0f} GB "
