@@ -63,19 +63,54 @@ def _reusable(like: str | None, model: Model, dtype: str) -> tuple[str | None, d
                   for w in man.get("weights", []) if w["sources"]}
 
 
+def _table_bytes(t) -> bytes:
+    """A constant table's bytes in weights.bin (the schedule, descriptors, RoPE's frequencies)."""
+    return np.asarray(t.values, dtype=np.int32 if t.dtype == "i32" else np.float32).tobytes()
+
+
+def _same_bytes(src: Sources, like_path: str | None, like_at: dict) -> bool:
+    """Whether weights.bin would be the like artifact's byte for byte: the same size, every model tensor where that
+    one holds it (packed alike), every constant table the same (a variant that changes only the kernels' code)."""
+    if like_path is None or os.path.getsize(like_path) != src.weight_bytes:
+        return False
+    ends = [t.offset for t in src.weights[1:]] + [src.weight_bytes]  # each tensor's room: its bytes, then zeros
+    with open(like_path, "rb") as old:
+        for t, end in zip(src.weights, ends):
+            data = _table_bytes(t) if t.values else None
+            if data is None and like_at.get((t.sources, t.shape, t.dtype)) != t.offset:
+                return False
+            old.seek(t.offset)
+            if data is not None and old.read(len(data)) != data:
+                return False
+            old.seek(t.offset + (len(data) if data is not None else t.nbytes))
+            if old.read(end - old.tell()).strip(b"\0"):
+                return False
+    return True
+
+
 def write_weights(model: Model, src: Sources, path: str, dtype: str, like: str | None = None) -> None:
     """Stream the packed tensors to weights.bin, one at a time (a model is never held whole in memory). like: an
     artifact built from the same model (kiec.compile's weights_like): a model tensor it packed alike is copied from
-    its weights.bin instead of converted again; constant tables (the schedule among them) are always written."""
+    its weights.bin instead of converted again; constant tables (the schedule among them) are always written. Where
+    the whole file would be the same bytes as like's, it is a hard link to that one instead (no bytes written: the
+    lent GPU machine's disk held three llama-3.1-8b artifacts, 16 GB each, not five; weights.bin is never written
+    in place, so the two artifacts cannot drift apart)."""
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
     like_path, like_at = _reusable(like, model, dtype)
+    if _same_bytes(src, like_path, like_at):
+        try:
+            os.link(like_path, path)
+            _progress(f"weights.bin linked to {like}'s (the same bytes)")
+            return
+        except OSError:  # (another filesystem, or links refused: written as below)
+            pass
     done, t0, last, copied = 0, time.time(), 0.0, 0
     with open(path, "wb") as fh, open(like_path or os.devnull, "rb") as old:
         for t in src.weights:
             assert fh.tell() == t.offset, (t.name, fh.tell(), t.offset)
             at = like_at.get((t.sources, t.shape, t.dtype))
             if t.values:
-                data = np.asarray(t.values, dtype=np.int32 if t.dtype == "i32" else np.float32).tobytes()
+                data = _table_bytes(t)
             elif at is not None:
                 old.seek(at)
                 data = old.read(t.nbytes)

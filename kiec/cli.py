@@ -56,7 +56,7 @@ DTYPES = {"bf16": "bf16", "fp16": "f16"}
 @click.option("--weights-like", default=None, metavar="ARTIFACT",
               help="An artifact compiled from this same, unchanged checkpoint (e.g. the other mode's): its packed "
                    "tensors are copied instead of converted again (its model name, source and dtype are checked, "
-                   "the values are not).")
+                   "the values are not); a weights.bin that would be its byte for byte is a hard link to it.")
 def compile(model, out_dir, target, arch, tp, mode, dtype, max_seq_len, dump_ir, weights_like):
     """Compile MODEL into an artifact directory (needs nvcc; no GPU)."""
     import os

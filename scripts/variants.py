@@ -7,7 +7,8 @@
 (MODEL:N: timed from N tokens of context; a lone / starts the next model's list, so one call runs several.) Each
 variant is the sm_90 table entry with the given fields replaced (mode= picks graph or persistent); prints ms/token
 and MBU per variant. Each model's artifacts are deleted after its timing (the lent machine's disk holds 64 GB: three
-llama-3.1-8b variants fit, five did not; a list too long for the free space is refused first). --trace=POS: then
+llama-3.1-8b variants fit, five did not, unless a variant's weights.bin is the first's, linked; a variant that may
+not fit the free space is left out, with the rest of the list, before it is written). --trace=POS: then
 each persistent variant's step at POS traced in the kernel (Engine.trace), side by side: per kind of phase its mean
 hop and span along the chain (scripts/trace_summary.py), then each variant's whole summary."""
 import os
@@ -67,15 +68,16 @@ def summary_lines(times: dict[str, list[float]]) -> list[str]:
     return lines
 
 
-def disk_short(model_name: str, n: int, each: int, free: int) -> str | None:
-    """Why n artifacts of `each` bytes of weights do not fit in `free` bytes (each keeps its own weights.bin until
-    the model's timing ends), or None: said before the first compile, not after minutes of writing weights. (`free`:
-    the bytes df calls available; after a call that ran out of space, the lent machine's df showed 4.2 GB available
-    with ~170 GB more free in the filesystem's blocks, so those blocks are not what a write may take.)"""
-    if n * each <= free:
+def no_room(model_name: str, left: int, each: int, free: int) -> str | None:
+    """Why the next of `left` variants is not compiled: its weights (`each` bytes, unless it makes the first
+    variant's bytes and is linked to them: kiec.build.write_weights) may not fit the `free` bytes left; or None.
+    Said before writing, not after minutes of it (five llama-3.1-8b variants, 16 GB each, ran out of the lent
+    machine's disk at the third); the variants compiled so far are still timed. `free`: the bytes df calls
+    available (after that call df showed 4.2 GB available with ~170 GB more free in the filesystem's blocks)."""
+    if each <= free:
         return None
-    return (f"{model_name}: {n} variants need {n * each / 1e9:.0f} GB of weights, the disk has {free / 1e9:.0f} GB "
-            f"free: at most {free // each} a call")
+    return (f"{model_name}: {left} variant{'s' if left > 1 else ''} left out: one may take {each / 1e9:.0f} GB of "
+            f"weights, the disk has {free / 1e9:.0f} GB free")
 
 
 def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
@@ -87,20 +89,25 @@ def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
     work = "/tmp/kiec_variants"
     shutil.rmtree(work, ignore_errors=True)  # a killed call's artifacts
     os.makedirs(work, exist_ok=True)
-    short = disk_short(model_name, len(variants), bytes_per_token(model.graph, 0).read, shutil.disk_usage(work).free)
-    if short:
-        sys.exit(short)
     arts = {}
-    for v in variants:
+    for j, v in enumerate(variants):
+        full = no_room(model_name, len(variants) - j, bytes_per_token(model.graph, 0).read,
+                       shutil.disk_usage(work).free)
+        if full:
+            print(full)
+            break
         changes = dict(kv.split("=") for kv in v.split(",") if "=" in kv)
         mode = changes.pop("mode", "graph")
         tp = targets.with_fields(base, changes)
         targets.TARGETS["sm_90"] = tp
         try:
+            # the first variant's tensors copied, or its whole weights.bin linked where this one's is the same
             arts[v] = kiec.compile(model, f"{work}/{model_name}-{len(arts)}", mode=mode,
-                                   weights_like=next(reversed(arts.values()), None))  # its tensors copied
+                                   weights_like=next(iter(arts.values()), None))
         finally:
             targets.TARGETS["sm_90"] = base
+    if not arts:
+        return
     ceilings = measure_ceilings(work)
     ceil = ceilings["read_tbps"]
     print(f"{spec}: {nbytes / 1e9:.3f} GB/token, read ceiling {ceil:.2f} TB/s, floor {nbytes / ceil / 1e9:.3f} ms"

@@ -96,6 +96,17 @@ def test_weights_like_copies_the_model_tensors_and_writes_the_schedule(tiny, tmp
         variant = kiec.compile(model, str(tmp_path / "variant"), mode="persistent", weights_like=like)
     again = kiec.compile(model, str(tmp_path / "again"), mode="persistent")
     assert read(variant) != read(like) and read(again) == read(like)  # (the variant orders its waits otherwise)
+    # a variant of the kernels' code alone (the pace) makes the same bytes: its weights.bin is like's, linked
+    def inode(art):
+        return os.stat(os.path.join(art, "weights.bin")).st_ino
+    capsys.readouterr()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_page_pace_ns=400))
+        paced = kiec.compile(model, str(tmp_path / "paced"), mode="persistent", weights_like=like)
+    assert "linked to" in capsys.readouterr().err and inode(paced) == inode(like) != inode(variant)
+    assert read(paced) == read(fresh)
+    shutil.rmtree(like)  # (the link outlives the artifact it came from)
+    assert read(paced) == read(fresh)
     make_tiny_hf(tmp_path / "other", "llama")
     other = kiec.load(str(tmp_path / "other"), dtype="bf16")
     capsys.readouterr()

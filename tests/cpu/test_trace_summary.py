@@ -241,10 +241,11 @@ def test_variants_summary_gives_each_variants_rounds_and_its_mean_against_the_fi
     assert lines[3].split() == ["mode=persistent,y=2", "0.875", "/", "0.875", "+18.1%"]
 
 
-def test_variants_say_before_compiling_when_their_weights_do_not_fit_the_disk(monkeypatch):
-    # scripts/variants.py: five llama-3.1-8b variants (16 GB of weights each) on a disk with 60 GB free stopped at the
-    # third's weights after minutes (sixteenth session); the count is checked first
+def test_variants_leave_out_what_may_not_fit_the_disk_before_writing_it(monkeypatch):
+    # scripts/variants.py: five llama-3.1-8b variants (16 GB of weights each) ran out of the lent machine's disk at the
+    # third's weights after minutes (sixteenth session); each variant's room is looked at before it is compiled
     variants = load_variants(monkeypatch)
-    assert variants.disk_short("llama-3.1-8b", 3, 16 * 10**9, 60 * 10**9) is None
-    msg = variants.disk_short("llama-3.1-8b", 5, 16 * 10**9, 60 * 10**9)
-    assert msg == "llama-3.1-8b: 5 variants need 80 GB of weights, the disk has 60 GB free: at most 3 a call"
+    assert variants.no_room("llama-3.1-8b", 3, 16 * 10**9, 20 * 10**9) is None
+    msg = variants.no_room("llama-3.1-8b", 3, 16 * 10**9, 12 * 10**9)
+    assert msg == "llama-3.1-8b: 3 variants left out: one may take 16 GB of weights, the disk has 12 GB free"
+    assert variants.no_room("llama-3.1-8b", 1, 16 * 10**9, 12 * 10**9).startswith("llama-3.1-8b: 1 variant left out")
