@@ -51,6 +51,13 @@ def model_width(program: Program) -> int:
                default=0)
 
 
+def paced_stream(program: Program, target: TargetParams) -> bool:
+    """Whether this model's weight stream keeps its page walk and paces it (persist_walk_kept, persist_page_pace_ns):
+    not where its width (the embedding's row) is below persist_paced_min_width."""
+    width = model_width(program)
+    return not (width and width < target.persist_paced_min_width)
+
+
 def tag_level(program: Program, target: TargetParams) -> int:
     """persist_tagged for this model: 0 where its width (the embedding's row) is below persist_tagged_min_width."""
     width = model_width(program)
@@ -264,6 +271,8 @@ class _PersistentEmitter(_Emitter):
         src.manifest = dict(sms=self.sched.sms, instructions=instructions, trace_slots=list(TRACE_SLOTS),
                             schedule=[[sm, ins.opcode, ins.kernel, ins.counter]
                                       for sm, lst in enumerate(self.sched.lists) for ins in lst])
+        paced = paced_stream(self.p, self.t)
+        pace = self.t.persist_page_pace_ns if paced else 0
         src.files["model.cu"] = self.env.get_template("persistent.cu.j2").render(
             ctype=self.ctype, cases=self.cases, sms=self.sched.sms, phases=len(self.sched.phases),
             warps=self.warps, smem=smem, stages=stages, page=page, arrivals=max(self.arrivals, 1),
@@ -274,10 +283,10 @@ class _PersistentEmitter(_Emitter):
             tagged=int(self.tags is not None), tag_parity=self.parity_table(), tag_waits=self.tag_waits,
             reduce_batch=self.t.persist_reduce_batch, copy_batch=self.t.persist_copy_batch,
             evict_first=int(bool(self.t.persist_evict_first)),
-            walk_kept=int(bool(self.t.persist_walk_kept)), page_pace_ns=self.t.persist_page_pace_ns,
-            page_pace_ahead_ns=self.t.persist_page_pace_ahead_ns if self.t.persist_page_pace_ns else 0,
-            l2_ahead_paced=int(bool(self.t.persist_l2_ahead_paced and self.t.persist_page_pace_ns)),
-            pace_ref_gbps=self.t.persist_pace_ref_gbps if self.t.persist_page_pace_ns else 0,
+            walk_kept=int(bool(self.t.persist_walk_kept and paced)), page_pace_ns=pace,
+            page_pace_ahead_ns=self.t.persist_page_pace_ahead_ns if pace else 0,
+            l2_ahead_paced=int(bool(self.t.persist_l2_ahead_paced and pace)),
+            pace_ref_gbps=self.t.persist_pace_ref_gbps if pace else 0,
             attn_l2_hint=self.t.attn_l2_prefetch,
             scratch=self.smem,
             counter_stride=self.t.persist_counter_stride, instr_off=instr_off, starts_off=starts_off,

@@ -35,6 +35,9 @@ class TargetParams:
     persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
     persist_walk_kept: int  # persistent: 1: the weight stream keeps a share's page walk (ring.cuh: PageWalk's KEPT)
     persist_page_pace_ns: int  # persistent: > 0: the weight stream copies a page at most every this many ns
+    # persistent: a model narrower than this (its embedding's row) streams with neither (the walk read each page,
+    # unpaced), whatever persist_walk_kept and persist_page_pace_ns say
+    persist_paced_min_width: int
     # persistent, with a pace: > 0: the peak memory bandwidth (GB/s, memory clock x bus width) the paces were measured
     # best at; the runtime scales them by it over the GPU's own, so that each SM keeps its share of the memory's rate
     # on another GPU of the arch (0: the paces as compiled)
@@ -183,6 +186,11 @@ TARGETS: dict[str, TargetParams] = {
                           # 1.162). The pace is a page's share of H200's bandwidth (an H100 would want ~661 ns:
                           # persist_pace_ref_gbps below; not measured)
                           persist_walk_kept=1, persist_page_pace_ns=460,
+                          # smollm2-135m (width 576, latency-bound: its weights are 5-27 KB an SM a GEMV) with the
+                          # walk read each page, unpaced (ms, two rounds): 0.500 / 0.501 vs 0.504 / 0.504 (sixteenth
+                          # session), 0.498-0.499 vs 0.502 (fifteenth); the kept walk unpaced 0.503 / 0.502. So the
+                          # paced kept walk from a width of 1024 (no model between 576 and 2048 timed)
+                          persist_paced_min_width=1024,
                           # the ring refills during QKV, attention and the output projection (the 6 + 4 pages of
                           # theirs the fifteenth session's trace found in the ring, in their ~16 us traced) at the
                           # full pace, its copies queued ahead of those phases' round trips (bench/hop_latency.cu: a

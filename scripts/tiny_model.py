@@ -12,8 +12,10 @@ from tests.tiny_hf import make_tiny_hf  # noqa: E402
 
 if __name__ == "__main__":
     art, mode = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "persistent"
-    # the tag level the large models get (persist_tagged), not the one a 2-layer model's width gives
-    fields = {"persist_tagged_min_width": "0", **dict(c.split("=") for c in sys.argv[3:])}
+    # the tag level and weight stream the large models get (persist_tagged, the paced kept walk), not the ones a
+    # 2-layer model's width gives
+    fields = {"persist_tagged_min_width": "0", "persist_paced_min_width": "0",
+              **dict(c.split("=") for c in sys.argv[3:])}
     # parity tags need every SM to read the residual stream: a width above the SMs' count (tag_parity)
     wide = fields.pop("wide", "0") == "1"
     shape = dict(hidden_size=256, intermediate_size=384, num_attention_heads=4, num_key_value_heads=2, vocab_size=300)

@@ -20,14 +20,15 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
-def _tags_at_any_width(request, monkeypatch):
-    """The tests' tiny models run the tag level the large models get (persist_tagged), not the one their width
-    would give them (persist_tagged_min_width: test_compile checks that rule on its own); a test marked table_tags
-    runs the table's rule."""
+def _wide_rules_at_any_width(request, monkeypatch):
+    """The tests' tiny models run the tag level and the weight stream the large models get (persist_tagged, the
+    paced kept walk), not the ones their width would give them (persist_tagged_min_width, persist_paced_min_width:
+    test_compile checks those rules on their own); a test marked table_tags runs the table's rules."""
     import dataclasses
 
     from kiec.codegen import targets
     if request.node.get_closest_marker("table_tags"):
         return
     monkeypatch.setitem(targets.TARGETS, "sm_90",
-                        dataclasses.replace(targets.TARGETS["sm_90"], persist_tagged_min_width=0))
+                        dataclasses.replace(targets.TARGETS["sm_90"], persist_tagged_min_width=0,
+                                            persist_paced_min_width=0))

@@ -284,6 +284,31 @@ def test_narrow_models_get_no_tags(tmp_path):
     assert tag_level(program, dataclasses.replace(target("sm_90"), persist_tagged=1, persist_tagged_min_width=0)) == 1
 
 
+def test_narrow_models_stream_unpaced_with_the_walk_read_each_page(tmp_path):
+    # persist_paced_min_width: a model whose embedding row is narrower than it streams its weights with the walk read
+    # each page and no pace (smollm2-135m's 576 timed faster so), whatever the table's walk and pace; a wider one gets
+    # them and what hangs on the pace (the ahead pace, paced L2 asks, the reference peak)
+    import dataclasses
+
+    from kiec.codegen.persistent import emit_persistent
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
+    program = pipeline.run(kiec.load(str(tmp_path / "hf"), dtype="bf16").graph)
+    paced = ["#define KIEC_WALK_KEPT 1", "#define KIEC_PAGE_PACE_NS 460", "#define KIEC_PAGE_PACE_AHEAD_NS 900",
+             "#define KIEC_L2_AHEAD_PACED 1", "#define KIEC_PACE_REF_GBPS 4814"]
+    for width, want in [(257, False), (256, True), (0, True)]:
+        t = dataclasses.replace(target("sm_90"), persist_walk_kept=1, persist_page_pace_ns=460,
+                                persist_page_pace_ahead_ns=900, persist_l2_ahead_paced=1, persist_pace_ref_gbps=4814,
+                                persist_paced_min_width=width)
+        text = emit_persistent(program, "bf16", 64, t, "x").files["model.cu"]
+        assert [line in text for line in paced] == [want] * len(paced), width
+    narrow = emit_persistent(program, "bf16", 64, dataclasses.replace(t, persist_paced_min_width=257), "x")
+    unpaced = emit_persistent(program, "bf16", 64, dataclasses.replace(t, persist_walk_kept=0, persist_page_pace_ns=0,
+                                                                       persist_paced_min_width=0), "x")
+    assert narrow.files["model.cu"] == unpaced.files["model.cu"]  # (the measured variant's kernel, exactly)
+
+
 def test_narrow_models_ask_l2_ahead(tmp_path):
     # persist_l2_ahead_max_width: a model no wider than it asks L2 for persist_l2_ahead_bytes past the ring (the
     # kernel's L2_AHEAD, in pages), a wider one for none; by default smollm2-135m's width (576) does, 2048 does not
