@@ -51,19 +51,21 @@ def model_width(program: Program) -> int:
                default=0)
 
 
+def narrower_than(program: Program, min_width: int) -> bool:
+    """Whether the model's width (its embedding's row) is below min_width; a program without an embedding is not."""
+    width = model_width(program)
+    return bool(width) and width < min_width
+
+
 def paced_stream(program: Program, target: TargetParams) -> bool:
     """Whether this model's weight stream keeps its page walk and paces it (persist_walk_kept, persist_page_pace_ns):
-    not where its width (the embedding's row) is below persist_paced_min_width."""
-    width = model_width(program)
-    return not (width and width < target.persist_paced_min_width)
+    not where its width is below persist_paced_min_width."""
+    return not narrower_than(program, target.persist_paced_min_width)
 
 
 def tag_level(program: Program, target: TargetParams) -> int:
-    """persist_tagged for this model: 0 where its width (the embedding's row) is below persist_tagged_min_width."""
-    width = model_width(program)
-    if width and width < target.persist_tagged_min_width:
-        return 0
-    return target.persist_tagged
+    """persist_tagged for this model: 0 where its width is below persist_tagged_min_width."""
+    return 0 if narrower_than(program, target.persist_tagged_min_width) else target.persist_tagged
 
 
 def l2_ahead_bytes(program: Program, target: TargetParams) -> int:

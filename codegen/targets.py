@@ -203,7 +203,9 @@ TARGETS: dict[str, TargetParams] = {
                           # L2 lookahead (on below a width of 1024, above) measured noise on 1B unpaced (0.741 vs
                           # 0.741, fifteenth session): its asks go out in a burst when the ring fills. Paced, on
                           # smollm2-135m (where the lookahead is on): 0.503 / 0.502 vs 0.504 / 0.504 (sixteenth
-                          # session); not run where it is off (wider models, persist_l2_ahead_max_width). Off
+                          # session, before persist_paced_min_width unpaced it); not run where the lookahead is off
+                          # (wider models, persist_l2_ahead_max_width). With the table's widths no model now has both
+                          # the lookahead (up to 1023) and the pace (from 1024). Off
                           persist_l2_ahead_paced=0,
                           # the paces above are H200's. Its driver's attributes give a peak of 4,814 GB/s (kiec bench's
                           # line, sixteenth session; nvidia-smi's 3,201 MHz x 6144 bits would be 4,916); an H100's
@@ -219,8 +221,9 @@ TARGETS: dict[str, TargetParams] = {
                           # llama-3.2-1b with 13 pages 0.875 vs 0.741, llama-3.1-8b 4.106 / 4.109 vs 3.890 / 3.889.
                           # With 1 the output projection (K 2048: 2 segments over 8 warps) loads each slice four times
                           # over; 2 makes only the GEMVs whose warps each hold a segment of their own direct (1B: the
-                          # down projection, K 8192, whose 64 KB prologue took 2.4 us with the ring full, fifteenth
-                          # session's trace; its scratch then 8 KB, room for 13 pages). Built, not yet run
+                          # down projection, K 8192, whose 64 KB prologue took 2.4 us with 8-12 of the ring's 12
+                          # pages landed, median 11, in the fifteenth session's trace; its scratch then 8 KB, room for
+                          # 13 pages). Built, not yet run
                           persist_x_direct=0,
                           # every instruction waits on this token's producer, then on a phase of the previous token
                           # (a write-after-read on a shared slot), reached long before: polled second, its round trip

@@ -63,6 +63,11 @@ def _reusable(like: str | None, model: Model, dtype: str) -> tuple[str | None, d
                   for w in man.get("weights", []) if w["sources"]}
 
 
+def _key(t) -> tuple:
+    """How a packed model tensor is looked up in a like artifact's manifest (_reusable's keys)."""
+    return t.sources, t.shape, t.dtype
+
+
 def _table_bytes(t) -> bytes:
     """A constant table's bytes in weights.bin (the schedule, descriptors, RoPE's frequencies)."""
     return np.asarray(t.values, dtype=np.int32 if t.dtype == "i32" else np.float32).tobytes()
@@ -77,7 +82,7 @@ def _same_bytes(src: Sources, like_path: str | None, like_at: dict) -> bool:
     with open(like_path, "rb") as old:
         for t, end in zip(src.weights, ends):
             data = _table_bytes(t) if t.values else None
-            if data is None and like_at.get((t.sources, t.shape, t.dtype)) != t.offset:
+            if data is None and like_at.get(_key(t)) != t.offset:
                 return False
             old.seek(t.offset)
             if data is not None and old.read(len(data)) != data:
@@ -108,7 +113,7 @@ def write_weights(model: Model, src: Sources, path: str, dtype: str, like: str |
     with open(path, "wb") as fh, open(like_path or os.devnull, "rb") as old:
         for t in src.weights:
             assert fh.tell() == t.offset, (t.name, fh.tell(), t.offset)
-            at = like_at.get((t.sources, t.shape, t.dtype))
+            at = like_at.get(_key(t))
             if t.values:
                 data = _table_bytes(t)
             elif at is not None:

@@ -90,9 +90,9 @@ def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
     shutil.rmtree(work, ignore_errors=True)  # a killed call's artifacts
     os.makedirs(work, exist_ok=True)
     arts = {}
+    weights = bytes_per_token(model.graph, 0).read  # (about weights.bin's size: context 0 reads little else)
     for j, v in enumerate(variants):
-        full = no_room(model_name, len(variants) - j, bytes_per_token(model.graph, 0).read,
-                       shutil.disk_usage(work).free)
+        full = no_room(model_name, len(variants) - j, weights, shutil.disk_usage(work).free)
         if full:
             print(full)
             break
