@@ -94,8 +94,8 @@ class _PersistentEmitter(_Emitter):
         if not 0 <= t.persist_tag_lead <= 100:
             raise ValueError(f"persist_tag_lead {t.persist_tag_lead}: a percentage of the writer's tiles, 0 to 100")
         if self.tag_waits and t.persist_x_direct:
-            raise ValueError("persist_tag_waits with persist_x_direct: x slices read straight from memory spin on "
-                             "their words one at a time (load_x_slice_tagged), not as a batch")
+            raise ValueError("persist_tag_waits with persist_x_direct: not supported (x slices read straight from "
+                             "memory have never run with words loaded before their writer's counter was met)")
         # parity tags need every SM to read each write of the residual stream (tag_parity), which a spared SM
         # skips at the output projection: they take no spared splits
         self.sched: Schedule = schedule(program, t.sms, slot_of=dict(self.arena), min_keys=t.attn_min_keys,

@@ -127,7 +127,10 @@ TARGETS: dict[str, TargetParams] = {
                           gemv_early_loads=1,
                           attn_warps=8, attn_blocks=132, attn_keys=8, attn_min_keys=64,
                           # graph mode's attention at 8192: 16.8 MB in the 10.9 us more than at 32, 1.5 TB/s (a
-                          # latency-bound pass or two a split); asking L2 ahead: not yet run
+                          # latency-bound pass or two a split); asking L2 ahead: graph mode not yet run. Persistent,
+                          # llama-3.2-1b at 8192 (2026-12-01 seventeenth session, ms, two rounds, bench/RESULTS.md):
+                          # 1 (each split before its wait) 0.935 / 0.937, 2 (the weight stream) 0.904 / 0.904 vs
+                          # 0.899 / 0.900. Off
                           attn_l2_prefetch=0,
                           gencode="-gencode=arch=compute_90a,code=sm_90a",
                           prefetch_bytes=8 << 20,
@@ -147,7 +150,8 @@ TARGETS: dict[str, TargetParams] = {
                           # batched warp sums stay a knob (gemv_compute.cu measures with it). 12 compute warps on
                           # smollm2-135m (no spills there): 0.539 / 0.540 vs 0.507 ms (tenth session, 38a3854)
                           # 8 KB x 24 pages: 1.247 vs 0.766 ms on llama-3.2-1b, 4 KB x 48: 2.294 (fourteenth
-                          # session, bench/RESULTS.md): a cost a page, it seems; a cheaper page walk was slower too
+                          # session, bench/RESULTS.md): a cost a page, it seems; a cheaper page walk was slower too.
+                          # 11 pages on the paced stream: 0.746 / 0.748 vs 0.739 / 0.741 on llama-3.2-1b (seventeenth)
                           persist_warps=8, persist_page_bytes=16 << 10, persist_stages=12,
                           # L2 asked for 128 / 256 / 512 KB an SM past the ring (twelfth session, 030681b, ms, two
                           # rounds): smollm2-135m 0.500 all three vs 0.508-0.509; llama-3.2-1b 128 / 256 / 384 KB
@@ -165,7 +169,8 @@ TARGETS: dict[str, TargetParams] = {
                           # qwen3-1.7b's one without spills; on llama-3.2-1b and llama-3.1-8b ptxas spills (232 and
                           # 424 bytes; 32: 896 on 8B; `scripts/ptxas.py MODEL persistent persist_copy_batch=16` at
                           # fdf50be). qwen3-1.7b at 16, 2026-11-30 ninth session (42964fe, ms, two rounds): 1.121 /
-                          # 1.125 vs 1.121 / 1.118 (no change). So 8
+                          # 1.125 vs 1.121 / 1.118 (no change); llama-3.2-1b at 16 on the paced stream (seventeenth
+                          # session, 30ad11b): 0.755 / 0.755 vs 0.739 / 0.741. So 8
                           persist_copy_batch=8,
                           # (the dots on the tensor cores, persist_dot_mma at 05ab278, an mma.m16n8k16 a 128-element
                           # step read on its diagonal: 10-30% slower than the FMA tile in gemv_compute.cu, ninth
@@ -223,7 +228,14 @@ TARGETS: dict[str, TargetParams] = {
                           # over; 2 makes only the GEMVs whose warps each hold a segment of their own direct (1B: the
                           # down projection, K 8192, whose 64 KB prologue took 2.4 us with 8-12 of the ring's 12
                           # pages landed, median 11, in the fifteenth session's trace; its scratch then 8 KB, room for
-                          # 13 pages). Built, not yet run
+                          # 13 pages). 2026-12-01 seventeenth session (ms, two rounds): llama-3.2-1b 0.794 / 0.794 vs
+                          # 0.739 / 0.741, with 13 pages 0.793 / 0.796; its trace (position 64) has the down
+                          # projection's x ready 0.82 us after gate/up's last signal instead of 3.30, but its dots
+                          # (the slices' loads now among them) 12.0 us a tile against 5.9, the phase 14.23 us against
+                          # 10.90. Its stale words then reloaded a round at a time (4d4b96f): 1B 0.786 / 0.787 vs
+                          # 0.738 / 0.740, qwen3-1.7b 1.190 / 1.189 vs 1.123 / 1.122. Each lane's 16-byte loads are
+                          # 64 bytes apart (a lane takes a chunk of 8 words), so each load uses half of the 32-byte
+                          # sectors it touches: twice the copy's L2 traffic, a guess at the loss not measured. Off
                           persist_x_direct=0,
                           # every instruction waits on this token's producer, then on a phase of the previous token
                           # (a write-after-read on a shared slot), reached long before: polled second, its round trip
@@ -303,7 +315,9 @@ TARGETS: dict[str, TargetParams] = {
                           # gain did not repeat (0.497 vs 0.497-0.499). The owner sleeping 100 / 300 ns between its
                           # rounds of reloads (b228fa5; was its spin slowing the splits it waits for?): 1B at 8192
                           # 0.921-0.923 / 0.924-0.925 vs 0.920-0.921 without (vs 0.903 default; fifteenth session),
-                          # taken out. Off until the long context stops losing
+                          # taken out. Seventeenth session (30ad11b): smollm2-135m 0.494 / 0.493 vs 0.500 / 0.502, at
+                          # 8192 0.801 / 0.801 vs 0.780 / 0.779 (it loses at long context there too). Off until the
+                          # long context stops losing
                           persist_attn_owner_merges=0,
                           # in the fifteenth session's trace (llama-3.2-1b, position 64) the output projection's last
                           # tile was, in 9 of 16 layers, on an SM whose attention split was the one in use (~5 us
@@ -329,7 +343,9 @@ TARGETS: dict[str, TargetParams] = {
                           # pipeline and waits together (ms, two rounds): tags 2 vs 1 llama-3.2-1b 0.767-0.768 vs
                           # 0.782, at 8192 0.914 vs 0.920-0.922, qwen3-1.7b 1.119-1.122 vs 1.148-1.150; smollm2-135m
                           # tags 0 0.515 vs 1 0.529. So 2, except below a width of 1024 (smollm2-135m's 576: 0; no
-                          # model between 576 and 2048 timed, so where the line really lies is not known)
+                          # model between 576 and 2048 timed, so where the line really lies is not known). Again on
+                          # smollm2-135m at 30ad11b (seventeenth session): tags 2 0.515 / 0.515, 1 0.518 / 0.518, 2
+                          # with tag waits 1 0.534, 2 0.566 vs 0.501 / 0.500 untagged
                           persist_tagged=2, persist_tagged_min_width=1024,
                           # a layer's prologues read 112 KB an SM of tagged words on llama-3.2-1b, 12% on top of its
                           # 917 KB of weights (arithmetic from its shapes: x of 2048, 2048, 2048 and 8192 floats at 8
