@@ -114,13 +114,15 @@ def test_attention_short_pass_computes_the_same_bits(tmp_path, monkeypatch):
     assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
 
 
-@pytest.mark.parametrize("tags,most,heads,kv_heads", [(0, 64, 4, 2), (2, 64, 4, 2), (2, 8, 4, 2), (0, 64, 8, 1)])
+@pytest.mark.parametrize("tags,most,heads,kv_heads", [(0, 64, 4, 2), (2, 64, 4, 2), (2, 8, 4, 2), (0, 8, 4, 2),
+                                                       (0, 64, 8, 1)])
 def test_owner_merges_computes_the_same_bits(tmp_path, monkeypatch, tags, most, heads, kv_heads):
     # persist_attn_owner_merges: the split holding the position's row merges its KV head's splits from their tagged
     # partials, in the same order as the last split to arrive did: with 8 keys a split at least, one launch over 300
-    # positions runs 1 to 38 splits in use (several batches of 4 partials), every logit the same bits as without
-    # it; with attention's input and output tagged too (tags 2); at most 8 in use: from position 64 on the last to
-    # arrive merges again, in the same launch. 8 query heads on one KV head: 512 outputs, two a thread
+    # positions runs 1 to 38 splits in use (several batches of 4 partials), every logit the same bits as without it;
+    # with attention's input and output tagged too (tags 2); at most 8 in use: from position 64 on the last to
+    # arrive merges again, in the same launch (also untagged, a narrow model's way). 8 query heads on one KV head:
+    # 512 outputs, two a thread
     model, _ = compile_tiny(tmp_path, "llama", max_position_embeddings=512, hidden_size=64 * heads,
                             intermediate_size=384, num_attention_heads=heads, num_key_value_heads=kv_heads)
     fields = dict(attn_min_keys=8, persist_tagged=tags, persist_tagged_min_width=0)
@@ -356,6 +358,9 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     dict(persist_tagged=1, attn_min_keys=8), dict(persist_tagged=0, attn_min_keys=8),
                                     dict(persist_tagged=0, persist_waits_previous_first=0),
                                     dict(persist_tagged=1, persist_x_direct=1, persist_stages=13),
+                                    pytest.param(dict(persist_tagged=0, persist_x_direct=1), id="direct-untagged"),
+                                    pytest.param(dict(persist_reduce_batch=2), id="reduce-batch2"),
+                                    pytest.param(dict(persist_reduce_batch=8), id="reduce-batch8"),
                                     dict(persist_attn_early_rope=1), dict(persist_attn_kv_first=1, attn_min_keys=8),
                                     dict(persist_probe_twice=3), dict(persist_probe_twice=6),
                                     pytest.param(dict(persist_tag_waits=1), id="tag_waits"),
@@ -387,7 +392,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # code), or (the default) only for splits one such pass covers, or not at all; attention without its K/V pipeline;
     # values as plain stores behind counters (tags 0, a narrow model's default, with several splits and with the old
     # wait order too) or only GEMV-to-GEMV values tagged (1; with x slices loaded straight from them; with several
-    # splits) where the default tags attention's too (2); the defaults before 2026-11-30's seventh session (no tags,
+    # splits; untagged, x slices loaded straight from plain floats, a narrow model's way) where the default tags
+    # attention's too (2); warp sums of 2 or 8 items at once (warp_batch.cuh: the same additions); the defaults before 2026-11-30's seventh session (no tags,
     # waits one at a time, no pipeline, no short pass) and before its eighth (tags 1, no short pass); RoPE's
     # coefficients made before the wait; a short pass's rows loaded before q; the timing probe that runs each GEMV's
     # dots and prologue twice, or the prologues and the dots of the GEMVs beside attention; tag waits (tiles spinning on
@@ -407,7 +413,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "persist_attn_short_keys", "persist_tagged", "persist_attn_early_rope",
                          "persist_attn_kv_first", "persist_probe_twice", "persist_tag_waits", "persist_tag_lead",
                          "persist_walk_kept", "persist_page_pace_ns", "persist_page_pace_ahead_ns",
-                         "persist_pace_ref_gbps"}:
+                         "persist_pace_ref_gbps", "persist_reduce_batch"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)
