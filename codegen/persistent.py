@@ -7,6 +7,7 @@ the register file where one per layer did not (ptxas spilled the weight register
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import struct
 
@@ -68,6 +69,16 @@ def tag_level(program: Program, target: TargetParams) -> int:
     return 0 if narrower_than(program, target.persist_tagged_min_width) else target.persist_tagged
 
 
+def for_model(program: Program, target: TargetParams) -> TargetParams:
+    """The target as this model's kernel runs it: a model narrower than persist_narrow_width takes the *_narrow
+    fields' values for persist_x_direct, persist_attn_owner_merges and persist_attn_newest_first."""
+    if not narrower_than(program, target.persist_narrow_width):
+        return target
+    return dataclasses.replace(target, persist_x_direct=target.persist_x_direct_narrow,
+                               persist_attn_owner_merges=target.persist_attn_owner_merges_narrow,
+                               persist_attn_newest_first=target.persist_attn_newest_first_narrow)
+
+
 def l2_ahead_bytes(program: Program, target: TargetParams) -> int:
     """persist_l2_ahead_bytes for this model: 0 where its width is above persist_l2_ahead_max_width."""
     return target.persist_l2_ahead_bytes if model_width(program) <= target.persist_l2_ahead_max_width else 0
@@ -102,7 +113,8 @@ class _PersistentEmitter(_Emitter):
                                         previous_first=bool(t.persist_waits_previous_first), tags=self.tags,
                                         tag_waits=self.tag_waits, tag_lead=t.persist_tag_lead,
                                         owner_merges=t.persist_attn_owner_merges,
-                                        spare_splits=0 if self.parity_tags() else t.persist_attn_spare_splits)
+                                        spare_splits=0 if self.parity_tags() else t.persist_attn_spare_splits,
+                                        newest_first=bool(t.persist_attn_newest_first))
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):
             self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)
@@ -223,8 +235,8 @@ class _PersistentEmitter(_Emitter):
         short = t.persist_attn_short_keys if 0 < t.persist_attn_short_keys < keys else 0
         tmpl += template_tail([self.tagged(k.qkv), bool(t.persist_attn_pipeline), bool(a.softcap > 0), short,
                                bool(t.persist_attn_early_rope), bool(t.persist_attn_kv_first and short),
-                               t.persist_attn_owner_merges],
-                              [False, False, True, 0, False, False, 0])  # TAGGED .. KV_FIRST, OWNER_MAX
+                               t.persist_attn_owner_merges, bool(t.persist_attn_newest_first)],
+                              [False, False, True, 0, False, False, 0, False])  # TAGGED .. OWNER_MAX, NEWEST_FIRST
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",
@@ -297,4 +309,4 @@ class _PersistentEmitter(_Emitter):
 
 
 def emit_persistent(program: Program, dtype: str, max_seq_len: int, target: TargetParams, header: str) -> Sources:
-    return walk(_PersistentEmitter(program, dtype, max_seq_len, target), program, header)
+    return walk(_PersistentEmitter(program, dtype, max_seq_len, for_model(program, target)), program, header)

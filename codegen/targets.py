@@ -64,9 +64,20 @@ class TargetParams:
     # persistent: > 0: the output projection gives no rows to the SMs of each KV head's first N attention splits (the
     # ones in use at short context), the others sharing their rows (ir/passes/persistent.py: schedule's spare_splits)
     persist_attn_spare_splits: int
+    # persistent: 1: a KV head's split s in use takes the context's chunk (in use - 1 - s), so split 0 holds the
+    # position's row: the owner (persist_attn_owner_merges) is always split 0, the one spare splits spare. Partials
+    # keep their chunk's slot, so the merge's order and bits are the default's (persistent.cuh: attention_tile)
+    persist_attn_newest_first: int
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
+    # persistent: a model narrower than persist_narrow_width (its embedding's row) runs persist_x_direct,
+    # persist_attn_owner_merges and persist_attn_newest_first with these values instead (codegen/persistent.py:
+    # for_model); 0: every model the fields above
+    persist_narrow_width: int
+    persist_x_direct_narrow: int
+    persist_attn_owner_merges_narrow: int
+    persist_attn_newest_first_narrow: int
     # persistent: 1: a tagged value takes 4 bytes an element instead of 8, its tag the parity of its write in the
     # lowest mantissa bit (values to 23 bits); its slot its own, zeroed before each launch (ir/passes/persistent.py:
     # tag_parity)
@@ -330,6 +341,11 @@ TARGETS: dict[str, TargetParams] = {
                           # 1.129, llama-3.1-8b 3.890 / 3.889 vs 3.904 / 3.908, smollm2-135m 0.504 / 0.504 vs 0.504 /
                           # 0.504. So 1
                           persist_attn_spare_splits=1,
+                          # with owner merges, the owner (the split holding row pos: the last in use, which moves as
+                          # the context grows) arrives for all after its signal, a release whose wait its SM's share of
+                          # the output projection then starts behind. With 1 the owner is split 0, whose SM spare
+                          # splits leave out of that projection (the same bits). Not yet timed
+                          persist_attn_newest_first=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
                           # (ir/passes/persistent.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b
@@ -347,6 +363,18 @@ TARGETS: dict[str, TargetParams] = {
                           # smollm2-135m at 30ad11b (seventeenth session): tags 2 0.515 / 0.515, 1 0.518 / 0.518, 2
                           # with tag waits 1 0.534, 2 0.566 vs 0.501 / 0.500 untagged
                           persist_tagged=2, persist_tagged_min_width=1024,
+                          # the narrow models (smollm2-135m, width 576: untagged, unpaced) are bound by the chain's
+                          # hops, not bytes. 2026-12-01 eighteenth session (c0b7143 + persist_attn_newest_first, ms,
+                          # two rounds each, graph mode in the same runs 0.475-0.479, at 8192 0.736-0.739): x direct 1
+                          # (untagged: O and down read plain floats, no copy) 0.489-0.490 vs 0.501-0.502, at 8192
+                          # 0.757-0.760 vs 0.784-0.785; with owner merges 8 0.489 (the owner arrives for all after
+                          # its signal: a release its SM's share of the output projection waits behind), with its SM
+                          # spared as well (spare splits 5, or newest first) 0.483-0.484, at 8192 0.746-0.751; owner
+                          # merges 64 0.482-0.484 but at 8192 0.782-0.783. So x direct 1, owner merges 8, newest first
+                          # (llama-3.2-1b, wide: owner merges 8 with newest first 0.733 vs 0.741 but at 8192 0.908-0.909
+                          # vs 0.901-0.902; wide models keep the fields above). No model between 576 and 2048 timed
+                          persist_narrow_width=1024, persist_x_direct_narrow=1, persist_attn_owner_merges_narrow=8,
+                          persist_attn_newest_first_narrow=1,
                           # a layer's prologues read 112 KB an SM of tagged words on llama-3.2-1b, 12% on top of its
                           # 917 KB of weights (arithmetic from its shapes: x of 2048, 2048, 2048 and 8192 floats at 8
                           # bytes); the probe put a second copy of them at +63 us a token (ninth session, a8b8076).

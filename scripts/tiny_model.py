@@ -14,7 +14,7 @@ if __name__ == "__main__":
     art, mode = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "persistent"
     # the tag level and weight stream the large models get (persist_tagged, the paced kept walk), not the ones a
     # 2-layer model's width gives
-    fields = {"persist_tagged_min_width": "0", "persist_paced_min_width": "0",
+    fields = {"persist_tagged_min_width": "0", "persist_paced_min_width": "0", "persist_narrow_width": "0",
               **dict(c.split("=") for c in sys.argv[3:])}
     # parity tags need every SM to read the residual stream: a width above the SMs' count (tag_parity)
     wide = fields.pop("wide", "0") == "1"

@@ -66,6 +66,9 @@ class Schedule:
     # token's row (the last in use) merges them as their partials come, and only it arrives (all the splits' count
     # at once); with more (or 0) the last to arrive merges
     owner_merges: int = 0
+    # persist_attn_newest_first: split s of the splits in use takes chunk (in use - 1 - s) of split_rows (split 0
+    # holds the token's row) and writes its partial at that chunk's slot, so that the merge order stays the chunks'
+    newest_first: bool = False
 
 
 def phases(program: Program) -> list[tuple[int, str]]:
@@ -350,7 +353,7 @@ def gemv_shares(n: int, sms: int, first_sm: int = 0, skip: frozenset[int] = froz
 def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None,
              min_keys: int = 64, max_splits: int = 64, previous_first: bool = False,
              tags: TagPlan | None = None, tag_waits: int = 0, tag_lead: int = 100,
-             owner_merges: int = 0, spare_splits: int = 0) -> Schedule:
+             owner_merges: int = 0, spare_splits: int = 0, newest_first: bool = False) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
@@ -366,11 +369,13 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     tiles go one an SM). spare_splits: the GEMV after an attention phase (the output projection) gives no rows to
     the SMs of each KV head's first spare_splits splits, the ones in use from the shortest context on (split_rows
     fills splits from the first): its other SMs are waiting on them, so their share would start last. None are
-    spared where they would be more than half the SMs (a GPU with few SMs for its KV heads)."""
+    spared where they would be more than half the SMs (a GPU with few SMs for its KV heads). newest_first: see
+    Schedule (split 0 then holds the token's row, so that the owner's SM is the one spared)."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
-    sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys, spin, owner_merges)
+    sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys, spin, owner_merges,
+                     newest_first)
     deps = dependencies(program, slot_of)
     covered = tag_covered(program, tags, slot_of) if tag_waits else set()
     if tag_waits:

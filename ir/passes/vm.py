@@ -186,12 +186,16 @@ class VM:
         return rows
 
     def _split(self, ins: Instr, token: int) -> tuple[int, int, int, int] | None:
-        """(KV head g = ins.lo, split s, and its rows [lo, hi) of the context at `token`); None when the context
-        is too short for split s."""
+        """(KV head g = ins.lo, the chunk c of split_rows this split takes, and its rows [lo, hi) of the context
+        at `token`); None when the context is too short for the split. The chunk is the split's, or with
+        newest_first the splits' in use counted from the last (split 0 holds the token's row); its partial's slot."""
         splits = self.s.splits[ins.kernel]
         s = ins.tile % splits
         rows = split_rows(self.p.kernels[ins.kernel], token, splits, self.s.min_keys)
-        return (ins.lo, s, *rows[s]) if s < len(rows) else None
+        if s >= len(rows):
+            return None
+        c = len(rows) - 1 - s if self.s.newest_first else s
+        return ins.lo, c, *rows[c]
 
     def _check_rows(self, ins: Instr, token: int, lo: int, hi: int, what: str) -> None:
         """Cache rows [lo, hi) of the split's KV head hold the tokens of those positions."""

@@ -10,11 +10,13 @@ from kiec.ir.passes import pipeline
 from kiec.ir.passes.persistent import (Wait, dependencies, direct_waits, phases, reads_writes, reduce_waits, schedule,
                                       tag_plan)
 from kiec.ir.passes.program import kernel_io
+from kiec.ir.passes.simulate import split_rows
 from kiec.ir.passes.vm import VM, ScheduleError
 from tests.tiny_hf import make_tiny_hf
 
 
-def setup(tmp_path, family="qwen3", sms=7, min_keys=2, previous_first=False, owner_merges=0, spare_splits=0):
+def setup(tmp_path, family="qwen3", sms=7, min_keys=2, previous_first=False, owner_merges=0, spare_splits=0,
+          newest_first=False):
     # min_keys 2: from the 4th token on, attention spreads over 2-3 splits per KV head, merged by the last
     make_tiny_hf(tmp_path, family)
     m = kiec.load(str(tmp_path), max_seq_len=16)
@@ -22,7 +24,7 @@ def setup(tmp_path, family="qwen3", sms=7, min_keys=2, previous_first=False, own
     offsets, floats = plan_buffers(prog, {})
     slots = {v: o for v, o in offsets.items()}
     sched = schedule(prog, sms, tile_rows=32, slot_of=slots, min_keys=min_keys, previous_first=previous_first,
-                     owner_merges=owner_merges, spare_splits=spare_splits)
+                     owner_merges=owner_merges, spare_splits=spare_splits, newest_first=newest_first)
     weights = {n: m.weights[n].float() for n in m.graph.params}
     return m, prog, sched, weights, offsets, floats
 
@@ -245,6 +247,57 @@ def test_spared_splits_sms_get_no_output_projection_and_the_vm_agrees(tmp_path, 
     got = VM(sched, weights, offsets, floats).run(prompt, steps, policy, seed)
     for t, (a, b) in enumerate(zip(got, reference_logits(m, prompt, steps))):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
+
+
+@pytest.mark.parametrize("policy,seed,most", [("eager", 0, 3), ("random", 1, 3), ("random", 2, 2), ("random", 3, 0)])
+def test_newest_first_puts_the_owner_on_the_spared_sm_and_computes_the_graph(tmp_path, policy, seed, most):
+    # persist_attn_newest_first: split 0 takes the newest chunk of the context (row `token`) at every token, so with
+    # owner merges the owner is split 0, whose SM spare splits leave out of the output projection; the other splits
+    # in use take the older chunks, each once (their partials at the chunk's slot: the merge's order is the chunks');
+    # over 12 tokens 1 to 3 splits are in use (min_keys 2), and with `most` 2 the last to arrive merges from the 5th
+    m, prog, sched, weights, offsets, floats = setup(tmp_path, owner_merges=most, spare_splits=1, newest_first=True)
+    vm = VM(sched, weights, offsets, floats)
+    attn = first_attention(prog)
+    splits = sched.splits[attn]
+    ins = [i for lst in sched.lists for i in lst if i.kernel == attn]
+    for token in range(12):
+        for x in ins:
+            s = x.tile % splits
+            got = vm._split(x, token)
+            assert (got is not None) == (s < vm._used(x, token))
+            assert vm._owns(x, token) == (s == 0), (token, x.tile)
+        for g in range(2):  # the chunks taken by KV head g's splits in use: each one once, covering [0, token]
+            rows = sorted(vm._split(x, token)[2:] for x in ins if x.lo == g and vm._split(x, token) is not None)
+            assert rows[0][0] == 0 and rows[-1][1] == token + 1 and all(a[1] == b[0] for a, b in zip(rows, rows[1:]))
+    c = next(c for c, (i, _) in enumerate(sched.phases) if i == attn)
+    owners = {sm for sm, lst in enumerate(sched.lists) for x in lst if x.counter == c and x.tile % splits == 0}
+    projection = {sm for sm, lst in enumerate(sched.lists) for x in lst if x.counter == c + 1}
+    assert len(owners) == 2 and not owners & projection
+    prompt, steps = [5, 17, 99, 4, 8, 1], 12
+    got = vm.run(prompt, steps, policy, seed)
+    for t, (a, b) in enumerate(zip(got, reference_logits(m, prompt, steps))):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
+
+
+def test_newest_first_with_the_chunks_of_the_default_double_counts_a_chunk(tmp_path, monkeypatch):
+    # the mutation: split 0 holds the newest chunk, but the others keep their default chunks, so at 3 splits in
+    # use chunk 2 is taken twice and chunk 0 never: the VM's merge of the partials comes out wrong
+    m, prog, sched, weights, offsets, floats = setup(tmp_path, owner_merges=3, newest_first=True)
+    real = VM._split
+
+    def split(self, ins, token):
+        got = real(self, ins, token)
+        if got is None or ins.tile % self.s.splits[ins.kernel] == 0:
+            return got
+        rows = split_rows(self.p.kernels[ins.kernel], token, self.s.splits[ins.kernel], self.s.min_keys)
+        s = ins.tile % self.s.splits[ins.kernel]
+        return ins.lo, s, *rows[s]
+    monkeypatch.setattr(VM, "_split", split)
+    prompt, steps = [5, 17, 99, 4, 8, 1], 12
+    with pytest.raises((ScheduleError, AssertionError)):  # (a stale partial's stamp, or the logits)
+        got = VM(sched, weights, offsets, floats).run(prompt, steps, "eager")
+        for t, (a, b) in enumerate(zip(got, reference_logits(m, prompt, steps))):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
 
 
 def test_no_splits_are_spared_where_they_would_be_most_sms(tmp_path):

@@ -114,20 +114,23 @@ def test_attention_short_pass_computes_the_same_bits(tmp_path, monkeypatch):
     assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
 
 
-@pytest.mark.parametrize("tags,most,heads,kv_heads", [(0, 64, 4, 2), (2, 64, 4, 2), (2, 8, 4, 2), (0, 8, 4, 2),
-                                                       (0, 64, 8, 1)])
-def test_owner_merges_computes_the_same_bits(tmp_path, monkeypatch, tags, most, heads, kv_heads):
+@pytest.mark.parametrize("tags,most,heads,kv_heads,newest", [(0, 64, 4, 2, 0), (2, 64, 4, 2, 0), (2, 8, 4, 2, 0),
+                                                              (0, 8, 4, 2, 0), (0, 64, 8, 1, 0), (0, 8, 4, 2, 1),
+                                                              (2, 64, 4, 2, 1), (0, 0, 4, 2, 1)])
+def test_owner_merges_computes_the_same_bits(tmp_path, monkeypatch, tags, most, heads, kv_heads, newest):
     # persist_attn_owner_merges: the split holding the position's row merges its KV head's splits from their tagged
     # partials, in the same order as the last split to arrive did: with 8 keys a split at least, one launch over 300
     # positions runs 1 to 38 splits in use (several batches of 4 partials), every logit the same bits as without it;
     # with attention's input and output tagged too (tags 2); at most 8 in use: from position 64 on the last to
     # arrive merges again, in the same launch (also untagged, a narrow model's way). 8 query heads on one KV head:
-    # 512 outputs, two a thread
+    # 512 outputs, two a thread. newest: persist_attn_newest_first (split 0 takes the newest chunk and is the owner;
+    # the partials at their chunks' slots, so the same bits), also with the last to arrive merging (most 0)
     model, _ = compile_tiny(tmp_path, "llama", max_position_embeddings=512, hidden_size=64 * heads,
                             intermediate_size=384, num_attention_heads=heads, num_key_value_heads=kv_heads)
     fields = dict(attn_min_keys=8, persist_tagged=tags, persist_tagged_min_width=0)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
-    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_owner_merges=most))
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_owner_merges=most,
+                                      persist_attn_newest_first=newest))
     tokens = np.random.default_rng(7).integers(0, model.config.vocab_size, size=300).tolist()
     assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
                           np.stack([base.step(t, p) for p, t in enumerate(tokens)]))

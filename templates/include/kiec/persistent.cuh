@@ -55,19 +55,26 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // or MIXES below) adds SPLITS to the head's arrivals for all (a release: the row it wrote, for the next step's wait
 // on them); the others store their partials and go on. With more in use (a longer context: later in the launch)
 // the last to arrive merges.
+// NEWEST_FIRST (persist_attn_newest_first): tile split s in use takes chunk (active - 1 - s) and writes that chunk's
+// partial slot, so tile split 0 holds row pos (the owner, on the SM spare splits spare) and the merge's order
+// is the chunks' (the same bits).
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0,
-          bool EARLY_ROPE = false, bool KV_FIRST = false, int OWNER_MAX = 0>
+          bool EARLY_ROPE = false, bool KV_FIRST = false, int OWNER_MAX = 0, bool NEWEST_FIRST = false>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
                                             float* out, unsigned* arrive, float* smem) {
-  const int g = u.ins->lo, split = u.ins->tile % SPLITS;
+  const int g = u.ins->lo, tile_split = u.ins->tile % SPLITS;
   // OWNER_MAX below SPLITS: the owner merges early in a launch, the last to arrive later (MIXES); the latter counts
   // on every earlier step's arrivals, so then the owner arrives and every tile waits for them, as with tags
   constexpr bool MIXES = OWNER_MAX > 0 && OWNER_MAX < SPLITS, OWNER_ARRIVES = OWNER_MAX > 0 && (TAGGED || MIXES);
   int lo, hi, active;
-  split_range<SPLITS, MIN_KEYS>(u.pos, window, split, lo, hi, active);  // the position's alone
+  split_range<SPLITS, MIN_KEYS>(u.pos, window, tile_split, lo, hi, active);  // the position's alone
+  // `split` from here on: the chunk of the context this tile takes and its partial's slot. NEWEST_FIRST
+  // (persist_attn_newest_first): the splits in use take the chunks from the last, so tile split 0 holds row pos
+  const int split = NEWEST_FIRST && tile_split < active ? active - 1 - tile_split : tile_split;
+  if (NEWEST_FIRST && split != tile_split) split_range<SPLITS, MIN_KEYS>(u.pos, window, split, lo, hi, active);
   if (KIEC_ATTN_L2_HINT == 1 && split < active)  // its rows of earlier steps, asked of L2 before the wait
     prefetch_split_l2<T, HEAD_DIM>(cache, kv_heads, max_seq, g, lo, hi, u.pos);
   RopeCoeffs<ROTARY, GROUP, WARPS * 32> rope;  // (only with EARLY_ROPE: unused registers otherwise)
