@@ -301,7 +301,7 @@ class _PersistentEmitter(_Emitter):
             page_pace_ahead_ns=self.t.persist_page_pace_ahead_ns if pace else 0,
             l2_ahead_paced=int(bool(self.t.persist_l2_ahead_paced and pace)),
             pace_ref_gbps=self.t.persist_pace_ref_gbps if pace else 0,
-            attn_l2_hint=self.t.attn_l2_prefetch,
+            attn_l2_hint=self.t.attn_l2_prefetch, combine_batch=self.t.persist_combine_batch,
             scratch=self.smem,
             counter_stride=self.t.persist_counter_stride, instr_off=instr_off, starts_off=starts_off,
             kernels_off=kernels_off, instructions=instructions, **self.model_constants(header))

@@ -68,6 +68,9 @@ class TargetParams:
     # position's row: the owner (persist_attn_owner_merges) is always split 0, the one spare splits spare. Partials
     # keep their chunk's slot, so the merge's order and bits are the default's (persistent.cuh: attention_tile)
     persist_attn_newest_first: int
+    # persistent: > 0: the last split to arrive loads this many splits' partials at once, then folds them in order
+    # (the same bits; attention_merge.cuh: attention_combine's BATCH); 0: its loop unrolled by 8
+    persist_combine_batch: int
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
@@ -346,6 +349,10 @@ TARGETS: dict[str, TargetParams] = {
                           # the output projection then starts behind. With 1 the owner is split 0, whose SM spare
                           # splits leave out of that projection (the same bits). Not yet timed
                           persist_attn_newest_first=0,
+                          # at 8192 on smollm2-135m the last arrival takes 7.4 us from the last partial to the signal
+                          # (eighteenth session's trace, 44 splits a KV head, 13.2 us an attention phase): its merge's
+                          # loads go a batch of unrolled iterations at a time. Not yet timed
+                          persist_combine_batch=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
                           # (ir/passes/persistent.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b

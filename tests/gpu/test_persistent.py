@@ -137,6 +137,21 @@ def test_owner_merges_computes_the_same_bits(tmp_path, monkeypatch, tags, most, 
     assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
 
 
+@pytest.mark.parametrize("batch,tags", [(4, 0), (16, 0), (16, 2)])
+def test_combine_batch_computes_the_same_bits(tmp_path, monkeypatch, batch, tags):
+    # persist_combine_batch: the last split to arrive loads `batch` splits' partials at once and folds them in split
+    # order: with 8 keys a split at least, 300 positions run 1 to 38 splits in use (batches with and without a
+    # remainder), every logit the same bits as the loop unrolled by 8; also with attention's output tagged
+    model, _ = compile_tiny(tmp_path, "llama", max_position_embeddings=512)
+    fields = dict(attn_min_keys=8, persist_tagged=tags)
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_combine_batch=batch))
+    tokens = np.random.default_rng(9).integers(0, model.config.vocab_size, size=300).tolist()
+    assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
+                          np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+    assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
+
+
 @pytest.mark.parametrize("family", ["llama3-scaled", "qwen3", "mistral"])
 def test_early_rope_and_kv_first_compute_the_same_bits(tmp_path, monkeypatch, family):
     # persist_attn_early_rope: the rotation's coefficients made before the wait (scaled frequencies, q/k norms

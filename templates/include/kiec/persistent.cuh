@@ -21,6 +21,10 @@
 #include "persistent_tile.cuh"
 #include "ring.cuh"
 
+#ifndef KIEC_COMBINE_BATCH
+#define KIEC_COMBINE_BATCH 0  // persist_combine_batch: splits' partials the last arrival loads at once (0: unrolled by 8)
+#endif
+
 namespace kiec {
 
 // ---- tiles: each waits, computes rows [ins.lo, ins.hi) of its kernel, and signals; false when stopped
@@ -150,7 +154,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
     trace(u, TR_DONE);
     return true;
   }
-  if (active > 1) attention_combine<HEAD_DIM, GROUP, SPLITS, TAGGED>(g, active, part_o, part_ml, out, mine);
+  if (active > 1) attention_combine<HEAD_DIM, GROUP, SPLITS, TAGGED, KIEC_COMBINE_BATCH>(g, active, part_o, part_ml, out, mine);
   signal_done<TAGGED>(u);
   return true;
 }
