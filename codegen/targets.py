@@ -75,12 +75,14 @@ class TargetParams:
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
     # persistent: a model narrower than persist_narrow_width (its embedding's row) runs persist_x_direct,
-    # persist_attn_owner_merges and persist_attn_newest_first with these values instead (codegen/persistent.py:
+    # persist_attn_owner_merges, persist_attn_newest_first and persist_combine_batch with these values instead
+    # (codegen/persistent.py:
     # for_model); 0: every model the fields above
     persist_narrow_width: int
     persist_x_direct_narrow: int
     persist_attn_owner_merges_narrow: int
     persist_attn_newest_first_narrow: int
+    persist_combine_batch_narrow: int
     # persistent: 1: a tagged value takes 4 bytes an element instead of 8, its tag the parity of its write in the
     # lowest mantissa bit (values to 23 bits); its slot its own, zeroed before each launch (ir/passes/persistent.py:
     # tag_parity)
@@ -351,7 +353,7 @@ TARGETS: dict[str, TargetParams] = {
                           persist_attn_newest_first=0,
                           # at 8192 on smollm2-135m the last arrival takes 7.4 us from the last partial to the signal
                           # (eighteenth session's trace, 44 splits a KV head, 13.2 us an attention phase): its merge's
-                          # loads go a batch of unrolled iterations at a time. Not yet timed
+                          # loads go a batch of unrolled iterations at a time. Timed: persist_combine_batch_narrow
                           persist_combine_batch=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
@@ -382,6 +384,11 @@ TARGETS: dict[str, TargetParams] = {
                           # vs 0.901-0.902; wide models keep the fields above). No model between 576 and 2048 timed
                           persist_narrow_width=1024, persist_x_direct_narrow=1, persist_attn_owner_merges_narrow=8,
                           persist_attn_newest_first_narrow=1,
+                          # combine batch (the same session, 57234f8, two rounds each): smollm2-135m at 8192 16
+                          # 0.714 / 0.714, 8 0.758 / 0.759 vs 0.752 / 0.752 (its 44 splits: 3 rounds of loads, not 6);
+                          # at short context its owner merges, so it is unused there. llama-3.2-1b at 8192 8 0.909-0.910
+                          # vs 0.898-0.899; 16 spills 160 B there (ptxas), not timed. So 16 on narrow models
+                          persist_combine_batch_narrow=16,
                           # a layer's prologues read 112 KB an SM of tagged words on llama-3.2-1b, 12% on top of its
                           # 917 KB of weights (arithmetic from its shapes: x of 2048, 2048, 2048 and 8192 floats at 8
                           # bytes); the probe put a second copy of them at +63 us a token (ninth session, a8b8076).

@@ -311,7 +311,7 @@ def test_narrow_models_stream_unpaced_with_the_walk_read_each_page(tmp_path):
 
 def test_narrow_models_run_x_direct_owner_merges_and_newest_first(tmp_path):
     # persist_narrow_width: a model whose embedding row is narrower than it runs the *_narrow fields' x direct, owner
-    # merges and newest first (smollm2-135m's 576 timed faster so), exactly the kernel those fields give a wide
+    # merges, newest first and combine batch (smollm2-135m's 576 timed faster so), exactly the kernel those fields give a wide
     # model; a wider one the table's own
     import dataclasses
     import re
@@ -322,17 +322,20 @@ def test_narrow_models_run_x_direct_owner_merges_and_newest_first(tmp_path):
     make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
     program = pipeline.run(kiec.load(str(tmp_path / "hf"), dtype="bf16").graph)
     t = dataclasses.replace(target("sm_90"), persist_x_direct=0, persist_attn_owner_merges=0,
-                            persist_attn_newest_first=0, persist_x_direct_narrow=1,
-                            persist_attn_owner_merges_narrow=8, persist_attn_newest_first_narrow=1)
-    for width, want in [(257, (1, 8, 1)), (256, (0, 0, 0)), (0, (0, 0, 0))]:
+                            persist_attn_newest_first=0, persist_combine_batch=0, persist_x_direct_narrow=1,
+                            persist_attn_owner_merges_narrow=8, persist_attn_newest_first_narrow=1,
+                            persist_combine_batch_narrow=16)
+    for width, want in [(257, (1, 8, 1, 16)), (256, (0, 0, 0, 0)), (0, (0, 0, 0, 0))]:
         got = for_model(program, dataclasses.replace(t, persist_narrow_width=width))
-        assert (got.persist_x_direct, got.persist_attn_owner_merges, got.persist_attn_newest_first) == want, width
+        assert (got.persist_x_direct, got.persist_attn_owner_merges, got.persist_attn_newest_first,
+                got.persist_combine_batch) == want, width
     narrow = emit_persistent(program, "bf16", 64, dataclasses.replace(t, persist_narrow_width=257), "x")
     fields = dataclasses.replace(t, persist_narrow_width=0, persist_x_direct=1, persist_attn_owner_merges=8,
-                                 persist_attn_newest_first=1)
+                                 persist_attn_newest_first=1, persist_combine_batch=16)
     assert narrow.files == emit_persistent(program, "bf16", 64, fields, "x").files
     attention = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", narrow.files["model.cu"]).group(1).split(",")]
     assert attention[-2:] == ["8", "true"]  # OWNER_MAX, NEWEST_FIRST
+    assert "#define KIEC_COMBINE_BATCH 16" in narrow.files["model.cu"]
     wide = emit_persistent(program, "bf16", 64, dataclasses.replace(t, persist_narrow_width=256), "x")
     assert "attention_tile" in wide.files["model.cu"] and wide.files != narrow.files
     assert wide.files == emit_persistent(program, "bf16", 64, dataclasses.replace(t, persist_narrow_width=0), "x").files
