@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from kiec.modes import DEFAULT_MODE
+
 
 class Bar:
     """A progress bar on stderr: redrawn in place on a terminal, one line when done elsewhere (CI logs)."""
@@ -297,7 +299,7 @@ def header(model_name: str, dtype: str, prompt_len: int, new_tokens: int) -> dic
 
 def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, contexts: list[int], work_dir: str,
               json_path: str | None = None, log=lambda m: print(m, file=sys.stderr, flush=True),
-              modes: tuple[str, ...] = ("graph",)) -> Report:
+              modes: tuple[str, ...] = (DEFAULT_MODE,)) -> Report:
     """Each context: kiec (each mode a MODEL is compiled in), then each peer, on the same weights; ceilings
     measured first, in this process."""
     import kiec

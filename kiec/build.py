@@ -23,6 +23,7 @@ from kiec.errors import KiecError
 from kiec.ir.passes import pipeline
 from kiec.ir.passes.fuse import Unscheduled
 from kiec.model import Model
+from kiec.modes import DEFAULT_MODE, MODES
 
 ABI_VERSION = 3  # 3: kiec_wait, kiec_set_stall_timeout, kiec_hung
 
@@ -206,11 +207,11 @@ def write_sources(src: Sources, directory: str) -> None:
 
 
 def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90", tp: int = 1,
-            mode: str = "graph", dtype: str = "bf16", dump_ir: bool = False, weights_like: str | None = None) -> str:
+            mode: str = DEFAULT_MODE, dtype: str = "bf16", dump_ir: bool = False, weights_like: str | None = None) -> str:
     """Build the artifact directory for `model`; returns its path. weights_like: an artifact built from this same
     model (the caller vouches for the values: the same Model object, or its checkpoint unchanged; the name,
     source and dtype are checked): its packed tensors are copied instead of converted again (write_weights)."""
-    if mode not in ("graph", "persistent"):
+    if mode not in MODES:
         raise KiecError(f"mode {mode!r}: kiec builds graph or persistent")
     if tp != 1:
         raise KiecError(f"tp={tp}: tensor parallel is not built yet (kiec builds tp=1)")

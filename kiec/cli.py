@@ -7,6 +7,7 @@ import sys
 import click
 
 from kiec.errors import KiecError
+from kiec.modes import DEFAULT_MODE, MODES
 
 
 @click.group()
@@ -49,7 +50,7 @@ DTYPES = {"bf16": "bf16", "fp16": "f16"}
 @click.option("--target", type=click.Choice(["cuda", "hip"]), default="cuda", show_default=True)
 @click.option("--arch", default="sm_90", show_default=True)
 @click.option("--tp", default=1, show_default=True, help="Tensor-parallel GPUs.")
-@click.option("--mode", type=click.Choice(["graph", "persistent"]), default="graph", show_default=True)
+@click.option("--mode", type=click.Choice(list(MODES)), default=DEFAULT_MODE, show_default=True)
 @click.option("--dtype", type=click.Choice(list(DTYPES)), default="bf16", show_default=True)
 @click.option("--max-seq-len", type=int, default=None, help="KV-cache length (default: min(model's, 4096)).")
 @click.option("--dump-ir", is_flag=True, help="Write the IR after each pass to OUT/ir/NN_pass.kir.")
@@ -147,7 +148,7 @@ def run(artifact, prompt, prompt_ids, max_new_tokens, device, temperature, top_p
               help="Tokens already in the KV cache when timing starts; repeat for several (default: short and 8k).")
 @click.option("--json", "json_path", default=None, help="Also write the results to this JSON file.")
 @click.option("--work-dir", default="build/bench", show_default=True, help="Where a MODEL is compiled.")
-@click.option("--mode", "modes", default="graph", show_default=True,
+@click.option("--mode", "modes", default=DEFAULT_MODE, show_default=True,
               help="Modes a MODEL is compiled in and timed side by side: graph, persistent or graph,persistent.")
 def bench(target, vs, prompt_len, new_tokens, contexts, json_path, work_dir, modes):
     """Side-by-side decode benchmark of an artifact DIR or a MODEL, with MBU against the measured ceiling."""
@@ -158,7 +159,7 @@ def bench(target, vs, prompt_len, new_tokens, contexts, json_path, work_dir, mod
     if bad:
         raise click.UsageError(f"--vs: unknown peer {bad[0]!r} (eager, torch-compile)")
     modes = tuple(m for m in modes.split(",") if m)
-    if not modes or any(m not in ("graph", "persistent") for m in modes):
+    if not modes or any(m not in MODES for m in modes):
         raise click.UsageError(f"--mode {','.join(modes)!r}: give graph, persistent or both (comma-separated)")
     try:
         rep = run_bench(target, peers, prompt_len, new_tokens, list(contexts), work_dir, json_path, modes=modes)
