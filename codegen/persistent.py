@@ -90,6 +90,7 @@ class _PersistentEmitter(_Emitter):
     """Lays out the weights like graph mode; instead of launches it writes one dispatch case per kernel."""
 
     def __init__(self, program: Program, dtype: str, max_seq_len: int, target: TargetParams):
+        target = for_model(program, target)  # a narrow model's own fields (persist_narrow_width)
         # persist_tagged: the values handed over as tagged words (the base class lays them out in the arena)
         level = tag_level(program, target)
         self.tags = tag_plan(program, attention=level >= 2) if level else None
@@ -311,4 +312,4 @@ class _PersistentEmitter(_Emitter):
 
 
 def emit_persistent(program: Program, dtype: str, max_seq_len: int, target: TargetParams, header: str) -> Sources:
-    return walk(_PersistentEmitter(program, dtype, max_seq_len, for_model(program, target)), program, header)
+    return walk(_PersistentEmitter(program, dtype, max_seq_len, target), program, header)

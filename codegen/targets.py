@@ -76,8 +76,7 @@ class TargetParams:
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
     # persistent: a model narrower than persist_narrow_width (its embedding's row) runs persist_x_direct,
     # persist_attn_owner_merges, persist_attn_newest_first and persist_combine_batch with these values instead
-    # (codegen/persistent.py:
-    # for_model); 0: every model the fields above
+    # (codegen/persistent.py: for_model); 0: every model the fields above
     persist_narrow_width: int
     persist_x_direct_narrow: int
     persist_attn_owner_merges_narrow: int
@@ -349,11 +348,14 @@ TARGETS: dict[str, TargetParams] = {
                           # with owner merges, the owner (the split holding row pos: the last in use, which moves as
                           # the context grows) arrives for all after its signal, a release whose wait its SM's share of
                           # the output projection then starts behind. With 1 the owner is split 0, whose SM spare
-                          # splits leave out of that projection (the same bits). Not yet timed
+                          # splits leave out of that projection (the same bits). Eighteenth session (ms, two rounds):
+                          # with owner merges 8 on llama-3.2-1b 0.733 / 0.733 vs 0.741 / 0.741, but at 8192 0.908 /
+                          # 0.909 vs 0.902 / 0.901; 0 here, 1 on narrow models (persist_attn_newest_first_narrow)
                           persist_attn_newest_first=0,
                           # at 8192 on smollm2-135m the last arrival takes 7.4 us from the last partial to the signal
-                          # (eighteenth session's trace, 44 splits a KV head, 13.2 us an attention phase): its merge's
-                          # loads go a batch of unrolled iterations at a time. Timed: persist_combine_batch_narrow
+                          # (eighteenth session's trace, 44 splits a KV head, 13.2 us an attention phase), most of it
+                          # its merge's loads (a guess: the trace does not cut the merge apart). Timed: see
+                          # persist_combine_batch_narrow
                           persist_combine_batch=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
@@ -385,7 +387,7 @@ TARGETS: dict[str, TargetParams] = {
                           persist_narrow_width=1024, persist_x_direct_narrow=1, persist_attn_owner_merges_narrow=8,
                           persist_attn_newest_first_narrow=1,
                           # combine batch (the same session, 57234f8, two rounds each): smollm2-135m at 8192 16
-                          # 0.714 / 0.714, 8 0.758 / 0.759 vs 0.752 / 0.752 (its 44 splits: 3 rounds of loads, not 6);
+                          # 0.714 / 0.714, 8 0.758 / 0.759 vs 0.752 / 0.752 (its 44 splits in 3 batches of loads);
                           # at short context its owner merges, so it is unused there. llama-3.2-1b at 8192 8 0.909-0.910
                           # vs 0.898-0.899; 16 spills 160 B there (ptxas), not timed. So 16 on narrow models
                           persist_combine_batch_narrow=16,

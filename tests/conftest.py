@@ -22,9 +22,9 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _wide_rules_at_any_width(request, monkeypatch):
     """The tests' tiny models run the tag level and the weight stream the large models get (persist_tagged, the
-    paced kept walk, the table's x direct and owner merges), not the ones their width would give them
-    (persist_tagged_min_width, persist_paced_min_width, persist_narrow_width: test_compile checks those rules on
-    their own); a test marked table_tags runs the table's rules."""
+    paced kept walk, the table's x direct, owner merges, newest first and combine batch), not the ones their width
+    would give them (persist_tagged_min_width, persist_paced_min_width, persist_narrow_width: test_compile checks
+    those rules on their own); a test marked table_tags runs the table's rules."""
     import dataclasses
 
     from kiec.codegen import targets

@@ -127,9 +127,9 @@ __device__ __forceinline__ bool attention_owner_merge(const AttentionSmem<HEAD_D
 
 // KV head g's output from the partials of its `active` splits, in split order (loads independent of the math).
 // TAGGED: the output as tagged words with `tag`. BATCH > 0 (persist_combine_batch): BATCH splits' partials loaded
-// at once into registers, then folded in the same order (the same bits): a round trip per BATCH splits, where the
-// loop unrolled by 8 leaves the compiler to hoist what it will (1.5-2 us a round trip at 8192 on smollm2-135m's
-// 44 splits, the eighteenth session's trace: 7.4 us from the last partial to the signal)
+// at once into registers, then folded in the same order (the same bits), where the loop unrolled by 8 leaves it to
+// the compiler which loads go together (smollm2-135m at 8192, 44 splits: 7.4 us from the last partial to the signal
+// in the eighteenth session's trace; 16 a batch 0.714 ms a token against 0.752, codegen/targets.py)
 template <int HEAD_DIM, int GROUP, int SPLITS, bool TAGGED = false, int BATCH = 0>
 __device__ __forceinline__ void attention_combine(int g, int active, const float* part_o, const float* part_ml,
                                                   float* out, unsigned tag = 0) {
