@@ -34,9 +34,6 @@ class PackedTensor:
     dtype: str  # bf16 | f16 | f32 | i32
     offset: int
     values: tuple[float, ...] = ()  # a constant table's contents (RoPE frequencies, the persistent schedule)
-    # > 0: the one source [rows, cols] stored as `heads` blocks of its columns, [heads][rows][cols / heads] (a fused
-    # output projection's parts, ir/passes/attn_o.py); shape is that
-    heads: int = 0
 
     @property
     def nbytes(self) -> int:
@@ -61,12 +58,12 @@ class _Layout:
         self.entries: dict[str, PackedTensor] = {}
         self.size = 0
 
-    def add(self, name, sources=(), shape=None, dtype=None, values=(), heads=0) -> int:
+    def add(self, name, sources=(), shape=None, dtype=None, values=()) -> int:
         if name not in self.entries:
             if shape is None:
                 rows = sum(self.graph.params[s].type.shape[0] for s in sources)
                 shape = (rows, *self.graph.params[sources[0]].type.shape[1:])
-            t = PackedTensor(name, tuple(sources), tuple(shape), dtype or self.dtype, self.size, tuple(values), heads)
+            t = PackedTensor(name, tuple(sources), tuple(shape), dtype or self.dtype, self.size, tuple(values))
             self.entries[name] = t
             self.size += (t.nbytes + ALIGN - 1) // ALIGN * ALIGN
         return self.entries[name].offset

@@ -11,7 +11,6 @@ import dataclasses
 import functools
 import struct
 
-from kiec.ir.passes.attn_o import fusable, part_readers
 from kiec.ir.passes.persistent import Schedule, attention_splits, partials, schedule, tag_parity, tag_plan
 from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program
 
@@ -72,15 +71,14 @@ def tag_level(program: Program, target: TargetParams) -> int:
 
 def for_model(program: Program, target: TargetParams) -> TargetParams:
     """The target as this model's kernel runs it: a model narrower than persist_narrow_width takes the *_narrow
-    fields' values for persist_x_direct, persist_attn_owner_merges, persist_attn_newest_first, persist_combine_batch
-    and persist_attn_o_below."""
+    fields' values for persist_x_direct, persist_attn_owner_merges, persist_attn_newest_first and
+    persist_combine_batch."""
     if not narrower_than(program, target.persist_narrow_width):
         return target
     return dataclasses.replace(target, persist_x_direct=target.persist_x_direct_narrow,
                                persist_attn_owner_merges=target.persist_attn_owner_merges_narrow,
                                persist_attn_newest_first=target.persist_attn_newest_first_narrow,
-                               persist_combine_batch=target.persist_combine_batch_narrow,
-                               persist_attn_o_below=target.persist_attn_o_below_narrow)
+                               persist_combine_batch=target.persist_combine_batch_narrow)
 
 
 def l2_ahead_bytes(program: Program, target: TargetParams) -> int:
@@ -96,9 +94,6 @@ class _PersistentEmitter(_Emitter):
         # persist_tagged: the values handed over as tagged words (the base class lays them out in the arena)
         level = tag_level(program, target)
         self.tags = tag_plan(program, attention=level >= 2) if level else None
-        # persist_attn_o_below: the layers whose attention runs in their output projection's tiles (their parts take
-        # scratch: the base class lays them out in the arena); a tagged model's never (its parts would be tagged)
-        self.fused = fusable(program) if target.persist_attn_o_below > 0 and self.tags is None else {}
         super().__init__(program, dtype, max_seq_len, target)
         t = target
         if t.persist_tag_waits not in (0, 1, 2):
@@ -122,9 +117,7 @@ class _PersistentEmitter(_Emitter):
                                         tag_waits=self.tag_waits, tag_lead=t.persist_tag_lead,
                                         owner_merges=t.persist_attn_owner_merges,
                                         spare_splits=0 if self.parity_tags() else t.persist_attn_spare_splits,
-                                        newest_first=bool(t.persist_attn_newest_first),
-                                        attn_o_below=t.persist_attn_o_below if self.fused else 0)
-        self.parts_of = part_readers(program, self.fused)  # a fused projection's output -> its parts buffer
+                                        newest_first=bool(t.persist_attn_newest_first))
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):
             self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)
@@ -150,8 +143,6 @@ class _PersistentEmitter(_Emitter):
         for k in self.attn:
             slots = self.partial_slots(k)
             out[partials(k) + ".o"], out[partials(k) + ".ml"] = slots * k.head_dim * words, slots * 2 * words
-        for i, f in self.fused.items():  # a fused projection's parts 1 .. heads - 1
-            out[f.parts] = (f.heads - 1) * self.p.kernels[i].n_out
         return out
 
     def partial_slots(self, k: AttentionKernel) -> int:
@@ -212,9 +203,6 @@ class _PersistentEmitter(_Emitter):
     def gemv(self, k: GemvKernel) -> None:
         if k.k % 8:
             raise ValueError(f"{k.name}: K = {k.k} is not a multiple of 8 (the GEMV reads 16-byte vectors)")
-        index = self.p.kernels.index(k)
-        if index in self.fused:
-            return self.attn_o(k, index)
         packed = "+".join(k.weights)
         w_off = self.lay.add(packed, k.weights)
         b_off = self.lay.add(packed + ".bias", k.biases) if k.biases else -1
@@ -224,76 +212,35 @@ class _PersistentEmitter(_Emitter):
         # x straight from memory, none in the scratch: every GEMV without a norm (1), or only those whose warps each
         # hold a segment of x of their own (2: none loads a slice another warp loads too)
         direct = not k.norm and (self.t.persist_x_direct == 1 or (self.t.persist_x_direct == 2 and segs == self.warps))
-        # x or the residual a fused projection's output: its parts added (XPARTS, RPARTS), their buffer in a[2]
-        xparts, rparts = (self.fused_parts(v) for v in (k.x, k.residual))
-        parts = self.parts_of.get(k.x) or self.parts_of.get(k.residual)
-        if xparts and direct:
-            raise ValueError(f"{k.name}: a fused projection's parts are added in the prologue, which x direct skips")
-        tail = template_tail([direct, tx, ty, self.twice(k), xparts, rparts],
-                             [False, False, False, 0, 0, 0])  # DIRECT, TX, TY, TWICE, XPARTS, RPARTS
+        tail = template_tail([direct, tx, ty, self.twice(k)], [False, False, False, 0])  # DIRECT, TX, TY, TWICE
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
-                f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem"
-                f"{', A(d.a[2])' if parts else ''})")
+                f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem)")
         if k.epilogue == "argmax":
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
         self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, row_bytes=k.k * self.esize,
                    item_bytes=k.k // 8 // segs * 16, silu=silu, tag_x=self.tag_writer(k.x),
                    tag_res=self.tag_writer(k.residual), w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
-                   a=(self.arena[k.x], self.arena[k.out]) + ((self.arena[parts],) if parts else ()))
+                   a=(self.arena[k.x], self.arena[k.out]))
         rows = self.rows[self.p.kernels.index(k)]
         self.smem = max(self.smem, ((0 if direct else k.k) + (2 if silu else 1) * rows * segs + self.warps) * 4)
         self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * (2 if silu else 1) * k.k * self.esize))
 
-    def fused_parts(self, value: str | None) -> int:
-        """The parts a reader of `value` adds to it: heads - 1 where a fused projection writes it, else 0."""
-        return next((f.heads - 1 for i, f in self.fused.items() if self.p.kernels[i].out == value), 0)
-
-    def attn_o(self, k: GemvKernel, index: int) -> None:
-        """A fused layer's output projection (attn_o.py): its weights packed a KV head's columns after another, its
-        case the attention's template arguments and the GEMV's; the attention's operands come from the attention
-        kernel's descriptor, the one before (DA)."""
-        f, a = self.fused[index], self.p.kernels[self.fused[index].attention]
-        w_off = self.lay.add("+".join(k.weights) + "@heads", k.weights, (f.heads, k.n_out, f.k), heads=f.heads)
-        segs = row_segments(f.k, self.warps, self.t.persist_page_bytes, False)
-        group = a.n_heads // a.kv_heads
-        body = (f"kiec::attn_o_tile<T, {a.head_dim}, {group}, {self.warps}, {segs}>(u, ring, A(d.a[0]), A(d.a[1]), "
-                f"A(d.a[2]), d.n, smem)")
-        self._case(body, n=k.n_out, row_bytes=f.k * self.esize, item_bytes=f.k // 8 // segs * 16,
-                   w=(w_off,), a=(self.arena[k.x], self.arena[k.out], self.arena[f.parts]))
-        rows = self.rows[index]  # AttentionSmem (the attention tile's states), then x and the rows' segment sums
-        self.smem = max(self.smem, (self.attention_smem(a) + f.k + rows * segs) * 4)
-        self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * k.k * self.esize))
-
-    def attention_smem(self, k: AttentionKernel) -> int:
-        """Floats of an attention tile's shared state (AttentionSmem: keep the two in step)."""
-        group = k.n_heads // k.kv_heads
-        return group * k.head_dim + 2 * k.head_dim + 2 * self.warps * group + self.warps * group * k.head_dim
-
-    def attention_args(self, k: AttentionKernel) -> str:
-        """An attention tile's template arguments (FUSED: its layer's projection takes its attention below
-        persist_attn_o_below)."""
+    def attention(self, k: AttentionKernel) -> None:
+        f_off = self.attention_layout(k)
         a, r, t = k.attention, k.rope, self.t
         group = k.n_heads // k.kv_heads
         splits, keys = self.splits[k.name], self.attn_keys(group)
-        short = t.persist_attn_short_keys if 0 < t.persist_attn_short_keys < keys else 0
-        head = (f"T, {k.head_dim}, {group}, {r.rotary_dim}, {'true' if r.interleaved else 'false'}, "
-                f"{'true' if k.q_norm else 'false'}, {self.warps}")
-        fused = any(f.attention == self.p.kernels.index(k) for f in self.fused.values())
-        return (f"{head}, {splits}, {keys}, {t.attn_min_keys}" + template_tail(
-            [self.tagged(k.qkv), bool(t.persist_attn_pipeline), bool(a.softcap > 0), short,
-             bool(t.persist_attn_early_rope), bool(t.persist_attn_kv_first and short), t.persist_attn_owner_merges,
-             bool(t.persist_attn_newest_first), fused],
-            [False, False, True, 0, False, False, 0, False, False]))  # TAGGED .. NEWEST_FIRST, FUSED
-
-    def attention(self, k: AttentionKernel) -> None:
-        f_off = self.attention_layout(k)
-        a, t = k.attention, self.t
-        group = k.n_heads // k.kv_heads
-        splits = self.splits[k.name]
+        tmpl = (f"T, {k.head_dim}, {group}, {r.rotary_dim}, {'true' if r.interleaved else 'false'}, "
+                f"{'true' if k.q_norm else 'false'}, {self.warps}, {splits}, {keys}, {t.attn_min_keys}")
         if self.tagged(k.qkv) != self.tagged(a.out):
             raise ValueError(f"{k.name}: its input and output are tagged alike or not at all (tag_plan)")
-        self._case(f"kiec::attention_tile<{self.attention_args(k)}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
+        short = t.persist_attn_short_keys if 0 < t.persist_attn_short_keys < keys else 0
+        tmpl += template_tail([self.tagged(k.qkv), bool(t.persist_attn_pipeline), bool(a.softcap > 0), short,
+                               bool(t.persist_attn_early_rope), bool(t.persist_attn_kv_first and short),
+                               t.persist_attn_owner_merges, bool(t.persist_attn_newest_first)],
+                              [False, False, True, 0, False, False, 0, False])  # TAGGED .. OWNER_MAX, NEWEST_FIRST
+        self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",
                    n=k.kv_heads, m=self.seq, window=a.window, eps=k.q_norm.eps if k.q_norm else 0.0, scale=a.scale,
@@ -305,7 +252,8 @@ class _PersistentEmitter(_Emitter):
                    a=(self.arena[k.qkv], self.arena[partials(k) + ".o"], self.arena[partials(k) + ".ml"],
                       self.arena[a.out]))
         self.arrivals += k.kv_heads
-        self.smem = max(self.smem, self.attention_smem(k) * 4)
+        self.smem = max(self.smem, (group * k.head_dim + 2 * k.head_dim + 2 * self.warps * group  # AttentionSmem
+                                    + self.warps * group * k.head_dim) * 4)
         self.src.kernels.append(dict(name=k.name, family="attention", cache=a.cache,
                                      bytes_per_row=2 * k.kv_heads * k.head_dim * self.esize))
 
@@ -357,7 +305,6 @@ class _PersistentEmitter(_Emitter):
             l2_ahead_paced=int(bool(self.t.persist_l2_ahead_paced and pace)),
             pace_ref_gbps=self.t.persist_pace_ref_gbps if pace else 0,
             attn_l2_hint=self.t.attn_l2_prefetch, combine_batch=self.t.persist_combine_batch,
-            attn_o_below=self.sched.attn_o_below,
             scratch=self.smem,
             counter_stride=self.t.persist_counter_stride, instr_off=instr_off, starts_off=starts_off,
             kernels_off=kernels_off, instructions=instructions, **self.model_constants(header))

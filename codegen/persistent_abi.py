@@ -19,8 +19,7 @@ SAMPLE_CANDIDATES = 1024  # tokens the select tile can sort in shared memory to 
 TRACE_SLOTS = ("start", "ready", "x_ready", "sums_done", "done", "page_wait_cycles", "cycles", "pages_ready",
                "stored")
 # (name, C type, struct code): a Wait is (counter, target per token, previous?) packed in 8 bytes; with tag waits
-# (KIEC_TAG_WAITS) `previous` carries the wait's late flag in bit 1 and its lead above, and bit 15 its `long` flag
-# (persistent_tile.cuh: WAIT_LONG; ir/passes/persistent.py: Wait)
+# (KIEC_TAG_WAITS) `previous` carries the wait's late flag in bit 1 and its lead above (ir/passes/persistent.py: Wait)
 WAIT_FIELDS = [("counter", "uint16_t", "H"), ("previous", "uint16_t", "H"), ("tiles", "uint32_t", "I")]
 INSTR_FIELDS = [("opcode", "uint16_t", "H"), ("n_waits", "uint16_t", "H"), ("kernel", "uint32_t", "I"),
                 ("tile", "uint32_t", "I"), ("lo", "int32_t", "i"), ("hi", "int32_t", "i"),
@@ -69,10 +68,9 @@ def pack(ins: Instr) -> bytes:
     if len(ins.waits) > MAX_WAITS:
         raise ValueError(f"{ins.opcode} kernel {ins.kernel} tile {ins.tile} waits on {len(ins.waits)} counters; "
                          f"the format holds {MAX_WAITS}")
-    if any(not 0 <= w.lead < 1 << 13 for w in ins.waits):
-        raise ValueError(f"{ins.opcode} kernel {ins.kernel} tile {ins.tile}: a wait's lead is out of 0..8191")
-    waits = [(w.counter, int(w.previous) | int(w.late) << 1 | w.lead << 2 | int(w.long) << 15, w.tiles)
-             for w in ins.waits]
+    if any(not 0 <= w.lead < 1 << 14 for w in ins.waits):
+        raise ValueError(f"{ins.opcode} kernel {ins.kernel} tile {ins.tile}: a wait's lead is out of 0..16383")
+    waits = [(w.counter, int(w.previous) | int(w.late) << 1 | w.lead << 2, w.tiles) for w in ins.waits]
     waits += [(0, 0, 0)] * (MAX_WAITS - len(waits))
     return struct.pack(INSTR_FORMAT, OPCODES[ins.opcode], len(ins.waits), ins.kernel, ins.tile, ins.lo, ins.hi,
                        ins.counter, *[x for w in waits for x in w])

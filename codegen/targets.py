@@ -82,12 +82,6 @@ class TargetParams:
     persist_attn_owner_merges_narrow: int
     persist_attn_newest_first_narrow: int
     persist_combine_batch_narrow: int
-    # persistent: > 0: below this position every layer whose output projection reads its attention's output runs that
-    # attention inside the projection's tiles, each a KV head's over the whole context, the projection cut by K into a
-    # part a head that the stream's readers add (ir/passes/attn_o.py: one hop a layer less); a model with tagged
-    # values (persist_tagged) never. 0: never. The narrow models' value below (persist_narrow_width)
-    persist_attn_o_below: int
-    persist_attn_o_below_narrow: int
     # persistent: 1: a tagged value takes 4 bytes an element instead of 8, its tag the parity of its write in the
     # lowest mantissa bit (values to 23 bits); its slot its own, zeroed before each launch (ir/passes/persistent.py:
     # tag_parity)
@@ -397,9 +391,14 @@ TARGETS: dict[str, TargetParams] = {
                           # at short context its owner merges, so it is unused there. llama-3.2-1b at 8192 8 0.909-0.910
                           # vs 0.898-0.899; 16 spills 160 B there (ptxas), not timed. So 16 on narrow models
                           persist_combine_batch_narrow=16,
-                          # attention inside the output projection: not yet timed (the first call of its session
-                          # A/Bs it on smollm2-135m; the wide models are tagged, which it does not take)
-                          persist_attn_o_below=0, persist_attn_o_below_narrow=0,
+                          # (attention inside the output projection, persist_attn_o_below at fc7a3e4, taken out after
+                          # its first run: below a position every attention tile of a KV head took the head's whole
+                          # context and the projection tile after it on its SM that head's columns, a hop a layer
+                          # less. 2026-12-01 nineteenth session, smollm2-135m, ms, two rounds: 0.503 / 0.503 vs 0.488
+                          # / 0.488 at short context (p10 0.466 vs 0.473, p90 0.533 vs 0.495: a win at the shortest
+                          # positions only), 0.644 vs 0.530 from 448, and 0.723 vs 0.714 at 8192, past it, where
+                          # only the parts' reads differ. The whole walk a tile costs more than the hop: `git show
+                          # fc7a3e4`, bench/RESULTS.md)
                           # a layer's prologues read 112 KB an SM of tagged words on llama-3.2-1b, 12% on top of its
                           # 917 KB of weights (arithmetic from its shapes: x of 2048, 2048, 2048 and 8192 floats at 8
                           # bytes); the probe put a second copy of them at +63 us a token (ninth session, a8b8076).

@@ -123,10 +123,7 @@ def write_weights(model: Model, src: Sources, path: str, dtype: str, like: str |
                 copied += len(data)
             else:
                 parts = [model.weights[s].to(tdt) for s in t.sources]
-                w = parts[0] if len(parts) == 1 else torch.cat(parts)
-                if t.heads:  # [rows, cols] as its column blocks, [heads][rows][cols / heads]
-                    w = w.view(w.shape[0], t.heads, -1).transpose(0, 1)
-                data = w.contiguous().view(torch.int16).numpy().tobytes()
+                data = (parts[0] if len(parts) == 1 else torch.cat(parts)).contiguous().view(torch.int16).numpy().tobytes()
             fh.write(data)
             fh.write(b"\0" * ((-len(data)) % 256))
             done += len(data)

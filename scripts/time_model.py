@@ -80,11 +80,9 @@ def simulate(sched: Schedule, c: Costs, tokens: int = 3, pos0: int = 64) -> list
                     if key in done:
                         ready = max(ready, done[key] + c.hop_us)
                 k = kernels[ins.kernel]
-                if isinstance(k, GemvKernel) and ins.opcode in ("gemv", "attn_o"):
+                if isinstance(k, GemvKernel) and ins.opcode == "gemv":
                     now = ready + c.prologue_us + c.prologue_us_per_kfloat * k.k / 1024
                     size = gemv_bytes(k, ins.hi - ins.lo, c)
-                    if ins.opcode == "attn_o":  # (a fused projection's tile: its KV head's columns alone)
-                        size //= sched.attn_o[ins.kernel].heads
                     for p in range(math.ceil(size / c.page_bytes)):
                         n = len(released[s])
                         part = min(c.page_bytes, size - p * c.page_bytes)

@@ -15,10 +15,6 @@ from typing import Iterator
 import numpy as np
 
 
-# the instructions that run a GEMV tile (a fused layer's output projection, attn_o, is one: ir/passes/attn_o.py)
-GEMV_OPS = ("gemv", "attn_o")
-
-
 def kind(opcode: str, kernel: dict) -> str:
     return opcode if opcode in ("attention", "select", "embed") else f"{kernel.get('family', '?')}:{kernel['name'].split('.')[-1]}"
 
@@ -69,7 +65,7 @@ def per_kind(ts: np.ndarray, slots: list[str], sched: list, kernels: list, sms: 
         c["dots"] += max(0.0, (dots_end - x - col["page_wait"][i]) / 1e3)
         c["epilogue"] += (stored - dots_end) / 1e3
         c["release"] += (done - stored) / 1e3
-        if opcode in GEMV_OPS:
+        if opcode == "gemv":
             c["gemvs"] += 1
             c["pages_ready"] += int(col["pages_ready"][i])
     parts = ("waiting", "prologue", "pages", "dots", "epilogue", "release")
@@ -89,13 +85,11 @@ def per_kind(ts: np.ndarray, slots: list[str], sched: list, kernels: list, sms: 
     return lines
 
 
-def phase_rows(col: dict[str, np.ndarray], sched: list, opcode: str | tuple | None = None) -> dict[int, np.ndarray]:
-    """Each phase's (counter's) recorded instructions, their rows in the recording; with `opcode` (one, or a tuple
-    of them), its phases alone."""
+def phase_rows(col: dict[str, np.ndarray], sched: list, opcode: str | None = None) -> dict[int, np.ndarray]:
+    """Each phase's (counter's) recorded instructions, their rows in the recording; with `opcode`, its phases alone."""
     phases: dict[int, list[int]] = collections.defaultdict(list)
-    ops = (opcode,) if isinstance(opcode, str) else opcode
     for i, (_, op, _, c) in enumerate(sched):
-        if col["start"][i] > 0 and (ops is None or op in ops):
+        if col["start"][i] > 0 and (opcode is None or op == opcode):
             phases[c].append(i)
     return {c: np.array(rows) for c, rows in phases.items()}
 
@@ -139,7 +133,7 @@ def handover(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> di
         def spread(name: str) -> list[float]:
             d = (col[name][rows] - prev_end) / 1e3
             return [float(d.min()), float(np.median(d)), float(d.max())]
-        xs = spread("x_ready") if opcode in GEMV_OPS else [float("nan")] * 3
+        xs = spread("x_ready") if opcode == "gemv" else [float("nan")] * 3
         out[kind(opcode, kernels[k])].append(spread("ready") + xs + spread("done"))
     return {name: [float(v) for v in np.mean(v, axis=0)] for name, v in out.items()}
 
@@ -171,7 +165,7 @@ def tails(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> tuple
     col = columns(ts, slots)
     out: dict[str, list[float]] = collections.defaultdict(list)
     last: collections.Counter = collections.Counter()
-    for rows in phase_rows(col, sched, GEMV_OPS).values():
+    for rows in phase_rows(col, sched, "gemv").values():
         done = col["done"][rows] - col["done"][rows].min()  # (before the median's float: see slowest_parts)
         out[kind("gemv", kernels[sched[rows[0]][2]])].append((done.max() - np.median(done)) / 1e3)
         last[sched[rows[int(done.argmax())]][0]] += 1
@@ -184,7 +178,7 @@ def ready_pages(ts: np.ndarray, slots: list[str], sched: list, kernels: list) ->
     col = columns(ts, slots)
     out: dict[str, list[int]] = collections.defaultdict(list)
     for i, (sm, opcode, k, *_) in enumerate(sched):
-        if col["start"][i] > 0 and opcode in GEMV_OPS:
+        if col["start"][i] > 0 and opcode == "gemv":
             out[kind(opcode, kernels[k])].append(int(col["pages_ready"][i]))
     return {name: [int(np.percentile(v, q, method="nearest")) for q in (0, 10, 50, 90, 100)]
             for name, v in out.items()}
@@ -208,7 +202,7 @@ def slowest_parts(ts: np.ndarray, slots: list[str], sched: list,
     col = columns(ts, slots)
     out: dict[str, list] = collections.defaultdict(lambda: [[], 0, 0])
     for rows, opcode, k, prev_end in along_chain(col, sched):
-        if prev_end is None or opcode not in GEMV_OPS:
+        if prev_end is None or opcode != "gemv":
             continue
         # (ns after prev_end before any float: %globaltimer's ns since 1970 lose ~256 ns to a float64)
         ready, x, sums, done = ((col[n][rows] - prev_end).astype(np.float64)

@@ -19,12 +19,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .attn_o import AttnO, fusable, head_shares, part_readers
 from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Kernel, Program, kernel_io
 
-# One source of truth for the device: the header generator reads these. attn_o: a fused layer's output-projection
-# tile, its attention inside below persist_attn_o_below (attn_o.py)
-OPCODES = {"embed": 1, "gemv": 2, "attention": 3, "elementwise": 4, "select": 6, "attn_o": 7}
+# One source of truth for the device: the header generator reads these.
+OPCODES = {"embed": 1, "gemv": 2, "attention": 3, "elementwise": 4, "select": 6}
 TOKEN = "@token"  # the pseudo-value select writes and the next step's embedding reads (the token id)
 
 
@@ -39,9 +37,6 @@ class Wait:
     # tag waits 2 (late_waits): the wait guards only the GEMV tile's writes (what it reads of the writer is tagged),
     # so the tile polls it before its epilogue, not before its prologue
     late: bool = False
-    # on a fused layer's attention phase (attn_o.py), which runs only at positions at or past the threshold: its
-    # target counts those tokens alone
-    long: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,15 +69,6 @@ class Schedule:
     # persist_attn_newest_first: split s of the splits in use takes chunk (in use - 1 - s) of split_rows (split 0
     # holds the token's row) and writes its partial at that chunk's slot, so that the merge order stays the chunks'
     newest_first: bool = False
-    # persist_attn_o_below: the fused layers (output projection kernel -> AttnO) and the position below which their
-    # attention runs inside the projection's tiles (attn_o.py); empty and 0 without
-    attn_o: dict[int, AttnO] = field(default_factory=dict)
-    attn_o_below: int = 0
-
-    def long_phase(self, counter: int) -> bool:
-        """Whether the phase runs only at positions at or past attn_o_below: a fused layer's attention."""
-        i, opcode = self.phases[counter]
-        return opcode == "attention" and any(f.attention == i for f in self.attn_o.values())
 
 
 def phases(program: Program) -> list[tuple[int, str]]:
@@ -259,13 +245,10 @@ def output_size(k: Kernel, program: Program) -> int:
     raise TypeError(type(k).__name__)
 
 
-def reads_writes(k: Kernel, program: Program, opcode: str | None = None,
-                 attn_o: dict[int, AttnO] | None = None) -> tuple[set[str], set[str]]:
+def reads_writes(k: Kernel, program: Program, opcode: str | None = None) -> tuple[set[str], set[str]]:
     """Values (and KV state, and attention partials) a kernel's phase reads and writes. The embedding reads
     the token select wrote (the previous step's choice once the prompt is consumed). Attention writes its
-    partials (read back by its own last split) and the output. attn_o (the fused layers, attn_o.py): a fused
-    output projection also reads its attention's input and KV cache and writes the cache and its parts, which every
-    reader of its output reads too."""
+    partials (read back by its own last split) and the output."""
     if opcode == "select":
         return {program.graph.outputs[0]}, {TOKEN}
     reads, writes = kernel_io(k)
@@ -275,19 +258,12 @@ def reads_writes(k: Kernel, program: Program, opcode: str | None = None,
     if isinstance(k, AttentionKernel):
         r.add(k.append.cache)
         return r, {k.append.cache, partials(k), *w}
-    if attn_o:
-        r |= {p for v, p in part_readers(program, attn_o).items() if v in r}
-        fused = next((f for i, f in attn_o.items() if program.kernels[i] is k), None)
-        if fused is not None:
-            a = program.kernels[fused.attention]
-            r |= {a.qkv, a.append.cache}
-            w |= {a.append.cache, fused.parts}
     return r, w
 
 
-def phase_io(program: Program, attn_o: dict[int, AttnO] | None = None) -> list[tuple[set[str], set[str]]]:
+def phase_io(program: Program) -> list[tuple[set[str], set[str]]]:
     """Each phase's (reads, writes) (reads_writes), indexed by counter."""
-    return [reads_writes(program.kernels[i], program, op, attn_o) for i, op in phases(program)]
+    return [reads_writes(program.kernels[i], program, op) for i, op in phases(program)]
 
 
 def slot_key(slot_of: dict[str, int] | None) -> Callable[[str], object]:
@@ -310,11 +286,10 @@ def _reads_only_tags_of(reads: set[str], writes: set[str], writer: int, plan: Ta
     return {slot(v) for v in reads} & {slot(v) for v in writes} <= tagged
 
 
-def dependencies(program: Program, slot_of: dict[str, int] | None = None,
-                 attn_o: dict[int, AttnO] | None = None) -> list[list[Wait]]:
+def dependencies(program: Program, slot_of: dict[str, int] | None = None) -> list[list[Wait]]:
     """For each phase: the earlier phases of the same token it conflicts with, and the phases at or after
     it of the previous token (their reads and writes of shared slots and state must be done)."""
-    io, slot = phase_io(program, attn_o), slot_key(slot_of)
+    io, slot = phase_io(program), slot_key(slot_of)
     deps: list[list[Wait]] = []
     for i in range(len(io)):
         same = [Wait(j, 0) for j in range(i) if _conflict(io[i], io[j], slot)]
@@ -323,16 +298,13 @@ def dependencies(program: Program, slot_of: dict[str, int] | None = None,
     return deps
 
 
-def reduce_waits(deps: list[list[Wait]], long: frozenset[int] = frozenset()) -> list[list[Wait]]:
+def reduce_waits(deps: list[list[Wait]]) -> list[list[Wait]]:
     """Drop waits that others already imply. A counter reaching token t's target covers every earlier token,
-    and waiting for a whole kernel covers every kernel it waited for in its own token. A wait on a phase in `long`
-    (a fused layer's attention: it runs at some positions only) covers that phase alone, never its own waits."""
+    and waiting for a whole kernel covers every kernel it waited for in its own token."""
     done_before: list[set[tuple[int, int]]] = []  # kernel i -> {(kernel, tokens back)} finished once i may start
 
     def implied(w: Wait) -> set[tuple[int, int]]:
         d = int(w.previous)
-        if w.counter in long:
-            return {(w.counter, d)}
         return {(w.counter, d)} | {(k, back + d) for k, back in done_before[w.counter]}
 
     def covered(have: set[tuple[int, int]], w: Wait) -> bool:
@@ -381,8 +353,7 @@ def gemv_shares(n: int, sms: int, first_sm: int = 0, skip: frozenset[int] = froz
 def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None,
              min_keys: int = 64, max_splits: int = 64, previous_first: bool = False,
              tags: TagPlan | None = None, tag_waits: int = 0, tag_lead: int = 100,
-             owner_merges: int = 0, spare_splits: int = 0, newest_first: bool = False,
-             attn_o_below: int = 0) -> Schedule:
+             owner_merges: int = 0, spare_splits: int = 0, newest_first: bool = False) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
@@ -399,24 +370,17 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     the SMs of each KV head's first spare_splits splits, the ones in use from the shortest context on (split_rows
     fills splits from the first): its other SMs are waiting on them, so their share would start last. None are
     spared where they would be more than half the SMs (a GPU with few SMs for its KV heads). newest_first: see
-    Schedule (split 0 then holds the token's row, so that the owner's SM is the one spared). attn_o_below > 0:
-    below that position every layer that can (attn_o.fusable) runs its attention inside its output projection's
-    tiles, each after its own head's attention tile on its SM (attn_o.head_shares); no SMs are spared there."""
+    Schedule (split 0 then holds the token's row, so that the owner's SM is the one spared)."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
-    fused = fusable(program) if attn_o_below > 0 else {}
-    if fused and tags is not None:
-        raise ValueError("attention inside the output projection (persist_attn_o_below) takes no tagged values "
-                         "(persist_tagged): its parts are plain floats")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
     sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys, spin, owner_merges,
-                     newest_first, fused, attn_o_below if fused else 0)
-    long = frozenset(c for c in range(len(sched.phases)) if sched.long_phase(c))
-    deps = dependencies(program, slot_of, fused)
+                     newest_first)
+    deps = dependencies(program, slot_of)
     covered = tag_covered(program, tags, slot_of) if tag_waits else set()
     if tag_waits:
         deps = [[w for w in waits if w.previous or (c, w.counter) not in covered] for c, waits in enumerate(deps)]
-    deps = reduce_waits(deps, long)
+    deps = reduce_waits(deps)
     if tags is not None:
         deps = direct_waits(program, deps, tags)
     if tag_lead < 100:  # after the reductions: such a wait implies nothing (its lead is set below, from the tiles)
@@ -431,15 +395,6 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     for c, (i, opcode) in enumerate(sched.phases):
         k = program.kernels[i]
         n = output_size(k, program)
-        if i in fused:  # its tiles: (SM, KV head, rows), after the attention tile of that head on each SM
-            groups = [[sm for sm in range(sms) if sched.lists[sm] and sched.lists[sm][-1].kernel == fused[i].attention
-                       and sched.lists[sm][-1].lo == h] for h in range(fused[i].heads)]
-            groups = [sorted(g, key=lambda sm: sched.lists[sm][-1].tile) for g in groups]
-            sched.tiles.append(len(cut := head_shares(n, groups)))
-            for where, h, lo, hi in cut:
-                sched.lists[where].append(Instr("attn_o", i, h, lo, hi, tuple(deps[c]), c))
-            spared = frozenset()
-            continue
         if opcode == "gemv":
             placed, spared = gemv_shares(n, sms, sm, spared), frozenset()
         elif opcode == "select":
@@ -462,8 +417,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
         sm = (sm + advance) % sms
     def counted(w: Wait) -> Wait:  # the tiles of its phase, and a lead's (rounded up: 10% of 8 attention heads is 1)
         tiles = sched.tiles[w.counter]
-        return Wait(w.counter, tiles, w.previous, -(-tiles * tag_lead // 100) if w.lead else 0, w.late,
-                    w.counter in long)
+        return Wait(w.counter, tiles, w.previous, -(-tiles * tag_lead // 100) if w.lead else 0, w.late)
     for lst in sched.lists:
         lst[:] = [dataclasses.replace(x, waits=tuple(counted(w) for w in x.waits)) for x in lst]
     return sched
@@ -482,9 +436,8 @@ def balance(sched: Schedule) -> dict:
     for where, lst in enumerate(sched.lists):
         for ins in lst:
             k = sched.program.kernels[ins.kernel]
-            if isinstance(k, GemvKernel):  # (a fused projection's tile: its head's columns alone)
-                heads = sched.attn_o[ins.kernel].heads if ins.opcode == "attn_o" else 1
-                per[ins.kernel][where] += share_weights(k, ins.hi - ins.lo) // heads
+            if isinstance(k, GemvKernel):
+                per[ins.kernel][where] += share_weights(k, ins.hi - ins.lo)
     busy = [row for row in per if any(row)]
     total = [sum(row[j] for row in busy) for j in range(sched.sms)]
     return dict(phase_bound=sum(sum(r) / sched.sms for r in busy) / sum(max(r) for r in busy),

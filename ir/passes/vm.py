@@ -14,10 +14,9 @@ import torch
 from kiec.sampling import SamplingParams, sample
 
 from .. import interp
-from .attn_o import part_readers
 from .persistent import TOKEN, Instr, Schedule, partials, reads_writes
 from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel
-from .simulate import attention_heads, attention_split, gemv_rows, merge_splits, split_rows
+from .simulate import attention_split, gemv_rows, merge_splits, split_rows
 
 
 class ScheduleError(AssertionError):
@@ -27,11 +26,7 @@ class ScheduleError(AssertionError):
 class VM:
     def __init__(self, sched: Schedule, weights: dict[str, torch.Tensor], offsets: dict[str, int], arena_floats: int):
         self.s, self.p, self.w = sched, sched.program, weights
-        self.off = dict(offsets)
-        for i, f in sched.attn_o.items():  # fused projections' parts, after the arena where the plan left them out
-            if f.parts not in self.off:
-                self.off[f.parts], arena_floats = arena_floats, arena_floats + (f.heads - 1) * self.p.kernels[i].n_out
-        self.parts_of = part_readers(self.p, sched.attn_o)  # a fused projection's output -> its parts
+        self.off = offsets
         self.arena = torch.full((arena_floats,), float("nan"))
         self.stamp = torch.full((arena_floats,), -1, dtype=torch.int64)
         g = self.p.graph
@@ -40,7 +35,7 @@ class VM:
                             for n, st in g.states.items()}
         self.producer = {}  # value -> the phase (counter) that writes it
         for c, (i, opcode) in enumerate(sched.phases):
-            for v in reads_writes(self.p.kernels[i], self.p, opcode, sched.attn_o)[1]:
+            for v in reads_writes(self.p.kernels[i], self.p, opcode)[1]:
                 self.producer[v] = c
         self.counters = [0] * len(sched.phases)
         # attention partials per layer: o [kv_heads, splits, group, dh], m and l [kv_heads, splits, group]
@@ -89,88 +84,20 @@ class VM:
         return [(k.x, n, 0, n)] + ([(k.residual, k.n_out, ins.lo, ins.hi)] if k.residual else [])
 
     def gemv_reads(self, ins: Instr, token: int) -> torch.Tensor:
-        """A GEMV tile's reads and math: its outputs, not yet written. A fused projection's output is read with its
-        parts added in head order, as the device adds them."""
+        """A GEMV tile's reads and math: its outputs, not yet written."""
         k = self.p.kernels[ins.kernel]
         env = {}
         for v, n, lo, hi in self.gemv_inputs(ins):
             env[v] = torch.zeros(n)
             env[v][lo:hi] = self.read(ins, token, v, n, lo, hi)
-            if v in self.parts_of:
-                parts = self.read(ins, token, self.parts_of[v], self._parts_floats(v)).view(-1, n)
-                for part in parts:
-                    env[v][lo:hi] += part[lo:hi]
         return gemv_rows(k, collections.ChainMap(env, self.w), ins.lo, ins.hi)
 
-    def _parts_floats(self, out: str) -> int:
-        """The floats of the parts buffer of the fused projection that writes `out`."""
-        i = next(i for i in self.s.attn_o if self.p.kernels[i].out == out)
-        return (self.s.attn_o[i].heads - 1) * self.p.kernels[i].n_out
-
-    def _attn_o(self, ins: Instr, token: int, sm: int) -> None:
-        """A fused projection's tile: KV head h = ins.tile's attention output (below the threshold: the one the
-        attention tile before it on this SM made, over the whole context; else its columns of the attention phase's
-        output), then its rows of the projection over that head's columns: part 0 with the residual into the stream,
-        the others into the parts buffer."""
-        o, f = self.p.kernels[ins.kernel], self.s.attn_o[ins.kernel]
-        a, h = self.p.kernels[f.attention], ins.tile
-        if token < self.s.attn_o_below:
-            kept = self.kept.pop(sm, None)
-            if kept is None or kept[:3] != (f.attention, h, token):
-                raise ScheduleError(f"attn_o kernel {ins.kernel} tile {h} (token {token}) on SM {sm} found "
-                                    f"{'no attention' if kept is None else f'attention {kept[:3]}'} in shared memory; "
-                                    f"it wants kernel {f.attention} head {h} at token {token}")
-            att = kept[3]
-        else:
-            att = self.read(ins, token, a.attention.out, a.n_heads * a.head_dim, h * f.k, (h + 1) * f.k)
-        y = self.w[o.weights[0]][ins.lo:ins.hi, h * f.k:(h + 1) * f.k] @ att
-        if h == 0:
-            y = self.read(ins, token, o.residual, o.n_out, ins.lo, ins.hi) + y
-            self.write(ins, token, o.out, ins.lo, y)
-        else:
-            self.write(ins, token, f.parts, (h - 1) * o.n_out + ins.lo, y)
-
-    def _whole_head(self, ins: Instr, token: int, sm: int, k: AttentionKernel) -> None:
-        """A fused layer's attention tile below the threshold: its KV head's attention over the whole context (the
-        new K/V row appended), kept in the SM's shared memory for the projection tile after it."""
-        g = ins.lo
-        n = (k.n_heads + 2 * k.kv_heads) * k.head_dim
-        qkv = torch.full((n,), float("nan"))
-        for lo, hi in self._qkv_rows(k, g, True):
-            qkv[lo:hi] = self.read(ins, token, k.qkv, n, lo, hi)
-        start = max(0, token + 1 - k.attention.window) if k.attention.window else 0
-        self._check_head_rows(ins, token, k, g, start, token, "a KV row is missing or from the wrong token")
-        self.kept[sm] = (ins.kernel, g, token, attention_heads(k, qkv, self.w, self.cache[k.append.cache], token, g,
-                                                                g + 1))
-        self.cache_stamp[k.append.cache][g, token] = token
-
-    def _check_head_rows(self, ins: Instr, token: int, a: AttentionKernel, g: int, lo: int, hi: int, what: str) -> None:
-        """Cache rows [lo, hi) of KV head g hold the tokens of those positions."""
-        stamps = self.cache_stamp[a.append.cache]
-        if not bool((stamps[g, lo:hi] == torch.arange(lo, hi)).all()):
-            raise ScheduleError(f"{ins.opcode} kernel {ins.kernel} tile {ins.tile} (token {token}): {what} at KV head "
-                                f"{g} ({stamps[g, lo:hi].tolist()})")
-
-    def whole(self, ins: Instr, token: int) -> bool:
-        """Whether this is a fused layer's attention tile below the threshold (it takes its head's whole context)."""
-        return ins.opcode == "attention" and token < self.s.attn_o_below and self.s.long_phase(ins.counter)
-
-    def attention_token(self, ins: Instr, token: int) -> int:
-        """The token counted by an attention instruction's arrivals: a fused layer's counts only the tokens at or
-        past the threshold (the ones it runs)."""
-        return token - self.s.attn_o_below if self.s.long_phase(ins.counter) else token
-
-    def execute(self, ins: Instr, token: int, prompt: list[int], out: torch.Tensor | None = None, sm: int = -1) -> bool:
-        """Runs one instruction on SM `sm` (a GEMV whose outputs `gemv_reads` made earlier: only its writes); whether
-        it bumps its phase counter (an attention split only when it is its KV head's last arrival)."""
+    def execute(self, ins: Instr, token: int, prompt: list[int], out: torch.Tensor | None = None) -> bool:
+        """Runs one instruction (a GEMV whose outputs `gemv_reads` made earlier: only its writes); whether it bumps
+        its phase counter (an attention split only when it is its KV head's last arrival)."""
         k = self.p.kernels[ins.kernel]
-        if self.whole(ins, token):
-            self._whole_head(ins, token, sm, k)
-            return False
         if ins.opcode == "select":
             self._select(ins, token, prompt)
-        elif ins.opcode == "attn_o":
-            self._attn_o(ins, token, sm)
         elif isinstance(k, EmbedKernel):
             tok = prompt[0] if token == 0 else self._token(ins, token)
             self.write(ins, token, k.out, ins.lo, self.w[k.table][tok][ins.lo:ins.hi].float())
@@ -179,22 +106,22 @@ class VM:
         elif ins.opcode == "attention":
             self._attention_split(ins, token, k)
             key, want = (ins.kernel, ins.lo), self.arrivals(ins.kernel)
-            before, n = self.arrived.get(key, 0), self.attention_token(ins, token)  # (the tokens its arrivals count)
+            before = self.arrived.get(key, 0)
             if self._by_owner(ins, token):  # the owner merges (ready: the others' partials came), arrives for all
                 if not self._owns(ins, token):
                     return False
-                if before != want * n:
+                if before != want * token:
                     raise ScheduleError(f"attention kernel {ins.kernel} head {ins.lo}: token {token}'s owner found "
-                                        f"{before} arrivals, not the {want * n} of the tokens before")
+                                        f"{before} arrivals, not the {want * token} of the tokens before")
                 self.arrived[key] = before + want
                 self._combine(ins, token, k)
                 return True
-            if before < want * n:  # the device counts a token's arrivals on top of all the earlier ones
+            if before < want * token:  # the device counts a token's arrivals on top of all the earlier ones
                 raise ScheduleError(f"attention kernel {ins.kernel} head {ins.lo} split {ins.tile % want} arrived at "
                                     f"token {token} before the splits of token {token - 1} all had ({before} of "
-                                    f"{want * n} arrivals)")
+                                    f"{want * token} arrivals)")
             self.arrived[key] = before + 1
-            if self.arrived[key] != want * (n + 1):
+            if self.arrived[key] != want * (token + 1):
                 return False
             self._combine(ins, token, k)
         elif isinstance(k, ElementwiseKernel):
@@ -316,10 +243,7 @@ class VM:
 
     # -- the machine
     def met(self, w, token: int) -> bool:
-        n = token if w.previous else token + 1
-        if w.long:  # a fused layer's attention counts the tokens at or past the threshold alone
-            n = max(0, n - self.s.attn_o_below)
-        return self.counters[w.counter] >= w.tiles * n - w.lead
+        return self.counters[w.counter] >= w.tiles * (token if w.previous else token + 1) - w.lead
 
     def ready(self, ins: Instr, token: int) -> bool:
         """Whether the instruction may start: its waits met but the late ones (late_waits: the device polls them
@@ -330,7 +254,7 @@ class VM:
     def partials_pending(self, ins: Instr, token: int) -> bool:
         """With owner_merges: whether this is a KV head's owner (_owns) whose other splits in use have not yet
         stored this token's partials (the device loads their words until they carry its tag)."""
-        if ins.opcode != "attention" or not self.s.owner_merges or self.whole(ins, token):
+        if ins.opcode != "attention" or not self.s.owner_merges:
             return False
         used = self._used(ins, token)  # (_by_owner's count, made once here: this runs at every ready check)
         if used > self.s.owner_merges or not self._owns(ins, token):
@@ -365,7 +289,6 @@ class VM:
         self.sampling, self.eos, self.stop, self.generated = sampling or SamplingParams(), set(eos), steps, []
         self.tokens: dict[int, tuple[int, int]] = {}  # token index -> (id, stamp of the select that chose it)
         self.arrived: dict[tuple[int, int], int] = {}  # (attention kernel, KV head) -> splits arrived, all tokens
-        self.kept: dict[int, tuple] = {}  # SM -> (attention kernel, KV head, token, output) a fused layer's tile left
         lists = self.s.lists
         pc = [0] * len(lists)
         tok = [0] * len(lists)
@@ -396,7 +319,7 @@ class VM:
             if i not in pending and any(w.late for w in ins.waits):
                 pending[i] = self.gemv_reads(ins, tok[i])  # the device's prologue and dots; its writes come later
                 continue
-            if self.execute(ins, tok[i], prompt, pending.pop(i, None), i):
+            if self.execute(ins, tok[i], prompt, pending.pop(i, None)):
                 self.counters[ins.counter] += 1
             if ins.counter == last and self.counters[last] == self.s.tiles[last] * (tok[i] + 1):
                 out = self.p.graph.outputs[0]

@@ -137,31 +137,6 @@ def test_owner_merges_computes_the_same_bits(tmp_path, monkeypatch, tags, most, 
     assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
 
 
-@pytest.mark.parametrize("family,heads,kv_heads,narrow", [("llama", 4, 2, False), ("qwen3", 4, 2, False),
-                                                         ("mistral", 4, 2, False), ("llama", 12, 3, True),
-                                                         ("llama", 8, 1, True)])
-def test_attention_in_the_output_projection_within_budget_across_the_threshold(tmp_path, monkeypatch, family, heads,
-                                                                              kv_heads, narrow):
-    # persist_attn_o_below 12 (untagged: ir/passes/attn_o.py): steps at positions 0-11 run each layer's attention in
-    # its output projection's tiles (each a KV head's whole context, the projection cut into a part a head), from 12
-    # on the split attention (8 keys a split at least: several splits past 16) with the parts: logits within budget
-    # of the interpreter over 40 one-step launches; a 40-token generation from a 5-token prompt crosses the threshold
-    # inside one launch, graph mode's tokens. q/k norms (qwen3), a window (mistral's 5 keys: the whole context's
-    # start moves), 3 KV heads of 4 query heads (a narrow model's shape, with its owner merges, newest first and x
-    # slices loaded straight from memory), and one KV head (no parts: the projection is one part)
-    shape = {} if family == "qwen3" else dict(hidden_size=64 * heads, num_attention_heads=heads,
-                                              num_key_value_heads=kv_heads, intermediate_size=96 * heads // 4)
-    model, _ = compile_tiny(tmp_path, family, **shape)
-    graph = kiec.Engine(kiec.compile(model, str(tmp_path / "graph")))
-    fields = dict(persist_tagged=0, attn_min_keys=8, persist_attn_o_below=12)
-    if narrow:
-        fields.update(persist_attn_owner_merges=8, persist_attn_newest_first=1, persist_x_direct=1)
-    art = compile_variant(model, tmp_path, monkeypatch, **fields)
-    eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=40)
-    budget_check(ours, r32, r16, f"{family} {heads}/{kv_heads} heads, attention in the projection below 12")
-    assert eng.generate(tokens[:5], 40) == graph.generate(tokens[:5], 40)
-
-
 @pytest.mark.parametrize("batch,tags", [(4, 0), (16, 0), (16, 2)])
 def test_combine_batch_computes_the_same_bits(tmp_path, monkeypatch, batch, tags):
     # persist_combine_batch: the last split to arrive loads `batch` splits' partials at once and folds them in split
@@ -281,13 +256,12 @@ def test_parity_tags_within_budget_and_the_same_tokens(tmp_path, monkeypatch, fa
 
 
 @pytest.mark.table_tags
-@pytest.mark.parametrize("change", [{}, dict(persist_tagged_min_width=0), dict(persist_attn_o_below_narrow=0),
-                                    dict(persist_attn_o_below_narrow=40)])
-def test_smollm2_persistent_greedy_tokens_equal_graph_mode(tmp_path, monkeypatch, change):
-    # SmolLM2 (width 576) as the table compiles it (no tags: persist_tagged_min_width), with the wide models' tags,
-    # and with attention in the output projection never or below 40 (each 80-token launch crosses it)
+@pytest.mark.parametrize("min_width", [None, 0])
+def test_smollm2_persistent_greedy_tokens_equal_graph_mode(tmp_path, monkeypatch, min_width):
+    # SmolLM2 (width 576) as the table compiles it (no tags: persist_tagged_min_width), and with the wide models' tags
     from tests.smollm2 import smollm2_gguf
     model = kiec.load(smollm2_gguf(), dtype="bf16")
+    change = {} if min_width is None else dict(persist_tagged_min_width=min_width)
     persistent = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "p", **change))
     graph = kiec.Engine(kiec.compile(model, str(tmp_path / "g")))
     rng = np.random.default_rng(0)

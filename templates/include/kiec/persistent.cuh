@@ -17,7 +17,6 @@
 #include "common.cuh"
 #include "device_sampler.cuh"
 #include "persistent_args.cuh"
-#include "persistent_attn_o.cuh"
 #include "persistent_gemv.cuh"
 #include "persistent_tile.cuh"
 #include "ring.cuh"
@@ -63,21 +62,13 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // NEWEST_FIRST (persist_attn_newest_first): tile split s in use takes chunk (active - 1 - s) and writes that chunk's
 // partial slot, so tile split 0 holds row pos (the owner, on the SM spare splits spare) and the merge's order
 // is the chunks' (the same bits).
-// FUSED (persist_attn_o_below, ir/passes/attn_o.py): below KIEC_ATTN_O_BELOW every tile of KV head g takes the
-// head's whole context, as one split would (writing the new row, as each of them does: the same bits), and leaves
-// the warps' states in shared memory for the output projection's tile right after it on this SM (attn_o_tile, the
-// same head: the schedule pairs them), with no partial, arrival or signal; its arrivals count the tokens at or past
-// the threshold alone (`ta`), as its phase's waits do (WAIT_LONG).
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0,
-          bool EARLY_ROPE = false, bool KV_FIRST = false, int OWNER_MAX = 0, bool NEWEST_FIRST = false,
-          bool FUSED = false>
+          bool EARLY_ROPE = false, bool KV_FIRST = false, int OWNER_MAX = 0, bool NEWEST_FIRST = false>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
                                             float* out, unsigned* arrive, float* smem) {
-  const bool whole = FUSED && u.pos < KIEC_ATTN_O_BELOW;  // the head's whole context, for the projection after it
-  const int ta = FUSED ? u.t - short_tokens(*u.a) : u.t;  // the tokens this tile's arrivals count (< 0: whole)
   const int g = u.ins->lo, tile_split = u.ins->tile % SPLITS;
   // OWNER_MAX below SPLITS: the owner merges early in a launch, the last to arrive later (MIXES); the latter counts
   // on every earlier step's arrivals, so then the owner arrives and every tile waits for them, as with tags
@@ -86,9 +77,8 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   split_range<SPLITS, MIN_KEYS>(u.pos, window, tile_split, lo, hi, active);  // the position's alone
   // `split` from here on: the chunk of the context this tile takes and its partial's slot. NEWEST_FIRST
   // (persist_attn_newest_first): the splits in use take the chunks from the last, so tile split 0 holds row pos
-  int split = NEWEST_FIRST && tile_split < active ? active - 1 - tile_split : tile_split;
+  const int split = NEWEST_FIRST && tile_split < active ? active - 1 - tile_split : tile_split;
   if (NEWEST_FIRST && split != tile_split) split_range<SPLITS, MIN_KEYS>(u.pos, window, split, lo, hi, active);
-  if (whole) split_range<1, 1>(u.pos, window, split = 0, lo, hi, active);  // (one split: the whole context)
   if (KIEC_ATTN_L2_HINT == 1 && split < active)  // its rows of earlier steps, asked of L2 before the wait
     prefetch_split_l2<T, HEAD_DIM>(cache, kv_heads, max_seq, g, lo, hi, u.pos);
   RopeCoeffs<ROTARY, GROUP, WARPS * 32> rope;  // (only with EARLY_ROPE: unused registers otherwise)
@@ -103,8 +93,8 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   QkvWords<HEAD_DIM, GROUP, WARPS> pre;  // (its words before the wait: their tags are checked after it)
   if (TAGGED && split < active) pre.load(qkv, g, kv_heads, hi == u.pos + 1);
 #endif
-  if (!wait_inputs(u, arrivals_waited(ta) || (MIXES && ta > 0) ? arrive + g : nullptr,
-                   (unsigned)SPLITS * (unsigned)ta))
+  if (!wait_inputs(u, arrivals_waited(u.t) || (MIXES && u.t > 0) ? arrive + g : nullptr,
+                   (unsigned)SPLITS * (unsigned)u.t))
     return false;
 #ifdef KIEC_SCRATCH_BYTES
   static_assert(sizeof(AttentionSmem<HEAD_DIM, GROUP, WARPS>) <= KIEC_SCRATCH_BYTES,
@@ -129,10 +119,6 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
         , TAGGED ? &pre : nullptr
 #endif
         );
-    if (whole) {  // (the states stay in sm for attn_o_tile)
-      trace(u, TR_DONE);
-      return true;
-    }
     if (merges_others) {
       trace(u, TR_X_READY);  // (its slice done: what follows, the wait for the others' partials and the merge, is
       // the tail trace_summary.py's attention views time, as the last arrival's merge without the owner)
@@ -161,7 +147,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   if (threadIdx.x == 0) {  // releases this block's partial, acquires the others' when it is the last
     unsigned before;
     asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(arrive + g) : "memory");
-    last = before + 1 == (unsigned)SPLITS * (unsigned)(ta + 1);
+    last = before + 1 == (unsigned)SPLITS * (unsigned)(u.t + 1);
   }
   sync_block();
   if (!last) {

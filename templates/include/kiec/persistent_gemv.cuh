@@ -14,13 +14,10 @@ namespace kiec {
 
 // The GEMV prologue (gemv_prologue's math, in its order) with the norm's weights loaded into registers before the
 // tile waits on its inputs: weights never depend on activations, and after the wait only x is left to fetch.
-// XPARTS > 0: x is a fused output projection's output (ir/passes/attn_o.py), its parts 1 .. XPARTS at `parts`, K
-// floats apart, added to it in that order (a norm's x held in registers only).
-template <typename T, int K, bool NORM, int THREADS, int XPARTS = 0>
+template <typename T, int K, bool NORM, int THREADS>
 struct Prologue {
   static constexpr int PER = (K + THREADS - 1) / THREADS;
   static constexpr bool HOLD = NORM && PER <= 16;  // a register budget chosen, not measured against others
-  static_assert(XPARTS == 0 || HOLD, "a fused projection's parts are added to a norm's x held in registers");
   float w[HOLD ? PER : 1];
   __device__ __forceinline__ void prefetch(const T* norm_w) {
     if (HOLD) {
@@ -31,8 +28,7 @@ struct Prologue {
       }
     }
   }
-  __device__ __forceinline__ void run(const float* x, const T* norm_w, float eps, float* xs, float* red,
-                                      const float* parts = nullptr) {
+  __device__ __forceinline__ void run(const float* x, const T* norm_w, float eps, float* xs, float* red) {
     if (!NORM) {  // a copy, 4 16-byte loads in flight per thread (8 spilled 12 B on llama-3.1-8b; x is 16-byte
                   // aligned: buffers.py)
       constexpr int V = (K / 4 + THREADS - 1) / THREADS, B = V < 4 ? V : 4;
@@ -61,8 +57,6 @@ struct Prologue {
       for (int e = 0; e < PER; ++e) {
         const int i = threadIdx.x + e * THREADS;
         v[e] = i < K ? x[i] : 0.f;
-#pragma unroll
-        for (int p = 0; p < XPARTS; ++p) v[e] += i < K ? parts[p * K + i] : 0.f;
         ss += v[e] * v[e];
       }
       normalize(ss, v, norm_w, eps, xs, red);
@@ -342,19 +336,10 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
 // warp finished first): SiLU-mul, store, residual add, or store and the packed argmax.
 // y_mine: with EPI_RESIDUAL, y[lo + threadIdx.x] as loaded before the dot products (residual_first).
 // TY: y is tagged words (common.cuh): written with tag `mine`, the residual read carrying `res`.
-// RPARTS > 0: the residual is a fused output projection's output, its parts 1 .. RPARTS at `parts`, n_out floats
-// apart, added to it in that order (residual_with_parts).
-template <int RPARTS>
-__device__ __forceinline__ float residual_with_parts(const float* y, const float* parts, int o, int n_out) {
-  float r = y[o];
-#pragma unroll
-  for (int p = 0; p < RPARTS; ++p) r += parts[(size_t)p * n_out + o];
-  return r;
-}
-template <typename T, int SEGS, int EPI, bool BIAS, int THREADS, bool TY = false, int RPARTS = 0>
+template <typename T, int SEGS, int EPI, bool BIAS, int THREADS, bool TY = false>
 __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, const T* bias, float* y, int lo,
                                               int outs, int n_out, float y_mine, unsigned mine = 0,
-                                              unsigned res = 0, const float* parts = nullptr) {
+                                              unsigned res = 0) {
   auto dot = [&](int r) {  // row r's sum (SiLU: 2 rows per output, gate then up)
     float v = 0.f;
 #pragma unroll
@@ -372,9 +357,7 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
       const float v = dot(j) + (BIAS ? to_float<T>(bias[o]) : 0.f);
       if (EPI == EPI_STORE || EPI == EPI_ARGMAX) store_value<TY>(y, o, v, mine);
       if (EPI == EPI_RESIDUAL) {
-        const float r = j == (int)threadIdx.x ? y_mine
-                        : TY ? tagged_value(ld_tagged(y, o), y, o, res)
-                             : residual_with_parts<RPARTS>(y, parts, o, n_out);
+        const float r = j == (int)threadIdx.x ? y_mine : TY ? tagged_value(ld_tagged(y, o), y, o, res) : y[o];
         store_value<TY>(y, o, r + v, mine);
       }
       if (EPI == EPI_ARGMAX) {
@@ -401,14 +384,11 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // descriptor's tag_x and tag_res, y's this phase's; with TY the counter moves relaxed (signal_done).
 // TWICE (persist_probe_twice, a timing probe; the emitter picks the GEMVs): bit 1: the dot products run twice, bit
 // 2: the prologue (the same tokens).
-// XPARTS, RPARTS (persist_attn_o_below): x, or the residual, is a fused output projection's output, whose parts 1 ..
-// XPARTS (RPARTS) at `parts` are added to it (Prologue, residual_with_parts); plain floats only.
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
-          bool TY = false, int TWICE = 0, int XPARTS = 0, int RPARTS = 0, typename R>
+          bool TY = false, int TWICE = 0, typename R>
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
-                                          float* y, int n_out, float* smem, const float* parts = nullptr) {
+                                          float* y, int n_out, float* smem) {
   static_assert(!(DIRECT && NORM), "a normed x is staged in shared memory (the norm needs all of it first)");
-  static_assert(!(XPARTS && (TX || DIRECT)) && !(RPARTS && TY), "a fused projection's parts: plain floats, x staged");
 
   using G = GemvShape<T, K, WARPS, EPI, SEGS, R::PAGE>;
   const int lo = u.ins->lo, outs = u.ins->hi - lo;
@@ -416,7 +396,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   float* acc = smem + (DIRECT ? 0 : K);           // [ROWS_PER_OUT * outs][SEGS]: each row's segment sums
   float* red = acc + G::ROWS_PER_OUT * outs * SEGS;  // WARPS
 
-  Prologue<T, K, NORM, WARPS * 32, XPARTS> prologue;
+  Prologue<T, K, NORM, WARPS * 32> prologue;
   prologue.prefetch(norm_w);
 #if KIEC_TAG_WAITS
   if (TX && !DIRECT) prologue.preload(x);
@@ -430,12 +410,12 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   if (TY) {
     if (res_mine) y_word = ld_tagged(y, lo + threadIdx.x);
   } else if (res_mine) {
-    y_mine = RPARTS ? residual_with_parts<RPARTS>(y, parts, lo + threadIdx.x, n_out) : y[lo + threadIdx.x];
+    y_mine = y[lo + threadIdx.x];
   }
   const KernelDesc& d = u.a->kernels[u.ins->kernel];
   auto stage_x = [&] {
     if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, d.tag_x), norm_w, eps, xs, red);
-    else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red, parts);
+    else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
   };
   if constexpr ((TWICE & 2) != 0) stage_x();  // the probe: the same x written once more before
   stage_x();
@@ -458,8 +438,8 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
 #endif
   const unsigned res_tag = TY && EPI == EPI_RESIDUAL ? tag_of(u, d.tag_res) : 0u;
   if (TY && res_mine) y_mine = tagged_value(y_word, y, lo + threadIdx.x, res_tag);
-  gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY, RPARTS>(u, acc, bias, y, lo, outs, n_out, y_mine,
-                                                            TY ? tag_of(u, u.ins->counter) : 0u, res_tag, parts);
+  gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY>(u, acc, bias, y, lo, outs, n_out, y_mine,
+                                                    TY ? tag_of(u, u.ins->counter) : 0u, res_tag);
   trace(u, TR_STORED);
   signal_done<TY>(u);
   return true;

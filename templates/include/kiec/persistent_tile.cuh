@@ -64,30 +64,15 @@ __device__ __forceinline__ void trace(const Turn& u, TraceSlot what) {
 #ifndef KIEC_TAGGED  // 1: some values travel as tagged words (persist_tagged)
 #define KIEC_TAGGED 0
 #endif
-#ifndef KIEC_ATTN_O_BELOW  // > 0: below this position fused layers run attention in the output projection's tiles
-#define KIEC_ATTN_O_BELOW 0
-#endif
 // A wait's target this token: tiles * (t + 1), or tiles * t on the previous token's run. With tag waits
 // (KIEC_TAG_WAITS) a Wait's `previous` field holds previous in bit 0, late in bit 1 (KIEC_TAG_WAITS 2: the wait
-// guards only the tile's writes; wait_inputs leaves it to wait_writes) and its lead above (persistent_abi.py). With
-// KIEC_ATTN_O_BELOW, bit 15 (WAIT_LONG) marks a wait on a fused layer's attention phase, which runs only at positions
-// at or past the threshold: its t counts those tokens alone (t less the launch's short_tokens).
-constexpr unsigned WAIT_LONG = 1u << 15;
-__device__ __forceinline__ unsigned wait_target(const Wait& w, int t, int n_short = 0) {
+// guards only the tile's writes; wait_inputs leaves it to wait_writes) and its lead above (persistent_abi.py).
+__device__ __forceinline__ unsigned wait_target(const Wait& w, int t) {
 #if KIEC_TAG_WAITS
-  static_assert(KIEC_ATTN_O_BELOW == 0, "tag waits need tagged values, which attention in the projection does not take");
   return w.tiles * (unsigned)(t + 1 - (w.previous & 1)) - (w.previous >> 2);
-#elif KIEC_ATTN_O_BELOW
-  const int n = t + 1 - (w.previous & 1) - (w.previous & WAIT_LONG ? n_short : 0);
-  return n > 0 ? w.tiles * (unsigned)n : 0u;
 #else
   return w.tiles * (unsigned)(t + 1 - w.previous);
 #endif
-}
-
-// The tokens of this launch at positions below KIEC_ATTN_O_BELOW (its first ones; 0 without the fusion).
-__device__ __forceinline__ int short_tokens(const PersistentArgs& a) {
-  return KIEC_ATTN_O_BELOW > 0 ? max(0, min(KIEC_ATTN_O_BELOW, a.p_end) - a.p0) : 0;
 }
 __device__ __forceinline__ bool wait_late(const Wait& w) { return KIEC_TAG_WAITS >= 2 && (w.previous & 2); }
 
@@ -133,7 +118,7 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
     if (lane < n) {
       const Wait w = u.ins->waits[lane];
       counter = u.a->counters + w.counter * u.a->counter_stride;
-      target = wait_target(w, u.t, short_tokens(*u.a));
+      target = wait_target(w, u.t);
       if (wait_late(w)) {  // wait_writes' (its load issued now, not waited for)
         met = true;
         if (late_seen) *late_seen = ld_relaxed(counter);
@@ -157,7 +142,7 @@ __device__ __forceinline__ bool wait_inputs(const Turn& u, const unsigned* extra
       const Wait w = i < 0 ? Wait{} : u.ins->waits[i];
       const unsigned* counter = i < 0 ? extra : u.a->counters + w.counter * u.a->counter_stride;
       if (i >= 0 && wait_late(w)) continue;  // (wait_writes')
-      ok = spin_until(counter, i < 0 ? extra_target : wait_target(w, u.t, short_tokens(*u.a)), u);
+      ok = spin_until(counter, i < 0 ? extra_target : wait_target(w, u.t), u);
     }
     go = ok;
   }

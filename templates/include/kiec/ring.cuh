@@ -25,9 +25,6 @@
 #ifndef KIEC_ATTN_L2_HINT
 #define KIEC_ATTN_L2_HINT 0  // 2: the weight stream asks L2 for attention's cache rows (PageWalk::next)
 #endif
-#ifndef KIEC_ATTN_O_BELOW
-#define KIEC_ATTN_O_BELOW 0  // > 0: fused output projections' tiles (OP_ATTN_O) stream their head's columns
-#endif
 
 namespace kiec {
 
@@ -159,7 +156,7 @@ struct PageWalk {
     for (; pos < a->p_end; ++pos, i = begin) {
       for (; i < end; ++i, first = 0) {
         const Instr& ins = a->instrs[i];
-        if (ins.opcode != OP_GEMV && !(KIEC_ATTN_O_BELOW && ins.opcode == OP_ATTN_O)) {
+        if (ins.opcode != OP_GEMV) {
           if (hint_kv && ins.opcode == OP_ATTENTION) ask_l2_for_rows(ins);
           continue;
         }
@@ -169,9 +166,7 @@ struct PageWalk {
         items = (ins.hi - ins.lo) * (d.row_bytes / d.item_bytes);
         if (items <= (KEPT ? 0 : first)) continue;  // (KEPT: first is 0 here)
         item_bytes = d.item_bytes;
-        // (a fused projection's tile, OP_ATTN_O: its KV head's columns, packed [head][row] (persistent.py))
-        const size_t row = KIEC_ATTN_O_BELOW && ins.opcode == OP_ATTN_O ? (size_t)ins.tile * d.n + ins.lo : ins.lo;
-        share = a->weights + d.w[0] + row * d.row_bytes;
+        share = a->weights + d.w[0] + (size_t)ins.lo * d.row_bytes;
         up_off = d.silu ? (size_t)d.n * d.row_bytes : 0;
         page();
         return true;
