@@ -175,7 +175,8 @@ TARGETS: dict[str, TargetParams] = {
                           # only (smollm2-135m's 576; no model between 576 and 2048 timed)
                           persist_l2_ahead_bytes=256 << 10, persist_l2_ahead_max_width=1023,
                           # sleeping 100 ns between polls: 0.846 vs 0.852 ms on llama-3.2-1b at a9dfdd7 (a kernel
-                          # carrying 48f2904's 3.5%); other models not run
+                          # carrying 48f2904's 3.5%), 0.742 vs 0.741 at a307823; smollm2-135m 100 / 300 ns 0.490 /
+                          # 0.509 vs 0.488-0.489 (nineteenth session)
                           persist_stop_poll_every=64, persist_poll_sleep_ns=0,
                           persist_counter_stride=1, persist_reduce_batch=1,
                           # the down projection's prologue (x copied as tagged words, 64 KB an SM on llama-3.2-1b)
@@ -350,7 +351,10 @@ TARGETS: dict[str, TargetParams] = {
                           # the output projection then starts behind. With 1 the owner is split 0, whose SM spare
                           # splits leave out of that projection (the same bits). Eighteenth session (ms, two rounds):
                           # with owner merges 8 on llama-3.2-1b 0.733 / 0.733 vs 0.741 / 0.741, but at 8192 0.908 /
-                          # 0.909 vs 0.902 / 0.901; 0 here, 1 on narrow models (persist_attn_newest_first_narrow)
+                          # 0.909 vs 0.902 / 0.901; nineteenth session (owner merges 8 with it): qwen3-1.7b 1.106 vs
+                          # 1.122 (-1.4%), llama-3.2-1b 0.736 vs 0.740-0.741 and at 8192 0.909-0.910 vs 0.901-0.902,
+                          # llama-3.1-8b 3.923-3.926 vs 3.911-3.914: mixed. 0 here, 1 on narrow models
+                          # (persist_attn_newest_first_narrow)
                           persist_attn_newest_first=0,
                           # at 8192 on smollm2-135m the last arrival takes 7.4 us from the last partial to the signal
                           # (eighteenth session's trace, 44 splits a KV head, 13.2 us an attention phase), most of it
@@ -389,7 +393,8 @@ TARGETS: dict[str, TargetParams] = {
                           # combine batch (the same session, 57234f8, two rounds each): smollm2-135m at 8192 16
                           # 0.714 / 0.714, 8 0.758 / 0.759 vs 0.752 / 0.752 (its 44 splits in 3 batches of loads);
                           # at short context its owner merges, so it is unused there. llama-3.2-1b at 8192 8 0.909-0.910
-                          # vs 0.898-0.899; 16 spills 160 B there (ptxas), not timed. So 16 on narrow models
+                          # vs 0.898-0.899; 16 spills 160 B there (ptxas): 0.984 vs 0.897-0.899 (nineteenth session).
+                          # So 16 on narrow models
                           persist_combine_batch_narrow=16,
                           # (attention inside the output projection, persist_attn_o_below at fc7a3e4, taken out after
                           # its first run: below a position every attention tile of a KV head took the head's whole
