@@ -212,7 +212,10 @@ class _PersistentEmitter(_Emitter):
         # x straight from memory, none in the scratch: every GEMV without a norm (1), or only those whose warps each
         # hold a segment of x of their own (2: none loads a slice another warp loads too)
         direct = not k.norm and (self.t.persist_x_direct == 1 or (self.t.persist_x_direct == 2 and segs == self.warps))
-        tail = template_tail([direct, tx, ty, self.twice(k)], [False, False, False, 0])  # DIRECT, TX, TY, TWICE
+        # the norm in each warp's registers (persist_norm_in_warps): where every warp holds all of x, read untagged
+        wnorm = bool(self.t.persist_norm_in_warps and k.norm and segs == 1 and self.warps == 8 and not tx)
+        tail = template_tail([direct, tx, ty, self.twice(k), wnorm],
+                             [False, False, False, 0, False])  # DIRECT, TX, TY, TWICE, WNORM
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
                 f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem)")
@@ -223,7 +226,8 @@ class _PersistentEmitter(_Emitter):
                    tag_res=self.tag_writer(k.residual), w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
                    a=(self.arena[k.x], self.arena[k.out]))
         rows = self.rows[self.p.kernels.index(k)]
-        self.smem = max(self.smem, ((0 if direct else k.k) + (2 if silu else 1) * rows * segs + self.warps) * 4)
+        staged = not direct and not wnorm  # x in the scratch
+        self.smem = max(self.smem, ((k.k if staged else 0) + (2 if silu else 1) * rows * segs + self.warps) * 4)
         self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * (2 if silu else 1) * k.k * self.esize))
 
     def attention(self, k: AttentionKernel) -> None:

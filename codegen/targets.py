@@ -71,6 +71,10 @@ class TargetParams:
     # persistent: > 0: the last split to arrive loads this many splits' partials at once, then folds them in order
     # (the same bits; attention_merge.cuh: attention_combine's BATCH); 0: its loop unrolled by 8
     persist_combine_batch: int
+    # persistent: 1: a GEMV with a norm whose every warp holds all of x (one segment, 8 warps, x untagged) normalizes
+    # it in each warp's registers, loaded straight from memory: no x in the scratch, no block barrier before the dots
+    # (persistent_gemv.cuh: WarpNorm; the same bits)
+    persist_norm_in_warps: int
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
@@ -378,6 +382,12 @@ TARGETS: dict[str, TargetParams] = {
                           # smollm2-135m at 30ad11b (seventeenth session): tags 2 0.515 / 0.515, 1 0.518 / 0.518, 2
                           # with tag waits 1 0.534, 2 0.566 vs 0.501 / 0.500 untagged
                           persist_tagged=2, persist_tagged_min_width=1024,
+                          # the norm's prologue stages x in the scratch: x loaded a word a thread, block_sum's two
+                          # barriers, x scaled into shared memory, a third barrier, each warp's slice read back. On
+                          # smollm2-135m (K 576: one segment, 3 rounds a lane) QKV's prologue and dots took 1.30 us a
+                          # tile against 0.93 for the output projection's (x direct, its shape alike) in the nineteenth
+                          # session's trace at position 40. Not yet timed
+                          persist_norm_in_warps=0,
                           # the narrow models (smollm2-135m, width 576: untagged, unpaced) are bound by the chain's
                           # hops, not bytes. 2026-12-01 eighteenth session (c0b7143 + persist_attn_newest_first, ms,
                           # two rounds each, graph mode in the same runs 0.475-0.479, at 8192 0.736-0.739): x direct 1

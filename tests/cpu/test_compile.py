@@ -563,6 +563,42 @@ def test_x_direct_2_takes_only_the_gemvs_whose_warps_hold_a_segment_each(tmp_pat
         direct(3)
 
 
+@pytest.mark.table_tags
+def test_norm_in_warps_takes_the_gemvs_with_a_norm_whose_warps_hold_all_of_x(tmp_path, monkeypatch):
+    # persist_norm_in_warps: QKV, gate/up and the LM head (K 576: one segment of 3 rounds a lane, untagged as a narrow
+    # model) normalize x in each warp's registers, none of it staged in the scratch; the norm-less GEMVs are untouched,
+    # and so is a model whose rows are cut into segments (K 1536: 2) or whose x is tagged. The kernel builds (nvcc)
+    import dataclasses
+    import re
+
+    from kiec.build import emit_sources
+    from kiec.codegen import targets
+
+    def cases(model, **change):  # each GEMV case's (epilogue, K, WNORM), and the tiles' scratch
+        t = dataclasses.replace(targets.TARGETS["sm_90"], **change)
+        text = emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
+        got = [(epi, int(k), rest.split(", ")[-1] == "true" and rest.count(",") >= 5)
+               for k, epi, rest in re.findall(r"gemv_tile<T, (\d+), \d+, \w+, kiec::EPI_(\w+), \w+, ([^>]*)>", text)]
+        return got, int(re.search(r"#define KIEC_SCRATCH_BYTES (\d+)", text).group(1))
+
+    make_tiny_hf(tmp_path / "narrow", "llama", hidden_size=576, intermediate_size=1536, num_attention_heads=9,
+                 num_key_value_heads=3)
+    narrow = kiec.load(str(tmp_path / "narrow"), dtype="bf16")
+    off, scratch_off = cases(narrow, persist_norm_in_warps=0)
+    on, scratch_on = cases(narrow, persist_norm_in_warps=1)
+    assert [w for *_, w in off] == [False] * 5
+    assert on == [("STORE", 576, True), ("RESIDUAL", 576, False), ("SILU_MUL", 576, True), ("RESIDUAL", 1536, False),
+                  ("ARGMAX", 576, True)]
+    assert scratch_on <= scratch_off  # (attention's scratch is the largest here either way)
+    make_tiny_hf(tmp_path / "wide", "llama", hidden_size=1536, intermediate_size=4096, num_attention_heads=12,
+                 num_key_value_heads=4)
+    wide = kiec.load(str(tmp_path / "wide"), dtype="bf16")
+    assert [w for *_, w in cases(wide, persist_norm_in_warps=1)[0]] == [False] * 5  # 2 segments a row
+    assert [w for *_, w in cases(narrow, persist_norm_in_warps=1, persist_tagged_min_width=0)[0]] == [False] * 5
+    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_norm_in_warps=1))
+    kiec.compile(narrow, str(tmp_path / "art"), mode="persistent")
+
+
 def test_the_twice_probe_picks_its_gemvs_and_compiles(tmp_path, monkeypatch):
     # persist_probe_twice: gemv_tile's TWICE per GEMV: 4 doubles the dots of QKV and the output projection (the
     # GEMVs beside an attention) only, 8 the others' (gate/up, down, LM head), 2 every prologue; the kernel builds

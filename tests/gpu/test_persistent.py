@@ -62,6 +62,24 @@ def test_persistent_wide_rows_within_budget(tmp_path, monkeypatch):
     assert np.array_equal(np.stack([one.step(t, p) for p, t in enumerate(tokens)]), ours)
 
 
+@pytest.mark.table_tags
+@pytest.mark.parametrize("hidden,inter,heads,kv_heads", [(576, 1536, 9, 3), (256, 384, 4, 2)])
+def test_norm_in_warps_computes_the_same_bits(tmp_path, monkeypatch, hidden, inter, heads, kv_heads):
+    # persist_norm_in_warps on narrow models (the table's rules: untagged, x direct): QKV, gate/up and the LM head
+    # normalize x in each warp's registers, K 576 (smollm2-135m's: 3 rounds a lane, the last with 8 lanes of 32) and
+    # 256 (one full round); every logit over 24 steps within the budget and the same bits as the staged norm's, and
+    # a 40-token generation the same tokens
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
+                 num_key_value_heads=kv_heads)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=256)
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "staged", persist_norm_in_warps=0))
+    art = compile_variant(model, tmp_path, monkeypatch, persist_norm_in_warps=1)
+    eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
+    budget_check(ours, r32, r16, f"norm in warps (K {hidden}): logits over 24 positions")
+    assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+    assert eng.generate(tokens[:5], 40) == base.generate(tokens[:5], 40)
+
+
 @pytest.mark.parametrize("waits,lead", [(1, 100), (1, 10), (2, 100)])
 def test_tag_waits_on_wide_rows_compute_the_same_bits(tmp_path, monkeypatch, waits, lead):
     # tag waits where the prologues load words before the wait (preload: 4 of a K 1536 norm's 6 words a thread, the
@@ -377,6 +395,8 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     dict(persist_tagged=0, persist_waits_previous_first=0),
                                     dict(persist_tagged=1, persist_x_direct=1, persist_stages=13),
                                     pytest.param(dict(persist_tagged=0, persist_x_direct=1), id="direct-untagged"),
+                                    pytest.param(dict(persist_norm_in_warps=1, persist_tagged=0),
+                                                 id="norm-in-warps-untagged"),
                                     pytest.param(dict(persist_reduce_batch=2), id="reduce-batch2"),
                                     pytest.param(dict(persist_reduce_batch=8), id="reduce-batch8"),
                                     dict(persist_attn_early_rope=1), dict(persist_attn_kv_first=1, attn_min_keys=8),
@@ -411,7 +431,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # values as plain stores behind counters (tags 0, a narrow model's default, with several splits and with the old
     # wait order too) or only GEMV-to-GEMV values tagged (1; with x slices loaded straight from them; with several
     # splits; untagged, x slices loaded straight from plain floats, a narrow model's way) where the default tags
-    # attention's too (2); warp sums of 2 or 8 items at once (warp_batch.cuh: the same additions); the defaults before 2026-11-30's seventh session (no tags,
+    # attention's too (2); warp sums of 2 or 8 items at once (warp_batch.cuh: the same additions); the norm in each warp's registers
+    # (untagged: tagged x keeps the staged norm); the defaults before 2026-11-30's seventh session (no tags,
     # waits one at a time, no pipeline, no short pass) and before its eighth (tags 1, no short pass); RoPE's
     # coefficients made before the wait; a short pass's rows loaded before q; the timing probe that runs each GEMV's
     # dots and prologue twice, or the prologues and the dots of the GEMVs beside attention; tag waits (tiles spinning on
@@ -431,7 +452,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "persist_attn_short_keys", "persist_tagged", "persist_attn_early_rope",
                          "persist_attn_kv_first", "persist_probe_twice", "persist_tag_waits", "persist_tag_lead",
                          "persist_walk_kept", "persist_page_pace_ns", "persist_page_pace_ahead_ns",
-                         "persist_pace_ref_gbps", "persist_reduce_batch"}:
+                         "persist_pace_ref_gbps", "persist_reduce_batch", "persist_norm_in_warps"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)

@@ -238,6 +238,52 @@ __device__ __forceinline__ void load_x_slice_tagged(const float* x2, unsigned ta
   }
 }
 
+// The norm of a GEMV whose every warp holds all of x (WNORM, persist_norm_in_warps: one segment, 8 warps, x as plain
+// floats): each warp loads x straight from memory into its slice's registers, sums their squares over its own lanes
+// and scales them, so no x goes through the scratch and no block barrier stands between the wait and the dots.
+// Prologue's sums in Prologue's order: its thread t holds elements t + 256 e, which are element t % 8 of lane t / 8's
+// chunk in round e here; the warp sums of its threads are the same butterflies (offsets 16 and 8 across lanes 2 and 1
+// apart, 4, 2 and 1 within a lane), and block_sum's adds the warps' in order. So xr ends as the staged prologue's
+// floats, bit for bit.
+template <typename T, typename G, int K, int THREADS>
+struct WarpNorm {
+  uint4 w[G::ROUNDS];  // this lane's chunks of the norm's weights (loaded before the wait)
+  __device__ __forceinline__ void prefetch(const T* norm_w, int lane) {
+    static_assert(THREADS == 256 && G::SEGC == K / 8, "a norm in the warps: 8 warps, each with the whole row");
+#pragma unroll
+    for (int v = 0; v < G::ROUNDS; ++v) {
+      const int c = v * 32 + lane;
+      w[v] = G::SEGC % 32 == 0 || c < G::SEGC ? *reinterpret_cast<const uint4*>(norm_w + c * 8) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  __device__ __forceinline__ void run(const float* x, float eps, int lane, float (&xr)[G::ROUNDS][8]) const {
+    load_x_slice<G>(x, 0, lane, xr);
+    float q[8];  // the sums of squares of threads 8 lane .. 8 lane + 7
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      q[i] = 0.f;
+#pragma unroll
+      for (int v = 0; v < G::ROUNDS; ++v) q[i] += xr[v][i] * xr[v][i];
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[i] += __shfl_xor_sync(0xffffffffu, q[i], 2);  // (a thread's offset 16)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[i] += __shfl_xor_sync(0xffffffffu, q[i], 1);  // (8)
+    const float mine = ((q[0] + q[4]) + (q[2] + q[6])) + ((q[1] + q[5]) + (q[3] + q[7]));  // (4, 2, 1)
+    float ss = 0.f;  // block_sum's: warp w's sum is lanes 4 w .. 4 w + 3's
+#pragma unroll
+    for (int wp = 0; wp < THREADS / 32; ++wp) ss += __shfl_sync(0xffffffffu, mine, 4 * wp);
+    const float scale = rsqrtf(ss / K + eps);
+#pragma unroll
+    for (int v = 0; v < G::ROUNDS; ++v) {
+      float nw[8];
+      widen8<T>(w[v], nw);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) xr[v][i] = xr[v][i] * scale * nw[i];
+    }
+  }
+};
+
 // One item's dot products (w0: the row segment in the page; w1: its up row's, SiLU only): this lane's part.
 template <typename T, typename G>
 __device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const float (&xr)[G::ROUNDS][8], int lane,
@@ -384,20 +430,26 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // descriptor's tag_x and tag_res, y's this phase's; with TY the counter moves relaxed (signal_done).
 // TWICE (persist_probe_twice, a timing probe; the emitter picks the GEMVs): bit 1: the dot products run twice, bit
 // 2: the prologue (the same tokens).
+// WNORM (persist_norm_in_warps, a GEMV with a norm, one segment, 8 warps, untagged x): each warp normalizes x in its
+// own registers (WarpNorm: the same bits), none of it staged in shared memory.
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
-          bool TY = false, int TWICE = 0, typename R>
+          bool TY = false, int TWICE = 0, bool WNORM = false, typename R>
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
                                           float* y, int n_out, float* smem) {
   static_assert(!(DIRECT && NORM), "a normed x is staged in shared memory (the norm needs all of it first)");
+  static_assert(!WNORM || (NORM && SEGS == 1 && !TX), "a norm in the warps: a GEMV with a norm, one segment, plain x");
 
   using G = GemvShape<T, K, WARPS, EPI, SEGS, R::PAGE>;
+  constexpr bool STAGED = !DIRECT && !WNORM;      // x goes through the scratch
   const int lo = u.ins->lo, outs = u.ins->hi - lo;
-  float* xs = smem;                               // K: the prologue's output (none with DIRECT)
-  float* acc = smem + (DIRECT ? 0 : K);           // [ROWS_PER_OUT * outs][SEGS]: each row's segment sums
+  float* xs = smem;                               // K: the prologue's output (STAGED only)
+  float* acc = smem + (STAGED ? K : 0);           // [ROWS_PER_OUT * outs][SEGS]: each row's segment sums
   float* red = acc + G::ROWS_PER_OUT * outs * SEGS;  // WARPS
 
-  Prologue<T, K, NORM, WARPS * 32> prologue;
-  prologue.prefetch(norm_w);
+  Prologue<T, K, NORM && !WNORM, WARPS * 32> prologue;
+  WarpNorm<T, G, K, WARPS * 32> wnorm;
+  if constexpr (WNORM) wnorm.prefetch(norm_w, threadIdx.x & 31);
+  else prologue.prefetch(norm_w);
 #if KIEC_TAG_WAITS
   if (TX && !DIRECT) prologue.preload(x);
 #endif
@@ -413,8 +465,10 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     y_mine = y[lo + threadIdx.x];
   }
   const KernelDesc& d = u.a->kernels[u.ins->kernel];
+  float xr[G::ROUNDS][8];  // this warp's segment of x
   auto stage_x = [&] {
-    if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, d.tag_x), norm_w, eps, xs, red);
+    if constexpr (WNORM) wnorm.run(x, eps, threadIdx.x & 31, xr);
+    else if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, d.tag_x), norm_w, eps, xs, red);
     else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
   };
   if constexpr ((TWICE & 2) != 0) stage_x();  // the probe: the same x written once more before
@@ -424,9 +478,8 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   ring.consuming(u);  // (the weight stream's pace: ring.cuh)
 #endif
   if (tracing(u)) trace_row(u)[TR_PAGES_READY] = ring.landed((outs * SEGS + G::PER_PAGE - 1) / G::PER_PAGE);
-  float xr[G::ROUNDS][8];  // this warp's segment of x
   if (TX && DIRECT) load_x_slice_tagged<G>(x, tag_of(u, d.tag_x), (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
-  else load_x_slice<G>(DIRECT ? x : xs, (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
+  else if (!WNORM) load_x_slice<G>(DIRECT ? x : xs, (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
   // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
   // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
   const long long waited = gemv_pages<T, G, WARPS, SEGS, TWICE>(ring, outs * SEGS, xr, acc, traced_step(u));
