@@ -240,11 +240,9 @@ __device__ __forceinline__ void load_x_slice_tagged(const float* x2, unsigned ta
 
 // The norm of a GEMV whose every warp holds all of x (WNORM, persist_norm_in_warps: one segment, 8 warps, x as plain
 // floats): each warp loads x straight from memory into its slice's registers, sums their squares over its own lanes
-// and scales them, so no x goes through the scratch and no block barrier stands between the wait and the dots.
-// Prologue's sums in Prologue's order: its thread t holds elements t + 256 e, which are element t % 8 of lane t / 8's
-// chunk in round e here; the warp sums of its threads are the same butterflies (offsets 16 and 8 across lanes 2 and 1
-// apart, 4, 2 and 1 within a lane), and block_sum's adds the warps' in order. So xr ends as the staged prologue's
-// floats, bit for bit.
+// in block_sum's order (warp_batch.cuh: block_order_sum_squares) and scales them as Prologue does, so no x goes
+// through the scratch and no block barrier stands between the wait and the dots, and xr ends as the staged
+// prologue's floats, bit for bit.
 template <typename T, typename G, int K, int THREADS>
 struct WarpNorm {
   uint4 w[G::ROUNDS];  // this lane's chunks of the norm's weights (loaded before the wait)
@@ -258,22 +256,7 @@ struct WarpNorm {
   }
   __device__ __forceinline__ void run(const float* x, float eps, int lane, float (&xr)[G::ROUNDS][8]) const {
     load_x_slice<G>(x, 0, lane, xr);
-    float q[8];  // the sums of squares of threads 8 lane .. 8 lane + 7
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      q[i] = 0.f;
-#pragma unroll
-      for (int v = 0; v < G::ROUNDS; ++v) q[i] += xr[v][i] * xr[v][i];
-    }
-#pragma unroll
-    for (int i = 0; i < 8; ++i) q[i] += __shfl_xor_sync(0xffffffffu, q[i], 2);  // (a thread's offset 16)
-#pragma unroll
-    for (int i = 0; i < 8; ++i) q[i] += __shfl_xor_sync(0xffffffffu, q[i], 1);  // (8)
-    const float mine = ((q[0] + q[4]) + (q[2] + q[6])) + ((q[1] + q[5]) + (q[3] + q[7]));  // (4, 2, 1)
-    float ss = 0.f;  // block_sum's: warp w's sum is lanes 4 w .. 4 w + 3's
-#pragma unroll
-    for (int wp = 0; wp < THREADS / 32; ++wp) ss += __shfl_sync(0xffffffffu, mine, 4 * wp);
-    const float scale = rsqrtf(ss / K + eps);
+    const float scale = rsqrtf(block_order_sum_squares<G::ROUNDS>(xr, WarpShfl()) / K + eps);
 #pragma unroll
     for (int v = 0; v < G::ROUNDS; ++v) {
       float nw[8];
