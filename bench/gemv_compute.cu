@@ -19,6 +19,7 @@
 // QKV and O tiles 3.2 and 2.35 us of dots, where the tenth session's twice probe says a second copy of them adds
 // 0.5 us a layer untraced). `globaltimer`: the trace's clock (%globaltimer) read back to back by one thread: the
 // smallest and the median step between two reads that differ, and SM cycles a read.
+// smollm2-135m's 12-row gate/up tile warm and cold and timed: the share the traces call slowest for its bytes.
 // Build (on the GPU machine; DIR holds persistent_abi.h, B the warp-sum batch):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I DIR -DKIEC_COMPUTE_THREADS=256
 //        -DKIEC_REDUCE_BATCH=B bench/gemv_compute.cu -o /tmp/gemv_compute_B
@@ -266,10 +267,15 @@ int main() {
   run<576, kiec::EPI_STORE, 1, TILE_COLD>("smollm2 QKV/O (K 576)", sms, 8);
   run<2048, kiec::EPI_SILU_MUL, 2, TILE_WARM>("llama-1b gate/up", sms, 62);
   run<2048, kiec::EPI_SILU_MUL, 2, TILE_COLD>("llama-1b gate/up", sms, 62);
+  // smollm2-135m's gate/up tile (1536 outputs over 132 SMs: 12 rows, 2 pages of 7 items), whose dots the traces put
+  // at 2.66-2.69 us from x ready to its sums (2026-12-01, seventeenth and nineteenth sessions) against 0.74 for QKV
+  run<576, kiec::EPI_SILU_MUL, 1, TILE_WARM>("smollm2 gate/up tile (12 rows)", sms, 12);
+  run<576, kiec::EPI_SILU_MUL, 1, TILE_COLD>("smollm2 gate/up tile (12 rows)", sms, 12);
   // the traced step's path against code warm above
   run<2048, kiec::EPI_STORE, 2, TILE_TIMED>("llama-1b QKV tile (24 rows)", sms, 24);
   run<2048, kiec::EPI_STORE, 2, TILE_TIMED>("llama-1b O tile (16 rows)", sms, 16);
   run<576, kiec::EPI_STORE, 1, TILE_TIMED>("smollm2 QKV/O (K 576)", sms, 8);
+  run<576, kiec::EPI_SILU_MUL, 1, TILE_TIMED>("smollm2 gate/up tile (12 rows)", sms, 12);
   run<2048, kiec::EPI_SILU_MUL, 2, TILE_TIMED>("llama-1b gate/up", sms, 62);
   globaltimer();
 #endif
