@@ -214,8 +214,12 @@ class _PersistentEmitter(_Emitter):
         direct = not k.norm and (self.t.persist_x_direct == 1 or (self.t.persist_x_direct == 2 and segs == self.warps))
         # the norm in each warp's registers (persist_norm_in_warps): where every warp holds all of x, read untagged
         wnorm = bool(self.t.persist_norm_in_warps and k.norm and segs == 1 and self.warps == 8 and not tx)
-        tail = template_tail([direct, tx, ty, self.twice(k), wnorm],
-                             [False, False, False, 0, False])  # DIRECT, TX, TY, TWICE, WNORM
+        # the LM head's warp sums in their own batch (persist_reduce_batch_head; 0: the table's persist_reduce_batch)
+        batch = self.t.persist_reduce_batch_head if k.epilogue == "argmax" else 0
+        if batch not in (0, 1, 2, 4, 8, 16, 32):
+            raise ValueError(f"persist_reduce_batch_head {batch}: 0 or a power of two up to 32 (warp_batch.cuh)")
+        tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch],
+                             [False, False, False, 0, False, 0])  # DIRECT, TX, TY, TWICE, WNORM, BATCH
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
                 f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem)")

@@ -31,6 +31,7 @@ class TargetParams:
     persist_poll_sleep_ns: int  # persistent: > 0: a waiting thread sleeps about this long between counter polls
     persist_counter_stride: int  # unsigned ints between two phases' counters (32: one 128-byte line each)
     persist_reduce_batch: int  # persistent GEMV: items a warp sums over its lanes together (1: each on its own)
+    persist_reduce_batch_head: int  # persistent: > 0: the LM head's batch instead (its long shares; 0: the above)
     persist_copy_batch: int  # persistent GEMV: 16-byte loads in flight a thread when it copies a tagged x (no norm)
     persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
     persist_walk_kept: int  # persistent: 1: the weight stream keeps a share's page walk (ring.cuh: PageWalk's KEPT)
@@ -183,6 +184,11 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.509 vs 0.488-0.489 (nineteenth session)
                           persist_stop_poll_every=64, persist_poll_sleep_ns=0,
                           persist_counter_stride=1, persist_reduce_batch=1,
+                          # the LM head's shares are long (smollm2-135m: 372 rows an SM, 27 pages, 46 items a warp) and
+                          # at K 576 its dots, not the stream, set their pace: bench/gemv_compute.cu's 64-row smollm2
+                          # share ran 33.8 GB/s an SM with its warp sums one at a time, 37.7 in batches of 8, against
+                          # a 35 GB/s share of the read ceiling (2026-11-30). The LM head alone batched: not yet timed
+                          persist_reduce_batch_head=0,
                           # the down projection's prologue (x copied as tagged words, 64 KB an SM on llama-3.2-1b)
                           # took 2.4 us a layer in the eighth session's trace: at 8 loads in flight a thread its K
                           # 8192 is two round trips (llama-3.1-8b's 14336: four, qwen3-1.7b's 6144: two). 16 makes

@@ -599,6 +599,29 @@ def test_norm_in_warps_takes_the_gemvs_with_a_norm_whose_warps_hold_all_of_x(tmp
     kiec.compile(narrow, str(tmp_path / "art"), mode="persistent")
 
 
+def test_reduce_batch_head_takes_the_lm_head_alone(tmp_path):
+    # persist_reduce_batch_head: the LM head's tiles (the argmax GEMV) sum their items over the warp in batches of
+    # its own; the other GEMVs keep the table's persist_reduce_batch (KIEC_REDUCE_BATCH); a batch warp_sum_batch cannot
+    # take is refused by name
+    import dataclasses
+    import re
+
+    from kiec.build import emit_sources
+    from kiec.codegen import targets
+    make_tiny_hf(tmp_path / "hf", "llama")
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+
+    def batches(head):  # each GEMV case's (epilogue, BATCH: its last template argument where there are 6 after SEGS)
+        t = dataclasses.replace(targets.TARGETS["sm_90"], persist_reduce_batch_head=head)
+        text = emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
+        return [(epi, int(rest.split(", ")[6]) if rest.count(",") >= 6 else 0)
+                for epi, rest in re.findall(r"gemv_tile<T, \d+, \d+, \w+, kiec::EPI_(\w+), \w+, ([^>]*)>", text)]
+    assert batches(0) == [("STORE", 0), ("RESIDUAL", 0), ("SILU_MUL", 0), ("RESIDUAL", 0), ("ARGMAX", 0)]
+    assert batches(8) == [("STORE", 0), ("RESIDUAL", 0), ("SILU_MUL", 0), ("RESIDUAL", 0), ("ARGMAX", 8)]
+    with pytest.raises(ValueError, match="persist_reduce_batch_head 3: 0 or a power of two"):
+        batches(3)
+
+
 def test_the_twice_probe_picks_its_gemvs_and_compiles(tmp_path, monkeypatch):
     # persist_probe_twice: gemv_tile's TWICE per GEMV: 4 doubles the dots of QKV and the output projection (the
     # GEMVs beside an attention) only, 8 the others' (gate/up, down, LM head), 2 every prologue; the kernel builds

@@ -399,6 +399,7 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                                  id="norm-in-warps-untagged"),
                                     pytest.param(dict(persist_reduce_batch=2), id="reduce-batch2"),
                                     pytest.param(dict(persist_reduce_batch=8), id="reduce-batch8"),
+                                    pytest.param(dict(persist_reduce_batch_head=8), id="reduce-batch-head8"),
                                     dict(persist_attn_early_rope=1), dict(persist_attn_kv_first=1, attn_min_keys=8),
                                     dict(persist_probe_twice=3), dict(persist_probe_twice=6),
                                     pytest.param(dict(persist_tag_waits=1), id="tag_waits"),
@@ -431,7 +432,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # values as plain stores behind counters (tags 0, a narrow model's default, with several splits and with the old
     # wait order too) or only GEMV-to-GEMV values tagged (1; with x slices loaded straight from them; with several
     # splits; untagged, x slices loaded straight from plain floats, a narrow model's way) where the default tags
-    # attention's too (2); warp sums of 2 or 8 items at once (warp_batch.cuh: the same additions); the norm in each warp's registers
+    # attention's too (2); warp sums of 2 or 8 items at once (warp_batch.cuh: the same additions), or 8 in the LM head alone; the norm in each warp's registers
     # (untagged: tagged x keeps the staged norm); the defaults before 2026-11-30's seventh session (no tags,
     # waits one at a time, no pipeline, no short pass) and before its eighth (tags 1, no short pass); RoPE's
     # coefficients made before the wait; a short pass's rows loaded before q; the timing probe that runs each GEMV's
@@ -452,7 +453,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "persist_attn_short_keys", "persist_tagged", "persist_attn_early_rope",
                          "persist_attn_kv_first", "persist_probe_twice", "persist_tag_waits", "persist_tag_lead",
                          "persist_walk_kept", "persist_page_pace_ns", "persist_page_pace_ahead_ns",
-                         "persist_pace_ref_gbps", "persist_reduce_batch", "persist_norm_in_warps"}:
+                         "persist_pace_ref_gbps", "persist_reduce_batch", "persist_norm_in_warps",
+                         "persist_reduce_batch_head"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)

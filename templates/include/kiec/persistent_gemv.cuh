@@ -305,11 +305,12 @@ __device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const 
 #ifndef KIEC_REDUCE_BATCH
 #define KIEC_REDUCE_BATCH 1
 #endif
-// TWICE (persist_probe_twice, a timing probe): bit 1: every item's dot products run twice.
-template <typename T, typename G, int WARPS, int SEGS, int TWICE = 0, typename R>
+// TWICE (persist_probe_twice, a timing probe): bit 1: every item's dot products run twice. BATCH > 0: this GEMV's
+// batch instead of KIEC_REDUCE_BATCH (persist_reduce_batch_head: the LM head's).
+template <typename T, typename G, int WARPS, int SEGS, int TWICE = 0, int BATCH = 0, typename R>
 __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
                                                 bool timed) {
-  constexpr int B = KIEC_REDUCE_BATCH;
+  constexpr int B = BATCH > 0 ? BATCH : KIEC_REDUCE_BATCH;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, seg = warp % SEGS;
   const int pages = (items + G::PER_PAGE - 1) / G::PER_PAGE;
   float b0[B], b1[B];  // the batch: gate (or the only) rows' parts, up rows'
@@ -414,9 +415,10 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // TWICE (persist_probe_twice, a timing probe; the emitter picks the GEMVs): bit 1: the dot products run twice, bit
 // 2: the prologue (the same tokens).
 // WNORM (persist_norm_in_warps, a GEMV with a norm, one segment, 8 warps, untagged x): each warp normalizes x in its
-// own registers (WarpNorm: the same bits), none of it staged in shared memory.
+// own registers (WarpNorm: the same bits), none of it staged in shared memory. BATCH > 0: its items' warp sums in
+// batches of BATCH (gemv_pages; the same bits), not KIEC_REDUCE_BATCH.
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
-          bool TY = false, int TWICE = 0, bool WNORM = false, typename R>
+          bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, typename R>
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
                                           float* y, int n_out, float* smem) {
   static_assert(!(DIRECT && NORM), "a normed x is staged in shared memory (the norm needs all of it first)");
@@ -465,7 +467,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   else if (!WNORM) load_x_slice<G>(DIRECT ? x : xs, (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
   // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
   // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
-  const long long waited = gemv_pages<T, G, WARPS, SEGS, TWICE>(ring, outs * SEGS, xr, acc, traced_step(u));
+  const long long waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH>(ring, outs * SEGS, xr, acc, traced_step(u));
   if (tracing(u)) trace_row(u)[TR_PAGE_WAIT_CYCLES] = waited;
   sync_block();
   trace(u, TR_SUMS_DONE);
