@@ -618,7 +618,7 @@ def test_reduce_batch_head_takes_the_lm_head_alone(tmp_path):
                 for epi, rest in re.findall(r"gemv_tile<T, \d+, \d+, \w+, kiec::EPI_(\w+), \w+, ([^>]*)>", text)]
     assert batches(0) == [("STORE", 0), ("RESIDUAL", 0), ("SILU_MUL", 0), ("RESIDUAL", 0), ("ARGMAX", 0)]
     assert batches(8) == [("STORE", 0), ("RESIDUAL", 0), ("SILU_MUL", 0), ("RESIDUAL", 0), ("ARGMAX", 8)]
-    with pytest.raises(ValueError, match="persist_reduce_batch_head 3: 0 or a power of two"):
+    with pytest.raises(kiec.KiecError, match="persist_reduce_batch_head 3: 0 or a power of two"):
         batches(3)
 
 
