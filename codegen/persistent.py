@@ -214,12 +214,19 @@ class _PersistentEmitter(_Emitter):
         direct = not k.norm and (self.t.persist_x_direct == 1 or (self.t.persist_x_direct == 2 and segs == self.warps))
         # the norm in each warp's registers (persist_norm_in_warps): where every warp holds all of x, read untagged
         wnorm = bool(self.t.persist_norm_in_warps and k.norm and segs == 1 and self.warps == 8 and not tx)
+        # an item a half-warp (persist_dot_half_warps): where a tile gives some warp more than one item, x is untagged
+        # and a half-warp's rounds stay few (registers: 8 floats of x a round); not with the twice probe
+        items = self.rows[self.p.kernels.index(k)] * segs
+        half_rounds = -(-(k.k // 8 // segs) // 16)
+        half = bool(self.t.persist_dot_half_warps and not tx and items > self.warps and half_rounds <= 6
+                    and not self.twice(k))
         # the LM head's warp sums in their own batch (persist_reduce_batch_head; 0: the table's persist_reduce_batch)
         batch = self.t.persist_reduce_batch_head if k.epilogue == "argmax" else 0
         if batch not in (0, 1, 2, 4, 8, 16, 32):
             raise ValueError(f"persist_reduce_batch_head {batch}: 0 or a power of two up to 32 (warp_batch.cuh)")
-        tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch],
-                             [False, False, False, 0, False, 0])  # DIRECT, TX, TY, TWICE, WNORM, BATCH
+        batch = 0 if half else batch  # (half-warp items sum over 16 lanes their own way)
+        tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half],
+                             [False, False, False, 0, False, 0, False])  # DIRECT, TX, TY, TWICE, WNORM, BATCH, HALF
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
                 f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem)")

@@ -76,6 +76,9 @@ class TargetParams:
     # it in each warp's registers, loaded straight from memory: no x in the scratch, no block barrier before the dots
     # (persistent_gemv.cuh: WarpNorm; the same bits)
     persist_norm_in_warps: int
+    # persistent: 1: a GEMV whose tiles give some warp more than one item, with x untagged and rows of up to 96 chunks
+    # a segment, takes an item a half-warp, two a warp at once (persistent_gemv.cuh: gemv_pages_half; other bits)
+    persist_dot_half_warps: int
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
@@ -394,6 +397,13 @@ TARGETS: dict[str, TargetParams] = {
                           # tile against 0.93 for the output projection's (x direct, its shape alike) in the nineteenth
                           # session's trace at position 40. Not yet timed
                           persist_norm_in_warps=0,
+                          # smollm2-135m's gate/up tile has 12 items (2 pages of 7) for 8 warps: warps 0-3 take two
+                          # one after the other, 3 rounds of 32 lanes each (8 working in the third) and two 5-step
+                          # butterflies; ncu's samples put gate/up's dots at 4.8% of the token against 0.8-1.1% for
+                          # the other GEMVs' (seventeenth session). A half-warp an item: one step of 5 rounds of 16
+                          # and a 4-step butterfly for both, and the LM head's 46 items a warp in 23 steps. Not yet
+                          # timed
+                          persist_dot_half_warps=0,
                           # the narrow models (smollm2-135m, width 576: untagged, unpaced) are bound by the chain's
                           # hops, not bytes. 2026-12-01 eighteenth session (c0b7143 + persist_attn_newest_first, ms,
                           # two rounds each, graph mode in the same runs 0.475-0.479, at 8192 0.736-0.739): x direct 1

@@ -1,7 +1,9 @@
 """Compile the 2-layer tiny llama the GPU scripts run (gpu_run.sh's SMOKE, sanitize.sh):
     python3 scripts/tiny_model.py ARTIFACT_DIR [graph|persistent] [wide=1] [field=value ...]
 (field=value: the sm_90 target's TargetParams fields replaced, as scripts/variants.py takes them; wide=1: hidden
-256 instead of 64, more rows than the H100/H200's SMs in every GEMV, which persist_tag_parity needs)"""
+256 instead of 64, more rows than the H100/H200's SMs in every GEMV, which persist_tag_parity needs; smol=1:
+smollm2-135m's widths (hidden 576, 1536, 9 heads over 3 KV heads) and a vocabulary of 8192, so that a tile gives
+some warps several items, as persist_dot_half_warps needs)"""
 import os
 import sys
 
@@ -17,8 +19,11 @@ if __name__ == "__main__":
     fields = {"persist_tagged_min_width": "0", "persist_paced_min_width": "0", "persist_narrow_width": "0",
               **dict(c.split("=") for c in sys.argv[3:])}
     # parity tags need every SM to read the residual stream: a width above the SMs' count (tag_parity)
-    wide = fields.pop("wide", "0") == "1"
+    wide, smol = fields.pop("wide", "0") == "1", fields.pop("smol", "0") == "1"
     shape = dict(hidden_size=256, intermediate_size=384, num_attention_heads=4, num_key_value_heads=2, vocab_size=300)
+    if smol:
+        shape = dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3,
+                     vocab_size=8192)
     targets.TARGETS["sm_90"] = targets.with_fields(targets.TARGETS["sm_90"], fields)
-    make_tiny_hf(art + "-hf", "llama", **(shape if wide else {}))
+    make_tiny_hf(art + "-hf", "llama", **(shape if wide or smol else {}))
     kiec.compile(kiec.load(art + "-hf", dtype="bf16", max_seq_len=64), art, mode=mode)

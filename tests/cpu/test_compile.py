@@ -595,8 +595,40 @@ def test_norm_in_warps_takes_the_gemvs_with_a_norm_whose_warps_hold_all_of_x(tmp
     wide = kiec.load(str(tmp_path / "wide"), dtype="bf16")
     assert [w for *_, w in cases(wide, persist_norm_in_warps=1)[0]] == [False] * 5  # 2 segments a row
     assert [w for *_, w in cases(narrow, persist_norm_in_warps=1, persist_tagged_min_width=0)[0]] == [False] * 5
-    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_norm_in_warps=1))
+    monkeypatch.setitem(targets.TARGETS, "sm_90",
+                        dataclasses.replace(targets.TARGETS["sm_90"], persist_norm_in_warps=1))
     kiec.compile(narrow, str(tmp_path / "art"), mode="persistent")
+
+
+@pytest.mark.table_tags
+def test_dot_half_warps_takes_the_gemvs_that_give_a_warp_several_items(tmp_path, monkeypatch):
+    # persist_dot_half_warps on an untagged K-576 model (smollm2-135m's shapes, 132 SMs, 8 warps): gate/up (12 items
+    # a tile), the down projection (K 1536, 2 segments: 10) and the LM head (a vocabulary of 49152: 372) take an item
+    # a half-warp; QKV (8 items) and the output projection (5) keep a warp an item; with tagged x none does. The
+    # kernel builds (nvcc) alone and with the norm in the warps
+    import dataclasses
+    import re
+
+    from kiec.build import emit_sources
+    from kiec.codegen import targets
+
+    def halves(model, **change):  # each GEMV case's (epilogue, K, HALF: the 7th template argument after SEGS)
+        t = dataclasses.replace(targets.TARGETS["sm_90"], **change)
+        text = emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
+        return [(epi, int(k), rest.count(",") >= 7 and rest.split(", ")[7] == "true")
+                for k, epi, rest in re.findall(r"gemv_tile<T, (\d+), \d+, \w+, kiec::EPI_(\w+), \w+, ([^>]*)>", text)]
+
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=576, intermediate_size=1536, num_attention_heads=9,
+                 num_key_value_heads=3, vocab_size=49152)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    assert [h for *_, h in halves(model)] == [False] * 5
+    assert halves(model, persist_dot_half_warps=1) == [("STORE", 576, False), ("RESIDUAL", 576, False),
+                                                       ("SILU_MUL", 576, True), ("RESIDUAL", 1536, True),
+                                                       ("ARGMAX", 576, True)]
+    assert [h for *_, h in halves(model, persist_dot_half_warps=1, persist_tagged_min_width=0)] == [False] * 5
+    for change in (dict(persist_dot_half_warps=1), dict(persist_dot_half_warps=1, persist_norm_in_warps=1)):
+        monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], **change))
+        kiec.compile(model, str(tmp_path / f"art{len(change)}"), mode="persistent")
 
 
 def test_reduce_batch_head_takes_the_lm_head_alone(tmp_path):

@@ -80,6 +80,25 @@ def test_norm_in_warps_computes_the_same_bits(tmp_path, monkeypatch, hidden, int
     assert eng.generate(tokens[:5], 40) == base.generate(tokens[:5], 40)
 
 
+@pytest.mark.table_tags
+@pytest.mark.parametrize("change", [dict(persist_dot_half_warps=1),
+                                    dict(persist_dot_half_warps=1, persist_norm_in_warps=1)])
+def test_dot_half_warps_within_budget(tmp_path, monkeypatch, change):
+    # persist_dot_half_warps on smollm2-135m's shapes (untagged, the table's narrow rules): gate/up (12 items a tile:
+    # 6 half-warp pairs, one straddling its 2 pages), the down projection (2 segments, a half each) and the LM head (a
+    # vocabulary of 8192: 63 items, odd, so a last half takes none) an item a half-warp, alone and with the norm in
+    # the warps (its sums over 16 lanes). Other sums, other bits: logits over 24 steps within the budget, and a
+    # 40-token generation graph mode's tokens
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=576, intermediate_size=1536, num_attention_heads=9,
+                 num_key_value_heads=3, vocab_size=8192)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=256)
+    art = compile_variant(model, tmp_path, monkeypatch, **change)
+    eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
+    budget_check(ours, r32, r16, f"half-warp dots {change}: logits over 24 positions")
+    graph = kiec.Engine(kiec.compile(model, str(tmp_path / "graph")))
+    assert eng.generate(tokens[:5], 40) == graph.generate(tokens[:5], 40)
+
+
 @pytest.mark.parametrize("waits,lead", [(1, 100), (1, 10), (2, 100)])
 def test_tag_waits_on_wide_rows_compute_the_same_bits(tmp_path, monkeypatch, waits, lead):
     # tag waits where the prologues load words before the wait (preload: 4 of a K 1536 norm's 6 words a thread, the
@@ -400,6 +419,8 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
                                     pytest.param(dict(persist_reduce_batch=2), id="reduce-batch2"),
                                     pytest.param(dict(persist_reduce_batch=8), id="reduce-batch8"),
                                     pytest.param(dict(persist_reduce_batch_head=8), id="reduce-batch-head8"),
+                                    pytest.param(dict(persist_dot_half_warps=1, persist_tagged=0),
+                                                 id="half-warps-untagged"),
                                     dict(persist_attn_early_rope=1), dict(persist_attn_kv_first=1, attn_min_keys=8),
                                     dict(persist_probe_twice=3), dict(persist_probe_twice=6),
                                     pytest.param(dict(persist_tag_waits=1), id="tag_waits"),
@@ -432,7 +453,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # values as plain stores behind counters (tags 0, a narrow model's default, with several splits and with the old
     # wait order too) or only GEMV-to-GEMV values tagged (1; with x slices loaded straight from them; with several
     # splits; untagged, x slices loaded straight from plain floats, a narrow model's way) where the default tags
-    # attention's too (2); warp sums of 2 or 8 items at once (warp_batch.cuh: the same additions), or 8 in the LM head alone; the norm in each warp's registers
+    # attention's too (2); warp sums of 2 or 8 items at once (warp_batch.cuh: the same additions), or 8 in the LM head alone; an item a half-warp (untagged; the LM head's 124 rows a tile); the norm in each warp's registers
     # (untagged: tagged x keeps the staged norm); the defaults before 2026-11-30's seventh session (no tags,
     # waits one at a time, no pipeline, no short pass) and before its eighth (tags 1, no short pass); RoPE's
     # coefficients made before the wait; a short pass's rows loaded before q; the timing probe that runs each GEMV's

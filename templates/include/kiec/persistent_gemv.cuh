@@ -2,6 +2,7 @@
 // the ring (ring.cuh) streamed in, and the epilogue; each tile is one SM's share of a GEMV's rows.
 #pragma once
 #include "gemv.cuh"
+#include "item_deal.cuh"
 #include "persistent_tile.cuh"
 #include "ring.cuh"
 #include "warp_batch.cuh"
@@ -176,10 +177,14 @@ struct Prologue {
 // A persistent GEMV's geometry: a row is SEGS segments of SEGC 16-byte chunks; work items are (row, segment)
 // (for SiLU-mul: a gate row's segment and its up row's), PER_PAGE of them a ring page, dealt round-robin over the
 // warps. SEGS divides WARPS, so a warp always has the same segment and keeps its slice of x in registers.
-template <typename T, int K, int WARPS, int EPI, int SEGS, int PAGE>
+// LANES: the lanes that take one item together, 32 (a warp) or 16 (a half-warp: two items a warp at once,
+// gemv_pages_half); lane % LANES takes chunks lane % LANES, + LANES, ... of its item, ROUNDS of them.
+template <typename T, int K, int WARPS, int EPI, int SEGS, int PAGE, int LANES_ = 32>
 struct GemvShape {
   static_assert(K % 8 == 0, "K must be a multiple of 8 (16-byte chunks)");
-  static constexpr int CHUNKS = K / 8, SEGC = CHUNKS / SEGS, ROUNDS = (SEGC + 31) / 32, ITEM = SEGC * 16;
+  static_assert(LANES_ == 32 || LANES_ == 16, "an item takes a warp or a half-warp");
+  static constexpr int LANES = LANES_;
+  static constexpr int CHUNKS = K / 8, SEGC = CHUNKS / SEGS, ROUNDS = (SEGC + LANES - 1) / LANES, ITEM = SEGC * 16;
   static_assert(CHUNKS % SEGS == 0 && WARPS % SEGS == 0, "segments must tile a row and divide the warps");
   static constexpr bool SILU = EPI == EPI_SILU_MUL;
   static constexpr int PER_PAGE = items_per_page(PAGE, ITEM, SILU);
@@ -187,13 +192,14 @@ struct GemvShape {
   static constexpr int ROWS_PER_OUT = SILU ? 2 : 1;  // segment sums kept per output: gate and up rows
 };
 
-// This lane's chunks of segment `seg` of the prologue's output: xr[v] = x[(seg * SEGC + v * 32 + lane) * 8 ..].
+// This lane's chunks of segment `seg` of the prologue's output: xr[v] = x[(seg * SEGC + v * LANES + lane % LANES) *
+// 8 ..] (LANES 32: lane's own).
 template <typename G>
 __device__ __forceinline__ void load_x_slice(const float* xs, int seg, int lane, float (&xr)[G::ROUNDS][8]) {
 #pragma unroll
   for (int v = 0; v < G::ROUNDS; ++v) {
-    const int c = v * 32 + lane;
-    const bool in = G::SEGC % 32 == 0 || c < G::SEGC;
+    const int c = v * G::LANES + lane % G::LANES;
+    const bool in = G::SEGC % G::LANES == 0 || c < G::SEGC;
     const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
     const float4 xa = in ? *reinterpret_cast<const float4*>(xs + (seg * G::SEGC + c) * 8) : zero;
     const float4 xb = in ? *reinterpret_cast<const float4*>(xs + (seg * G::SEGC + c) * 8 + 4) : zero;
@@ -210,6 +216,7 @@ __device__ __forceinline__ void load_x_slice(const float* xs, int seg, int lane,
 template <typename G>
 __device__ __forceinline__ void load_x_slice_tagged(const float* x2, unsigned tag, int seg, int lane,
                                                     float (&xr)[G::ROUNDS][8]) {
+  static_assert(G::LANES == 32, "tagged x slices: a warp an item");
   // rounds loaded together: up to 4 (llama-3.1-8b's 7 at once spilled 196 B, ptxas; in two groups, none)
   constexpr int GR = G::ROUNDS < 4 ? G::ROUNDS : 4;
 #pragma unroll
@@ -243,20 +250,37 @@ __device__ __forceinline__ void load_x_slice_tagged(const float* x2, unsigned ta
 // in block_sum's order (warp_batch.cuh: block_order_sum_squares) and scales them as Prologue does, so no x goes
 // through the scratch and no block barrier stands between the wait and the dots, and xr ends as the staged
 // prologue's floats, bit for bit.
+// With half-warp items (G::LANES 16, persist_dot_half_warps) each half holds all of x and sums its squares over its
+// own 16 lanes (a butterfly; not block_sum's order, so not the staged norm's bits: the half-warp dots change them
+// anyway).
 template <typename T, typename G, int K, int THREADS>
 struct WarpNorm {
   uint4 w[G::ROUNDS];  // this lane's chunks of the norm's weights (loaded before the wait)
   __device__ __forceinline__ void prefetch(const T* norm_w, int lane) {
-    static_assert(THREADS == 256 && G::SEGC == K / 8, "a norm in the warps: 8 warps, each with the whole row");
+    static_assert((THREADS == 256 || G::LANES != 32) && G::SEGC == K / 8,
+                  "a norm in the warps: 8 warps (block_sum's order), each with the whole row");
 #pragma unroll
     for (int v = 0; v < G::ROUNDS; ++v) {
-      const int c = v * 32 + lane;
-      w[v] = G::SEGC % 32 == 0 || c < G::SEGC ? *reinterpret_cast<const uint4*>(norm_w + c * 8) : make_uint4(0, 0, 0, 0);
+      const int c = v * G::LANES + lane % G::LANES;
+      w[v] = G::SEGC % G::LANES == 0 || c < G::SEGC ? *reinterpret_cast<const uint4*>(norm_w + c * 8)
+                                                    : make_uint4(0, 0, 0, 0);
     }
   }
   __device__ __forceinline__ void run(const float* x, float eps, int lane, float (&xr)[G::ROUNDS][8]) const {
     load_x_slice<G>(x, 0, lane, xr);
-    const float scale = rsqrtf(block_order_sum_squares<G::ROUNDS>(xr, WarpShfl()) / K + eps);
+    float ss;
+    if constexpr (G::LANES == 32) {
+      ss = block_order_sum_squares<G::ROUNDS>(xr, WarpShfl());
+    } else {
+      ss = 0.f;
+#pragma unroll
+      for (int v = 0; v < G::ROUNDS; ++v)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ss += xr[v][i] * xr[v][i];
+#pragma unroll
+      for (int o = G::LANES / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    }
+    const float scale = rsqrtf(ss / K + eps);
 #pragma unroll
     for (int v = 0; v < G::ROUNDS; ++v) {
       float nw[8];
@@ -274,9 +298,9 @@ __device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const 
   float p0[G::ROUNDS], p1[G::ROUNDS];  // one sum a round: short dependency chains, added in a fixed order
 #pragma unroll
   for (int v = 0; v < G::ROUNDS; ++v) {
-    const int c = v * 32 + lane;
+    const int c = v * G::LANES + lane % G::LANES;
     p0[v] = p1[v] = 0.f;
-    if (G::SEGC % 32 == 0 || c < G::SEGC) {
+    if (G::SEGC % G::LANES == 0 || c < G::SEGC) {
       float w[8];
       widen8<T>(lds128(w0 + c * 16), w);
 #pragma unroll
@@ -362,6 +386,49 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
   return waited;
 }
 
+// gemv_pages with half-warp items (G::LANES 16, persist_dot_half_warps): each half-warp takes an item, so a warp takes
+// two at once (half_warp_steps: items 2 w + 2 WARPS q and the one after, a pair that may straddle two pages), and
+// each item's sum is a 16-lane butterfly, both halves' in the same shuffles. Where a warp would take several items
+// one after another, it takes half as many steps (each of ROUNDS rounds over 16 lanes instead of a warp's over 32:
+// K 576 is 72 chunks, 5 rounds of 16 against 3 of 32 with 8 lanes working in the third). Half h of warp w holds
+// segment (2 w + h) % SEGS of x. `timed`: as gemv_pages.
+template <typename R>
+struct TimedPages {  // half_warp_steps' ring: the tile's, its waits timed in the traced step
+  R& ring;
+  bool timed;
+  long long waited;
+  __device__ __forceinline__ const char* page_at(int k) {
+    const long long c0 = timed ? clock64() : 0;
+    const char* p = ring.page_ahead(k);
+    if (timed) waited += clock64() - c0;
+    return p;
+  }
+  __device__ __forceinline__ void release() { ring.release(); }
+};
+template <typename T, typename G, int WARPS, int SEGS, typename R>
+__device__ __forceinline__ long long gemv_pages_half(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
+                                                     bool timed) {
+  static_assert(G::LANES == 16 && R::STAGES >= 2, "half-warp items, a pair of them over two pages at most");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  TimedPages<R> pages{ring, timed, 0};
+  auto step = [&](int mine, bool valid, const char* page, int j) {
+    float a0, a1;
+    dot_lanes<T, G>(page + j * G::ITEM, page + (G::PER_PAGE + j) * G::ITEM, xr, lane, a0, a1);
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) {
+      a0 += __shfl_xor_sync(0xffffffffu, a0, o);
+      if (G::SILU) a1 += __shfl_xor_sync(0xffffffffu, a1, o);
+    }
+    if ((lane & 15) == 0 && valid) {
+      const int row = mine / SEGS, seg = mine % SEGS;
+      acc[(G::ROWS_PER_OUT * row) * SEGS + seg] = a0;
+      if (G::SILU) acc[(2 * row + 1) * SEGS + seg] = a1;
+    }
+  };
+  half_warp_steps<WARPS>(pages, items, G::PER_PAGE, warp, lane >> 4, step);
+  return pages.waited;
+}
+
 // Outputs [lo, hi) from the segment sums (added in segment order, so a run's result does not depend on which
 // warp finished first): SiLU-mul, store, residual add, or store and the packed argmax.
 // y_mine: with EPI_RESIDUAL, y[lo + threadIdx.x] as loaded before the dot products (residual_first).
@@ -416,15 +483,17 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // 2: the prologue (the same tokens).
 // WNORM (persist_norm_in_warps, a GEMV with a norm, one segment, 8 warps, untagged x): each warp normalizes x in its
 // own registers (WarpNorm: the same bits), none of it staged in shared memory. BATCH > 0: its items' warp sums in
-// batches of BATCH (gemv_pages; the same bits), not KIEC_REDUCE_BATCH.
+// batches of BATCH (gemv_pages; the same bits), not KIEC_REDUCE_BATCH. HALF (persist_dot_half_warps, untagged x):
+// an item a half-warp (gemv_pages_half; other bits: the dots' and, with WNORM, the norm's sums go another order).
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
-          bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, typename R>
+          bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, bool HALF = false, typename R>
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
                                           float* y, int n_out, float* smem) {
   static_assert(!(DIRECT && NORM), "a normed x is staged in shared memory (the norm needs all of it first)");
   static_assert(!WNORM || (NORM && SEGS == 1 && !TX), "a norm in the warps: a GEMV with a norm, one segment, plain x");
 
-  using G = GemvShape<T, K, WARPS, EPI, SEGS, R::PAGE>;
+  static_assert(!HALF || (!TX && TWICE == 0 && BATCH == 0), "half-warp items: plain x, their own sums, no probe");
+  using G = GemvShape<T, K, WARPS, EPI, SEGS, R::PAGE, HALF ? 16 : 32>;
   constexpr bool STAGED = !DIRECT && !WNORM;      // x goes through the scratch
   const int lo = u.ins->lo, outs = u.ins->hi - lo;
   float* xs = smem;                               // K: the prologue's output (STAGED only)
@@ -463,11 +532,15 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   ring.consuming(u);  // (the weight stream's pace: ring.cuh)
 #endif
   if (tracing(u)) trace_row(u)[TR_PAGES_READY] = ring.landed((outs * SEGS + G::PER_PAGE - 1) / G::PER_PAGE);
-  if (TX && DIRECT) load_x_slice_tagged<G>(x, tag_of(u, d.tag_x), (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
-  else if (!WNORM) load_x_slice<G>(DIRECT ? x : xs, (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
+  if constexpr (TX && DIRECT)
+    load_x_slice_tagged<G>(x, tag_of(u, d.tag_x), (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
+  else if (!WNORM) load_x_slice<G>(DIRECT ? x : xs, (HALF ? 2 * (threadIdx.x >> 5) + ((threadIdx.x >> 4) & 1)
+                                                          : threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
   // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
   // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
-  const long long waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH>(ring, outs * SEGS, xr, acc, traced_step(u));
+  long long waited;
+  if constexpr (HALF) waited = gemv_pages_half<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
+  else waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH>(ring, outs * SEGS, xr, acc, traced_step(u));
   if (tracing(u)) trace_row(u)[TR_PAGE_WAIT_CYCLES] = waited;
   sync_block();
   trace(u, TR_SUMS_DONE);

@@ -101,6 +101,11 @@ struct Ring {
     mbar_arrive(empty + seq % STAGES);  // an arrive releases only this thread's reads
     ++seq;
   }
+  // The page k past the next one (k < STAGES), once it has landed (gemv_pages_half holds two at once).
+  __device__ __forceinline__ const char* page_ahead(unsigned k) const {
+    mbar_wait(full + (seq + k) % STAGES, ((seq + k) / STAGES) & 1);
+    return page(seq + k);
+  }
   // How many of this consumer's next `upto` pages (at most STAGES) have landed, counted in order (kiec_trace).
   __device__ __forceinline__ int landed(int upto) const {
     int n = 0;
