@@ -216,7 +216,8 @@ class _PersistentEmitter(_Emitter):
         wnorm = bool(self.t.persist_norm_in_warps and k.norm and segs == 1 and self.warps == 8 and not tx)
         # an item a half-warp (persist_dot_half_warps): where a tile gives some warp more than one item, x is untagged
         # and a half-warp's rounds stay few (registers: 8 floats of x a round); not with the twice probe
-        items = self.rows[self.p.kernels.index(k)] * segs
+        rows = self.rows[self.p.kernels.index(k)]  # the most outputs one of its tiles computes
+        items = rows * segs
         half_rounds = -(-(k.k // 8 // segs) // 16)
         half = bool(self.t.persist_dot_half_warps and not tx and items > self.warps and half_rounds <= 6
                     and not self.twice(k))
@@ -236,7 +237,6 @@ class _PersistentEmitter(_Emitter):
                    item_bytes=k.k // 8 // segs * 16, silu=silu, tag_x=self.tag_writer(k.x),
                    tag_res=self.tag_writer(k.residual), w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
                    a=(self.arena[k.x], self.arena[k.out]))
-        rows = self.rows[self.p.kernels.index(k)]
         staged = not direct and not wnorm  # x in the scratch
         self.smem = max(self.smem, ((k.k if staged else 0) + (2 if silu else 1) * rows * segs + self.warps) * 4)
         self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * (2 if silu else 1) * k.k * self.esize))
