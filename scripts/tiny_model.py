@@ -19,11 +19,11 @@ if __name__ == "__main__":
     fields = {"persist_tagged_min_width": "0", "persist_paced_min_width": "0", "persist_narrow_width": "0",
               **dict(c.split("=") for c in sys.argv[3:])}
     # parity tags need every SM to read the residual stream: a width above the SMs' count (tag_parity)
-    wide, smol = fields.pop("wide", "0") == "1", fields.pop("smol", "0") == "1"
-    shape = dict(hidden_size=256, intermediate_size=384, num_attention_heads=4, num_key_value_heads=2, vocab_size=300)
-    if smol:
-        shape = dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3,
-                     vocab_size=8192)
+    shapes = {"wide": dict(hidden_size=256, intermediate_size=384, num_attention_heads=4, num_key_value_heads=2,
+                           vocab_size=300),
+              "smol": dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3,
+                           vocab_size=8192)}
+    shape = {k: v for name, s in shapes.items() if fields.pop(name, "0") == "1" for k, v in s.items()}
     targets.TARGETS["sm_90"] = targets.with_fields(targets.TARGETS["sm_90"], fields)
-    make_tiny_hf(art + "-hf", "llama", **(shape if wide or smol else {}))
+    make_tiny_hf(art + "-hf", "llama", **shape)
     kiec.compile(kiec.load(art + "-hf", dtype="bf16", max_seq_len=64), art, mode=mode)

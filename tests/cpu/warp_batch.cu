@@ -13,24 +13,18 @@
 
 #include "kiec/warp_batch.cuh"
 
-// A shuffle: every lane publishes its value, all 32 meet, each reads its partner's, all meet again.
+// A shuffle: every lane publishes its value, all 32 meet, each reads lane src's (__shfl_sync), all meet again.
 struct HostWarp {
   std::barrier<> meet{32};
   float slot[32];
-  float exchange(int lane, float x, int off) {
-    slot[lane] = x;
-    meet.arrive_and_wait();
-    const float y = slot[lane ^ off];
-    meet.arrive_and_wait();
-    return y;
-  }
-  float from(int lane, float x, int src) {  // __shfl_sync's: lane src's value
+  float from(int lane, float x, int src) {
     slot[lane] = x;
     meet.arrive_and_wait();
     const float y = slot[src];
     meet.arrive_and_wait();
     return y;
   }
+  float exchange(int lane, float x, int off) { return from(lane, x, lane ^ off); }  // __shfl_xor_sync's
 };
 
 // block_order_sum_squares' shuffles on a HostWarp.

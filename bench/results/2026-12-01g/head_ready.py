@@ -28,13 +28,16 @@ byk = collections.defaultdict(list)
 for i, (sm, ins) in enumerate(flat):
     if ins.opcode == 'gemv' and kernels[ins.kernel]['name'].endswith('qkv'):
         byk[ins.kernel].append((ins.lo, ins.hi, col['done'][i]))
+def head_rows(g):  # KV head g's rows of the packed QKV output: its query heads' q, then its k, then its v
+    return (set(range(g * G * D, (g + 1) * G * D)) | set(range(H * D + g * D, H * D + (g + 1) * D))
+            | set(range(H * D + KV * D + g * D, H * D + KV * D + (g + 1) * D)))
+
+
 for k, tiles in byk.items():
     last = max(d for *_, d in tiles)
-    for g in range(KV):
-        rows = set(range(g*G*D, (g+1)*G*D)) | set(range(H*D + g*D, H*D + (g+1)*D)) | set(range(H*D + KV*D + g*D, H*D + KV*D + (g+1)*D))
-        mine = [d for lo, hi, d in tiles if rows & set(range(lo, hi))]
-        gains.append((last - max(mine)) / 1e3)
-    ntile = [sum(1 for lo, hi, d in tiles if (set(range(g*G*D, (g+1)*G*D)) | set(range(H*D + g*D, H*D + (g+1)*D)) | set(range(H*D + KV*D + g*D, H*D + KV*D + (g+1)*D))) & set(range(lo, hi))) for g in range(KV)]
+    writers = [[d for lo, hi, d in tiles if head_rows(g) & set(range(lo, hi))] for g in range(KV)]
+    gains += [(last - max(w)) / 1e3 for w in writers]
+    ntile = [len(w) for w in writers]
 g = np.array(gains)
 print("tiles a head", ntile, "of", len(tiles))
 print("us a head earlier than the phase's last tile: mean %.3f median %.3f min %.3f max %.3f" % (g.mean(), np.median(g), g.min(), g.max()))

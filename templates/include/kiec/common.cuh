@@ -90,6 +90,16 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// warp_sum over each group of N lanes (N a power of two up to 32: lanes lane & ~(N - 1) .. + N - 1); every lane calls
+// it. (warp_sum is N 32.)
+template <int N>
+__device__ __forceinline__ float lanes_sum(float v) {
+  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "a group of lanes is a power of two up to 32");
+#pragma unroll
+  for (int o = N / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
 // The threads that compute, and their barrier. In persistent mode (KIEC_COMPUTE_THREADS defined) the block's last
 // warp only streams weights into shared memory and never joins: the compute warps meet on named barrier 1.
 __device__ __forceinline__ int block_threads() {

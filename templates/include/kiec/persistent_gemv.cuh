@@ -277,8 +277,7 @@ struct WarpNorm {
       for (int v = 0; v < G::ROUNDS; ++v)
 #pragma unroll
         for (int i = 0; i < 8; ++i) ss += xr[v][i] * xr[v][i];
-#pragma unroll
-      for (int o = G::LANES / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      ss = lanes_sum<G::LANES>(ss);
     }
     const float scale = rsqrtf(ss / K + eps);
 #pragma unroll
@@ -414,11 +413,8 @@ __device__ __forceinline__ long long gemv_pages_half(R& ring, int items, const f
   auto step = [&](int mine, bool valid, const char* page, int j) {
     float a0, a1;
     dot_lanes<T, G>(page + j * G::ITEM, page + (G::PER_PAGE + j) * G::ITEM, xr, lane, a0, a1);
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) {
-      a0 += __shfl_xor_sync(0xffffffffu, a0, o);
-      if (G::SILU) a1 += __shfl_xor_sync(0xffffffffu, a1, o);
-    }
+    a0 = lanes_sum<G::LANES>(a0);
+    if (G::SILU) a1 = lanes_sum<G::LANES>(a1);
     if ((lane & 15) == 0 && valid) {
       const int row = mine / SEGS, seg = mine % SEGS;
       acc[(G::ROWS_PER_OUT * row) * SEGS + seg] = a0;

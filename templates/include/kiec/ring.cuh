@@ -93,10 +93,7 @@ struct Ring {
   }
   // A consumer (every compute thread, in the same order): the next page, once it has landed; release() when this
   // thread is done reading it.
-  __device__ __forceinline__ const char* next_page() const {
-    mbar_wait(full + seq % STAGES, (seq / STAGES) & 1);
-    return page(seq);
-  }
+  __device__ __forceinline__ const char* next_page() const { return page_ahead(0); }
   __device__ __forceinline__ void release() {
     mbar_arrive(empty + seq % STAGES);  // an arrive releases only this thread's reads
     ++seq;
