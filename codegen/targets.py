@@ -187,10 +187,11 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.509 vs 0.488-0.489 (nineteenth session)
                           persist_stop_poll_every=64, persist_poll_sleep_ns=0,
                           persist_counter_stride=1, persist_reduce_batch=1,
-                          # the LM head's shares are long (smollm2-135m: 372 rows an SM, 27 pages, 46 items a warp) and
-                          # at K 576 its dots, not the stream, set their pace: bench/gemv_compute.cu's 64-row smollm2
-                          # share ran 33.8 GB/s an SM with its warp sums one at a time, 37.7 in batches of 8, against
-                          # a 35 GB/s share of the read ceiling (2026-11-30). The LM head alone batched: not yet timed
+                          # the LM head's shares are long (smollm2-135m: 372-373 rows an SM, 27 pages, ~46 items a
+                          # warp) and at K 576 its dots, not the stream, set their pace: bench/gemv_compute.cu's
+                          # 64-row smollm2 share ran 33.8 GB/s an SM with its warp sums one at a time, 37.7 in
+                          # batches of 8, against a 35 GB/s share of the read ceiling (2026-11-30). The LM head
+                          # alone batched: not yet timed
                           persist_reduce_batch_head=0,
                           # the down projection's prologue (x copied as tagged words, 64 KB an SM on llama-3.2-1b)
                           # took 2.4 us a layer in the eighth session's trace: at 8 loads in flight a thread its K
