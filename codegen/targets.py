@@ -83,13 +83,14 @@ class TargetParams:
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
     # persistent: a model narrower than persist_narrow_width (its embedding's row) runs persist_x_direct,
-    # persist_attn_owner_merges, persist_attn_newest_first and persist_combine_batch with these values instead
-    # (codegen/persistent.py: for_model); 0: every model the fields above
+    # persist_attn_owner_merges, persist_attn_newest_first, persist_combine_batch and persist_stages with these values
+    # instead (codegen/persistent.py: for_model); 0: every model the fields above
     persist_narrow_width: int
     persist_x_direct_narrow: int
     persist_attn_owner_merges_narrow: int
     persist_attn_newest_first_narrow: int
     persist_combine_batch_narrow: int
+    persist_stages_narrow: int
     # persistent: 1: a tagged value takes 4 bytes an element instead of 8, its tag the parity of its write in the
     # lowest mantissa bit (values to 23 bits); its slot its own, zeroed before each launch (ir/passes/persistent.py:
     # tag_parity)
@@ -423,6 +424,13 @@ TARGETS: dict[str, TargetParams] = {
                           # vs 0.898-0.899; 16 spills 160 B there (ptxas): 0.984 vs 0.897-0.899 (nineteenth session).
                           # So 16 on narrow models
                           persist_combine_batch_narrow=16,
+                          # the ring's depth on smollm2-135m, which streams 5-27 KB an SM a GEMV (3-4 of the 12 pages
+                          # a layer): a freed page's refill goes out at once, into the hops' round trips. 2026-12-02
+                          # twenty-first session (663a37c, ms, two rounds each, bench/RESULTS.md): 4 pages 0.484 /
+                          # 0.484 vs 0.489 / 0.489 (graph mode 0.478 / 0.476), 3 0.486, 6 0.487-0.488; at 8192 4 pages
+                          # 0.699 / 0.698 vs 0.719 / 0.718. llama-3.2-1b (wide) wants the whole ring: 8 pages 0.758 /
+                          # 0.762, 6 0.790 / 0.791 vs 0.738 / 0.740. So 4 on narrow models
+                          persist_stages_narrow=4,
                           # (attention inside the output projection, persist_attn_o_below at fc7a3e4, taken out after
                           # its first run: below a position every attention tile of a KV head took the head's whole
                           # context and the projection tile after it on its SM that head's columns, a hop a layer
