@@ -192,7 +192,7 @@ TARGETS: dict[str, TargetParams] = {
                           # warp) and at K 576 its dots, not the stream, set their pace: bench/gemv_compute.cu's
                           # 64-row smollm2 share ran 33.8 GB/s an SM with its warp sums one at a time, 37.7 in
                           # batches of 8, against a 35 GB/s share of the read ceiling (2026-11-30). The LM head
-                          # alone batched: not yet timed
+                          # alone batched 8: 0.488 / 0.488 vs 0.488 / 0.489 (2026-12-02, two rounds). Off
                           persist_reduce_batch_head=0,
                           # the down projection's prologue (x copied as tagged words, 64 KB an SM on llama-3.2-1b)
                           # took 2.4 us a layer in the eighth session's trace: at 8 loads in flight a thread its K
@@ -397,14 +397,18 @@ TARGETS: dict[str, TargetParams] = {
                           # barriers, x scaled into shared memory, a third barrier, each warp's slice read back. On
                           # smollm2-135m (K 576: one segment, 3 rounds a lane) QKV's prologue and dots took 1.30 us a
                           # tile against 0.93 for the output projection's (x direct, its shape alike) in the nineteenth
-                          # session's trace at position 40. Not yet timed
+                          # session's trace at position 40. Each warp normalizing its own x instead (2026-12-02,
+                          # twenty-first session, ms, two rounds, bench/RESULTS.md): 0.486 / 0.486 vs 0.488 / 0.489,
+                          # 0.487 / 0.488 vs 0.489 / 0.489, at 8192 0.715 vs 0.715-0.716; with a ring of 4 pages 0.483
+                          # / 0.482 vs 0.484 / 0.484 but at 8192 0.702 / 0.699 vs 0.699 / 0.698. Under the noise: off
                           persist_norm_in_warps=0,
                           # smollm2-135m's gate/up tile has 12 items (2 pages of 7) for 8 warps: warps 0-3 take two
                           # one after the other, 3 rounds of 32 lanes each (8 working in the third) and two 5-step
                           # butterflies; ncu's samples put gate/up's dots at 4.8% of the token against 0.8-1.1% for
                           # the other GEMVs' (seventeenth session). A half-warp an item: one step of 5 rounds of 16
-                          # and a 4-step butterfly for both, and the LM head's 46 items a warp in 23 steps. Not yet
-                          # timed
+                          # and a 4-step butterfly for both, and the LM head's 46 items a warp in 23 steps. Timed
+                          # (2026-12-02, two rounds): 0.490 / 0.491 vs 0.488 / 0.489, with the norm in the warps 0.496
+                          # / 0.496, at 8192 (with it) 0.719 vs 0.715. Off
                           persist_dot_half_warps=0,
                           # the narrow models (smollm2-135m, width 576: untagged, unpaced) are bound by the chain's
                           # hops, not bytes. 2026-12-01 eighteenth session (c0b7143 + persist_attn_newest_first, ms,
