@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from kiec.codegen.emit import INCLUDE_DIR, TEMPLATES, Sources, emit
-from kiec.codegen.persistent import emit_persistent
+from kiec.codegen.persistent import Unsupported, emit_persistent
 from kiec.codegen.targets import TARGETS, TargetParams, target as target_params
-from kiec.errors import KiecError
+from kiec.errors import KiecError, ModeUnsupported
 from kiec.ir.passes import pipeline
 from kiec.ir.passes.fuse import Unscheduled
 from kiec.model import Model
@@ -196,6 +196,8 @@ def emit_sources(model: Model, mode: str, dtype: str, params: TargetParams, head
         raise KiecError(f"{model.source}: {e}") from None
     try:
         return (emit_persistent if mode == "persistent" else emit)(program, dtype, model.max_seq_len, params, header)
+    except Unsupported as e:
+        raise ModeUnsupported(f"{model.source}: {e}") from None
     except ValueError as e:
         raise KiecError(f"{model.source}: {e}") from None
 
@@ -206,11 +208,19 @@ def write_sources(src: Sources, directory: str) -> None:
             fh.write(text)
 
 
-def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90", tp: int = 1,
-            mode: str = DEFAULT_MODE, dtype: str = "bf16", dump_ir: bool = False, weights_like: str | None = None) -> str:
-    """Build the artifact directory for `model`; returns its path. weights_like: an artifact built from this same
-    model (the caller vouches for the values: the same Model object, or its checkpoint unchanged; the name,
-    source and dtype are checked): its packed tensors are copied instead of converted again (write_weights)."""
+def _header(model: Model, dtype: str, arch: str, mode: str, tp: int) -> str:
+    return f"kiec {model.name} {dtype} {arch} max_seq_len={model.max_seq_len} mode={mode} tp={tp}"
+
+
+def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90", tp: int = 1, mode: str | None = None,
+            dtype: str = "bf16", dump_ir: bool = False, weights_like: str | None = None) -> str:
+    """Build the artifact directory for `model`; returns its path. mode None: DEFAULT_MODE, or graph mode where
+    persistent mode cannot build the model (said on stderr; the manifest records the mode built); a mode named is
+    built or refused. weights_like: an artifact built from this same model (the caller vouches for the values: the
+    same Model object, or its checkpoint unchanged; the name, source and dtype are checked): its packed tensors are
+    copied instead of converted again (write_weights)."""
+    fallback = mode is None and DEFAULT_MODE == "persistent"
+    mode = DEFAULT_MODE if mode is None else mode
     if mode not in MODES:
         raise KiecError(f"mode {mode!r}: kiec builds graph or persistent")
     if tp != 1:
@@ -224,12 +234,19 @@ def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(os.path.join(tmp, "src"))
     try:
-        header = f"kiec {model.name} {dtype} {arch} max_seq_len={model.max_seq_len} mode={mode} tp={tp}"
+        ir_dir = os.path.join(tmp, "ir") if dump_ir else None
+        try:
+            src = emit_sources(model, mode, dtype, tp_, _header(model, dtype, arch, mode, tp), ir_dir)
+        except ModeUnsupported as e:
+            if not fallback:
+                raise
+            _progress(f"persistent mode cannot build this model ({e}); building it in graph mode")
+            mode = "graph"
+            src = emit_sources(model, mode, dtype, tp_, _header(model, dtype, arch, mode, tp), ir_dir)
         if mode == "persistent" and tp_.persist_probe_relaxed_signal:
             _progress("warning: persist_probe_relaxed_signal is a timing probe: this artifact's tokens may be wrong")
         if mode == "persistent" and tp_.persist_probe_twice:
             _progress("warning: persist_probe_twice is a timing probe: this artifact is slower on purpose")
-        src = emit_sources(model, mode, dtype, tp_, header, os.path.join(tmp, "ir") if dump_ir else None)
         write_sources(src, os.path.join(tmp, "src"))
         _progress(f"{len(src.kernels)} kernels, {len(src.files)} source files; compiling with nvcc")
         nvcc_build(nvcc, os.path.join(tmp, "src"), tmp, tp_.gencode)

@@ -50,7 +50,8 @@ DTYPES = {"bf16": "bf16", "fp16": "f16"}
 @click.option("--target", type=click.Choice(["cuda", "hip"]), default="cuda", show_default=True)
 @click.option("--arch", default="sm_90", show_default=True)
 @click.option("--tp", default=1, show_default=True, help="Tensor-parallel GPUs.")
-@click.option("--mode", type=click.Choice(list(MODES)), default=DEFAULT_MODE, show_default=True)
+@click.option("--mode", type=click.Choice(list(MODES)), default=None,
+              help=f"Default: {DEFAULT_MODE}, or graph where persistent mode cannot build the model (said on stderr).")
 @click.option("--dtype", type=click.Choice(list(DTYPES)), default="bf16", show_default=True)
 @click.option("--max-seq-len", type=int, default=None, help="KV-cache length (default: min(model's, 4096)).")
 @click.option("--dump-ir", is_flag=True, help="Write the IR after each pass to OUT/ir/NN_pass.kir.")

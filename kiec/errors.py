@@ -12,3 +12,8 @@ class Unlifted(KiecError):
         more = f" (and {len(nodes) - 3} more)" if len(nodes) > 3 else ""
         super().__init__(f"{source}: no rule lifts " + "; ".join(nodes[:3]) + more)
         self.source, self.nodes = source, nodes
+
+
+class ModeUnsupported(KiecError):
+    """A model the compile mode asked for cannot build (persistent mode: no device code or no room for it); another
+    mode may."""

@@ -1,7 +1,8 @@
 """The compile modes and the default one, in one place for the CLI, `kiec.compile` and `kiec bench`.
 
-Graph mode stays the default until persistent mode is ahead of it on every model of issue #6's table, each timed by
-`kiec bench` with both modes in one run (bench/RESULTS.md); then DEFAULT_MODE becomes "persistent"."""
+Persistent mode is the default since it came out ahead of graph mode on every model of issue #6's table, each timed
+by `kiec bench` with both modes in one run (bench/RESULTS.md, 2026-12-02). `kiec.compile` without a mode falls back
+to graph mode for a model persistent mode cannot build (kiec/build.py)."""
 
 MODES = ("graph", "persistent")
-DEFAULT_MODE = "graph"
+DEFAULT_MODE = "persistent"

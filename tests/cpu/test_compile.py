@@ -25,7 +25,7 @@ def tiny(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny")
     make_tiny_hf(d / "hf", "qwen2")  # qkv bias: the packed bias is laid out too
     model = kiec.load(str(d / "hf"), dtype="bf16")
-    return d, model, kiec.compile(model, str(d / "art"), dump_ir=True)
+    return d, model, kiec.compile(model, str(d / "art"), mode="graph", dump_ir=True)
 
 
 def test_artifact_contents(tiny):
@@ -69,7 +69,7 @@ def test_a_failed_compile_keeps_the_previous_artifact(tiny, monkeypatch):
 
     monkeypatch.setattr(build, "write_weights", broken)
     with pytest.raises(KeyboardInterrupt):
-        kiec.compile(model, art)
+        kiec.compile(model, art, mode="graph")
     assert sorted(os.listdir(art)) == before
     assert not [f for f in os.listdir(d) if ".tmp-" in f or ".old-" in f]
 
@@ -152,7 +152,7 @@ def test_a_chain_no_template_covers_is_generated_by_tvm(tmp_path, monkeypatch):
     make_tiny_hf(tmp_path / "hf", "llama-gelu")
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
     assert model.config.hidden_act == "gelu_tanh"
-    art = kiec.compile(model, str(tmp_path / "art"))
+    art = kiec.compile(model, str(tmp_path / "art"), mode="graph")
     tvm_files = [f for f in os.listdir(os.path.join(art, "src")) if f.startswith("ew_")]
     assert len(tvm_files) == 1  # one kernel, shared by both layers
     with open(os.path.join(art, "src", tvm_files[0])) as fh:
@@ -160,6 +160,35 @@ def test_a_chain_no_template_covers_is_generated_by_tvm(tmp_path, monkeypatch):
     assert text.startswith("// spec: ew_n96_") and "Activation(x=in0,fn=gelu_tanh)" in text and "tanhf" in text
     with open(os.path.join(art, "src", "model.cu")) as fh:
         assert fh.read().count(f"launch_{tvm_files[0][:-len('_sm90.cu')]}(") == 2 + 1  # declared once, called twice
+
+
+def test_the_default_mode_is_persistent_and_graph_where_persistent_cannot_build(tmp_path, monkeypatch, capsys):
+    # without a mode: persistent; a model whose elementwise chain only TVM covers is built in graph mode, and says
+    # so; named, persistent mode refuses that model, names the op and writes nothing
+    pytest.importorskip("tvm")
+    monkeypatch.setenv("KIEC_CACHE_DIR", str(tmp_path / "cache"))
+    make_tiny_hf(tmp_path / "hf", "llama")
+    make_tiny_hf(tmp_path / "gelu", "llama-gelu")
+
+    def mode(art):
+        with open(os.path.join(art, "manifest.json")) as fh:
+            return json.load(fh)["mode"]
+    assert mode(kiec.compile(kiec.load(str(tmp_path / "hf"), dtype="bf16"), str(tmp_path / "p"))) == "persistent"
+    gelu = kiec.load(str(tmp_path / "gelu"), dtype="bf16")
+    capsys.readouterr()
+    assert mode(kiec.compile(gelu, str(tmp_path / "g"))) == "graph"
+    err = capsys.readouterr().err
+    assert "persistent mode cannot build this model" in err and "(Activation, Mul)" in err
+    assert "building it in graph mode" in err
+    with pytest.raises(kiec.KiecError, match=r"gelu: L0\.act \(Activation, Mul\): persistent mode has no device code"):
+        kiec.compile(gelu, str(tmp_path / "x"), mode="persistent")
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "gelu"), "-o", str(tmp_path / "cli")])
+    assert r.exit_code == 0, r.output
+    assert mode(str(tmp_path / "cli")) == "graph"
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "gelu"), "-o", str(tmp_path / "y"), "--mode", "persistent"])
+    assert r.exit_code != 0 and "compile with --mode graph" in r.output
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    assert not [f for f in os.listdir(tmp_path) if ".tmp-" in f or ".old-" in f]
 
 
 def test_buffer_plan_never_overlaps_live_values():
@@ -195,17 +224,17 @@ def test_cached_tvm_kernels_compile_without_tvm_and_a_miss_is_named(tmp_path, mo
     monkeypatch.setenv("KIEC_CACHE_DIR", str(tmp_path / "cache"))
     make_tiny_hf(tmp_path / "hf", "llama-gelu")
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
-    first = kiec.compile(model, str(tmp_path / "a"))
+    first = kiec.compile(model, str(tmp_path / "a"), mode="graph")
     cached = os.listdir(tmp_path / "cache" / "tvm")
     assert len(cached) == 1 and cached[0].startswith("ew_n96_") and cached[0].endswith("_sm_90_v1.json")
     monkeypatch.setitem(sys.modules, "tvm", None)  # import tvm now fails, as on the lent GPU machine
-    second = kiec.compile(model, str(tmp_path / "b"))
+    second = kiec.compile(model, str(tmp_path / "b"), mode="graph")
     name = [f for f in os.listdir(os.path.join(first, "src")) if f.startswith("ew_")][0]
     with open(os.path.join(first, "src", name)) as a, open(os.path.join(second, "src", name)) as b:
         assert a.read() == b.read()
     monkeypatch.setenv("KIEC_CACHE_DIR", str(tmp_path / "empty"))
     with pytest.raises(kiec.KiecError, match=r"has no template and needs TVM .*/ew_n96_\w+_sm_90_v1.json is missing"):
-        kiec.compile(model, str(tmp_path / "c"))
+        kiec.compile(model, str(tmp_path / "c"), mode="graph")
     assert not (tmp_path / "c").exists()
 
 

@@ -62,7 +62,7 @@ def check_against_interpreter(model, artifact, positions, device="cuda"):
 def test_tiny_family_logits_within_budget(tmp_path, family):
     make_tiny_hf(tmp_path / "hf", family)
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
-    art = kiec.compile(model, str(tmp_path / "art"))
+    art = kiec.compile(model, str(tmp_path / "art"), mode="graph")
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, f"{family}: logits over 24 positions")
     # the queued, fed-back path makes the same tokens as stepping one at a time
@@ -73,7 +73,7 @@ def test_tiny_family_logits_within_budget(tmp_path, family):
 
 def test_llama_3_2_1b_random_weights_within_budget(tmp_path):
     model = kiec.load("llama-3.2-1b", max_seq_len=512)
-    art = kiec.compile(model, str(tmp_path / "art"))
+    art = kiec.compile(model, str(tmp_path / "art"), mode="graph")
     _, ours, r32, r16, _ = check_against_interpreter(model, art, positions=8)
     budget_check(ours, r32, r16, "llama-3.2-1b: logits at 8 positions")
 
@@ -87,9 +87,9 @@ def test_long_context_spreads_attention_over_splits_within_budget(tmp_path, monk
     make_tiny_hf(tmp_path / "hf", family, max_position_embeddings=1024, **extra)
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=1024)
     if l2:
-        base = kiec.compile(model, str(tmp_path / "base"))
+        base = kiec.compile(model, str(tmp_path / "base"), mode="graph")
         monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], attn_l2_prefetch=1))
-    art = kiec.compile(model, str(tmp_path / "art"))
+    art = kiec.compile(model, str(tmp_path / "art"), mode="graph")
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=600)
     budget_check(ours, r32, r16, f"{family} (window {window}, L2 hint {l2}): logits over 600 positions")
     if l2:
@@ -100,7 +100,7 @@ def test_long_context_spreads_attention_over_splits_within_budget(tmp_path, monk
 def test_engine_sampling_is_the_seeded_draw_over_its_own_logits(tmp_path):
     from kiec.sampling import SamplingParams
     make_tiny_hf(tmp_path / "hf", "llama")
-    art = kiec.compile(kiec.load(str(tmp_path / "hf"), dtype="bf16"), str(tmp_path / "art"))
+    art = kiec.compile(kiec.load(str(tmp_path / "hf"), dtype="bf16"), str(tmp_path / "art"), mode="graph")
     eng = kiec.Engine(art)
     prompt, params = [3, 1, 4, 1, 5], SamplingParams(1.0, 0.9, seed=11)
     got = eng.generate(prompt, 10, sampling=params)
@@ -112,7 +112,7 @@ def test_engine_sampling_is_the_seeded_draw_over_its_own_logits(tmp_path):
 
 def test_prompt_longer_than_max_seq_len_is_refused_before_gpu_work(tmp_path):
     make_tiny_hf(tmp_path / "hf", "llama")
-    art = kiec.compile(kiec.load(str(tmp_path / "hf"), max_seq_len=16), str(tmp_path / "art"))
+    art = kiec.compile(kiec.load(str(tmp_path / "hf"), max_seq_len=16), str(tmp_path / "art"), mode="graph")
     eng = kiec.Engine(art)
     with pytest.raises(kiec.KiecError, match=r"prompt \(10\) \+ max_new_tokens \(8\) exceeds max_seq_len 16"):
         eng.generate(list(range(10)), max_new_tokens=8)
@@ -124,14 +124,14 @@ def test_artifact_for_another_arch_is_refused_at_load(tmp_path, monkeypatch):
     sm89 = dataclasses.replace(targets.TARGETS["sm_90"], arch="sm_89", gencode="-gencode=arch=compute_89,code=sm_89")
     monkeypatch.setitem(targets.TARGETS, "sm_89", sm89)
     make_tiny_hf(tmp_path / "hf", "llama")
-    art = kiec.compile(kiec.load(str(tmp_path / "hf")), str(tmp_path / "art"), arch="sm_89")
+    art = kiec.compile(kiec.load(str(tmp_path / "hf")), str(tmp_path / "art"), arch="sm_89", mode="graph")
     with pytest.raises(kiec.KiecError, match=r"is sm_90; this artifact was built for sm_89"):
         kiec.Engine(art)
 
 
 def test_not_enough_gpu_memory_names_the_bytes(tmp_path):
     make_tiny_hf(tmp_path / "hf", "llama")
-    art = kiec.compile(kiec.load(str(tmp_path / "hf"), max_seq_len=1 << 30), str(tmp_path / "art"))
+    art = kiec.compile(kiec.load(str(tmp_path / "hf"), max_seq_len=1 << 30), str(tmp_path / "art"), mode="graph")
     with pytest.raises(kiec.KiecError, match=r"the model needs \d+ bytes, \d+ are free"):
         kiec.Engine(art)
 
@@ -143,7 +143,7 @@ def test_an_artifact_rebuilt_at_the_same_path_runs_its_own_kernels(tmp_path):
     make_tiny_hf(tmp_path / "hf", "llama")
     art = str(tmp_path / "art")
     first = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=32)
-    kiec.Engine(kiec.compile(first, art)).generate([1, 2, 3], 4)
+    kiec.Engine(kiec.compile(first, art, mode="graph")).generate([1, 2, 3], 4)
     second = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=128)
     kiec.compile(second, art, mode="persistent")
     eng, ours, r32, r16, _ = check_against_interpreter(second, art, positions=48)  # past the first build's 32
@@ -156,7 +156,7 @@ def test_standalone_kiec_run_matches_the_engine(tmp_path):
     import re
     import subprocess
     make_tiny_hf(tmp_path / "hf", "qwen2")
-    art = kiec.compile(kiec.load(str(tmp_path / "hf"), dtype="bf16"), str(tmp_path / "art"))
+    art = kiec.compile(kiec.load(str(tmp_path / "hf"), dtype="bf16"), str(tmp_path / "art"), mode="graph")
     prompt = [3, 1, 4, 1, 5, 9]
     expect = kiec.Engine(art).generate(prompt, max_new_tokens=10)
     r = subprocess.run([os.path.join(art, "kiec-run"), art, ",".join(map(str, prompt)), "10"], capture_output=True,
@@ -174,7 +174,7 @@ def test_standalone_kiec_run_matches_the_engine(tmp_path):
 
 def test_time_launches_covers_every_kernel(tmp_path):
     make_tiny_hf(tmp_path / "hf", "llama")
-    art = kiec.compile(kiec.load(str(tmp_path / "hf"), dtype="bf16"), str(tmp_path / "art"))
+    art = kiec.compile(kiec.load(str(tmp_path / "hf"), dtype="bf16"), str(tmp_path / "art"), mode="graph")
     eng = kiec.Engine(art)
     n = len(eng.manifest["kernels"])
     assert eng.time_launches(list(range(n)), reps=5) > 0

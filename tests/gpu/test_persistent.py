@@ -37,7 +37,7 @@ def test_persistent_logits_within_budget_and_greedy_tokens_equal_graph_mode(tmp_
     model, art = compile_tiny(tmp_path, family)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, f"{family} persistent: logits over 24 positions")
-    graph = kiec.Engine(kiec.compile(model, str(tmp_path / "graph")))
+    graph = kiec.Engine(kiec.compile(model, str(tmp_path / "graph"), mode="graph"))
     prompt = tokens[:5]
     assert eng.generate(prompt, 40) == graph.generate(prompt, 40)
 
@@ -51,7 +51,7 @@ def test_persistent_wide_rows_within_budget(tmp_path, monkeypatch):
                               num_key_value_heads=4, vocab_size=1024)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, "wide llama persistent: logits over 24 positions")
-    graph = kiec.Engine(kiec.compile(model, str(tmp_path / "graph")))
+    graph = kiec.Engine(kiec.compile(model, str(tmp_path / "graph"), mode="graph"))
     assert eng.generate(tokens[:5], 40) == graph.generate(tokens[:5], 40)
     direct = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "direct", persist_x_direct=2,
                                          persist_stages=13))
@@ -95,7 +95,7 @@ def test_dot_half_warps_within_budget(tmp_path, monkeypatch, change):
     art = compile_variant(model, tmp_path, monkeypatch, **change)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, f"half-warp dots {change}: logits over 24 positions")
-    graph = kiec.Engine(kiec.compile(model, str(tmp_path / "graph")))
+    graph = kiec.Engine(kiec.compile(model, str(tmp_path / "graph"), mode="graph"))
     assert eng.generate(tokens[:5], 40) == graph.generate(tokens[:5], 40)
 
 
@@ -300,7 +300,7 @@ def test_smollm2_persistent_greedy_tokens_equal_graph_mode(tmp_path, monkeypatch
     model = kiec.load(smollm2_gguf(), dtype="bf16")
     change = {} if min_width is None else dict(persist_tagged_min_width=min_width)
     persistent = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "p", **change))
-    graph = kiec.Engine(kiec.compile(model, str(tmp_path / "g")))
+    graph = kiec.Engine(kiec.compile(model, str(tmp_path / "g"), mode="graph"))
     rng = np.random.default_rng(0)
     for _ in range(4):
         prompt = rng.integers(0, model.config.vocab_size, size=16).tolist()
