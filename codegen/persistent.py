@@ -281,7 +281,7 @@ class _PersistentEmitter(_Emitter):
     def elementwise(self, k: ElementwiseKernel) -> None:
         ops = ", ".join(type(op).__name__ for op in k.ops)
         raise Unsupported(f"{k.name} ({ops}): persistent mode has no device code for elementwise chains that no "
-                         f"template covers (graph mode runs them through TVM); compile with --mode graph")
+                         f"template covers (graph mode runs them through TVM)")
 
     def finish(self, header: str) -> Sources:
         blob, starts = pack_schedule(self.sched)

@@ -239,7 +239,7 @@ def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90
             src = emit_sources(model, mode, dtype, tp_, _header(model, dtype, arch, mode, tp), ir_dir)
         except ModeUnsupported as e:
             if not fallback:
-                raise
+                raise ModeUnsupported(f"{e}; compile with --mode graph") from None
             _progress(f"persistent mode cannot build this model ({e}); building it in graph mode")
             mode = "graph"
             src = emit_sources(model, mode, dtype, tp_, _header(model, dtype, arch, mode, tp), ir_dir)
