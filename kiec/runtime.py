@@ -208,14 +208,17 @@ class Engine:
             self._check(-1)
         return ms
 
-    def trace(self, pos: int, steps: int = 4) -> np.ndarray:
+    def trace(self, pos: int, steps: int = 4, warm: int = 0) -> np.ndarray:
         """Persistent mode: in-kernel timestamps of the decode step at `pos` (run as the second of `steps` steps
         from pos - 1): [instructions, slots] in the artifact's instruction order, the slots named by
-        manifest["trace_slots"] (codegen/persistent_abi.py's TRACE_SLOTS says what each holds)."""
+        manifest["trace_slots"] (codegen/persistent_abi.py's TRACE_SLOTS says what each holds). warm: that many
+        traced launches first, their recordings dropped (the traced step's own code paths and the recording's
+        pages then run a second time, not a first)."""
         self._usable()
         n, slots = self.manifest["instructions"], len(self.manifest["trace_slots"])
-        self._check(self._lib.kiec_trace(self._h, pos, None))
-        self.time_steps(pos - 1, steps, warmup=0)
+        for _ in range(warm + 1):
+            self._check(self._lib.kiec_trace(self._h, pos, None))
+            self.time_steps(pos - 1, steps, warmup=0)
         out = np.zeros((n, slots), dtype=np.uint64)
         self._check(self._lib.kiec_trace(self._h, -1, out.ctypes.data_as(ctypes.POINTER(ctypes.c_ulonglong))))
         return out

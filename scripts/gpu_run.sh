@@ -147,10 +147,15 @@ done
 # default; models benched above with MODES=...persistent, the last bench of a model compiled its artifact: bench
 # MODEL:8192 last to trace MODEL:8192)
 # the recordings themselves go home in one traces.tar (python3 scripts/trace_summary.py FILE.npz reads one there)
+# TRACE_WARM="0 1": each recording once per value N, after N traced launches whose recordings are dropped
+# (Engine.trace's warm; files named _warmN for N > 0)
 for t in ${TRACE:-}; do
   model=${t%%:*}; pos=64; [ "$t" != "$model" ] && pos=${t##*:}
-  timeout 120 python3 scripts/trace_summary.py /tmp/kiec_bench/$model-persistent $pos \
-    --save="$OUT/trace_${model}_$pos.npz" 2>&1 | tee "$OUT/trace_${model}_$pos.txt"
+  for w in ${TRACE_WARM:-0}; do
+    name=trace_${model}_$pos; [ "$w" != 0 ] && name+=_warm$w
+    timeout 120 python3 scripts/trace_summary.py /tmp/kiec_bench/$model-persistent $pos --warm="$w" \
+      --save="$OUT/$name.npz" 2>&1 | tee "$OUT/$name.txt"
+  done
 done
 if [ -n "${TRACE:-}" ]; then
   (cd "$OUT" && tar cf traces.tar trace_*.npz && rm -f trace_*.npz)

@@ -1,6 +1,7 @@
 """Where a persistent kernel's token goes: in-kernel timestamps of one decode step (Engine.trace).
-Usage: python scripts/trace_summary.py ARTIFACT [POS] [--save=FILE.npz]  (needs the GPU; --save keeps the recording)
-       python scripts/trace_summary.py FILE.npz                           (a saved recording, no GPU)
+Usage: python scripts/trace_summary.py ARTIFACT [POS] [--save=FILE.npz] [--warm=N]  (needs the GPU; --save keeps the
+           recording; --warm: N traced launches first, dropped: Engine.trace's warm)
+       python scripts/trace_summary.py FILE.npz                                    (a saved recording, no GPU)
 
 Views: per kind of instruction, the SMs' time waiting and working (and the pages ready); along the chain of
 phases, for each phase the hop (from the previous phase's last signal to this phase's first SM seeing its inputs)
@@ -237,8 +238,8 @@ def load(path: str) -> tuple[np.ndarray, dict, int]:
         return f["ts"], json.loads(str(f["manifest"])), int(f["pos"])
 
 
-def summary(eng, pos: int, save_to: str | None = None) -> str:
-    ts = eng.trace(pos)
+def summary(eng, pos: int, save_to: str | None = None, warm: int = 0) -> str:
+    ts = eng.trace(pos, warm=warm)
     if save_to:
         save(save_to, ts, eng.manifest, pos)
     return summary_of(ts, eng.manifest, pos)
@@ -303,10 +304,12 @@ def summary_of(ts: np.ndarray, m: dict, pos: int) -> str:
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if not a.startswith("--save=")]
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
     saves = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--save=")]
+    warm = [int(a.split("=", 1)[1]) for a in sys.argv[1:] if a.startswith("--warm=")]
     if args[0].endswith(".npz"):  # a saved recording: no GPU
         print(summary_of(*load(args[0])))
     else:
         import kiec
-        print(summary(kiec.Engine(args[0]), int(args[1]) if len(args) > 1 else 64, saves[0] if saves else None))
+        print(summary(kiec.Engine(args[0]), int(args[1]) if len(args) > 1 else 64, saves[0] if saves else None,
+                      warm[0] if warm else 0))

@@ -307,10 +307,12 @@ def test_smollm2_persistent_greedy_tokens_equal_graph_mode(tmp_path, monkeypatch
         assert persistent.generate(prompt, 64) == graph.generate(prompt, 64)
 
 
-def test_trace_times_every_instruction_of_one_step(tmp_path):
+@pytest.mark.parametrize("warm", [0, 1])
+def test_trace_times_every_instruction_of_one_step(tmp_path, warm):
+    # warm 1: a traced launch first, its recording written over by the second's, which is whole
     model, art = compile_tiny(tmp_path, "qwen3")
     eng = kiec.Engine(art)
-    ts = eng.trace(10).astype(np.int64)
+    ts = eng.trace(10, warm=warm).astype(np.int64)
     slots = eng.manifest["trace_slots"]
     assert ts.shape == (eng.manifest["instructions"], len(slots))
     start, ready, x, sums, done, page_wait, cycles = (
