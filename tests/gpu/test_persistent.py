@@ -309,10 +309,16 @@ def test_smollm2_persistent_greedy_tokens_equal_graph_mode(tmp_path, monkeypatch
 
 @pytest.mark.parametrize("warm", [0, 1])
 def test_trace_times_every_instruction_of_one_step(tmp_path, warm):
-    # warm 1: a traced launch first, its recording written over by the second's, which is whole
+    # warm 1: a traced launch first, its recording written over by the second's, which is whole: one step's span,
+    # not more (against a plain trace's, with room for the spread)
     model, art = compile_tiny(tmp_path, "qwen3")
     eng = kiec.Engine(art)
     ts = eng.trace(10, warm=warm).astype(np.int64)
+    if warm:
+        plain = eng.trace(10).astype(np.int64)
+        at = eng.manifest["trace_slots"].index
+        span = [t[:, at("done")].max() - t[:, at("start")].min() for t in (ts, plain)]
+        assert span[0] < 1.5 * span[1] + 5_000, span
     slots = eng.manifest["trace_slots"]
     assert ts.shape == (eng.manifest["instructions"], len(slots))
     start, ready, x, sums, done, page_wait, cycles = (
