@@ -299,10 +299,12 @@ def header(model_name: str, dtype: str, prompt_len: int, new_tokens: int) -> dic
 
 def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, contexts: list[int], work_dir: str,
               json_path: str | None = None, log=lambda m: print(m, file=sys.stderr, flush=True),
-              modes: tuple[str, ...] = (DEFAULT_MODE,)) -> Report:
+              modes: tuple[str, ...] | None = None) -> Report:
     """Each context: kiec (each mode a MODEL is compiled in), then each peer, on the same weights; ceilings
-    measured first, in this process."""
+    measured first, in this process. modes None: DEFAULT_MODE, or graph mode where persistent mode cannot build
+    the model (as kiec.compile without a mode); modes named are built or refused."""
     import kiec
+    from kiec.errors import ModeUnsupported
 
     need = max(max(contexts), prompt_len) + new_tokens + 32
     if os.path.isdir(target):
@@ -315,11 +317,21 @@ def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, cont
     else:
         model = kiec.load(target, dtype="bf16", max_seq_len=need)
         artifacts = {}
-        for mode in modes:
+
+        def build(mode: str) -> None:
             artifacts[mode] = os.path.join(work_dir, model.name + ("" if mode == "graph" else f"-{mode}"))
             log(f"compiling {target} -> {artifacts[mode]} ({mode} mode)")
             kiec.compile(model, artifacts[mode], mode=mode,  # the other mode's tensors copied, not converted again
                          weights_like=next((a for m, a in artifacts.items() if m != mode), None))
+        for mode in modes or (DEFAULT_MODE,):
+            try:
+                build(mode)
+            except ModeUnsupported as e:
+                del artifacts[mode]
+                if modes is not None or mode == "graph":
+                    raise
+                log(f"{e}; timing graph mode instead")
+                build("graph")
     log("measuring the memory ceilings")
     ceil = measure_ceilings(work_dir)
     rep = Report(header(model.name, "bf16", prompt_len, new_tokens), ceil)

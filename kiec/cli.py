@@ -149,8 +149,9 @@ def run(artifact, prompt, prompt_ids, max_new_tokens, device, temperature, top_p
               help="Tokens already in the KV cache when timing starts; repeat for several (default: short and 8k).")
 @click.option("--json", "json_path", default=None, help="Also write the results to this JSON file.")
 @click.option("--work-dir", default="build/bench", show_default=True, help="Where a MODEL is compiled.")
-@click.option("--mode", "modes", default=DEFAULT_MODE, show_default=True,
-              help="Modes a MODEL is compiled in and timed side by side: graph, persistent or graph,persistent.")
+@click.option("--mode", "modes", default=None,
+              help="Modes a MODEL is compiled in and timed side by side: graph, persistent or graph,persistent "
+                   f"(default: {DEFAULT_MODE}, or graph where persistent mode cannot build the model).")
 def bench(target, vs, prompt_len, new_tokens, contexts, json_path, work_dir, modes):
     """Side-by-side decode benchmark of an artifact DIR or a MODEL, with MBU against the measured ceiling."""
     from kiec.bench import format_table, run_bench
@@ -159,9 +160,10 @@ def bench(target, vs, prompt_len, new_tokens, contexts, json_path, work_dir, mod
     bad = [p for p in peers if p not in ("eager", "torch-compile")]
     if bad:
         raise click.UsageError(f"--vs: unknown peer {bad[0]!r} (eager, torch-compile)")
-    modes = tuple(m for m in modes.split(",") if m)
-    if not modes or any(m not in MODES for m in modes):
-        raise click.UsageError(f"--mode {','.join(modes)!r}: give graph, persistent or both (comma-separated)")
+    if modes is not None:
+        modes = tuple(m for m in modes.split(",") if m)
+        if not modes or any(m not in MODES for m in modes):
+            raise click.UsageError(f"--mode {','.join(modes)!r}: give graph, persistent or both (comma-separated)")
     try:
         rep = run_bench(target, peers, prompt_len, new_tokens, list(contexts), work_dir, json_path, modes=modes)
     except KiecError as e:

@@ -160,3 +160,35 @@ def test_the_read_ceiling_library_builds_and_gives_no_peak_without_a_gpu(tmp_pat
     if not torch.cuda.is_available():
         assert lib.kiec_peak_gbps() == 0
     assert ceiling_library(str(tmp_path)) is not None and len(list(tmp_path.glob("*.so"))) == 1
+
+
+def test_run_bench_without_modes_times_graph_mode_where_persistent_cannot_build(tmp_path, monkeypatch):
+    # as kiec.compile without a mode: the default (persistent), or graph mode where the persistent build is refused;
+    # a mode named is refused with it
+    import kiec.bench as kb
+    from kiec.errors import ModeUnsupported
+
+    calls = []
+
+    def fake_compile(model, out, mode, weights_like=None):
+        calls.append(("compile", mode))
+        if mode == "persistent" and refuse:
+            raise ModeUnsupported("x: L0.act (Activation, Mul): persistent mode has no device code")
+        return out
+    monkeypatch.setattr(kiec, "compile", fake_compile)
+    monkeypatch.setattr(kb, "measure_ceilings", lambda work_dir: dict(read_tbps=4.5, copy_tbps=4.2, read_gb=4.0))
+    monkeypatch.setattr(kb, "header", lambda *a: dict(model="smollm2-135m", dtype="bf16", prompt_len=32,
+                                                       new_tokens=64, gpu="-", driver="-", torch="-", commit="-"))
+    monkeypatch.setattr(kb, "time_kiec", lambda art, *a: calls.append(("kiec", os.path.basename(art)))
+                        or (Stats(1.0, 0.9, 1.1), 25.0))
+    monkeypatch.setattr(kb, "time_kernels", lambda art, ctx: [])
+    logged = []
+    for refuse, want in [(False, "smollm2-135m-persistent"), (True, "smollm2-135m")]:
+        calls.clear()
+        rep = kb.run_bench("smollm2-135m", [], 32, 64, [0], str(tmp_path), log=logged.append)
+        assert [c for c in calls if c[0] == "kiec"] == [("kiec", want)]
+        assert [r["name"] for r in rep.to_dict()["rows"]] == ["kiec (graph)" if refuse else "kiec (persistent)"]
+    assert calls[:2] == [("compile", "persistent"), ("compile", "graph")]
+    assert any("timing graph mode instead" in m for m in logged)
+    with pytest.raises(ModeUnsupported):
+        kb.run_bench("smollm2-135m", [], 32, 64, [0], str(tmp_path), log=logged.append, modes=("persistent",))
