@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from kiec.errors import ModeUnsupported
 from kiec.modes import DEFAULT_MODE
 
 
@@ -304,7 +305,6 @@ def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, cont
     measured first, in this process. modes None: DEFAULT_MODE, or graph mode where persistent mode cannot build
     the model (as kiec.compile without a mode); modes named are built or refused."""
     import kiec
-    from kiec.errors import ModeUnsupported
 
     need = max(max(contexts), prompt_len) + new_tokens + 32
     if os.path.isdir(target):
