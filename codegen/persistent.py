@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import struct
 
+from kiec.errors import ModeUnsupported  # a model this mode cannot build (graph mode may): kiec.compile falls back
 from kiec.ir.passes.persistent import Schedule, attention_splits, partials, schedule, tag_parity, tag_plan
 from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program
 
@@ -24,11 +25,6 @@ SMEM_LIMIT = 227 * 1024  # shared memory one H100/H200 block may take
 STATIC_SMEM = 1024  # room left for the kernel's own __shared__ variables (ptxas -v: 128 bytes)
 
 
-class Unsupported(ValueError):
-    """A model persistent mode has no device code or room for (graph mode may build it): kiec.compile without a mode
-    falls back to graph mode on it; any other ValueError is a wrong target field and is raised as it is."""
-
-
 def row_segments(k: int, warps: int, page_bytes: int, silu: bool) -> int:
     """Segments a persistent GEMV cuts each weight row into (gemv_tile's SEGS): a divisor of the warps (a warp
     keeps one segment of x in registers) that tiles the row's 16-byte chunks, the fewest with at most 4 chunks a
@@ -37,7 +33,7 @@ def row_segments(k: int, warps: int, page_bytes: int, silu: bool) -> int:
     fits = [s for s in range(1, warps + 1) if warps % s == 0 and chunks % s == 0
             and (chunks // s) * 16 * (2 if silu else 1) <= page_bytes]
     if not fits:
-        raise Unsupported(f"K = {k}: no cut of a row into segments fits a {page_bytes}-byte page with {warps} warps")
+        raise ModeUnsupported(f"K = {k}: no cut of a row into segments fits a {page_bytes}-byte page with {warps} warps")
     short = [s for s in fits if -(-(chunks // s) // 32) <= 4]
     return short[0] if short else fits[-1]
 
@@ -208,7 +204,7 @@ class _PersistentEmitter(_Emitter):
 
     def gemv(self, k: GemvKernel) -> None:
         if k.k % 8:
-            raise Unsupported(f"{k.name}: K = {k.k} is not a multiple of 8 (the GEMV reads 16-byte vectors)")
+            raise ModeUnsupported(f"{k.name}: K = {k.k} is not a multiple of 8 (the GEMV reads 16-byte vectors)")
         packed = "+".join(k.weights)
         w_off = self.lay.add(packed, k.weights)
         b_off = self.lay.add(packed + ".bias", k.biases) if k.biases else -1
@@ -280,7 +276,7 @@ class _PersistentEmitter(_Emitter):
 
     def elementwise(self, k: ElementwiseKernel) -> None:
         ops = ", ".join(type(op).__name__ for op in k.ops)
-        raise Unsupported(f"{k.name} ({ops}): persistent mode has no device code for elementwise chains that no "
+        raise ModeUnsupported(f"{k.name} ({ops}): persistent mode has no device code for elementwise chains that no "
                          f"template covers (graph mode runs them through TVM)")
 
     def finish(self, header: str) -> Sources:
@@ -297,7 +293,7 @@ class _PersistentEmitter(_Emitter):
         page, ring_head = self.t.persist_page_bytes, 128 * -(-(2 * self.t.persist_stages * 8) // 128)
         stages = min(self.t.persist_stages, (SMEM_LIMIT - STATIC_SMEM - self.smem - ring_head) // page)
         if stages < 2:
-            raise Unsupported(f"the persistent kernel's tiles need {self.smem} bytes of shared memory, which leaves "
+            raise ModeUnsupported(f"the persistent kernel's tiles need {self.smem} bytes of shared memory, which leaves "
                              f"room for {max(stages, 0)} weight pages of {page} bytes (a block has {SMEM_LIMIT}; "
                              f"at least 2 pages are needed)")
         smem = ring_head + stages * page + self.smem

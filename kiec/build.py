@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from kiec.codegen.emit import INCLUDE_DIR, TEMPLATES, Sources, emit
-from kiec.codegen.persistent import Unsupported, emit_persistent
+from kiec.codegen.persistent import emit_persistent
 from kiec.codegen.targets import TARGETS, TargetParams, target as target_params
 from kiec.errors import KiecError, ModeUnsupported
 from kiec.ir.passes import pipeline
@@ -196,7 +196,7 @@ def emit_sources(model: Model, mode: str, dtype: str, params: TargetParams, head
         raise KiecError(f"{model.source}: {e}") from None
     try:
         return (emit_persistent if mode == "persistent" else emit)(program, dtype, model.max_seq_len, params, header)
-    except Unsupported as e:
+    except ModeUnsupported as e:
         raise ModeUnsupported(f"{model.source}: {e}") from None
     except ValueError as e:
         raise KiecError(f"{model.source}: {e}") from None
@@ -239,7 +239,7 @@ def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90
             src = emit_sources(model, mode, dtype, tp_, _header(model, dtype, arch, mode, tp), ir_dir)
         except ModeUnsupported as e:
             if not fallback:
-                raise ModeUnsupported(f"{e}; compile with --mode graph") from None
+                raise
             _progress(f"persistent mode cannot build this model ({e}); building it in graph mode")
             mode = "graph"
             src = emit_sources(model, mode, dtype, tp_, _header(model, dtype, arch, mode, tp), ir_dir)

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from kiec.errors import KiecError
+from kiec.errors import KiecError, ModeUnsupported
 from kiec.modes import DEFAULT_MODE, MODES
 
 
@@ -73,6 +73,8 @@ def compile(model, out_dir, target, arch, tp, mode, dtype, max_seq_len, dump_ir,
         m = load(model, max_seq_len=max_seq_len)
         path = build(m, out_dir, target=target, arch=arch, tp=tp, mode=mode, dtype=DTYPES[dtype], dump_ir=dump_ir,
                      weights_like=weights_like)
+    except ModeUnsupported as e:
+        raise click.ClickException(f"{e}; compile with --mode graph") from None
     except KiecError as e:
         raise click.ClickException(str(e)) from None
     click.echo(path)
@@ -166,6 +168,8 @@ def bench(target, vs, prompt_len, new_tokens, contexts, json_path, work_dir, mod
             raise click.UsageError(f"--mode {','.join(modes)!r}: give graph, persistent or both (comma-separated)")
     try:
         rep = run_bench(target, peers, prompt_len, new_tokens, list(contexts), work_dir, json_path, modes=modes)
+    except ModeUnsupported as e:
+        raise click.ClickException(f"{e}; bench it with --mode graph") from None
     except KiecError as e:
         raise click.ClickException(str(e)) from None
     click.echo(format_table(rep))
