@@ -5,8 +5,8 @@
     python3 scripts/variants.py smollm2-135m mode=persistent / llama-3.2-1b:8192 mode=persistent
     python3 scripts/variants.py --trace=8192 llama-3.2-1b:8192 mode=persistent mode=persistent,persist_tagged=1
 (MODEL:N: timed from N tokens of context; a lone / starts the next model's list, so one call runs several.) Each
-variant is the sm_90 table entry with the given fields replaced (mode= picks graph or persistent); prints ms/token
-and MBU per variant. Each model's artifacts are deleted after its timing (the lent machine's disk holds 64 GB: three
+variant is the sm_90 table entry with the given fields replaced (mode= picks graph or persistent; seq=N builds it
+for N positions, max_seq_len, instead of the context + 512); prints ms/token and MBU per variant. Each model's artifacts are deleted after its timing (the lent machine's disk holds 64 GB: three
 llama-3.1-8b variants fit, five did not, unless a variant's weights.bin is the first's, linked; a variant that may
 not fit the free space is left out, with the rest of the list, before it is written). --trace=POS: then
 each persistent variant's step at POS traced in the kernel (Engine.trace), side by side: per kind of phase its mean
@@ -83,7 +83,8 @@ def no_room(model_name: str, left: int, each: int, free: int) -> str | None:
 def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
     model_name, _, ctx = spec.partition(":")
     context = int(ctx or 0)
-    model = kiec.load(model_name, dtype="bf16", max_seq_len=context + 512)
+    models = {context + 512: kiec.load(model_name, dtype="bf16", max_seq_len=context + 512)}
+    model = models[context + 512]
     nbytes = bytes_per_token(model.graph, max(context, 32) + 128).read  # the middle of the 256 timed steps
     base = targets.TARGETS["sm_90"]
     work = "/tmp/kiec_variants"
@@ -98,11 +99,16 @@ def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
             break
         changes = dict(kv.split("=") for kv in v.split(",") if "=" in kv)
         mode = changes.pop("mode", "graph")
+        seq = int(changes.pop("seq", context + 512))
+        if seq < context + 288:  # (the prompt of 32 and 256 timed steps past the context)
+            raise SystemExit(f"{model_name} {v}: seq={seq} is short of the {context + 288} positions timed")
+        if seq not in models:
+            models[seq] = kiec.load(model_name, dtype="bf16", max_seq_len=seq)
         tp = targets.with_fields(base, changes)
         targets.TARGETS["sm_90"] = tp
         try:
             # the first variant's tensors copied, or its whole weights.bin linked where this one's is the same
-            arts[v] = kiec.compile(model, f"{work}/{model_name}-{len(arts)}", mode=mode,
+            arts[v] = kiec.compile(models[seq], f"{work}/{model_name}-{len(arts)}", mode=mode,
                                    weights_like=next(iter(arts.values()), None))
         finally:
             targets.TARGETS["sm_90"] = base
