@@ -66,7 +66,7 @@ if [ "$mode" = tests ]; then
   # TESTS="expr": only the GPU tests pytest -k selects (a short call). The whole suite (126 tests, most of their
   # time nvcc on a tiny model) took 420 s for its first 38 in one process (2026-12-02), past one call's 600 s: the
   # tests are dealt round-robin over TEST_JOBS (8) pytest processes at once, which share the GPU (their
-  # kernels time-slice) and the machine's 16 cores; each process's log is $OUT/gpu_tests_J.log
+  # kernels time-slice) and the machine's 16 cores; their logs one after the other in $OUT/gpu_tests.log
   python3 -m pytest --collect-only -q -m gpu tests/gpu -p no:cacheprovider ${TESTS:+-k "$TESTS"} 2> /dev/null \
     | grep "::" > /tmp/gpu_ids.txt
   bash scripts/test_jobs.sh /tmp/gpu_ids.txt "${TEST_JOBS:-8}" "${TEST_TIMEOUT:-480}" "$OUT" \
