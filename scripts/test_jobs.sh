@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # scripts/test_jobs.sh IDS JOBS TIMEOUT OUTDIR [pytest options ...]: the pytest node ids listed in IDS (one a line)
 # dealt round-robin over JOBS pytest processes run at once, each within TIMEOUT seconds, their outputs one after
-# the other in OUTDIR/gpu_tests.log (one file: the device tool brings a call's first files only); prints each process's last line and a total, and exits non-zero when any process failed,
-# timed out, or there was no test to run (scripts/gpu_run.sh's tests; tests/cpu/test_test_jobs.py runs it).
+# the other in OUTDIR/gpu_tests.log (one file: the device tool brings back a call's first files only); prints each
+# process's last line and a total, and exits non-zero when any process failed, timed out, or there was no test to
+# run (scripts/gpu_run.sh's tests; tests/cpu/test_test_jobs.py runs it).
 set -uo pipefail
 ids=$1 jobs=$2 limit=$3 out=$4; shift 4
 n=$(grep -c "::" "$ids" || true)
 [ "$n" -gt 0 ] || { echo "gpu tests: none selected"; exit 1; }
 [ "$jobs" -gt "$n" ] && jobs=$n
 logs=$(mktemp -d)
+: > "$out/gpu_tests.log"
 pids=()
 for ((j = 0; j < jobs; j++)); do
   mapfile -t mine < <(grep "::" "$ids" | awk -v n="$jobs" -v j="$j" '(NR - 1) % n == j')

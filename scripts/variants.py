@@ -6,8 +6,8 @@
     python3 scripts/variants.py --trace=8192 llama-3.2-1b:8192 mode=persistent mode=persistent,persist_tagged=1
 (MODEL:N: timed from N tokens of context; a lone / starts the next model's list, so one call runs several.) Each
 variant is the sm_90 table entry with the given fields replaced (mode= picks graph or persistent; seq=N builds it
-for N positions, max_seq_len, instead of the context + 512); prints ms/token and MBU per variant. Each model's artifacts are deleted after its timing (the lent machine's disk holds 64 GB: three
-llama-3.1-8b variants fit, five did not, unless a variant's weights.bin is the first's, linked; a variant that may
+for N positions, max_seq_len, instead of the context + 512); prints ms/token and MBU per variant. Each model's
+artifacts are deleted after its timing (the lent machine's disk holds 64 GB: three llama-3.1-8b variants fit, five did not, unless a variant's weights.bin is the first's, linked; a variant that may
 not fit the free space is left out, with the rest of the list, before it is written). --trace=POS: then
 each persistent variant's step at POS traced in the kernel (Engine.trace), side by side: per kind of phase its mean
 hop and span along the chain (scripts/trace_summary.py), then each variant's whole summary."""
@@ -100,8 +100,9 @@ def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
         changes = dict(kv.split("=") for kv in v.split(",") if "=" in kv)
         mode = changes.pop("mode", "graph")
         seq = int(changes.pop("seq", context + 512))
-        if seq < context + 288:  # (the prompt of 32 and 256 timed steps past the context)
-            raise SystemExit(f"{model_name} {v}: seq={seq} is short of the {context + 288} positions timed")
+        need = max(context, 32) + 256 + 32  # (as kiec bench: 256 timed steps past the context or prompt, and slack)
+        if seq < need:
+            raise SystemExit(f"{model_name} {v}: seq={seq} is short of the {need} positions this timing needs")
         if seq not in models:
             models[seq] = kiec.load(model_name, dtype="bf16", max_seq_len=seq)
         tp = targets.with_fields(base, changes)
