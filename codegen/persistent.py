@@ -33,7 +33,8 @@ def row_segments(k: int, warps: int, page_bytes: int, silu: bool) -> int:
     fits = [s for s in range(1, warps + 1) if warps % s == 0 and chunks % s == 0
             and (chunks // s) * 16 * (2 if silu else 1) <= page_bytes]
     if not fits:
-        raise ModeUnsupported(f"K = {k}: no cut of a row into segments fits a {page_bytes}-byte page with {warps} warps")
+        raise ModeUnsupported(f"K = {k}: no cut of a row into segments fits a {page_bytes}-byte page with {warps} "
+                              f"warps")
     short = [s for s in fits if -(-(chunks // s) // 32) <= 4]
     return short[0] if short else fits[-1]
 
@@ -276,8 +277,8 @@ class _PersistentEmitter(_Emitter):
 
     def elementwise(self, k: ElementwiseKernel) -> None:
         ops = ", ".join(type(op).__name__ for op in k.ops)
-        raise ModeUnsupported(f"{k.name} ({ops}): persistent mode has no device code for elementwise chains that no "
-                         f"template covers (graph mode runs them through TVM)")
+        raise ModeUnsupported(f"{k.name} ({ops}): persistent mode has no device code for elementwise chains that "
+                              f"no template covers (graph mode runs them through TVM)")
 
     def finish(self, header: str) -> Sources:
         blob, starts = pack_schedule(self.sched)
@@ -293,9 +294,9 @@ class _PersistentEmitter(_Emitter):
         page, ring_head = self.t.persist_page_bytes, 128 * -(-(2 * self.t.persist_stages * 8) // 128)
         stages = min(self.t.persist_stages, (SMEM_LIMIT - STATIC_SMEM - self.smem - ring_head) // page)
         if stages < 2:
-            raise ModeUnsupported(f"the persistent kernel's tiles need {self.smem} bytes of shared memory, which leaves "
-                             f"room for {max(stages, 0)} weight pages of {page} bytes (a block has {SMEM_LIMIT}; "
-                             f"at least 2 pages are needed)")
+            raise ModeUnsupported(f"the persistent kernel's tiles need {self.smem} bytes of shared memory, which "
+                                  f"leaves room for {max(stages, 0)} weight pages of {page} bytes (a block has "
+                                  f"{SMEM_LIMIT}; at least 2 pages are needed)")
         smem = ring_head + stages * page + self.smem
         src, lay = self.src, self.lay
         src.weights, src.weight_bytes = list(lay.entries.values()), lay.size

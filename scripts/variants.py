@@ -7,8 +7,9 @@
 (MODEL:N: timed from N tokens of context; a lone / starts the next model's list, so one call runs several.) Each
 variant is the sm_90 table entry with the given fields replaced (mode= picks graph or persistent; seq=N builds it
 for N positions, max_seq_len, instead of the context + 512); prints ms/token and MBU per variant. Each model's
-artifacts are deleted after its timing (the lent machine's disk holds 64 GB: three llama-3.1-8b variants fit, five did not, unless a variant's weights.bin is the first's, linked; a variant that may
-not fit the free space is left out, with the rest of the list, before it is written). --trace=POS: then
+artifacts are deleted after its timing (the lent machine's disk holds 64 GB: three llama-3.1-8b variants fit, five
+did not, unless a variant's weights.bin is the first's, linked; a variant that may not fit the free space is left
+out, with the rest of the list, before it is written). --trace=POS: then
 each persistent variant's step at POS traced in the kernel (Engine.trace), side by side: per kind of phase its mean
 hop and span along the chain (scripts/trace_summary.py), then each variant's whole summary."""
 import os
