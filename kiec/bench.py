@@ -230,20 +230,34 @@ def release() -> None:
 
 
 def time_kiec(artifact: str, prompt_len: int, new_tokens: int, context: int, chunk: int = 16) -> tuple[Stats, float]:
-    eng = engine(artifact)
-    prompt = list(np.random.default_rng(0).integers(0, eng.vocab_size, size=prompt_len))
-    for _ in eng.stream([int(t) for t in prompt], 2):  # warm-up and time to first token
-        pass
-    ttft_ms = eng.last_ttft_s * 1e3
-    start = max(context, prompt_len)
-    eng.time_steps(start, 8, warmup=8)
+    """One artifact's ms per step (median, p10, p90 over chunks of `chunk` steps) and time to first token."""
+    return time_kiec_modes([artifact], prompt_len, new_tokens, context, chunk)[0]
+
+
+def time_kiec_modes(artifacts: list[str], prompt_len: int, new_tokens: int, context: int,
+                    chunk: int = 16) -> list[tuple[Stats, float]]:
+    """time_kiec for several artifacts of one model (its modes), their chunks interleaved: every round times one
+    chunk of each, the order turned round from one round to the next (A B, B A, ...), so that a drift of the GPU's
+    state over the run (its clocks after the compile and the ceiling measurement) falls on every mode alike. Timed
+    one after the other instead, smollm2-135m's graph mode took 0.490 ms first and 0.478 second, persistent mode
+    0.484 both (bench/RESULTS.md, 2026-12-02, twenty-third session)."""
+    engs = [engine(a) for a in artifacts]
+    ttft, start = [], max(context, prompt_len)
+    for eng in engs:
+        prompt = list(np.random.default_rng(0).integers(0, eng.vocab_size, size=prompt_len))
+        for _ in eng.stream([int(t) for t in prompt], 2):  # warm-up and time to first token
+            pass
+        ttft.append(eng.last_ttft_s * 1e3)
+        eng.time_steps(start, 8, warmup=8)
     chunks = max(1, new_tokens // chunk)
-    bar = Bar(f"  kiec, {chunks} x {chunk} steps", chunks)
-    samples = []
+    bar = Bar(f"  kiec, {chunks} x {chunk} steps" + (f" x {len(engs)} modes" if len(engs) > 1 else ""), chunks)
+    samples: list[list[float]] = [[] for _ in engs]
     for i in range(chunks):
-        samples.append(eng.time_steps(start + i * chunk, chunk, warmup=0))
+        order = range(len(engs)) if i % 2 == 0 else reversed(range(len(engs)))
+        for k in order:
+            samples[k].append(engs[k].time_steps(start + i * chunk, chunk, warmup=0))
         bar.step()
-    return Stats.of(samples), ttft_ms
+    return [(Stats.of(s), t) for s, t in zip(samples, ttft)]
 
 
 def time_kernels(artifact: str, context: int, reps: int = 20) -> list[dict]:
@@ -352,9 +366,9 @@ def _time_contexts(rep: Report, model, artifacts: dict[str, str], vs, prompt_len
     ceil = rep.ceilings
     for ctx in contexts:
         nbytes = bytes_per_token(model.graph, context=max(ctx, prompt_len) + new_tokens // 2).read
-        for mode, artifact in artifacts.items():
-            log(f"context {ctx}: timing kiec ({mode})")
-            stats, ttft = time_kiec(artifact, prompt_len, new_tokens, ctx)
+        log(f"context {ctx}: timing kiec ({', '.join(artifacts)}" + (", interleaved)" if len(artifacts) > 1 else ")"))
+        timed = time_kiec_modes(list(artifacts.values()), prompt_len, new_tokens, ctx)
+        for mode, (stats, ttft) in zip(artifacts, timed):
             rep.rows.append(Row(f"kiec ({mode})", stats, nbytes, ceil["read_tbps"], ttft, ctx))
         if ctx == contexts[0] and "graph" in artifacts:  # persistent mode is one launch: no kernels to time apart
             log(f"context {ctx}: timing each kernel")

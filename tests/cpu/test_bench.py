@@ -72,24 +72,24 @@ def test_run_bench_times_each_context_and_peer(tmp_path, monkeypatch):
     monkeypatch.setattr(kb, "header", lambda *a: dict(model="smollm2-135m", dtype="bf16", prompt_len=32,
                                                        new_tokens=64, gpu="-", driver="-", torch="-", commit="-"))
 
-    def fake_kiec(art, prompt_len, new_tokens, ctx):
-        calls.append(("kiec", os.path.basename(art), ctx))
-        return Stats(1.0 + ctx / 8192, 0.9, 1.1), 25.0
+    def fake_kiec(arts, prompt_len, new_tokens, ctx):
+        calls.append(("kiec", tuple(os.path.basename(a) for a in arts), ctx))
+        return [(Stats(1.0 + ctx / 8192, 0.9, 1.1), 25.0) for _ in arts]
 
     def fake_torch(model, compiled, prompt_len, new_tokens, ctx, need):
         calls.append(("torch-compile" if compiled else "eager", ctx))
         return Stats(2.0, 1.9, 2.1), 10.0
 
-    monkeypatch.setattr(kb, "time_kiec", fake_kiec)
+    monkeypatch.setattr(kb, "time_kiec_modes", fake_kiec)
     monkeypatch.setattr(kb, "time_kernels", lambda art, ctx: calls.append(("kernels", ctx)) or [])
     monkeypatch.setattr(kb, "time_torch", fake_torch)
     rep = kb.run_bench("smollm2-135m", ["eager", "torch-compile"], 32, 64, [0, 8192], str(tmp_path),
                        json_path=str(tmp_path / "r.json"), log=lambda m: None, modes=("graph", "persistent"))
     need = 8192 + 64 + 32
     assert calls == [("compile", "graph", need, None), ("compile", "persistent", need, "smollm2-135m"),  # its tensors
-                     ("kiec", "smollm2-135m", 0), ("kiec", "smollm2-135m-persistent", 0), ("kernels", 32),
+                     ("kiec", ("smollm2-135m", "smollm2-135m-persistent"), 0), ("kernels", 32),  # both modes at once
                      ("eager", 0), ("torch-compile", 0),
-                     ("kiec", "smollm2-135m", 8192), ("kiec", "smollm2-135m-persistent", 8192),
+                     ("kiec", ("smollm2-135m", "smollm2-135m-persistent"), 8192),
                      ("eager", 8192), ("torch-compile", 8192)]
     rows = json.load(open(tmp_path / "r.json"))["rows"]
     assert [r["context"] for r in rows] == [0] * 4 + [8192] * 4
@@ -179,8 +179,8 @@ def test_run_bench_without_modes_times_graph_mode_where_persistent_cannot_build(
     monkeypatch.setattr(kb, "measure_ceilings", lambda work_dir: dict(read_tbps=4.5, copy_tbps=4.2, read_gb=4.0))
     monkeypatch.setattr(kb, "header", lambda *a: dict(model="smollm2-135m", dtype="bf16", prompt_len=32,
                                                        new_tokens=64, gpu="-", driver="-", torch="-", commit="-"))
-    monkeypatch.setattr(kb, "time_kiec", lambda art, *a: calls.append(("kiec", os.path.basename(art)))
-                        or (Stats(1.0, 0.9, 1.1), 25.0))
+    monkeypatch.setattr(kb, "time_kiec_modes", lambda arts, *a: [calls.append(("kiec", os.path.basename(art)))
+                                                                 or (Stats(1.0, 0.9, 1.1), 25.0) for art in arts])
     monkeypatch.setattr(kb, "time_kernels", lambda art, ctx: [])
     logged = []
     for refuse, want in [(False, "smollm2-135m-persistent"), (True, "smollm2-135m")]:
@@ -192,3 +192,37 @@ def test_run_bench_without_modes_times_graph_mode_where_persistent_cannot_build(
     assert any("timing graph mode instead" in m for m in logged)
     with pytest.raises(ModeUnsupported):
         kb.run_bench("smollm2-135m", [], 32, 64, [0], str(tmp_path), log=logged.append, modes=("persistent",))
+
+
+def test_modes_are_timed_interleaved_each_round_in_turned_order(monkeypatch):
+    # kiec bench times a model's modes chunk by chunk, A B then B A, so that a drift of the GPU's state over the run
+    # (smollm2-135m's graph mode: 0.490 ms timed first, 0.478 second) falls on both; each keeps its own samples
+    import kiec.bench as kb
+
+    log = []
+
+    class FakeEngine:
+        vocab_size = 100
+        last_ttft_s = 0.0
+
+        def __init__(self, name, ms):
+            self.name, self.ms, self.last_ttft_s = name, ms, ms / 100
+
+        def stream(self, prompt, n):
+            log.append((self.name, "stream", len(prompt), n))
+            return iter(range(n))
+
+        def time_steps(self, pos, steps, warmup=8):
+            log.append((self.name, pos, steps, warmup))
+            return self.ms + pos / 1000
+
+    engines = {"g": FakeEngine("g", 1.0), "p": FakeEngine("p", 2.0)}
+    monkeypatch.setattr(kb, "engine", lambda art: engines[art])
+    out = kb.time_kiec_modes(["g", "p"], 32, 64, 0, chunk=16)
+    timed = [(n, pos) for n, pos, *rest in log if pos != "stream" and rest == [16, 0]]
+    assert timed == [("g", 32), ("p", 32), ("p", 48), ("g", 48), ("g", 64), ("p", 64), ("p", 80), ("g", 80)]
+    assert [e for e in log if e[1] != "stream" and e[3] == 8] == [("g", 32, 8, 8), ("p", 32, 8, 8)]  # warm-ups
+    assert [s.median_ms for s, _ in out] == pytest.approx([1.056, 2.056])  # each mode its own chunks' median
+    assert [t for _, t in out] == [10.0, 20.0]  # and its own time to first token
+    one = kb.time_kiec("p", 32, 64, 0, chunk=16)  # one artifact: the same path
+    assert one == out[1]
