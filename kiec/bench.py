@@ -234,13 +234,16 @@ def time_kiec(artifact: str, prompt_len: int, new_tokens: int, context: int, chu
     return time_kiec_modes([artifact], prompt_len, new_tokens, context, chunk)[0]
 
 
-def time_kiec_modes(artifacts: list[str], prompt_len: int, new_tokens: int, context: int,
-                    chunk: int = 16) -> list[tuple[Stats, float]]:
+def time_kiec_modes(artifacts: list[str], prompt_len: int, new_tokens: int, context: int, chunk: int = 16,
+                    rewarm: int = 2) -> list[tuple[Stats, float]]:
     """time_kiec for several artifacts of one model (its modes), their chunks interleaved: every round times one
     chunk of each, the order turned round from one round to the next (A B, B A, ...), so that a drift of the GPU's
     state over the run (its clocks after the compile and the ceiling measurement) falls on every mode alike. Timed
     one after the other instead, smollm2-135m's graph mode took 0.490 ms first and 0.478 second, persistent mode
-    0.484 both (bench/RESULTS.md, 2026-12-02, twenty-third session)."""
+    0.484 both. Interleaved, each chunk after another mode's starts on that mode's L2 and caches: without untimed
+    steps first, graph mode took 0.484-0.485 ms there against 0.477-0.478 in scripts/variants.py's runs of a whole
+    timing at a time, persistent mode 0.487-0.488 against 0.482-0.483 (bench/RESULTS.md, 2026-12-02, twenty-third
+    session). So with several artifacts every chunk runs `rewarm` steps untimed before its own."""
     engs = [engine(a) for a in artifacts]
     ttft, start = [], max(context, prompt_len)
     for eng in engs:
@@ -255,7 +258,7 @@ def time_kiec_modes(artifacts: list[str], prompt_len: int, new_tokens: int, cont
     for i in range(chunks):
         order = range(len(engs)) if i % 2 == 0 else reversed(range(len(engs)))
         for k in order:
-            samples[k].append(engs[k].time_steps(start + i * chunk, chunk, warmup=0))
+            samples[k].append(engs[k].time_steps(start + i * chunk, chunk, warmup=rewarm if len(engs) > 1 else 0))
         bar.step()
     return [(Stats.of(s), t) for s, t in zip(samples, ttft)]
 

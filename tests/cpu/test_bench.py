@@ -219,10 +219,13 @@ def test_modes_are_timed_interleaved_each_round_in_turned_order(monkeypatch):
     engines = {"g": FakeEngine("g", 1.0), "p": FakeEngine("p", 2.0)}
     monkeypatch.setattr(kb, "engine", lambda art: engines[art])
     out = kb.time_kiec_modes(["g", "p"], 32, 64, 0, chunk=16)
-    timed = [(n, pos) for n, pos, *rest in log if pos != "stream" and rest == [16, 0]]
+    # each chunk after 2 untimed steps (its mode's L2 and caches warm again after the other's chunk)
+    timed = [(n, pos) for n, pos, *rest in log if pos != "stream" and rest == [16, 2]]
     assert timed == [("g", 32), ("p", 32), ("p", 48), ("g", 48), ("g", 64), ("p", 64), ("p", 80), ("g", 80)]
     assert [e for e in log if e[1] != "stream" and e[3] == 8] == [("g", 32, 8, 8), ("p", 32, 8, 8)]  # warm-ups
     assert [s.median_ms for s, _ in out] == pytest.approx([1.056, 2.056])  # each mode its own chunks' median
     assert [t for _, t in out] == [10.0, 20.0]  # and its own time to first token
-    one = kb.time_kiec("p", 32, 64, 0, chunk=16)  # one artifact: the same path
+    log.clear()
+    one = kb.time_kiec("p", 32, 64, 0, chunk=16)  # one artifact: the same path, its chunks back to back
     assert one == out[1]
+    assert [e[1:] for e in log if e[1] != "stream" and e[3] != 8] == [(32, 16, 0), (48, 16, 0), (64, 16, 0), (80, 16, 0)]
