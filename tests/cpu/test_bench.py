@@ -203,7 +203,6 @@ def test_modes_are_timed_interleaved_each_round_in_turned_order(monkeypatch):
 
     class FakeEngine:
         vocab_size = 100
-        last_ttft_s = 0.0
 
         def __init__(self, name, ms):
             self.name, self.ms, self.last_ttft_s = name, ms, ms / 100
