@@ -229,6 +229,12 @@ def release() -> None:
         pass
 
 
+def positions_needed(context: int, prompt_len: int, new_tokens: int) -> int:
+    """The max_seq_len a timing from `context` needs: the timed steps past the context or the prompt, and 32 of
+    slack (time_kiec_modes' untimed steps before each chunk run past the last timed one)."""
+    return max(context, prompt_len) + new_tokens + 32
+
+
 def time_kiec(artifact: str, prompt_len: int, new_tokens: int, context: int, chunk: int = 16) -> tuple[Stats, float]:
     """One artifact's ms per step (median, p10, p90 over chunks of `chunk` steps) and time to first token."""
     return time_kiec_modes([artifact], prompt_len, new_tokens, context, chunk)[0]
@@ -323,7 +329,7 @@ def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, cont
     the model (as kiec.compile without a mode); modes named are built or refused."""
     import kiec
 
-    need = max(max(contexts), prompt_len) + new_tokens + 32
+    need = positions_needed(max(contexts), prompt_len, new_tokens)
     if os.path.isdir(target):
         with open(os.path.join(target, "manifest.json")) as fh:
             man = json.load(fh)

@@ -20,7 +20,7 @@ import sys
 import trace_summary
 
 import kiec
-from kiec.bench import engine, measure_ceilings, release, time_kiec
+from kiec.bench import engine, measure_ceilings, positions_needed, release, time_kiec
 from kiec.codegen import targets
 from kiec.summary import bytes_per_token
 
@@ -101,7 +101,7 @@ def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
         changes = dict(kv.split("=") for kv in v.split(",") if "=" in kv)
         mode = changes.pop("mode", "graph")
         seq = int(changes.pop("seq", context + 512))
-        need = max(context, 32) + 256 + 32  # (as kiec bench: 256 timed steps past the context or prompt, and slack)
+        need = positions_needed(context, 32, 256)  # (kiec bench's count for the same timing)
         if seq < need:
             raise SystemExit(f"{model_name} {v}: seq={seq} is short of the {need} positions this timing needs")
         if seq not in models:
