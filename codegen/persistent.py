@@ -21,6 +21,7 @@ from .persistent_abi import header as abi_header
 from .persistent_abi import SAMPLE_CANDIDATES, TRACE_SLOTS, pack_kernel, pack_schedule
 from .targets import TargetParams
 
+PROBE_SUMS = "probe.mlp_local.sums"  # persist_probe_mlp_local 2: the int64 sums its down projections add to
 SMEM_LIMIT = 227 * 1024  # shared memory one H100/H200 block may take
 STATIC_SMEM = 1024  # room left for the kernel's own __shared__ variables (ptxas -v: 128 bytes)
 
@@ -120,7 +121,8 @@ class _PersistentEmitter(_Emitter):
                                         tag_waits=self.tag_waits, tag_lead=t.persist_tag_lead,
                                         owner_merges=t.persist_attn_owner_merges,
                                         spare_splits=0 if self.parity_tags() else t.persist_attn_spare_splits,
-                                        newest_first=bool(t.persist_attn_newest_first))
+                                        newest_first=bool(t.persist_attn_newest_first),
+                                        mlp_local=bool(t.persist_probe_mlp_local))
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):
             self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)
@@ -146,7 +148,14 @@ class _PersistentEmitter(_Emitter):
         for k in self.attn:
             slots = self.partial_slots(k)
             out[partials(k) + ".o"], out[partials(k) + ".ml"] = slots * k.head_dim * words, slots * 2 * words
+        if self.t.persist_probe_mlp_local >= 2:  # the probe's int64 sums: the widest down projection's outputs
+            out[PROBE_SUMS] = 2 * max((k.n_out for k in self.p.kernels if self.after_silu(k)), default=1)
         return out
+
+    def after_silu(self, k) -> bool:
+        """Whether k is a GEMV whose x a SiLU-mul GEMV writes (a down projection)."""
+        return isinstance(k, GemvKernel) and any(isinstance(w, GemvKernel) and w.epilogue == "silu_mul"
+                                                 and w.out == k.x for w in self.p.kernels)
 
     def partial_slots(self, k: AttentionKernel) -> int:
         """An attention kernel's partials: one (o, m, l) per query head and split."""
@@ -229,17 +238,20 @@ class _PersistentEmitter(_Emitter):
         if batch not in (0, 1, 2, 4, 8, 16, 32):
             raise ValueError(f"persist_reduce_batch_head {batch}: 0 or a power of two up to 32 (warp_batch.cuh)")
         batch = 0 if half else batch  # (half-warp items sum over 16 lanes their own way)
-        tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half],
-                             [False, False, False, 0, False, 0, False])  # DIRECT, TX, TY, TWICE, WNORM, BATCH, HALF
+        # persist_probe_mlp_local 2: a down projection's tiles add 1 to each of its outputs' int64 sums (a timing probe)
+        sums = self.t.persist_probe_mlp_local >= 2 and self.after_silu(k)
+        tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums],
+                             [False, False, False, 0, False, 0, False, False])  # DIRECT .. HALF, SUMS
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
-                f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem)")
+                f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem"
+                + (", (unsigned long long*)A(d.a[2]))" if sums else ")"))
         if k.epilogue == "argmax":
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
         self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, row_bytes=k.k * self.esize,
                    item_bytes=k.k // 8 // segs * 16, silu=silu, tag_x=self.tag_writer(k.x),
                    tag_res=self.tag_writer(k.residual), w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
-                   a=(self.arena[k.x], self.arena[k.out]))
+                   a=(self.arena[k.x], self.arena[k.out]) + ((self.arena[PROBE_SUMS],) if sums else ()))
         staged = not direct and not wnorm  # x in the scratch
         self.smem = max(self.smem, ((k.k if staged else 0) + (2 if silu else 1) * rows * segs + self.warps) * 4)
         self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * (2 if silu else 1) * k.k * self.esize))

@@ -120,6 +120,15 @@ class TargetParams:
     # is rotated and its new row written (sums_done) and the moment its keys are done (stored); trace_summary.py
     # splits attention's time at them. The kernel runs those two stamps' branches in every step
     persist_trace_attention: int
+    # persistent, a timing probe, never for use (tokens wrong): what a down projection cut by its K would cost and
+    # save. Cut so, each SM would multiply its own gate/up tile's SiLU-mul outputs by those columns of the down
+    # weights and add its part of every output into the residual stream (int64 fixed-point adds in L2, so that the
+    # sum does not depend on their order), and the hand-over between gate/up and down would go. 1: the down
+    # projection (a GEMV whose x a SiLU-mul GEMV writes) waits for none of its gate/up phase's tiles: each SM's
+    # down tile starts once its own gate/up tile is done, and reads an x partly stale. 2: also each such tile adds 1
+    # to every one of its GEMV's outputs in a scratch vector of int64 (red.add) before its signal, as the cut
+    # projection's tiles would add their parts
+    persist_probe_mlp_local: int
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -462,7 +471,8 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.856 / 0.855 vs 0.765 on llama-3.2-1b, prologues twice 0.828; smollm2-135m 0.527 and 0.520
                           # vs 0.506-0.509; tenth session at 38a3854: bit 4 (QKV and output projection dots) 0.772
                           # vs 0.763 on llama-3.2-1b, bit 8 (the others' dots) 0.836: bench/RESULTS.md)
-                          persist_probe_relaxed_signal=0, persist_probe_twice=0, persist_trace_attention=0),
+                          persist_probe_relaxed_signal=0, persist_probe_twice=0, persist_trace_attention=0,
+                          persist_probe_mlp_local=0),
 }
 
 

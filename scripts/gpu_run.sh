@@ -130,9 +130,20 @@ fi
 # VARIANTS="model v1 v2 ... [/ model v1 ...]": A/B of target-table variants (scripts/variants.py); VARIANTS_TRACE=POS:
 # each persistent variant's step at POS traced too, side by side (a position within each model's context), each
 # recording kept as $OUT/traces/*.npz (scripts/trace_summary.py FILE reads one)
+# CLOCKS=1: the GPU's clocks, power, temperature and throttle reasons every 100 ms while variants.py runs (read with
+# nvidia-smi, nothing set), in $OUT/clocks.csv, and variants.py's lines stamped with the time they came
 if [ -n "${VARIANTS:-}" ]; then
+  clocks_pid=
+  if [ -n "${CLOCKS:-}" ]; then
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+      --format=csv -lms 100 > "$OUT/clocks.csv" 2>&1 &
+    clocks_pid=$!
+  fi
   VARIANTS_TRACE_DIR=$OUT/traces timeout 450 python3 scripts/variants.py ${VARIANTS_TRACE:+--trace=$VARIANTS_TRACE} $VARIANTS 2>&1 \
-    | grep -v "^\[kiec\]" | tee "$OUT/variants.log"
+    | grep -v "^\[kiec\]" | while IFS= read -r line; do
+        if [ -n "$clocks_pid" ]; then echo "$(date +%H:%M:%S.%N | cut -c1-12) $line"; else echo "$line"; fi
+      done | tee "$OUT/variants.log"
+  [ -n "$clocks_pid" ] && kill "$clocks_pid"
 fi
 for spec in "$@"; do
   # MODEL runs both default contexts (0 and 8192); MODEL:N runs context N alone

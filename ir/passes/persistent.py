@@ -298,6 +298,23 @@ def dependencies(program: Program, slot_of: dict[str, int] | None = None) -> lis
     return deps
 
 
+def mlp_local_waits(program: Program, deps: list[list[Wait]]) -> list[list[Wait]]:
+    """persist_probe_mlp_local: each down projection (a GEMV whose x a SiLU-mul GEMV writes) without its waits on
+    that gate/up phase in the same token, before the reductions (so that what gate/up's wait implied is waited on
+    directly). A timing probe: each SM's down tile then starts once its own gate/up tile is done and reads an x the
+    other SMs may not have written yet, as a down projection cut by its K would start (without the stale reads)."""
+    ph = phases(program)
+    kernels = program.kernels
+    writer = {v: c for c, (i, op) in enumerate(ph) if op != "select" for v, _, _ in kernel_io(kernels[i])[1]}
+    out = []
+    for c, ((i, op), waits) in enumerate(zip(ph, deps)):
+        k = kernels[i]
+        j = writer.get(k.x, -1) if op == "gemv" else -1
+        gate_up = j >= 0 and isinstance(kernels[ph[j][0]], GemvKernel) and kernels[ph[j][0]].epilogue == "silu_mul"
+        out.append([w for w in waits if not (gate_up and w.counter == j and not w.previous)])
+    return out
+
+
 def reduce_waits(deps: list[list[Wait]]) -> list[list[Wait]]:
     """Drop waits that others already imply. A counter reaching token t's target covers every earlier token,
     and waiting for a whole kernel covers every kernel it waited for in its own token."""
@@ -353,7 +370,8 @@ def gemv_shares(n: int, sms: int, first_sm: int = 0, skip: frozenset[int] = froz
 def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None,
              min_keys: int = 64, max_splits: int = 64, previous_first: bool = False,
              tags: TagPlan | None = None, tag_waits: int = 0, tag_lead: int = 100,
-             owner_merges: int = 0, spare_splits: int = 0, newest_first: bool = False) -> Schedule:
+             owner_merges: int = 0, spare_splits: int = 0, newest_first: bool = False,
+             mlp_local: bool = False) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
@@ -370,13 +388,17 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     the SMs of each KV head's first spare_splits splits, the ones in use from the shortest context on (split_rows
     fills splits from the first): its other SMs are waiting on them, so their share would start last. None are
     spared where they would be more than half the SMs (a GPU with few SMs for its KV heads). newest_first: see
-    Schedule (split 0 then holds the token's row, so that the owner's SM is the one spared)."""
+    Schedule (split 0 then holds the token's row, so that the owner's SM is the one spared). mlp_local
+    (persist_probe_mlp_local, a timing probe: the schedule is wrong on purpose): a GEMV whose x a SiLU-mul GEMV
+    writes (the down projection) waits for none of that phase's tiles of its token (mlp_local_waits)."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
     sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys, spin, owner_merges,
                      newest_first)
     deps = dependencies(program, slot_of)
+    if mlp_local:
+        deps = mlp_local_waits(program, deps)
     covered = tag_covered(program, tags, slot_of) if tag_waits else set()
     if tag_waits:
         deps = [[w for w in waits if w.previous or (c, w.counter) not in covered] for c, waits in enumerate(deps)]

@@ -481,10 +481,13 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // own registers (WarpNorm: the same bits), none of it staged in shared memory. BATCH > 0: its items' warp sums in
 // batches of BATCH (gemv_pages; the same bits), not KIEC_REDUCE_BATCH. HALF (persist_dot_half_warps, untagged x):
 // an item a half-warp (gemv_pages_half; other bits: the dots' and, with WNORM, the norm's sums go another order).
+// SUMS (persist_probe_mlp_local 2, a timing probe): after its epilogue the tile adds 1 to each of the n_out int64
+// words at `sums` (relaxed adds in L2, before its signal), the adds a down projection cut by its K would make.
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
-          bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, bool HALF = false, typename R>
+          bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, bool HALF = false, bool SUMS = false,
+          typename R>
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
-                                          float* y, int n_out, float* smem) {
+                                          float* y, int n_out, float* smem, unsigned long long* sums = nullptr) {
   static_assert(!(DIRECT && NORM), "a normed x is staged in shared memory (the norm needs all of it first)");
   static_assert(!WNORM || (NORM && SEGS == 1 && !TX), "a norm in the warps: a GEMV with a norm, one segment, plain x");
 
@@ -547,6 +550,10 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   if (TY && res_mine) y_mine = tagged_value(y_word, y, lo + threadIdx.x, res_tag);
   gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY>(u, acc, bias, y, lo, outs, n_out, y_mine,
                                                     TY ? tag_of(u, u.ins->counter) : 0u, res_tag);
+  if constexpr (SUMS) {
+    for (int j = threadIdx.x; j < n_out; j += WARPS * 32)
+      asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(sums + j) : "memory");
+  }
   trace(u, TR_STORED);
   signal_done<TY>(u);
   return true;
