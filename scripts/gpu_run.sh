@@ -13,6 +13,19 @@ export PYTHONUNBUFFERED=1 PATH="$PATH:/usr/local/cuda/bin"
 [ -f .kiec_commit ] && export KIEC_COMMIT=$(cat .kiec_commit)  # the tree travels without .git
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.memory,memory.used --format=csv; echo "kiec ${KIEC_COMMIT:-unknown}"; } | tee "$OUT/env.txt"
+# CLOCKS=1: the GPU's clocks, power, temperature and clock-event reasons every 100 ms for the whole call (read with
+# nvidia-smi, nothing set) in $OUT/clocks.csv, and the lines of variants.py and kiec bench stamped with their time
+clocks_pid=
+if [ -n "${CLOCKS:-}" ]; then
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+    --format=csv -lms 100 > "$OUT/clocks.csv" 2>&1 &
+  clocks_pid=$!
+  trap 'kill "$clocks_pid" 2> /dev/null' EXIT
+fi
+stamp() {
+  if [ -n "$clocks_pid" ]; then while IFS= read -r line; do printf '%s %s\n' "$(date +%H:%M:%S.%3N)" "$line"; done
+  else cat; fi
+}
 # Carried extras: wheels (.whl/, e.g. gguf) and the real test model, which travels in parts (.carry/)
 # because one call carries at most 64 MB; `stage` only copies the parts it was given and exits.
 if ls .whl/*.whl > /dev/null 2>&1; then
@@ -130,20 +143,9 @@ fi
 # VARIANTS="model v1 v2 ... [/ model v1 ...]": A/B of target-table variants (scripts/variants.py); VARIANTS_TRACE=POS:
 # each persistent variant's step at POS traced too, side by side (a position within each model's context), each
 # recording kept as $OUT/traces/*.npz (scripts/trace_summary.py FILE reads one)
-# CLOCKS=1: the GPU's clocks, power, temperature and throttle reasons every 100 ms while variants.py runs (read with
-# nvidia-smi, nothing set), in $OUT/clocks.csv, and variants.py's lines stamped with the time they came
 if [ -n "${VARIANTS:-}" ]; then
-  clocks_pid=
-  if [ -n "${CLOCKS:-}" ]; then
-    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
-      --format=csv -lms 100 > "$OUT/clocks.csv" 2>&1 &
-    clocks_pid=$!
-  fi
   VARIANTS_TRACE_DIR=$OUT/traces timeout 450 python3 scripts/variants.py ${VARIANTS_TRACE:+--trace=$VARIANTS_TRACE} $VARIANTS 2>&1 \
-    | grep -v "^\[kiec\]" | while IFS= read -r line; do
-        if [ -n "$clocks_pid" ]; then echo "$(date +%H:%M:%S.%N | cut -c1-12) $line"; else echo "$line"; fi
-      done | tee "$OUT/variants.log"
-  [ -n "$clocks_pid" ] && kill "$clocks_pid"
+    | grep --line-buffered -v "^\[kiec\]" | stamp | tee "$OUT/variants.log"
 fi
 for spec in "$@"; do
   # MODEL runs both default contexts (0 and 8192); MODEL:N runs context N alone
@@ -154,7 +156,7 @@ for spec in "$@"; do
   vs=(); [ -n "${VS+set}" ] && vs=(--vs "$VS")
   timeout 500 kiec bench "$model" "${ctx[@]}" ${MODES:+--mode $MODES} "${vs[@]}" --json "$OUT/bench_${name}.json" \
     --work-dir /tmp/kiec_bench 2>&1 \
-    | grep -v "^\[kiec\] weights"
+    | grep --line-buffered -v "^\[kiec\] weights" | stamp
   # the disk holds 64 GB and each bench writes the weights once a mode (it recompiles every time): keep only
   # what TRACE or PROFILE reads after the loop
   keep=" "; for t in ${TRACE:-} ${PROFILE:-}; do keep+="${t%%:*} "; done; keep=${keep//-persistent/}

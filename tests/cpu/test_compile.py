@@ -529,6 +529,37 @@ def test_the_relaxed_signal_probe_moves_the_counter_without_the_release(tmp_path
     assert "red.relaxed.gpu" in relaxed and "release" not in relaxed
 
 
+def test_the_mlp_local_probe_adds_into_sums_from_the_down_projections_only(tmp_path):
+    import dataclasses
+
+    from kiec.codegen.persistent import PROBE_SUMS, _PersistentEmitter, emit_persistent
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama")
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    program = pipeline.run(model.graph)
+    base = target("sm_90")
+
+    def cases(t):  # the GEMV cases' calls, whole
+        return re.findall(r"kiec::gemv_tile<[^>]*>\(u, ring, [^;]*;", emit_persistent(
+            program, "bf16", model.max_seq_len, t, "x").files["model.cu"])
+
+    default = cases(base)
+    assert default and not any("unsigned long long" in c for c in default)
+    assert cases(dataclasses.replace(base, persist_probe_mlp_local=1)) == default  # (its schedule differs, not its code)
+    got = cases(dataclasses.replace(base, persist_probe_mlp_local=2))
+    summed = [c for c in got if c.endswith("smem, (unsigned long long*)A(d.a[2]));")]
+    # the down projection's case, SUMS its last template argument; every other case is one of the default's (the
+    # down projection's own default case is gone where no other GEMV shared it)
+    assert len(summed) == 1 and ", true>(u, ring" in summed[0] and set(got) - set(summed) <= set(default)
+    assert len(set(default) - set(got)) <= 1
+    e = _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(base, persist_probe_mlp_local=2))
+    down = [k.name for k in program.kernels if e.after_silu(k)]
+    assert down == [f"L{i}.x_mlp" for i in range(model.config.num_layers)]
+    assert PROBE_SUMS in e.arena and PROBE_SUMS not in _PersistentEmitter(program, "bf16", model.max_seq_len,
+                                                                          base).arena
+
+
 def test_persistent_mode_refuses_what_it_has_no_device_code_for(tmp_path):
     make_tiny_hf(tmp_path / "hf", "llama-gelu")  # a TVM-generated elementwise chain
     with pytest.raises(kiec.KiecError, match=r"L0\.\S+ \(Activation.*\): persistent mode has no device code"):

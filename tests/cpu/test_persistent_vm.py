@@ -515,3 +515,26 @@ def test_parity_tags_give_each_tagged_value_its_own_slot_and_each_writer_its_par
     with pytest.raises(ValueError, match=r"parity tags: .* reads .*, which is written \d+ times a token, on \d+ of "
                                          r"132 SMs"):
         tag_parity(pn, plan_n, schedule(pn, 132, slot_of=dict(off_n), tags=plan_n))
+
+
+def test_the_mlp_local_probe_drops_only_the_down_projections_gate_up_waits_and_the_vm_catches_it(tmp_path):
+    # persist_probe_mlp_local times a down projection that waits for none of its gate/up phase: a wrong schedule
+    # on purpose (each SM's down tile reads the x other SMs' gate/up tiles may not have written yet)
+    m, prog, sched, weights, offsets, floats = setup(tmp_path)
+    slots = dict(offsets)
+    probe = schedule(prog, 7, tile_rows=32, slot_of=slots, min_keys=2, mlp_local=True)
+    ph = phases(prog)
+    gate_up = {c for c, (i, op) in enumerate(ph) if op == "gemv" and prog.kernels[i].epilogue == "silu_mul"}
+    down = {c + 1 for c in gate_up}
+    assert gate_up and all(prog.kernels[ph[c][0]].x == prog.kernels[ph[c - 1][0]].out for c in down)
+    for lst, lst_probe in zip(sched.lists, probe.lists):
+        for ins, ins_probe in zip(lst, lst_probe):
+            if ins.counter in down:  # waits on the output projection (its x_attn) instead of on gate/up
+                assert any(w.counter == ins.counter - 1 and not w.previous for w in ins.waits)
+                assert not any(w.counter == ins.counter - 1 and not w.previous for w in ins_probe.waits)
+                assert any(w.counter == ins.counter - 2 and not w.previous for w in ins_probe.waits)
+            else:  # none lost (a later phase may now wait on gate/up itself, which its wait on down implied)
+                assert {w for w in ins.waits if not w.previous} <= {w for w in ins_probe.waits if not w.previous}
+    down0 = prog.kernels[ph[min(down)][0]]
+    with pytest.raises(ScheduleError, match=rf"gemv kernel {ph[min(down)][0]} tile \d+ \(token 0\) read %{down0.x}\["):
+        VM(probe, weights, offsets, floats).run([5, 17, 99], 3, "random", 0)
