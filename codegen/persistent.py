@@ -268,8 +268,9 @@ class _PersistentEmitter(_Emitter):
         short = t.persist_attn_short_keys if 0 < t.persist_attn_short_keys < keys else 0
         tmpl += template_tail([self.tagged(k.qkv), bool(t.persist_attn_pipeline), bool(a.softcap > 0), short,
                                bool(t.persist_attn_early_rope), bool(t.persist_attn_kv_first and short),
-                               t.persist_attn_owner_merges, bool(t.persist_attn_newest_first)],
-                              [False, False, True, 0, False, False, 0, False])  # TAGGED .. OWNER_MAX, NEWEST_FIRST
+                               t.persist_attn_owner_merges, bool(t.persist_attn_newest_first),
+                               bool(t.persist_probe_attention_idle)],
+                              [False, False, True, 0, False, False, 0, False, False])  # TAGGED .. NEWEST_FIRST, IDLE
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",

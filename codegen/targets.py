@@ -129,6 +129,11 @@ class TargetParams:
     # to every one of its GEMV's outputs in a scratch vector of int64 (red.add) before its signal, as the cut
     # projection's tiles would add their parts
     persist_probe_mlp_local: int
+    # persistent, a timing probe, never for use (tokens wrong): 1: attention does no work. Once its inputs are ready,
+    # each head's first split stores zeros as the head's output and signals (persistent.cuh: attention_tile's IDLE);
+    # the hops before and after attention stay. An untraced token's time without it, less with it, is what
+    # attention's work costs the chain: the most any faster attention could win
+    persist_probe_attention_idle: int
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -472,7 +477,7 @@ TARGETS: dict[str, TargetParams] = {
                           # vs 0.506-0.509; tenth session at 38a3854: bit 4 (QKV and output projection dots) 0.772
                           # vs 0.763 on llama-3.2-1b, bit 8 (the others' dots) 0.836: bench/RESULTS.md)
                           persist_probe_relaxed_signal=0, persist_probe_twice=0, persist_trace_attention=0,
-                          persist_probe_mlp_local=0),
+                          persist_probe_mlp_local=0, persist_probe_attention_idle=0),
 }
 
 

@@ -560,6 +560,30 @@ def test_the_mlp_local_probe_adds_into_sums_from_the_down_projections_only(tmp_p
                                                                           base).arena
 
 
+def test_the_attention_idle_probe_sets_only_attentions_last_template_argument(tmp_path):
+    import dataclasses
+
+    from kiec.codegen.emit import INCLUDE_DIR
+    from kiec.codegen.persistent import emit_persistent
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama")
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    program = pipeline.run(model.graph)
+    base = target("sm_90")
+    default = emit_persistent(program, "bf16", model.max_seq_len, base, "x").files["model.cu"]
+    probe = emit_persistent(program, "bf16", model.max_seq_len,
+                            dataclasses.replace(base, persist_probe_attention_idle=1), "x").files["model.cu"]
+    args = lambda text: re.search(r"attention_tile<([^>]*)>", text).group(1).split(", ")
+    assert len(args(probe)) == 19 and args(probe)[-1] == "true" and "true" not in args(default)[18:]
+    drop = lambda text: re.sub(r"attention_tile<[^>]*>", "", text)
+    assert drop(probe) == drop(default)  # nothing else moves
+    with open(os.path.join(INCLUDE_DIR, "kiec", "persistent.cuh")) as fh:
+        tile = fh.read()
+    idle = tile.split("if constexpr (IDLE) {")[1].split("return true;\n  }")[0]
+    assert "store_value<TAGGED>(out" in idle and "signal_done<TAGGED>(u)" in idle and "red_release<SPLITS>" in idle
+
+
 def test_persistent_mode_refuses_what_it_has_no_device_code_for(tmp_path):
     make_tiny_hf(tmp_path / "hf", "llama-gelu")  # a TVM-generated elementwise chain
     with pytest.raises(kiec.KiecError, match=r"L0\.\S+ \(Activation.*\): persistent mode has no device code"):

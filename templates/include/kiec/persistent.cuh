@@ -62,9 +62,13 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // NEWEST_FIRST (persist_attn_newest_first): tile split s in use takes chunk (active - 1 - s) and writes that chunk's
 // partial slot, so tile split 0 holds row pos (the owner, on the SM spare splits spare) and the merge's order
 // is the chunks' (the same bits).
+// IDLE (persist_probe_attention_idle, a timing probe: tokens wrong): once its inputs are ready, tile split 0 of each
+// head stores zeros as the head's output (tagged where the output is), signals and adds the head's arrivals for all
+// splits; the other splits return. What attention's work costs the chain, its hops kept.
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0,
-          bool EARLY_ROPE = false, bool KV_FIRST = false, int OWNER_MAX = 0, bool NEWEST_FIRST = false>
+          bool EARLY_ROPE = false, bool KV_FIRST = false, int OWNER_MAX = 0, bool NEWEST_FIRST = false,
+          bool IDLE = false>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
@@ -96,6 +100,16 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   if (!wait_inputs(u, arrivals_waited(u.t) || (MIXES && u.t > 0) ? arrive + g : nullptr,
                    (unsigned)SPLITS * (unsigned)u.t))
     return false;
+  if constexpr (IDLE) {
+    if (tile_split == 0) {
+      const unsigned tag = TAGGED ? tag_of(u, u.ins->counter) : 0u;
+      for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32)
+        store_value<TAGGED>(out, g * GROUP * HEAD_DIM + i, 0.f, tag);
+      signal_done<TAGGED>(u);
+      if (threadIdx.x == 0) red_release<SPLITS>(arrive + g);
+    }
+    return true;
+  }
 #ifdef KIEC_SCRATCH_BYTES
   static_assert(sizeof(AttentionSmem<HEAD_DIM, GROUP, WARPS>) <= KIEC_SCRATCH_BYTES,
                 "codegen/persistent.py sized the tiles' scratch below AttentionSmem");
