@@ -269,8 +269,8 @@ class _PersistentEmitter(_Emitter):
         tmpl += template_tail([self.tagged(k.qkv), bool(t.persist_attn_pipeline), bool(a.softcap > 0), short,
                                bool(t.persist_attn_early_rope), bool(t.persist_attn_kv_first and short),
                                t.persist_attn_owner_merges, bool(t.persist_attn_newest_first),
-                               bool(t.persist_probe_attention_idle)],
-                              [False, False, True, 0, False, False, 0, False, False])  # TAGGED .. NEWEST_FIRST, IDLE
+                               bool(t.persist_probe_attention_idle), self.combine_staged(k)],
+                              [False, False, True, 0, False, False, 0, False, False, False])  # TAGGED .. IDLE, STAGED
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",
@@ -283,10 +283,26 @@ class _PersistentEmitter(_Emitter):
                    a=(self.arena[k.qkv], self.arena[partials(k) + ".o"], self.arena[partials(k) + ".ml"],
                       self.arena[a.out]))
         self.arrivals += k.kv_heads
-        self.smem = max(self.smem, (group * k.head_dim + 2 * k.head_dim + 2 * self.warps * group  # AttentionSmem
-                                    + self.warps * group * k.head_dim) * 4)
+        self.smem = max(self.smem, self.attention_smem(k))
         self.src.kernels.append(dict(name=k.name, family="attention", cache=a.cache,
                                      bytes_per_row=2 * k.kv_heads * k.head_dim * self.esize))
+
+    def attention_smem(self, k: AttentionKernel, staged: bool | None = None) -> int:
+        """Bytes of scratch an attention tile takes: AttentionSmem, then (staged: attention_combine's CombineStage,
+        16-byte aligned) every split's partial."""
+        group = k.n_heads // k.kv_heads
+        base = (group * k.head_dim + 2 * k.head_dim + 2 * self.warps * group + self.warps * group * k.head_dim) * 4
+        staged = self.combine_staged(k) if staged is None else staged
+        return (-(-base // 16) * 16 + self.splits[k.name] * group * (k.head_dim + 2) * 4) if staged else base
+
+    def combine_staged(self, k: AttentionKernel) -> bool:
+        """persist_combine_staged for this attention: where its partials fit beside a full ring (persist_stages
+        pages) in the scratch, so that the ring keeps its depth; else the combine loads them into registers."""
+        if not self.t.persist_combine_staged:
+            return False
+        page, stages = self.t.persist_page_bytes, self.t.persist_stages
+        room = SMEM_LIMIT - STATIC_SMEM - 128 * -(-(2 * stages * 8) // 128) - stages * page
+        return self.attention_smem(k, staged=True) <= room
 
     def elementwise(self, k: ElementwiseKernel) -> None:
         ops = ", ".join(type(op).__name__ for op in k.ops)

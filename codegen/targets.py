@@ -134,6 +134,10 @@ class TargetParams:
     # the hops before and after attention stay. An untraced token's time without it, less with it, is what
     # attention's work costs the chain: the most any faster attention could win
     persist_probe_attention_idle: int
+    # persistent: 1: the last split to arrive copies all its head's partials into shared memory at once (cp.async)
+    # and combines them from there (attention_merge.cuh: attention_combine's stage; the same bits), one round trip
+    # for any number of splits; only where they fit beside a full ring (codegen/persistent.py: combine_staged)
+    persist_combine_staged: int
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -477,7 +481,8 @@ TARGETS: dict[str, TargetParams] = {
                           # vs 0.506-0.509; tenth session at 38a3854: bit 4 (QKV and output projection dots) 0.772
                           # vs 0.763 on llama-3.2-1b, bit 8 (the others' dots) 0.836: bench/RESULTS.md)
                           persist_probe_relaxed_signal=0, persist_probe_twice=0, persist_trace_attention=0,
-                          persist_probe_mlp_local=0, persist_probe_attention_idle=0),
+                          persist_probe_mlp_local=0, persist_probe_attention_idle=0,
+                          persist_combine_staged=0),
 }
 
 

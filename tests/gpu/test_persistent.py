@@ -1,6 +1,7 @@
 """Persistent mode (one kernel runs whole generations) on the GPU: logits within DESIGN.md's error budget of
 the interpreter, the same greedy tokens as graph mode, the device's draw equal to kiec.sampling's over its own
 logits, and generations that end at EOS or when the host stops them."""
+import re
 import time
 
 import numpy as np
@@ -174,15 +175,24 @@ def test_owner_merges_computes_the_same_bits(tmp_path, monkeypatch, tags, most, 
     assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
 
 
-@pytest.mark.parametrize("batch,tags", [(4, 0), (16, 0), (16, 2)])
-def test_combine_batch_computes_the_same_bits(tmp_path, monkeypatch, batch, tags):
+@pytest.mark.parametrize("batch,tags,staged", [(4, 0, 0), (16, 0, 0), (16, 2, 0), (0, 0, 1), (0, 2, 1)])
+def test_combine_batch_computes_the_same_bits(tmp_path, monkeypatch, batch, tags, staged):
     # persist_combine_batch: the last split to arrive loads `batch` splits' partials at once and folds them in split
     # order: with 8 keys a split at least, 300 positions run 1 to 38 splits in use (batches with and without a
-    # remainder), every logit the same bits as the loop unrolled by 8; also with attention's output tagged
+    # remainder), every logit the same bits as the loop unrolled by 8; also with attention's output tagged.
+    # persist_combine_staged: all the partials copied into shared memory at once, then folded from there. The tiny
+    # model is narrower than persist_narrow_width and persist_tagged_min_width, so both are 0 here: else its narrow
+    # fields (combine batch 16, owner merges, no tags) would replace the ones under test (until 2026-12-02 they did)
     model, _ = compile_tiny(tmp_path, "llama", max_position_embeddings=512)
-    fields = dict(attn_min_keys=8, persist_tagged=tags)
+    fields = dict(attn_min_keys=8, persist_tagged=tags, persist_narrow_width=0, persist_tagged_min_width=0)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
-    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_combine_batch=batch))
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_combine_batch=batch,
+                                      persist_combine_staged=staged))
+    src = {n: open(tmp_path / n / "src" / "model.cu").read() for n in ("base", "variant")}
+    attn = {n: re.search(r"attention_tile<([^>]*)>", t).group(1).split(", ") for n, t in src.items()}
+    assert "#define KIEC_COMBINE_BATCH" not in src["base"] and attn["base"][10] == ("true" if tags else "false")
+    assert (f"#define KIEC_COMBINE_BATCH {batch}" in src["variant"]) == bool(batch)
+    assert (len(attn["variant"]) == 20 and attn["variant"][19] == "true") == bool(staged)
     tokens = np.random.default_rng(9).integers(0, model.config.vocab_size, size=300).tolist()
     assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
                           np.stack([base.step(t, p) for p, t in enumerate(tokens)]))

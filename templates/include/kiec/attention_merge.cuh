@@ -125,14 +125,49 @@ __device__ __forceinline__ bool attention_owner_merge(const AttentionSmem<HEAD_D
   return sync_block_and(ok);
 }
 
+// Combined attention's staging in shared memory (attention_combine's STAGED): every split's o, then its m and l.
+template <int HEAD_DIM, int GROUP, int SPLITS>
+struct CombineStage {
+  float o[SPLITS * GROUP * HEAD_DIM];
+  float ml[SPLITS * GROUP * 2];
+};
+
 // KV head g's output from the partials of its `active` splits, in split order (loads independent of the math).
 // TAGGED: the output as tagged words with `tag`. BATCH > 0 (persist_combine_batch): BATCH splits' partials loaded
 // at once into registers, then folded in the same order (the same bits), where the loop unrolled by 8 leaves it to
 // the compiler which loads go together (smollm2-135m at 8192, 44 splits: 7.4 us from the last partial to the signal
-// in the eighteenth session's trace; 16 a batch 0.714 ms a token against 0.752, codegen/targets.py)
+// in the eighteenth session's trace; 16 a batch 0.714 ms a token against 0.752, codegen/targets.py). `stage`
+// (persist_combine_staged; the persistent kernel's scratch, 16-byte aligned): all `active` splits' partials copied
+// into it at once (cp.async of 16 bytes, through L2 alone as __ldcg; m and l through registers), then folded from
+// shared memory in split order (the same bits): one round trip for any number of splits, where 44 splits took three
+// batches of 16 (the twenty-fourth session's 8192 trace: 5.7 us from the last partial to the signal). Block-wide:
+// every compute thread calls it.
 template <int HEAD_DIM, int GROUP, int SPLITS, bool TAGGED = false, int BATCH = 0>
 __device__ __forceinline__ void attention_combine(int g, int active, const float* part_o, const float* part_ml,
-                                                  float* out, unsigned tag = 0) {
+                                                  float* out, unsigned tag = 0,
+                                                  CombineStage<HEAD_DIM, GROUP, SPLITS>* stage = nullptr) {
+  static_assert(HEAD_DIM % 4 == 0, "a partial's o is copied 16 bytes at a time");
+  if (stage) {
+    const float* po = part_o + (size_t)g * SPLITS * GROUP * HEAD_DIM;  // (slots of head g: (g SPLITS + s) GROUP + h)
+    const float* pml = part_ml + (size_t)g * SPLITS * GROUP * 2;
+    for (int c = threadIdx.x; c < active * GROUP * HEAD_DIM / 4; c += block_threads()) {
+      const unsigned dst = (unsigned)__cvta_generic_to_shared(stage->o + 4 * c);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(po + 4 * c) : "memory");
+    }
+    for (int e = threadIdx.x; e < active * GROUP * 2; e += block_threads()) stage->ml[e] = __ldcg(pml + e);
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    sync_block();
+    for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += block_threads()) {
+      const int h = i / HEAD_DIM, d = i % HEAD_DIM;
+      float mx = -INFINITY, lsum = 0.f, o = 0.f;
+      for (int s = 0; s < active; ++s) {
+        const int slot = s * GROUP + h;
+        fold_partial(mx, lsum, o, stage->ml[slot * 2], stage->ml[slot * 2 + 1], stage->o[slot * HEAD_DIM + d]);
+      }
+      store_value<TAGGED>(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, tag);
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += block_threads()) {
     const int h = i / HEAD_DIM, d = i % HEAD_DIM;
     float mx = -INFINITY, lsum = 0.f, o = 0.f;

@@ -65,10 +65,12 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // IDLE (persist_probe_attention_idle, a timing probe: tokens wrong): once its inputs are ready, tile split 0 of each
 // head stores zeros as the head's output (tagged where the output is), signals and adds the head's arrivals for all
 // splits; the other splits return. What attention's work costs the chain, its hops kept.
+// STAGED (persist_combine_staged): the last to arrive combines through shared memory after AttentionSmem
+// (attention_combine's `stage`: all the partials in one round trip).
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0,
           bool EARLY_ROPE = false, bool KV_FIRST = false, int OWNER_MAX = 0, bool NEWEST_FIRST = false,
-          bool IDLE = false>
+          bool IDLE = false, bool STAGED = false>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
@@ -168,7 +170,15 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
     trace(u, TR_DONE);
     return true;
   }
-  if (active > 1) attention_combine<HEAD_DIM, GROUP, SPLITS, TAGGED, KIEC_COMBINE_BATCH>(g, active, part_o, part_ml, out, mine);
+  using Stage = CombineStage<HEAD_DIM, GROUP, SPLITS>;
+  constexpr size_t STAGE_AT = (sizeof(AttentionSmem<HEAD_DIM, GROUP, WARPS>) + 15) / 16 * 16;
+#ifdef KIEC_SCRATCH_BYTES
+  static_assert(!STAGED || STAGE_AT + sizeof(Stage) <= KIEC_SCRATCH_BYTES,
+                "codegen/persistent.py sized the tiles' scratch below AttentionSmem and the combine's stage");
+#endif
+  Stage* stage = STAGED ? reinterpret_cast<Stage*>(reinterpret_cast<char*>(smem) + STAGE_AT) : nullptr;
+  if (active > 1)
+    attention_combine<HEAD_DIM, GROUP, SPLITS, TAGGED, KIEC_COMBINE_BATCH>(g, active, part_o, part_ml, out, mine, stage);
   signal_done<TAGGED>(u);
   return true;
 }
