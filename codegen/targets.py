@@ -482,7 +482,11 @@ TARGETS: dict[str, TargetParams] = {
                           # vs 0.763 on llama-3.2-1b, bit 8 (the others' dots) 0.836: bench/RESULTS.md)
                           persist_probe_relaxed_signal=0, persist_probe_twice=0, persist_trace_attention=0,
                           persist_probe_mlp_local=0, persist_probe_attention_idle=0,
-                          persist_combine_staged=0),
+                          # 2026-12-02 twenty-fourth session (1880734, ms, two rounds each): smollm2-135m at 8192
+                          # 0.662 vs 0.697 (-5.0%), llama-3.2-1b at 8192 0.892 vs 0.897-0.898 (-0.7%), short context
+                          # 0.483 vs 0.485 and 0.737-0.738 vs 0.737-0.738; llama-3.1-8b's partials do not fit
+                          # beside its ring (unstaged, unchanged). So 1
+                          persist_combine_staged=1),
 }
 
 
