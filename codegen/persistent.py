@@ -12,7 +12,8 @@ import functools
 import struct
 
 from kiec.errors import ModeUnsupported  # a model this mode cannot build (graph mode may): kiec.compile falls back
-from kiec.ir.passes.persistent import Schedule, attention_splits, partials, schedule, tag_parity, tag_plan
+from kiec.ir.passes.persistent import (Schedule, attention_splits, down_projections, partials, schedule,
+                                      tag_parity, tag_plan)
 from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program
 
 from .buffers import TAGGED_REGION
@@ -24,6 +25,12 @@ from .targets import TargetParams
 PROBE_SUMS = "probe.mlp_local.sums"  # persist_probe_mlp_local 2: the int64 sums its down projections add to
 SMEM_LIMIT = 227 * 1024  # shared memory one H100/H200 block may take
 STATIC_SMEM = 1024  # room left for the kernel's own __shared__ variables (ptxas -v: 128 bytes)
+
+
+def ring_head_bytes(stages: int) -> int:
+    """The ring's barriers before its pages: two 8-byte mbarriers a page, in 128-byte lines (for persist_stages:
+    never less than the kernel's Ring takes)."""
+    return 128 * -(-(2 * stages * 8) // 128)
 
 
 def row_segments(k: int, warps: int, page_bytes: int, silu: bool) -> int:
@@ -154,8 +161,11 @@ class _PersistentEmitter(_Emitter):
 
     def after_silu(self, k) -> bool:
         """Whether k is a GEMV whose x a SiLU-mul GEMV writes (a down projection)."""
-        return isinstance(k, GemvKernel) and any(isinstance(w, GemvKernel) and w.epilogue == "silu_mul"
-                                                 and w.out == k.x for w in self.p.kernels)
+        return self.p.kernels.index(k) in self.down_projections
+
+    @functools.cached_property
+    def down_projections(self) -> frozenset[int]:
+        return down_projections(self.p)
 
     def partial_slots(self, k: AttentionKernel) -> int:
         """An attention kernel's partials: one (o, m, l) per query head and split."""
@@ -300,8 +310,8 @@ class _PersistentEmitter(_Emitter):
         pages) in the scratch, so that the ring keeps its depth; else the combine loads them into registers."""
         if not self.t.persist_combine_staged:
             return False
-        page, stages = self.t.persist_page_bytes, self.t.persist_stages
-        room = SMEM_LIMIT - STATIC_SMEM - 128 * -(-(2 * stages * 8) // 128) - stages * page
+        stages = self.t.persist_stages
+        room = SMEM_LIMIT - STATIC_SMEM - ring_head_bytes(stages) - stages * self.t.persist_page_bytes
         return self.attention_smem(k, staged=True) <= room
 
     def elementwise(self, k: ElementwiseKernel) -> None:
@@ -320,7 +330,7 @@ class _PersistentEmitter(_Emitter):
                                    struct.unpack(f"<{len(descs) // 4}i", descs))
         # the ring's barriers and pages first, then the tiles' scratch: as many pages as fit, up to persist_stages
         # (the barriers' room counted for persist_stages: never less than the kernel's Ring takes)
-        page, ring_head = self.t.persist_page_bytes, 128 * -(-(2 * self.t.persist_stages * 8) // 128)
+        page, ring_head = self.t.persist_page_bytes, ring_head_bytes(self.t.persist_stages)
         stages = min(self.t.persist_stages, (SMEM_LIMIT - STATIC_SMEM - self.smem - ring_head) // page)
         if stages < 2:
             raise ModeUnsupported(f"the persistent kernel's tiles need {self.smem} bytes of shared memory, which "

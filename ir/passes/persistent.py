@@ -298,20 +298,24 @@ def dependencies(program: Program, slot_of: dict[str, int] | None = None) -> lis
     return deps
 
 
+def down_projections(program: Program) -> frozenset[int]:
+    """The kernels that are GEMVs whose x a SiLU-mul GEMV writes (the down projections), by index."""
+    ks = program.kernels
+    silu_out = {k.out for k in ks if isinstance(k, GemvKernel) and k.epilogue == "silu_mul"}
+    return frozenset(i for i, k in enumerate(ks) if isinstance(k, GemvKernel) and k.x in silu_out)
+
+
 def mlp_local_waits(program: Program, deps: list[list[Wait]]) -> list[list[Wait]]:
-    """persist_probe_mlp_local: each down projection (a GEMV whose x a SiLU-mul GEMV writes) without its waits on
-    that gate/up phase in the same token, before the reductions (so that what gate/up's wait implied is waited on
-    directly). A timing probe: each SM's down tile then starts once its own gate/up tile is done and reads an x the
-    other SMs may not have written yet, as a down projection cut by its K would start (without the stale reads)."""
-    ph = phases(program)
-    kernels = program.kernels
+    """persist_probe_mlp_local: each down projection (down_projections) without its waits on its gate/up phase in
+    the same token, before the reductions (so that what gate/up's wait implied is waited on directly). A timing
+    probe: each SM's down tile then starts once its own gate/up tile is done and reads an x the other SMs may not
+    have written yet, as a down projection cut by its K would start (without the stale reads)."""
+    ph, kernels, down = phases(program), program.kernels, down_projections(program)
     writer = {v: c for c, (i, op) in enumerate(ph) if op != "select" for v, _, _ in kernel_io(kernels[i])[1]}
     out = []
-    for c, ((i, op), waits) in enumerate(zip(ph, deps)):
-        k = kernels[i]
-        j = writer.get(k.x, -1) if op == "gemv" else -1
-        gate_up = j >= 0 and isinstance(kernels[ph[j][0]], GemvKernel) and kernels[ph[j][0]].epilogue == "silu_mul"
-        out.append([w for w in waits if not (gate_up and w.counter == j and not w.previous)])
+    for (i, op), waits in zip(ph, deps):
+        gate_up = writer[kernels[i].x] if op == "gemv" and i in down else -1
+        out.append([w for w in waits if w.previous or w.counter != gate_up])
     return out
 
 
