@@ -585,6 +585,34 @@ def test_the_attention_idle_probe_sets_only_attentions_last_template_argument(tm
     assert "store_value<TAGGED>(out" in idle and "signal_done<TAGGED>(u)" in idle and "red_release<SPLITS>" in idle
 
 
+def test_every_gpu_knob_variant_builds_a_kernel_of_its_own(tmp_path):
+    # tests/gpu/test_persistent.py's knob test compares each TABLE_VARIANTS entry's tokens with its base's: a
+    # variant whose fields build the base's very kernel (the same sources, schedule and descriptors) would test
+    # nothing, as many did while the tiny model's narrow rules replaced the fields under test
+    import dataclasses
+
+    from kiec.codegen.persistent import emit_persistent
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    from tests.gpu.test_persistent import TABLE_VARIANTS, WIDE_FIELDS
+    make_tiny_hf(tmp_path / "hf", "qwen3", vocab_size=16384)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    program = pipeline.run(model.graph)
+
+    def kernel(t):
+        src = emit_persistent(program, "bf16", model.max_seq_len, t, "x")
+        return src.files, src.manifest, [w for w in src.weights if not w.sources]  # (the schedule, the descriptors)
+
+    same = []
+    for v in TABLE_VARIANTS:
+        change = v if isinstance(v, dict) else v.values[0]  # (a pytest.param's dict)
+        base = dataclasses.replace(target("sm_90"), **WIDE_FIELDS,
+                                   **{k: x for k, x in change.items() if k == "attn_min_keys"})
+        if kernel(dataclasses.replace(base, **change)) == kernel(base):
+            same.append(change)
+    assert not same, f"these variants build their base's kernel: {same}"
+
+
 def test_persistent_mode_refuses_what_it_has_no_device_code_for(tmp_path):
     make_tiny_hf(tmp_path / "hf", "llama-gelu")  # a TVM-generated elementwise chain
     with pytest.raises(kiec.KiecError, match=r"L0\.\S+ \(Activation.*\): persistent mode has no device code"):

@@ -16,10 +16,21 @@ pytestmark = pytest.mark.gpu
 
 FAMILIES = ["llama", "qwen2", "qwen3", "mistral"]
 
+# the tiny models are narrower than persist_narrow_width, persist_tagged_min_width and persist_paced_min_width,
+# whose rules would replace many of the fields below (tags, x direct, the ring's depth, the pace): tests of those
+# fields compile their base and variants with the fields the large models get (scripts/tiny_model.py's way); a CPU
+# test (tests/cpu/test_compile.py) checks that every TABLE_VARIANTS entry changes the kernel it builds. Until
+# 2026-12-02 the narrow rules applied there, and many variants built their base's kernel
+WIDE_FIELDS = dict(persist_narrow_width=0, persist_tagged_min_width=0, persist_paced_min_width=0)
+
+
+def load_tiny(tmp_path, family, **overrides):
+    make_tiny_hf(tmp_path / "hf", family, **overrides)
+    return kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=overrides.get("max_position_embeddings", 256))
+
 
 def compile_tiny(tmp_path, family, mode="persistent", **overrides):
-    make_tiny_hf(tmp_path / "hf", family, **overrides)
-    model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=overrides.get("max_position_embeddings", 256))
+    model = load_tiny(tmp_path, family, **overrides)
     return model, kiec.compile(model, str(tmp_path / mode), mode=mode)
 
 
@@ -165,7 +176,8 @@ def test_owner_merges_computes_the_same_bits(tmp_path, monkeypatch, tags, most, 
     # the partials at their chunks' slots, so the same bits), also with the last to arrive merging (most 0)
     model, _ = compile_tiny(tmp_path, "llama", max_position_embeddings=512, hidden_size=64 * heads,
                             intermediate_size=384, num_attention_heads=heads, num_key_value_heads=kv_heads)
-    fields = dict(attn_min_keys=8, persist_tagged=tags, persist_tagged_min_width=0)
+    # (the wide fields: else a model this narrow takes owner merges 8 and newest first in both builds)
+    fields = dict(WIDE_FIELDS, attn_min_keys=8, persist_tagged=tags)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_owner_merges=most,
                                       persist_attn_newest_first=newest))
@@ -184,7 +196,7 @@ def test_combine_batch_computes_the_same_bits(tmp_path, monkeypatch, batch, tags
     # model is narrower than persist_narrow_width and persist_tagged_min_width, so both are 0 here: else its narrow
     # fields (combine batch 16, owner merges, no tags) would replace the ones under test (until 2026-12-02 they did)
     model, _ = compile_tiny(tmp_path, "llama", max_position_embeddings=512)
-    fields = dict(attn_min_keys=8, persist_tagged=tags, persist_narrow_width=0, persist_tagged_min_width=0)
+    fields = dict(WIDE_FIELDS, attn_min_keys=8, persist_tagged=tags)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_combine_batch=batch,
                                       persist_combine_staged=staged))
@@ -399,60 +411,63 @@ def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
     assert len(out) == 24 and all(0 <= t < model.config.vocab_size for t in out)
 
 
-@pytest.mark.parametrize("change", [dict(persist_warps=12), dict(persist_counter_stride=32),
-                                    dict(persist_page_bytes=1024, persist_stages=2),
-                                    dict(persist_page_bytes=1024, persist_stages=2, persist_l2_ahead_bytes=8192),
-                                    dict(persist_stop_poll_every=1), dict(persist_poll_sleep_ns=100),
-                                    dict(persist_evict_first=0),
-                                    pytest.param(dict(persist_walk_kept=0, persist_page_pace_ns=0),
-                                                 id="walk_each_page"),
-                                    pytest.param(dict(persist_page_pace_ns=0), id="walk_kept-unpaced"),
-                                    pytest.param(dict(persist_page_bytes=1024, persist_stages=2,
-                                                      persist_page_pace_ns=200), id="walk_kept-paced-1k"),
-                                    pytest.param(dict(persist_page_pace_ahead_ns=900), id="paced-ahead"),
-                                    pytest.param(dict(persist_page_bytes=1024, persist_stages=2,
-                                                      persist_l2_ahead_bytes=8192, persist_page_pace_ns=200,
-                                                      persist_l2_ahead_paced=1), id="l2-ahead-paced-1k"),
-                                    pytest.param(dict(persist_pace_ref_gbps=4916), id="pace-scaled"),
-                                    pytest.param(dict(persist_attn_spare_splits=0, attn_min_keys=8),
-                                                 id="spare-none"),
-                                    pytest.param(dict(persist_attn_spare_splits=2, attn_min_keys=8),
-                                                 id="spare-splits2"),
-                                    dict(attn_l2_prefetch=1, attn_min_keys=8),
-                                    dict(attn_l2_prefetch=2, attn_min_keys=8),
-                                    dict(persist_x_direct=1), dict(persist_x_direct=1, persist_stages=13),
-                                    dict(persist_waits_previous_first=0), dict(persist_waits_together=0),
-                                    dict(persist_waits_together=0, persist_poll_sleep_ns=100),
-                                    dict(persist_attn_keys=2), dict(persist_attn_short_keys=0, attn_min_keys=8),
-                                    dict(persist_tagged=0), dict(persist_tagged=1), dict(persist_attn_pipeline=0),
-                                    dict(persist_tagged=0, persist_waits_together=0, persist_attn_pipeline=0,
-                                         persist_attn_short_keys=0),
-                                    dict(persist_tagged=1, persist_attn_short_keys=0),
-                                    dict(persist_tagged=1, attn_min_keys=8), dict(persist_tagged=0, attn_min_keys=8),
-                                    dict(persist_tagged=0, persist_waits_previous_first=0),
-                                    dict(persist_tagged=1, persist_x_direct=1, persist_stages=13),
-                                    pytest.param(dict(persist_tagged=0, persist_x_direct=1), id="direct-untagged"),
-                                    pytest.param(dict(persist_norm_in_warps=1, persist_tagged=0),
-                                                 id="norm-in-warps-untagged"),
-                                    pytest.param(dict(persist_reduce_batch=2), id="reduce-batch2"),
-                                    pytest.param(dict(persist_reduce_batch=8), id="reduce-batch8"),
-                                    pytest.param(dict(persist_reduce_batch_head=8), id="reduce-batch-head8"),
-                                    pytest.param(dict(persist_dot_half_warps=1, persist_tagged=0),
-                                                 id="half-warps-untagged"),
-                                    dict(persist_attn_early_rope=1), dict(persist_attn_kv_first=1, attn_min_keys=8),
-                                    dict(persist_probe_twice=3), dict(persist_probe_twice=6),
-                                    pytest.param(dict(persist_tag_waits=1), id="tag_waits"),
-                                    pytest.param(dict(persist_tag_waits=1, attn_min_keys=8), id="tag_waits-splits"),
-                                    pytest.param(dict(persist_tag_waits=1, persist_tagged=1), id="tag_waits-tags1"),
-                                    pytest.param(dict(persist_tag_waits=1, persist_poll_sleep_ns=100),
-                                                 id="tag_waits-sleep"),
-                                    pytest.param(dict(persist_tag_waits=1, persist_tag_lead=10, attn_min_keys=8),
-                                                 id="tag_waits-lead"),
-                                    pytest.param(dict(persist_tag_waits=2), id="tag_waits2"),
-                                    pytest.param(dict(persist_tag_waits=2, attn_min_keys=8, persist_tagged=1),
-                                                 id="tag_waits2-tags1"),
-                                    pytest.param(dict(persist_tag_waits=2, persist_waits_together=0),
-                                                 id="tag_waits2-serial")])
+TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
+    dict(persist_page_bytes=1024, persist_stages=2),
+    dict(persist_page_bytes=1024, persist_stages=2, persist_l2_ahead_bytes=8192),
+    dict(persist_stop_poll_every=1), dict(persist_poll_sleep_ns=100),
+    dict(persist_evict_first=0),
+    pytest.param(dict(persist_walk_kept=0, persist_page_pace_ns=0),
+                 id="walk_each_page"),
+    pytest.param(dict(persist_page_pace_ns=0), id="walk_kept-unpaced"),
+    pytest.param(dict(persist_page_bytes=1024, persist_stages=2,
+                      persist_page_pace_ns=200), id="walk_kept-paced-1k"),
+    pytest.param(dict(persist_page_pace_ahead_ns=900), id="paced-ahead"),
+    pytest.param(dict(persist_page_bytes=1024, persist_stages=2,
+                      persist_l2_ahead_bytes=8192, persist_page_pace_ns=200,
+                      persist_l2_ahead_paced=1), id="l2-ahead-paced-1k"),
+    pytest.param(dict(persist_pace_ref_gbps=4916), id="pace-scaled"),
+    pytest.param(dict(persist_attn_spare_splits=0, attn_min_keys=8),
+                 id="spare-none"),
+    pytest.param(dict(persist_attn_spare_splits=2, attn_min_keys=8),
+                 id="spare-splits2"),
+    dict(attn_l2_prefetch=1, attn_min_keys=8),
+    dict(attn_l2_prefetch=2, attn_min_keys=8),
+    dict(persist_x_direct=1), dict(persist_x_direct=1, persist_stages=13),
+    dict(persist_waits_previous_first=0), dict(persist_waits_together=0),
+    dict(persist_waits_together=0, persist_poll_sleep_ns=100),
+    dict(persist_attn_keys=2), dict(persist_attn_short_keys=0, attn_min_keys=8),
+    dict(persist_tagged=0), dict(persist_tagged=1), dict(persist_attn_pipeline=0),
+    dict(persist_tagged=0, persist_waits_together=0, persist_attn_pipeline=0,
+         persist_attn_short_keys=0),
+    dict(persist_tagged=1, persist_attn_short_keys=0),
+    dict(persist_tagged=1, attn_min_keys=8), dict(persist_tagged=0, attn_min_keys=8),
+    dict(persist_tagged=0, persist_waits_previous_first=0),
+    dict(persist_tagged=1, persist_x_direct=1, persist_stages=13),
+    pytest.param(dict(persist_tagged=0, persist_x_direct=1), id="direct-untagged"),
+    pytest.param(dict(persist_norm_in_warps=1, persist_tagged=0),
+                 id="norm-in-warps-untagged"),
+    pytest.param(dict(persist_reduce_batch=2), id="reduce-batch2"),
+    pytest.param(dict(persist_reduce_batch=8), id="reduce-batch8"),
+    pytest.param(dict(persist_reduce_batch_head=8), id="reduce-batch-head8"),
+    pytest.param(dict(persist_dot_half_warps=1, persist_tagged=0),
+                 id="half-warps-untagged"),
+    dict(persist_attn_early_rope=1), dict(persist_attn_kv_first=1, attn_min_keys=8),
+    dict(persist_probe_twice=3), dict(persist_probe_twice=6),
+    pytest.param(dict(persist_tag_waits=1), id="tag_waits"),
+    pytest.param(dict(persist_tag_waits=1, attn_min_keys=8), id="tag_waits-splits"),
+    pytest.param(dict(persist_tag_waits=1, persist_tagged=1), id="tag_waits-tags1"),
+    pytest.param(dict(persist_tag_waits=1, persist_poll_sleep_ns=100),
+                 id="tag_waits-sleep"),
+    pytest.param(dict(persist_tag_waits=1, persist_tag_lead=10, attn_min_keys=8),
+                 id="tag_waits-lead"),
+    pytest.param(dict(persist_tag_waits=2), id="tag_waits2"),
+    pytest.param(dict(persist_tag_waits=2, attn_min_keys=8, persist_tagged=1),
+                 id="tag_waits2-tags1"),
+    pytest.param(dict(persist_tag_waits=2, persist_waits_together=0),
+                 id="tag_waits2-serial")]
+
+
+@pytest.mark.parametrize("change", TABLE_VARIANTS)
 def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the A/B knobs of the persistent kernel (scripts/variants.py) change its speed, never its tokens; 12 warps also run
     # the sampler's scan over a block that is not a power of two; a ring of two 1 KB pages makes every share many pages
@@ -479,11 +494,10 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # their tagged words, not on the writers' counters), with several splits, with tags 1, with a sleep between spins,
     # and waiting for 90% of the writer's tiles first; with the waits that guard only writes polled before the epilogue
     # (2; also with tags 1 and with waits polled one at a time). Knobs that leave the math alone leave the bits alone
-    model, art = compile_tiny(tmp_path, "qwen3", vocab_size=16384)
-    if "attn_min_keys" in change:
-        art = compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=change["attn_min_keys"])
-    base = kiec.Engine(art)
-    art = compile_variant(model, tmp_path, monkeypatch, **change)
+    model = load_tiny(tmp_path, "qwen3", vocab_size=16384)
+    base_fields = dict(WIDE_FIELDS, **{k: v for k, v in change.items() if k == "attn_min_keys"})
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **base_fields))
+    art = compile_variant(model, tmp_path, monkeypatch, **change)  # (on top of the base's fields)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, f"persistent {change}: logits over 24 positions")
     if change.keys() <= {"persist_counter_stride", "persist_stop_poll_every", "persist_evict_first", "attn_l2_prefetch",
