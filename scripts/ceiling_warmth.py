@@ -1,8 +1,8 @@
 """Does the read ceiling (kiec bench's MBU denominator) depend on what the GPU did just before it? The SM clock idles
 at 345 MHz between runs and is at 1980 MHz once kernels run (nvidia-smi, CLOCKS=1 in gpu_run.sh), while the ceiling's
-timed reads take ~20 ms (20 reads of 4 GB after 3 warm-ups): shorter than the clock log's 100 ms steps. This
-measures the ceiling after idling, at once again, after a second of matmuls and after idling again, each with the
-SM clock nvidia-smi reports just before (it sets nothing). Run on the GPU machine after kiec is installed:
+timed reads take ~20 ms by arithmetic (23 reads of 4 GB at ~4.6 TB/s; not timed): shorter than the clock log's 100 ms
+steps. This measures the ceiling after idling, at once again, after a second of matmuls and after idling again, each
+with the SM clock nvidia-smi reports just before (it sets nothing). Run on the GPU machine after kiec is installed:
     python3 scripts/ceiling_warmth.py [WORK_DIR]"""
 import subprocess
 import sys
