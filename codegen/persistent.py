@@ -129,7 +129,8 @@ class _PersistentEmitter(_Emitter):
                                         owner_merges=t.persist_attn_owner_merges,
                                         spare_splits=0 if self.parity_tags() else t.persist_attn_spare_splits,
                                         newest_first=bool(t.persist_attn_newest_first),
-                                        mlp_local=bool(t.persist_probe_mlp_local))
+                                        mlp_local=bool(t.persist_probe_mlp_local),
+                                        early_pass=bool(t.persist_attn_early_pass))
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):
             self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)
@@ -279,8 +280,9 @@ class _PersistentEmitter(_Emitter):
         tmpl += template_tail([self.tagged(k.qkv), bool(t.persist_attn_pipeline), bool(a.softcap > 0), short,
                                bool(t.persist_attn_early_rope), bool(t.persist_attn_kv_first and short),
                                t.persist_attn_owner_merges, bool(t.persist_attn_newest_first),
-                               bool(t.persist_probe_attention_idle), self.combine_staged(k)],
-                              [False, False, True, 0, False, False, 0, False, False, False])  # TAGGED .. IDLE, STAGED
+                               bool(t.persist_probe_attention_idle), self.combine_staged(k),
+                               bool(t.persist_attn_early_pass)],
+                              [False, False, True, 0, False, False, 0, False, False, False, False])  # TAGGED .. EARLY_PASS
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",

@@ -138,6 +138,10 @@ class TargetParams:
     # and combines them from there (attention_merge.cuh: attention_combine's stage; the same bits), one round trip
     # for any number of splits; only where they fit beside a full ring (codegen/persistent.py: combine_staged)
     persist_combine_staged: int
+    # persistent: 1: an attention tile loads its split's first K/V pass, the rows before the previous step's, before
+    # it waits for its inputs (persistent.cuh: attention_tile's EARLY_PASS; the same bits), so that their round trip
+    # passes under the wait; the previous step's row and the new one are taken after it
+    persist_attn_early_pass: int
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -486,7 +490,8 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.662 vs 0.697 (-5.0%), llama-3.2-1b at 8192 0.892 vs 0.897-0.898 (-0.7%), short context
                           # 0.483 vs 0.485 and 0.737-0.738 vs 0.737-0.738; llama-3.1-8b's partials do not fit
                           # beside its ring (unstaged, unchanged). So 1
-                          persist_combine_staged=1),
+                          persist_combine_staged=1,
+                          persist_attn_early_pass=0),
 }
 
 

@@ -69,6 +69,17 @@ class Schedule:
     # persist_attn_newest_first: split s of the splits in use takes chunk (in use - 1 - s) of split_rows (split 0
     # holds the token's row) and writes its partial at that chunk's slot, so that the merge order stays the chunks'
     newest_first: bool = False
+    # persist_attn_early_pass: an attention tile loads its split's rows of early_rows before it waits for its inputs,
+    # so they must be there once its SM reaches the instruction (the VM checks them then)
+    early_pass: bool = False
+
+
+def early_rows(lo: int, hi: int, token: int) -> tuple[int, int]:
+    """The cache rows [lo, end) of a split's rows [lo, hi) its tile may load before its wait at `token`
+    (persist_attn_early_pass; attention.cuh's early_rows_end): those before token - 1. The previous token's row is
+    acquired by this token's wait (with tagged words the relaxed counters carry no row: the arrivals do), the
+    earlier ones by the same SM's wait at the previous token."""
+    return lo, max(lo, min(hi, token - 1))
 
 
 def phases(program: Program) -> list[tuple[int, str]]:
@@ -375,7 +386,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
              min_keys: int = 64, max_splits: int = 64, previous_first: bool = False,
              tags: TagPlan | None = None, tag_waits: int = 0, tag_lead: int = 100,
              owner_merges: int = 0, spare_splits: int = 0, newest_first: bool = False,
-             mlp_local: bool = False) -> Schedule:
+             mlp_local: bool = False, early_pass: bool = False) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
@@ -394,12 +405,13 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     spared where they would be more than half the SMs (a GPU with few SMs for its KV heads). newest_first: see
     Schedule (split 0 then holds the token's row, so that the owner's SM is the one spared). mlp_local
     (persist_probe_mlp_local, a timing probe: the schedule is wrong on purpose): a GEMV whose x a SiLU-mul GEMV
-    writes (the down projection) waits for none of that phase's tiles of its token (mlp_local_waits)."""
+    writes (the down projection) waits for none of that phase's tiles of its token (mlp_local_waits). early_pass: see
+    Schedule."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
     sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys, spin, owner_merges,
-                     newest_first)
+                     newest_first, early_pass)
     deps = dependencies(program, slot_of)
     if mlp_local:
         deps = mlp_local_waits(program, deps)

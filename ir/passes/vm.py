@@ -14,6 +14,7 @@ import torch
 from kiec.sampling import SamplingParams, sample
 
 from .. import interp
+from . import persistent
 from .persistent import TOKEN, Instr, Schedule, partials, reads_writes
 from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel
 from .simulate import attention_split, gemv_rows, merge_splits, split_rows
@@ -205,6 +206,14 @@ class VM:
             raise ScheduleError(f"attention kernel {ins.kernel} head {g} split {s} at token {token}: {what} "
                                 f"({stamps[g, lo:hi].tolist()})")
 
+    def reached(self, ins: Instr, token: int) -> None:
+        """The SM has come to `ins` (its earlier instructions done, its waits not yet looked at): with early_pass an
+        attention tile loads its split's rows of early_rows now, so they must hold their tokens already."""
+        if not self.s.early_pass or ins.opcode != "attention" or (split := self._split(ins, token)) is None:
+            return
+        self._check_rows(ins, token, *persistent.early_rows(split[2], split[3], token),
+                         "a KV row loaded before the wait is missing or from the wrong token")
+
     def _owns(self, ins: Instr, token: int) -> bool:
         """Whether this split holds the token's row (the last in use): with owner_merges, the one that merges."""
         split = self._split(ins, token)
@@ -327,3 +336,5 @@ class VM:
             pc[i] += 1
             if pc[i] == len(lists[i]):
                 pc[i], tok[i] = 0, tok[i] + 1
+            if tok[i] < min(steps, self.stop):
+                self.reached(lists[i][pc[i]], tok[i])

@@ -6,7 +6,7 @@ import torch
 
 import kiec
 from kiec.codegen.buffers import plan_buffers
-from kiec.ir.passes import pipeline
+from kiec.ir.passes import persistent, pipeline
 from kiec.ir.passes.persistent import (Wait, dependencies, direct_waits, phases, reads_writes, reduce_waits, schedule,
                                       tag_plan)
 from kiec.ir.passes.program import kernel_io
@@ -16,7 +16,7 @@ from tests.tiny_hf import make_tiny_hf
 
 
 def setup(tmp_path, family="qwen3", sms=7, min_keys=2, previous_first=False, owner_merges=0, spare_splits=0,
-          newest_first=False):
+          newest_first=False, early_pass=False):
     # min_keys 2: from the 4th token on, attention spreads over 2-3 splits per KV head, merged by the last
     make_tiny_hf(tmp_path, family)
     m = kiec.load(str(tmp_path), max_seq_len=16)
@@ -24,7 +24,8 @@ def setup(tmp_path, family="qwen3", sms=7, min_keys=2, previous_first=False, own
     offsets, floats = plan_buffers(prog, {})
     slots = {v: o for v, o in offsets.items()}
     sched = schedule(prog, sms, tile_rows=32, slot_of=slots, min_keys=min_keys, previous_first=previous_first,
-                     owner_merges=owner_merges, spare_splits=spare_splits, newest_first=newest_first)
+                     owner_merges=owner_merges, spare_splits=spare_splits, newest_first=newest_first,
+                     early_pass=early_pass)
     weights = {n: m.weights[n].float() for n in m.graph.params}
     return m, prog, sched, weights, offsets, floats
 
@@ -127,6 +128,39 @@ def test_an_owner_merge_before_the_partials_came_is_caught(tmp_path, monkeypatch
     # the owner merges as soon as its own waits are met, without the other splits' partials
     monkeypatch.setattr(VM, "partials_pending", lambda self, ins, token: False)
     with pytest.raises(ScheduleError, match=r"attention kernel \d+ head \d+ \(token \d+\) merged partials stamped \[.*\]; the dataflow wants"):
+        VM(sched, weights, offsets, floats).run([5, 17, 99, 4, 8], 6, "eager")
+
+
+@pytest.mark.parametrize("policy,seed,most,newest", [("eager", 0, 0, False), ("random", 1, 0, False),
+                                                     ("random", 2, 3, False), ("random", 3, 2, True)])
+def test_early_pass_rows_are_there_when_the_sm_reaches_attention(tmp_path, monkeypatch, policy, seed, most, newest):
+    # persist_attn_early_pass: a tile loads its split's rows before the previous token's before it waits, so the VM
+    # checks them as soon as the SM comes to the instruction; over 12 tokens with 2 keys a split at least, the
+    # splits hold rows of earlier tokens from the 4th token on (also with owner merges and newest first)
+    m, prog, sched, weights, offsets, floats = setup(tmp_path, owner_merges=most, newest_first=newest,
+                                                     early_pass=True)
+    early, check = [], VM._check_rows
+
+    def counted(self, ins, token, lo, hi, what):
+        if "before the wait" in what:
+            early.append(hi - lo)
+        return check(self, ins, token, lo, hi, what)
+
+    monkeypatch.setattr(VM, "_check_rows", counted)
+    prompt, steps = [5, 17, 99, 4, 8, 1], 12
+    got = VM(sched, weights, offsets, floats).run(prompt, steps, policy, seed)
+    for t, (a, b) in enumerate(zip(got, reference_logits(m, prompt, steps))):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
+    assert sum(n > 0 for n in early) > 20  # (rows were checked early, not only empty ranges)
+
+
+def test_early_pass_rows_of_this_token_are_caught(tmp_path, monkeypatch):
+    # loaded before the wait, the rows up to the split's end would take the token's own row before the split that
+    # holds it wrote it
+    m, prog, sched, weights, offsets, floats = setup(tmp_path, early_pass=True)
+    monkeypatch.setattr(persistent, "early_rows", lambda lo, hi, token: (lo, hi))
+    with pytest.raises(ScheduleError, match=r"attention kernel \d+ head \d+ split \d+ at token \d+: a KV row "
+                                            r"loaded before the wait is missing or from the wrong token"):
         VM(sched, weights, offsets, floats).run([5, 17, 99, 4, 8], 6, "eager")
 
 

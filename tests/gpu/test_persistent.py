@@ -227,6 +227,29 @@ def test_early_rope_and_kv_first_compute_the_same_bits(tmp_path, monkeypatch, fa
     assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
 
 
+@pytest.mark.parametrize("family,window,min_keys,wide", [("llama", None, 512, True), ("mistral", 200, 128, True),
+                                                         ("qwen3", None, 8, True), ("llama", None, 8, False)])
+def test_attention_early_pass_computes_the_same_bits(tmp_path, monkeypatch, family, window, min_keys, wide):
+    # persist_attn_early_pass: a split's first K/V pass, its rows before the previous step's, loaded before the
+    # tile's wait; the previous step's row after it, the new row from shared memory. Heads 64 wide (a pass: 128 keys
+    # with the pipeline), 600 positions: with 512 keys a split at least, splits of up to 4 passes where the previous
+    # row and the new one are in the last; with 128 over a window of 200, the window's start moving; with 8, many
+    # splits and the one-pass short splits, whose only pass holds both rows. Wide: the large models' fields (tags
+    # 2); else a narrow model's (owner merges, newest first, untagged), smollm2-135m's way. Every logit the same bits
+    # as without it, step by step and in one launch
+    extra = {"sliding_window": window} if window else {}
+    model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384, **extra)
+    fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys)
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_early_pass=1))
+    tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / "variant" / "src" / "model.cu").read()).group(1)
+    assert tail.split(", ")[-1] == "true"  # (EARLY_PASS, the last template argument)
+    tokens = np.random.default_rng(11).integers(0, model.config.vocab_size, size=600).tolist()
+    assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
+                          np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+    assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
+
+
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 0.9), (0.7, 1.0), (60.0, 0.5)])
 def test_device_draw_is_kiec_sampling_over_its_own_logits(tmp_path, temperature, top_p):
     # vocabulary 4096: at temperature 60 the distribution is flat, more than 1,024 tokens are candidates and
@@ -452,6 +475,7 @@ TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
     pytest.param(dict(persist_dot_half_warps=1, persist_tagged=0),
                  id="half-warps-untagged"),
     dict(persist_attn_early_rope=1), dict(persist_attn_kv_first=1, attn_min_keys=8),
+    dict(persist_attn_early_pass=1), dict(persist_attn_early_pass=1, attn_min_keys=8),
     dict(persist_probe_twice=3), dict(persist_probe_twice=6),
     pytest.param(dict(persist_tag_waits=1), id="tag_waits"),
     pytest.param(dict(persist_tag_waits=1, attn_min_keys=8), id="tag_waits-splits"),
@@ -489,7 +513,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # attention's too (2); warp sums of 2 or 8 items at once (warp_batch.cuh: the same additions), or 8 in the LM head alone; an item a half-warp (untagged; the LM head's 124 rows a tile); the norm in each warp's registers
     # (untagged: tagged x keeps the staged norm); the defaults before 2026-11-30's seventh session (no tags,
     # waits one at a time, no pipeline, no short pass) and before its eighth (tags 1, no short pass); RoPE's
-    # coefficients made before the wait; a short pass's rows loaded before q; the timing probe that runs each GEMV's
+    # coefficients made before the wait; a short pass's rows loaded before q; a split's first pass loaded before the
+    # wait (also with several splits); the timing probe that runs each GEMV's
     # dots and prologue twice, or the prologues and the dots of the GEMVs beside attention; tag waits (tiles spinning on
     # their tagged words, not on the writers' counters), with several splits, with tags 1, with a sleep between spins,
     # and waiting for 90% of the writer's tiles first; with the waits that guard only writes polled before the epilogue
@@ -507,7 +532,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "persist_attn_kv_first", "persist_probe_twice", "persist_tag_waits", "persist_tag_lead",
                          "persist_walk_kept", "persist_page_pace_ns", "persist_page_pace_ahead_ns",
                          "persist_pace_ref_gbps", "persist_reduce_batch", "persist_norm_in_warps",
-                         "persist_reduce_batch_head"}:
+                         "persist_reduce_batch_head", "persist_attn_early_pass"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)

@@ -112,7 +112,37 @@ struct KvPass {
       }
     }
   }
+  // The slots whose rows lie in [from, hi), but row `skip`, loaded over what they hold (persist_attn_early_pass:
+  // the rows the pass loaded before the wait left out).
+  __device__ __forceinline__ void load_between(const T* kc, const T* vc, int j0, int from, int hi, int skip) {
+    const int lane = threadIdx.x & 31, sub = lane / LPK, part = lane % LPK;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = j0 + u * WARPS * KPW + sub;
+      if (j >= from && j < hi && j != skip) {
+        k[u] = *reinterpret_cast<const uint4*>(kc + (size_t)j * HEAD_DIM + part * 8);
+        v[u] = *reinterpret_cast<const uint4*>(vc + (size_t)j * HEAD_DIM + part * 8);
+      }
+    }
+  }
+  // The slot of row `pos`, where this lane holds it: the new row as the cache has it (kn, vn: its floats; pack8
+  // rounds as the cache's write does: the same bits).
+  __device__ __forceinline__ void put_row(int j0, int pos, const float* kn, const float* vn) {
+    const int lane = threadIdx.x & 31, sub = lane / LPK, part = lane % LPK;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (j0 + u * WARPS * KPW + sub == pos) {
+        k[u] = pack8<T>(kn + part * 8);
+        v[u] = pack8<T>(vn + part * 8);
+      }
+  }
 };
+
+// persist_attn_early_pass: the rows of a split's first pass that its tile loads before it waits for its inputs,
+// [lo, early_rows_end): rows before pos - 1. Row pos - 1 is the previous step's: with tagged words only this
+// step's wait on the head's arrivals acquires it (arrivals_waited); rows before it the same SM's wait of the
+// previous step did. Row pos is this step's (the split holding it writes it after the wait).
+__device__ __forceinline__ int early_rows_end(int hi, int pos) { return min(hi, pos - 1); }
 
 // KV head g's K rows and V rows in the cache.
 template <typename T, int HEAD_DIM>
@@ -151,7 +181,10 @@ __device__ __forceinline__ void prefetch_split_l2(const T* cache, int kv_heads, 
 // (persistent mode's traced step with persist_trace_attention; a no-op otherwise). KV_FIRST
 // (persist_attn_kv_first): a slice one short pass covers loads its rows of earlier steps before q (their round trip
 // under q's, the rotation and the new row's write) and takes the new row, where it holds it, from shared memory as
-// the cache has it (pack8: the same bits).
+// the cache has it (pack8: the same bits). EARLY (persist_attn_early_pass): `early` holds the first pass's rows
+// before pos - 1 (early_rows_end), loaded by the tile before its wait; the rest of that pass's rows are loaded at
+// once here (row pos - 1, beside q's load), the new row taken from shared memory as the cache has it (the same
+// bits); the passes, or the one short pass (the early pass's first U_SHORT slots: the same rows), start from it.
 struct NoMarks {
   __device__ __forceinline__ void operator()(int) const {}
 };
@@ -177,13 +210,14 @@ struct QkvWords {
 };
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
           bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0, bool KV_FIRST = false,
-          typename Marks = NoMarks>
+          bool EARLY = false, typename Marks = NoMarks>
 __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,
                                                 int kv_heads, int max_seq, const float* inv_freq, const T* q_norm_w,
                                                 const T* k_norm_w, float norm_eps, float scale, float softcap, int g,
                                                 int pos, int lo, int hi, unsigned tag = 0,
                                                 const RopeCoeffs<ROTARY, GROUP, WARPS * 32>* rope = nullptr,
-                                                Marks mark = {}, const QkvWords<HEAD_DIM, GROUP, WARPS>* pre = nullptr) {
+                                                Marks mark = {}, const QkvWords<HEAD_DIM, GROUP, WARPS>* pre = nullptr,
+                                                const KvPass<T, HEAD_DIM, WARPS, U>* early = nullptr) {
   using Pass = KvPass<T, HEAD_DIM, WARPS, U>;
   constexpr int LPK = Pass::LPK, KPW = Pass::KPW;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nq = kv_heads * GROUP;
@@ -194,8 +228,14 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   const bool owns_pos = hi == pos + 1;  // the last active split holds row pos
   constexpr int US = U_SHORT > 0 ? U_SHORT : 1;
   const bool short_pass = U_SHORT > 0 && hi - lo <= WARPS * KPW * U_SHORT;  // (block-uniform)
+  static_assert(!EARLY || US <= U, "the early pass's first slots hold the short pass's rows");
   KvPass<T, HEAD_DIM, WARPS, US> first;  // KV_FIRST: the short pass's rows before pos, loaded now
-  if (KV_FIRST && short_pass) first.load(kc, vc, lo + warp * KPW, owns_pos ? pos : hi);
+  if (!EARLY && KV_FIRST && short_pass) first.load(kc, vc, lo + warp * KPW, owns_pos ? pos : hi);
+  Pass head;  // EARLY: the first pass, its rows before pos - 1 loaded before the wait; the others but pos now
+  if constexpr (EARLY) {
+    head = *early;
+    head.load_between(kc, vc, lo + warp * KPW, early_rows_end(hi, pos), hi, pos);
+  }
   if constexpr (TAGGED) {  // every word loaded at once, then each stale one again
     constexpr int THREADS = WARPS * 32, QPER = (GROUP * HEAD_DIM + THREADS - 1) / THREADS;
     static_assert(HEAD_DIM <= THREADS, "a thread takes at most one element of the new k and v");
@@ -255,6 +295,7 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
     }
   }
   sync_block();  // the new row is visible to this block (plain loads below, not the read-only path)
+  if (EARLY && owns_pos) head.put_row(lo + warp * KPW, pos, sm.kn, sm.vn);
   mark(0);
 
   const int sub = lane / LPK, part = lane % LPK;
@@ -329,7 +370,8 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
     if constexpr (PIPE) {
       int j0 = lo + warp * KPW;
       Pass cur;
-      if (j0 < hi) cur.load(kc, vc, j0, hi);
+      if (EARLY) cur = head;
+      else if (j0 < hi) cur.load(kc, vc, j0, hi);
       for (; j0 < hi; j0 += STEP) {
         Pass next;
         if (j0 + STEP < hi) next.load(kc, vc, j0 + STEP, hi);  // in flight while this pass computes
@@ -339,14 +381,23 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
     } else {
       for (int j0 = lo + warp * KPW; j0 < hi; j0 += STEP) {
         Pass kv;
-        kv.load(kc, vc, j0, hi);
+        if (EARLY && j0 == lo + warp * KPW) kv = head;
+        else kv.load(kc, vc, j0, hi);
         step(kv.k, kv.v, j0, hi);
       }
     }
   };
   if constexpr (U_SHORT > 0) {
     if (short_pass) {  // one short pass
-      if (KV_FIRST) {
+      if constexpr (EARLY) {  // (its slots are the first US of the early pass's: the same rows)
+        KvPass<T, HEAD_DIM, WARPS, US> kv;
+#pragma unroll
+        for (int u = 0; u < US; ++u) {
+          kv.k[u] = head.k[u];
+          kv.v[u] = head.v[u];
+        }
+        step(kv.k, kv.v, lo + warp * KPW, hi);
+      } else if (KV_FIRST) {
         if (owns_pos) {  // the slot of row pos (zeros so far): the new row as written to the cache
 #pragma unroll
           for (int u = 0; u < US; ++u)

@@ -67,10 +67,12 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // splits; the other splits return. What attention's work costs the chain, its hops kept.
 // STAGED (persist_combine_staged): the last to arrive combines through shared memory after AttentionSmem
 // (attention_combine's `stage`: all the partials in one round trip).
+// EARLY_PASS (persist_attn_early_pass): the split's first K/V pass, its rows before pos - 1 (early_rows_end), loaded
+// before the wait, so that their round trip passes under it (attention_slice's `early`; the same bits).
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0,
           bool EARLY_ROPE = false, bool KV_FIRST = false, int OWNER_MAX = 0, bool NEWEST_FIRST = false,
-          bool IDLE = false, bool STAGED = false>
+          bool IDLE = false, bool STAGED = false, bool EARLY_PASS = false>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
@@ -87,6 +89,11 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   if (NEWEST_FIRST && split != tile_split) split_range<SPLITS, MIN_KEYS>(u.pos, window, split, lo, hi, active);
   if (KIEC_ATTN_L2_HINT == 1 && split < active)  // its rows of earlier steps, asked of L2 before the wait
     prefetch_split_l2<T, HEAD_DIM>(cache, kv_heads, max_seq, g, lo, hi, u.pos);
+  using Pass = KvPass<T, HEAD_DIM, WARPS, U>;
+  Pass early;  // (only with EARLY_PASS: unused registers otherwise)
+  if (EARLY_PASS && !IDLE && split < active)
+    early.load(k_rows<T, HEAD_DIM>(cache, max_seq, g), v_rows<T, HEAD_DIM>(cache, kv_heads, max_seq, g),
+               lo + (int)(threadIdx.x >> 5) * Pass::KPW, early_rows_end(hi, u.pos));
   RopeCoeffs<ROTARY, GROUP, WARPS * 32> rope;  // (only with EARLY_ROPE: unused registers otherwise)
   if (EARLY_ROPE && split < active) rope.compute(inv_freq, u.pos);
   // With tagged words (KIEC_TAGGED) the counters this tile waits through no longer carry the cache rows the
@@ -128,13 +135,15 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
     NoMarks marks;
 #endif
     attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, TAGGED, PIPE, SOFTCAP, U_SHORT,
-                    KV_FIRST>(
+                    KV_FIRST, EARLY_PASS>(
         sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi,
-        TAGGED ? tag_of(u, u.a->kernels[u.ins->kernel].tag_x) : 0u, EARLY_ROPE ? &rope : nullptr, marks
+        TAGGED ? tag_of(u, u.a->kernels[u.ins->kernel].tag_x) : 0u, EARLY_ROPE ? &rope : nullptr, marks,
 #if KIEC_TAG_WAITS
-        , TAGGED ? &pre : nullptr
+        TAGGED ? &pre : nullptr,
+#else
+        nullptr,
 #endif
-        );
+        EARLY_PASS ? &early : nullptr);
     if (merges_others) {
       trace(u, TR_X_READY);  // (its slice done: what follows, the wait for the others' partials and the merge, is
       // the tail trace_summary.py's attention views time, as the last arrival's merge without the owner)
