@@ -491,6 +491,9 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.483 vs 0.485 and 0.737-0.738 vs 0.737-0.738; llama-3.1-8b's partials do not fit
                           # beside its ring (unstaged, unchanged). So 1
                           persist_combine_staged=1,
+                          # 2026-12-02 twenty-fifth session (dc86e48, ms, two rounds, bench/RESULTS.md): llama-3.2-1b
+                          # at 8192 0.909 / 0.910 vs 0.893 / 0.892 (+1.9%), short context and smollm2-135m the same
+                          # (0.735 vs 0.734-0.737, 0.662 vs 0.662-0.663, 0.483 vs 0.482); off
                           persist_attn_early_pass=0),
 }
 
