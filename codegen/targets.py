@@ -493,7 +493,8 @@ TARGETS: dict[str, TargetParams] = {
                           persist_combine_staged=1,
                           # 2026-12-02 twenty-fifth session (dc86e48, ms, two rounds, bench/RESULTS.md): llama-3.2-1b
                           # at 8192 0.909 / 0.910 vs 0.893 / 0.892 (+1.9%), short context and smollm2-135m the same
-                          # (0.735 vs 0.734-0.737, 0.662 vs 0.662-0.663, 0.483 vs 0.482); off
+                          # (0.735 vs 0.734-0.737, 0.662 vs 0.662-0.663, 0.483 vs 0.482); off. With
+                          # persist_attn_pipeline 0 it spills 512 B on llama-3.2-1b (ptxas: 8 keys held over the wait)
                           persist_attn_early_pass=0),
 }
 
