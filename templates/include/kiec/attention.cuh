@@ -398,14 +398,7 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
         }
         step(kv.k, kv.v, lo + warp * KPW, hi);
       } else if (KV_FIRST) {
-        if (owns_pos) {  // the slot of row pos (zeros so far): the new row as written to the cache
-#pragma unroll
-          for (int u = 0; u < US; ++u)
-            if (lo + warp * KPW + u * WARPS * KPW + sub == pos) {
-              first.k[u] = pack8<T>(sm.kn + part * 8);
-              first.v[u] = pack8<T>(sm.vn + part * 8);
-            }
-        }
+        if (owns_pos) first.put_row(lo + warp * KPW, pos, sm.kn, sm.vn);  // (row pos's slot: zeros so far)
         step(first.k, first.v, lo + warp * KPW, hi);
       } else {
         KvPass<T, HEAD_DIM, WARPS, U_SHORT> kv;
