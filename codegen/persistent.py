@@ -361,6 +361,7 @@ class _PersistentEmitter(_Emitter):
             evict_first=int(bool(self.t.persist_evict_first)),
             walk_kept=int(bool(self.t.persist_walk_kept and paced)), page_pace_ns=pace,
             page_pace_ahead_ns=self.t.persist_page_pace_ahead_ns if pace else 0,
+            page_pace_ahead_from=self.t.persist_page_pace_ahead_from_pos,
             l2_ahead_paced=int(bool(self.t.persist_l2_ahead_paced and pace)),
             pace_ref_gbps=self.t.persist_pace_ref_gbps if pace else 0,
             attn_l2_hint=self.t.attn_l2_prefetch, combine_batch=self.t.persist_combine_batch,

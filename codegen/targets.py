@@ -49,6 +49,9 @@ class TargetParams:
     # persistent, with a pace: > 0: the pace while the stream's page is 2 or more instructions past the GEMV whose
     # pages the compute warps are on (the ring's refill during QKV, attention and the output projection)
     persist_page_pace_ahead_ns: int
+    # persistent, with the ahead pace: > 0: it paces only the pages of positions from this one on (attention's slices
+    # grow with the context: at short context there are no K/V loads for the refill to queue ahead of); 0: all
+    persist_page_pace_ahead_from_pos: int
     persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch);
     # 2: only those whose warps hold a segment each (the down projection, K 8192, on llama-3.2-1b)
     persist_waits_previous_first: int  # persistent: 1: an instruction polls the previous token's waits first
@@ -258,6 +261,7 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.743, 1500 0.752 / 0.752 vs 0.745 / 0.747; with spared splits 0.740 vs 0.735; qwen3-1.7b
                           # likewise 1.128 vs 1.122; smollm2-135m 0.505 vs 0.504. Off
                           persist_page_pace_ahead_ns=0,
+                          persist_page_pace_ahead_from_pos=0,
                           # L2 lookahead (on below a width of 1024, above) measured noise on 1B unpaced (0.741 vs
                           # 0.741, fifteenth session): its asks go out in a burst when the ring fills. Paced, on
                           # smollm2-135m (where the lookahead is on): 0.503 / 0.502 vs 0.504 / 0.504 (sixteenth

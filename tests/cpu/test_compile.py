@@ -338,6 +338,28 @@ def test_narrow_models_stream_unpaced_with_the_walk_read_each_page(tmp_path):
     assert narrow.files["model.cu"] == unpaced.files["model.cu"]  # (the measured variant's kernel, exactly)
 
 
+def test_the_ahead_pace_from_a_position_is_compiled_only_with_the_ahead_pace(tmp_path):
+    # persist_page_pace_ahead_from_pos: the ring's check of the page's position is there with the ahead pace and a
+    # position; the ahead pace alone (every position) and the position alone (no ahead pace) compile as before
+    import dataclasses
+
+    from kiec.codegen.persistent import emit_persistent
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
+    program = pipeline.run(kiec.load(str(tmp_path / "hf"), dtype="bf16").graph)
+    base = dataclasses.replace(target("sm_90"), persist_page_pace_ns=460, persist_paced_min_width=0)
+
+    def model_cu(**fields):
+        return emit_persistent(program, "bf16", 64, dataclasses.replace(base, **fields), "x").files["model.cu"]
+    both = model_cu(persist_page_pace_ahead_ns=1000, persist_page_pace_ahead_from_pos=2048)
+    assert "#define KIEC_PAGE_PACE_AHEAD_NS 1000" in both and "#define KIEC_PAGE_PACE_AHEAD_FROM 2048" in both
+    assert model_cu(persist_page_pace_ahead_ns=1000) == model_cu(persist_page_pace_ahead_ns=1000,
+                                                                 persist_page_pace_ahead_from_pos=0)
+    assert model_cu(persist_page_pace_ahead_from_pos=2048) == model_cu()
+    assert "KIEC_PAGE_PACE_AHEAD_FROM" not in model_cu(persist_page_pace_ahead_from_pos=2048)
+
+
 def test_narrow_models_run_x_direct_owner_merges_and_newest_first(tmp_path):
     # persist_narrow_width: a model whose embedding row is narrower than it runs the *_narrow fields' x direct, owner
     # merges, newest first and combine batch (smollm2-135m's 576 timed faster so), exactly the kernel those fields give a wide

@@ -445,6 +445,7 @@ TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
     pytest.param(dict(persist_page_bytes=1024, persist_stages=2,
                       persist_page_pace_ns=200), id="walk_kept-paced-1k"),
     pytest.param(dict(persist_page_pace_ahead_ns=900), id="paced-ahead"),
+    pytest.param(dict(persist_page_pace_ahead_ns=900, persist_page_pace_ahead_from_pos=12), id="paced-ahead-from12"),
     pytest.param(dict(persist_page_bytes=1024, persist_stages=2,
                       persist_l2_ahead_bytes=8192, persist_page_pace_ns=200,
                       persist_l2_ahead_paced=1), id="l2-ahead-paced-1k"),
@@ -531,6 +532,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "persist_attn_short_keys", "persist_tagged", "persist_attn_early_rope",
                          "persist_attn_kv_first", "persist_probe_twice", "persist_tag_waits", "persist_tag_lead",
                          "persist_walk_kept", "persist_page_pace_ns", "persist_page_pace_ahead_ns",
+                         "persist_page_pace_ahead_from_pos",
                          "persist_pace_ref_gbps", "persist_reduce_batch", "persist_norm_in_warps",
                          "persist_reduce_batch_head", "persist_attn_early_pass"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))

@@ -22,6 +22,9 @@
 #ifndef KIEC_PAGE_PACE_AHEAD_NS
 #define KIEC_PAGE_PACE_AHEAD_NS 0  // > 0: its pace 2+ instructions past the compute warps (persist_page_pace_ahead_ns)
 #endif
+#ifndef KIEC_PAGE_PACE_AHEAD_FROM
+#define KIEC_PAGE_PACE_AHEAD_FROM 0  // > 0: the ahead pace for positions from this one on (persist_page_pace_ahead_from_pos)
+#endif
 #ifndef KIEC_ATTN_L2_HINT
 #define KIEC_ATTN_L2_HINT 0  // 2: the weight stream asks L2 for attention's cache rows (PageWalk::next)
 #endif
@@ -272,7 +275,8 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
       unsigned long long now;
       while ((now = global_ns()) < next_at) {}
 #if KIEC_PAGE_PACE_AHEAD_NS
-      next_at = paced_after<R::PAGE>(now, ring.ahead(a, copy.pos, copy.i) >= 2 ? pace_ahead : pace, bytes);
+      const bool ahead_paced = copy.pos >= KIEC_PAGE_PACE_AHEAD_FROM && ring.ahead(a, copy.pos, copy.i) >= 2;
+      next_at = paced_after<R::PAGE>(now, ahead_paced ? pace_ahead : pace, bytes);
 #else
       next_at = paced_after<R::PAGE>(now, pace, bytes);
 #endif
