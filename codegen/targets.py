@@ -261,6 +261,11 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.743, 1500 0.752 / 0.752 vs 0.745 / 0.747; with spared splits 0.740 vs 0.735; qwen3-1.7b
                           # likewise 1.128 vs 1.122; smollm2-135m 0.505 vs 0.504. Off
                           persist_page_pace_ahead_ns=0,
+                          # the ahead pace for long contexts only (the splits' K/V loads queue behind the refill):
+                          # 2026-12-03 twenty-seventh session (ms, two rounds, bench/RESULTS.md): llama-3.2-1b at 8192
+                          # 1000 ns from 2048 0.886 / 0.887, 700 ns 0.903 / 0.904 vs 0.894 / 0.893 (1000 ns on every
+                          # position 0.884 / 0.887 vs 0.894 / 0.894); short context 0.740 / 0.740 vs 0.738 / 0.738
+                          # (the ahead pace's bookkeeping, compiled in). Off
                           persist_page_pace_ahead_from_pos=0,
                           # L2 lookahead (on below a width of 1024, above) measured noise on 1B unpaced (0.741 vs
                           # 0.741, fifteenth session): its asks go out in a burst when the ring fills. Paced, on
