@@ -90,7 +90,7 @@ fi
 [ -n "${SANITIZE:-}" ] && bash scripts/sanitize.sh persistent ${SANITIZE_FIELDS:-}  # SANITIZE_FIELDS: field=value ...
 # The device benchmarks (bench/*.cu) build against kiec's headers and the generated ABI header:
 # bench_build SOURCE OUT [nvcc flags ...] makes /tmp/OUT from bench/SOURCE.cu
-if [ -n "${HOPS:-}${COMPUTE:-}${L2:-}${STREAM:-}${CLUSTER:-}${ACQUIRE:-}" ]; then
+if [ -n "${HOPS:-}${COMPUTE:-}${L2:-}${STREAM:-}${CLUSTER:-}${ACQUIRE:-}${KVSLICE:-}" ]; then
   mkdir -p /tmp/abi && python3 -c "from kiec.codegen.persistent_abi import header; print(header())" > /tmp/abi/persistent_abi.h
 fi
 bench_build() {
@@ -118,6 +118,11 @@ fi
 # costs (bench/acquire_pipeline.cu: the question before polling a counter with staggered loads)
 if [ -n "${ACQUIRE:-}" ]; then
   bench_build acquire_pipeline acquire_pipeline && timeout 60 /tmp/acquire_pipeline 2>&1 | tee "$OUT/acquire_pipeline.txt"
+fi
+# KVSLICE=1: how fast attention's long-context slice (llama-3.2-1b's at 8192) reads its K/V rows, as graph mode and the
+# persistent kernel run it and as bare loads, alone and beside a ring refill (bench/kv_slice.cu)
+if [ -n "${KVSLICE:-}" ]; then
+  bench_build kv_slice kv_slice && timeout 60 /tmp/kv_slice 2>&1 | tee "$OUT/kv_slice.txt"
 fi
 # STREAM=1: how fast the weight ring delivers when nothing stops it (the LM head's case), against the read ceiling,
 # with the GEMV tile consuming, other ring shapes and L2 policy, and with a warp polling a counter meanwhile (acquire or

@@ -1,0 +1,158 @@
+// How fast attention's long-context slice reads its K/V rows, alone on the GPU and beside a weight refill. At 8192
+// llama-3.2-1b's attention costs the token ~15 us a layer (bench/RESULTS.md, 2026-12-02 twenty-fourth session: the
+// idle probe) for 16.8 MB of cache rows, 3.6 us at the read ceiling; the split's slice alone took ~10 us in the trace,
+// and graph mode's attention kernel, with nothing else running, 15.7 us at 8192 against 4.8 at 32 (kiec bench's
+// kernel table, 2026-12-03). Pacing the ring's refill behind the splits' loads won ~1% (the same session). This
+// times the slice itself: 128 blocks (8 KV heads x 16 splits, one block of 8 warps an SM, llama-3.2-1b's shape:
+// head_dim 64, 4 query heads a KV head) each run kiec::attention_slice over its 512 rows at position 8191 of a
+// 16-layer cache (268 MB, more than L2 holds), one launch a layer, each launch's span from its first block's start to
+// its last block's end (%globaltimer), median over the launches:
+//   slice            attention_slice as graph mode runs it (a pass's loads, then its math, pass after pass)
+//   slice pipelined  as the persistent kernel runs it (persist_attn_pipeline: the next pass loads under this one)
+//   loads only       the same rows loaded with the same 16-byte loads, every pass's at once, and summed (the
+//                    access pattern's rate with the most bytes in flight this layout allows a thread)
+//   ... + refill N   one more thread copies N pages of 16 KB from its own region into a ring in shared memory (TMA bulk
+//                    copies, all in flight at once, evict-first) as the slice starts: the ring's refill at attention
+//                    (12 pages: ring.cuh's whole ring)
+// Prints us a launch and the cache rows' TB/s (their 16.8 MB over the span).
+// Build and run (on the GPU machine; DIR holds persistent_abi.h, which ring.cuh's header chain includes):
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I DIR bench/kv_slice.cu
+//        -o /tmp/kv_slice && /tmp/kv_slice
+#define KIEC_COMPUTE_THREADS 256  // (the compute warps' barrier, sync_block, leaves the refill warp out)
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "persistent_abi.h"
+#include "kiec/attention.cuh"
+#include "kiec/persistent_tile.cuh"
+#include "kiec/ring.cuh"
+#include "bench_common.cuh"
+
+using T = __nv_bfloat16;
+constexpr int HEAD_DIM = 64, GROUP = 4, ROTARY = 64, WARPS = 8, U = 8, KV_HEADS = 8, SPLITS = 16;
+constexpr int POS = 8191, MAX_SEQ = 8192, LAYERS = 16, ROUNDS = 8;
+constexpr int ROWS = (POS + 1) / SPLITS;  // 512 rows a split
+// the compute warps and a warpgroup whose first thread refills, their registers shared as the persistent kernel
+// shares them (persistent.cuh: STREAM_REGS, ComputeRegs; at the launch bounds' 168 the pipelined slice spilled 460 B)
+constexpr int THREADS = (WARPS + 4) * 32, REFILL_REGS = 40, COMPUTE_REGS = (65536 / 32 - 4 * REFILL_REGS) / WARPS / 8 * 8;
+using R = kiec::Ring<12, 16 << 10>;
+using Smem = kiec::AttentionSmem<HEAD_DIM, GROUP, WARPS>;
+constexpr size_t LAYER_ELEMS = (size_t)2 * KV_HEADS * MAX_SEQ * HEAD_DIM;
+constexpr size_t REFILL_REGION = 1 << 20;  // a block's region for the refill's pages (at most 64 pages)
+enum Mode { SLICE = 0, PIPELINED = 1, LOADS = 2 };
+
+// Block b: split b / KV_HEADS of KV head b % KV_HEADS; ns[2b], ns[2b + 1]: its start and end.
+template <Mode MODE>
+__global__ void __launch_bounds__(THREADS, 1)
+    slice(const float* qkv, T* cache, const float* inv_freq, const char* refill, int refill_pages, float* out,
+          unsigned long long* ns) {
+  extern __shared__ __align__(128) char smem_raw[];
+  R ring;
+  Smem& sm = *reinterpret_cast<Smem*>(ring.carve(smem_raw));
+  const int g = blockIdx.x % KV_HEADS, split = blockIdx.x / KV_HEADS;
+  const int lo = split * ROWS, hi = lo + ROWS;
+  if (threadIdx.x == 0) ring.init(1);
+  __syncthreads();
+  const unsigned long long t0 = kiec::global_ns();
+  if (threadIdx.x >= WARPS * 32) {  // the refill: every page in flight at once, then wait for them
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REFILL_REGS));
+    if (threadIdx.x == WARPS * 32 && refill_pages > 0) {
+      const char* src = refill + blockIdx.x * REFILL_REGION;
+      const unsigned long long policy = kiec::evict_first_policy();
+      for (int s = 0; s < refill_pages; ++s) ring.copy_landed(s, src + (size_t)s * R::PAGE, R::STAGES, policy);
+      ring.drain(refill_pages);
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(COMPUTE_REGS));
+  if constexpr (MODE == LOADS) {
+    using Pass = kiec::KvPass<T, HEAD_DIM, WARPS, U>;
+    constexpr int STEP = WARPS * Pass::KPW * U, PASSES = ROWS / STEP;
+    const T* kc = kiec::k_rows<T, HEAD_DIM>(cache, MAX_SEQ, g);
+    const T* vc = kiec::v_rows<T, HEAD_DIM>(cache, KV_HEADS, MAX_SEQ, g);
+    Pass p[PASSES];
+#pragma unroll
+    for (int i = 0; i < PASSES; ++i) p[i].load(kc, vc, lo + (threadIdx.x >> 5) * Pass::KPW + i * STEP, hi);
+    unsigned x = 0;
+#pragma unroll
+    for (int i = 0; i < PASSES; ++i)
+#pragma unroll
+      for (int u = 0; u < U; ++u) x ^= p[i].k[u].x ^ p[i].k[u].w ^ p[i].v[u].y ^ p[i].v[u].z;
+    out[blockIdx.x * WARPS * 32 + threadIdx.x] = (float)x;
+  } else {
+    kiec::attention_slice<T, HEAD_DIM, GROUP, ROTARY, false, false, WARPS, U, false, MODE == PIPELINED, false>(
+        sm, qkv, cache, KV_HEADS, MAX_SEQ, inv_freq, nullptr, nullptr, 1e-5f, 0.125f, 0.f, g, POS, lo, hi);
+    if (threadIdx.x < HEAD_DIM) out[blockIdx.x * WARPS * 32 + threadIdx.x] = sm.wo[0][0][threadIdx.x];
+  }
+  kiec::sync_block();  // (the compute warps only: the last to end marks the block's end)
+  if (threadIdx.x == 0) {
+    ns[2 * blockIdx.x] = t0;
+    ns[2 * blockIdx.x + 1] = kiec::global_ns();
+  }
+}
+
+template <Mode MODE>
+void run(const char* name, int refill_pages, const float* qkv, T* cache, const float* inv_freq, const char* refill,
+         float* out, unsigned long long* ns) {
+  constexpr int BLOCKS = KV_HEADS * SPLITS;
+  const int smem = R::BYTES + (int)sizeof(Smem);
+  CHECK(cudaFuncSetAttribute(slice<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  std::vector<double> us;
+  std::vector<unsigned long long> h(2 * BLOCKS);
+  for (int r = 0; r < ROUNDS + 1; ++r)
+    for (int l = 0; l < LAYERS; ++l) {
+      slice<MODE><<<BLOCKS, THREADS, smem>>>(qkv, cache + l * LAYER_ELEMS, inv_freq, refill, refill_pages, out, ns);
+      CHECK(cudaGetLastError());
+      CHECK(cudaMemcpy(h.data(), ns, h.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+      unsigned long long first = ~0ull, last = 0;
+      for (int b = 0; b < BLOCKS; ++b) {
+        first = std::min(first, h[2 * b]);
+        last = std::max(last, h[2 * b + 1]);
+      }
+      if (r > 0) us.push_back((last - first) / 1e3);  // (round 0 warms up)
+    }
+  std::sort(us.begin(), us.end());
+  const double bytes = 2.0 * KV_HEADS * (POS + 1) * HEAD_DIM * sizeof(T), med = us[us.size() / 2];
+  printf("%-28s %9.2f %9.2f %9.2f %8.2f\n", name, us[0], med, us[us.size() - 1], bytes / (med * 1e-6) / 1e12);
+}
+
+__global__ void fill(T* p, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    p[i] = __float2bfloat16(0.01f * (float)((i * 2654435761u) % 199) - 1.f);
+}
+
+int main() {
+  const int nq = KV_HEADS * GROUP, qkv_n = (nq + 2 * KV_HEADS) * HEAD_DIM;
+  T* cache;
+  float *qkv, *inv_freq, *out;
+  char* refill;
+  unsigned long long* ns;
+  CHECK(cudaMalloc(&cache, LAYERS * LAYER_ELEMS * sizeof(T)));
+  fill<<<1024, 256>>>(cache, LAYERS * LAYER_ELEMS);
+  std::vector<float> hq(qkv_n), hf(ROTARY / 2);
+  for (int i = 0; i < qkv_n; ++i) hq[i] = 0.01f * (float)(i % 97) - 0.5f;
+  for (int i = 0; i < ROTARY / 2; ++i) hf[i] = powf(500000.f, -2.f * i / ROTARY);
+  CHECK(cudaMalloc(&qkv, qkv_n * sizeof(float)));
+  CHECK(cudaMemcpy(qkv, hq.data(), qkv_n * sizeof(float), cudaMemcpyHostToDevice));
+  CHECK(cudaMalloc(&inv_freq, ROTARY / 2 * sizeof(float)));
+  CHECK(cudaMemcpy(inv_freq, hf.data(), ROTARY / 2 * sizeof(float), cudaMemcpyHostToDevice));
+  CHECK(cudaMalloc(&refill, KV_HEADS * SPLITS * REFILL_REGION));
+  CHECK(cudaMemset(refill, 1, KV_HEADS * SPLITS * REFILL_REGION));
+  CHECK(cudaMalloc(&out, KV_HEADS * SPLITS * WARPS * 32 * sizeof(float)));
+  CHECK(cudaMalloc(&ns, 2 * KV_HEADS * SPLITS * sizeof(unsigned long long)));
+  CHECK(cudaDeviceSynchronize());
+  printf("llama-3.2-1b's attention slice at position %d: %d blocks x %d rows, %d layers' cache (%.0f MB), %d launches\n",
+         POS, KV_HEADS * SPLITS, ROWS, LAYERS, LAYERS * LAYER_ELEMS * sizeof(T) / 1e6, ROUNDS * LAYERS);
+  printf("%-28s %9s %9s %9s %8s\n", "us a launch", "min", "median", "max", "TB/s");
+  run<SLICE>("slice", 0, qkv, cache, inv_freq, refill, out, ns);
+  run<PIPELINED>("slice pipelined", 0, qkv, cache, inv_freq, refill, out, ns);
+  run<LOADS>("loads only", 0, qkv, cache, inv_freq, refill, out, ns);
+  run<PIPELINED>("slice pipelined + refill 6", 6, qkv, cache, inv_freq, refill, out, ns);
+  run<PIPELINED>("slice pipelined + refill 12", 12, qkv, cache, inv_freq, refill, out, ns);
+  run<LOADS>("loads only + refill 12", 12, qkv, cache, inv_freq, refill, out, ns);
+  return 0;
+}
