@@ -9,16 +9,26 @@
 // its last block's end (%globaltimer), median over the launches:
 //   slice            attention_slice as graph mode runs it (a pass's loads, then its math, pass after pass)
 //   slice pipelined  as the persistent kernel runs it (persist_attn_pipeline: the next pass loads under this one)
+//   rows in L2       slice pipelined with every block on the same split's rows (L2 holds them after the first):
+//                    the slice's own time, HBM's share and latency left out (TB/s: as if the rows were distinct)
 //   loads only       the same rows loaded with the same 16-byte loads, every pass's at once, and summed (the
 //                    access pattern's rate with the most bytes in flight this layout allows a thread)
 //   ... + refill N   one more thread copies N pages of 16 KB from its own region into a ring in shared memory (TMA bulk
 //                    copies, all in flight at once, evict-first) as the slice starts: the ring's refill at attention
 //                    (12 pages: ring.cuh's whole ring)
-// Prints us a launch and the cache rows' TB/s (their 16.8 MB over the span).
+// Prints us a launch and the cache rows' TB/s (their 16.8 MB over the span). Built with -DKV_WARPS=N (compute warps,
+// 8) and -DKV_U=N (keys a pass per lane group, 8): fewer keys a pass is more passes of fewer registers, more warps
+// fewer rows a warp.
 // Build and run (on the GPU machine; DIR holds persistent_abi.h, which ring.cuh's header chain includes):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I DIR bench/kv_slice.cu
 //        -o /tmp/kv_slice && /tmp/kv_slice
-#define KIEC_COMPUTE_THREADS 256  // (the compute warps' barrier, sync_block, leaves the refill warp out)
+#ifndef KV_WARPS
+#define KV_WARPS 8  // compute warps a block (the persistent kernel's persist_warps; graph mode's 8)
+#endif
+#ifndef KV_U
+#define KV_U 8  // keys a pass per lane group (persist_attn_keys: 0 gives 8)
+#endif
+#define KIEC_COMPUTE_THREADS (KV_WARPS * 32)  // (the compute warps' barrier, sync_block, leaves the refill warps out)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -33,17 +43,18 @@
 #include "bench_common.cuh"
 
 using T = __nv_bfloat16;
-constexpr int HEAD_DIM = 64, GROUP = 4, ROTARY = 64, WARPS = 8, U = 8, KV_HEADS = 8, SPLITS = 16;
+constexpr int HEAD_DIM = 64, GROUP = 4, ROTARY = 64, WARPS = KV_WARPS, U = KV_U, KV_HEADS = 8, SPLITS = 16;
 constexpr int POS = 8191, MAX_SEQ = 8192, LAYERS = 16, ROUNDS = 8;
 constexpr int ROWS = (POS + 1) / SPLITS;  // 512 rows a split
 // the compute warps and a warpgroup whose first thread refills, their registers shared as the persistent kernel
 // shares them (persistent.cuh: STREAM_REGS, ComputeRegs; at the launch bounds' 168 the pipelined slice spilled 460 B)
-constexpr int THREADS = (WARPS + 4) * 32, REFILL_REGS = 40, COMPUTE_REGS = (65536 / 32 - 4 * REFILL_REGS) / WARPS / 8 * 8;
+constexpr int THREADS = (WARPS + 4) * 32, REFILL_REGS = 40;
+constexpr int COMPUTE_REGS = (65536 / 32 - 4 * REFILL_REGS) / WARPS / 8 * 8 > 256 ? 256 : (65536 / 32 - 4 * REFILL_REGS) / WARPS / 8 * 8;
 using R = kiec::Ring<12, 16 << 10>;
 using Smem = kiec::AttentionSmem<HEAD_DIM, GROUP, WARPS>;
 constexpr size_t LAYER_ELEMS = (size_t)2 * KV_HEADS * MAX_SEQ * HEAD_DIM;
 constexpr size_t REFILL_REGION = 1 << 20;  // a block's region for the refill's pages (at most 64 pages)
-enum Mode { SLICE = 0, PIPELINED = 1, LOADS = 2 };
+enum Mode { SLICE = 0, PIPELINED = 1, LOADS = 2, HOT = 3 };
 
 // Block b: split b / KV_HEADS of KV head b % KV_HEADS; ns[2b], ns[2b + 1]: its start and end.
 template <Mode MODE>
@@ -53,7 +64,8 @@ __global__ void __launch_bounds__(THREADS, 1)
   extern __shared__ __align__(128) char smem_raw[];
   R ring;
   Smem& sm = *reinterpret_cast<Smem*>(ring.carve(smem_raw));
-  const int g = blockIdx.x % KV_HEADS, split = blockIdx.x / KV_HEADS;
+  // (HOT: every block reads KV head 0's first split, which L2 then holds: the slice without HBM's share)
+  const int g = MODE == HOT ? 0 : blockIdx.x % KV_HEADS, split = MODE == HOT ? 0 : blockIdx.x / KV_HEADS;
   const int lo = split * ROWS, hi = lo + ROWS;
   if (threadIdx.x == 0) ring.init(1);
   __syncthreads();
@@ -84,7 +96,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       for (int u = 0; u < U; ++u) x ^= p[i].k[u].x ^ p[i].k[u].w ^ p[i].v[u].y ^ p[i].v[u].z;
     out[blockIdx.x * WARPS * 32 + threadIdx.x] = (float)x;
   } else {
-    kiec::attention_slice<T, HEAD_DIM, GROUP, ROTARY, false, false, WARPS, U, false, MODE == PIPELINED, false>(
+    kiec::attention_slice<T, HEAD_DIM, GROUP, ROTARY, false, false, WARPS, U, false, MODE != SLICE, false>(
         sm, qkv, cache, KV_HEADS, MAX_SEQ, inv_freq, nullptr, nullptr, 1e-5f, 0.125f, 0.f, g, POS, lo, hi);
     if (threadIdx.x < HEAD_DIM) out[blockIdx.x * WARPS * 32 + threadIdx.x] = sm.wo[0][0][threadIdx.x];
   }
@@ -145,12 +157,15 @@ int main() {
   CHECK(cudaMalloc(&out, KV_HEADS * SPLITS * WARPS * 32 * sizeof(float)));
   CHECK(cudaMalloc(&ns, 2 * KV_HEADS * SPLITS * sizeof(unsigned long long)));
   CHECK(cudaDeviceSynchronize());
-  printf("llama-3.2-1b's attention slice at position %d: %d blocks x %d rows, %d layers' cache (%.0f MB), %d launches\n",
-         POS, KV_HEADS * SPLITS, ROWS, LAYERS, LAYERS * LAYER_ELEMS * sizeof(T) / 1e6, ROUNDS * LAYERS);
+  printf("llama-3.2-1b's attention slice at position %d: %d blocks x %d rows, %d compute warps, %d keys a pass (%d "
+         "passes), %d layers' cache (%.0f MB), %d launches\n", POS, KV_HEADS * SPLITS, ROWS, WARPS, U,
+         ROWS / (WARPS * kiec::KvPass<T, HEAD_DIM, WARPS, U>::KPW * U), LAYERS, LAYERS * LAYER_ELEMS * sizeof(T) / 1e6,
+         ROUNDS * LAYERS);
   printf("%-28s %9s %9s %9s %8s\n", "us a launch", "min", "median", "max", "TB/s");
   run<SLICE>("slice", 0, qkv, cache, inv_freq, refill, out, ns);
   run<PIPELINED>("slice pipelined", 0, qkv, cache, inv_freq, refill, out, ns);
   run<LOADS>("loads only", 0, qkv, cache, inv_freq, refill, out, ns);
+  run<HOT>("slice pipelined, rows in L2", 0, qkv, cache, inv_freq, refill, out, ns);
   run<PIPELINED>("slice pipelined + refill 6", 6, qkv, cache, inv_freq, refill, out, ns);
   run<PIPELINED>("slice pipelined + refill 12", 12, qkv, cache, inv_freq, refill, out, ns);
   run<LOADS>("loads only + refill 12", 12, qkv, cache, inv_freq, refill, out, ns);

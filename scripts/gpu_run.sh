@@ -121,8 +121,12 @@ if [ -n "${ACQUIRE:-}" ]; then
 fi
 # KVSLICE=1: how fast attention's long-context slice (llama-3.2-1b's at 8192) reads its K/V rows, as graph mode and the
 # persistent kernel run it and as bare loads, alone and beside a ring refill (bench/kv_slice.cu)
+# (KVSLICE="W,U ...": those compute warps and keys a pass, each its own build; 1: 8,8 8,4 12,4)
 if [ -n "${KVSLICE:-}" ]; then
-  bench_build kv_slice kv_slice && timeout 60 /tmp/kv_slice 2>&1 | tee "$OUT/kv_slice.txt"
+  shapes=$KVSLICE; [ "$shapes" = 1 ] && shapes="8,8 8,4 12,4"
+  for wu in $shapes; do
+    bench_build kv_slice "kv_slice_${wu/,/_}" -DKV_WARPS=${wu%,*} -DKV_U=${wu#*,} && timeout 60 "/tmp/kv_slice_${wu/,/_}"
+  done 2>&1 | tee "$OUT/kv_slice.txt"
 fi
 # STREAM=1: how fast the weight ring delivers when nothing stops it (the LM head's case), against the read ceiling,
 # with the GEMV tile consuming, other ring shapes and L2 policy, and with a warp polling a counter meanwhile (acquire or

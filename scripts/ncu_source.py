@@ -15,8 +15,8 @@ from collections import Counter
 
 
 def load(path: str) -> tuple[list[str], list[dict]]:
-    """The stall columns (stall_*, all samples) and one dict a SASS instruction: index, source, samples, executed,
-    and each stall column's count."""
+    """The stall columns (stall_*, all samples) and one dict a SASS instruction of the first profiled launch (an
+    export of several holds a table each): index, source, samples, executed, and each stall column's count."""
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as fh:
         rows = list(csv.reader(fh))
@@ -30,6 +30,8 @@ def load(path: str) -> tuple[list[str], list[dict]]:
 
     out = []
     for r in rows[start:]:
+        if r and r[0] in ("Kernel Name", "Address"):  # the next profiled launch's table: the first launch's alone
+            break
         if len(r) < len(hdr):
             continue
         out.append(dict(index=len(out), source=r[ix["Source"]].strip(), samples=num(r, "# Samples"),
