@@ -11,6 +11,8 @@
 //   slice pipelined  as the persistent kernel runs it (persist_attn_pipeline: the next pass loads under this one)
 //   rows in L2       slice pipelined with every block on the same split's rows (L2 holds them after the first):
 //                    the slice's own time, HBM's share and latency left out (TB/s: as if the rows were distinct)
+//   lean             slice pipelined with attention_slice's LEAN (fewer instructions a key; its warp states are
+//                    compared with slice pipelined's bit for bit, on full passes only: every split here has 512 rows)
 //   loads only       the same rows loaded with the same 16-byte loads, every pass's at once, and summed (the
 //                    access pattern's rate with the most bytes in flight this layout allows a thread)
 //   ... + refill N   one more thread copies N pages of 16 KB from its own region into a ring in shared memory (TMA bulk
@@ -34,6 +36,7 @@
 #include <stdio.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "persistent_abi.h"
@@ -54,7 +57,9 @@ using R = kiec::Ring<12, 16 << 10>;
 using Smem = kiec::AttentionSmem<HEAD_DIM, GROUP, WARPS>;
 constexpr size_t LAYER_ELEMS = (size_t)2 * KV_HEADS * MAX_SEQ * HEAD_DIM;
 constexpr size_t REFILL_REGION = 1 << 20;  // a block's region for the refill's pages (at most 64 pages)
-enum Mode { SLICE = 0, PIPELINED = 1, LOADS = 2, HOT = 3 };
+constexpr int OUT_FLOATS = 2 * WARPS * GROUP + WARPS * GROUP * HEAD_DIM;  // a block's: sm.wm, sm.wl, sm.wo
+static_assert(OUT_FLOATS >= WARPS * 32, "loads only writes a float a thread");
+enum Mode { SLICE = 0, PIPELINED = 1, LOADS = 2, HOT = 3, LEAN = 4 };
 
 // Block b: split b / KV_HEADS of KV head b % KV_HEADS; ns[2b], ns[2b + 1]: its start and end.
 template <Mode MODE>
@@ -94,11 +99,14 @@ __global__ void __launch_bounds__(THREADS, 1)
     for (int i = 0; i < PASSES; ++i)
 #pragma unroll
       for (int u = 0; u < U; ++u) x ^= p[i].k[u].x ^ p[i].k[u].w ^ p[i].v[u].y ^ p[i].v[u].z;
-    out[blockIdx.x * WARPS * 32 + threadIdx.x] = (float)x;
+    out[blockIdx.x * OUT_FLOATS + threadIdx.x] = (float)x;
   } else {
-    kiec::attention_slice<T, HEAD_DIM, GROUP, ROTARY, false, false, WARPS, U, false, MODE != SLICE, false>(
+    kiec::attention_slice<T, HEAD_DIM, GROUP, ROTARY, false, false, WARPS, U, false, MODE != SLICE, false, 0, false,
+                          false, MODE == LEAN>(
         sm, qkv, cache, KV_HEADS, MAX_SEQ, inv_freq, nullptr, nullptr, 1e-5f, 0.125f, 0.f, g, POS, lo, hi);
-    if (threadIdx.x < HEAD_DIM) out[blockIdx.x * WARPS * 32 + threadIdx.x] = sm.wo[0][0][threadIdx.x];
+    // the warps' states as the tile's merge would read them (what `same bits` compares)
+    const float* st = &sm.wm[0][0];
+    for (int i = threadIdx.x; i < OUT_FLOATS; i += WARPS * 32) out[blockIdx.x * OUT_FLOATS + i] = st[i];
   }
   kiec::sync_block();  // (the compute warps only: the last to end marks the block's end)
   if (threadIdx.x == 0) {
@@ -154,7 +162,7 @@ int main() {
   CHECK(cudaMemcpy(inv_freq, hf.data(), ROTARY / 2 * sizeof(float), cudaMemcpyHostToDevice));
   CHECK(cudaMalloc(&refill, KV_HEADS * SPLITS * REFILL_REGION));
   CHECK(cudaMemset(refill, 1, KV_HEADS * SPLITS * REFILL_REGION));
-  CHECK(cudaMalloc(&out, KV_HEADS * SPLITS * WARPS * 32 * sizeof(float)));
+  CHECK(cudaMalloc(&out, KV_HEADS * SPLITS * OUT_FLOATS * sizeof(float)));
   CHECK(cudaMalloc(&ns, 2 * KV_HEADS * SPLITS * sizeof(unsigned long long)));
   CHECK(cudaDeviceSynchronize());
   printf("llama-3.2-1b's attention slice at position %d: %d blocks x %d rows, %d compute warps, %d keys a pass (%d "
@@ -164,6 +172,12 @@ int main() {
   printf("%-28s %9s %9s %9s %8s\n", "us a launch", "min", "median", "max", "TB/s");
   run<SLICE>("slice", 0, qkv, cache, inv_freq, refill, out, ns);
   run<PIPELINED>("slice pipelined", 0, qkv, cache, inv_freq, refill, out, ns);
+  std::vector<float> want(KV_HEADS * SPLITS * OUT_FLOATS), got(want.size());  // (the last launch's: layer 15's)
+  CHECK(cudaMemcpy(want.data(), out, want.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  run<LEAN>("slice pipelined, lean", 0, qkv, cache, inv_freq, refill, out, ns);
+  CHECK(cudaMemcpy(got.data(), out, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  printf("  lean: %s bits as the slice pipelined (every block's warp states, the last layer)\n",
+         memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0 ? "the same" : "OTHER");
   run<LOADS>("loads only", 0, qkv, cache, inv_freq, refill, out, ns);
   run<HOT>("slice pipelined, rows in L2", 0, qkv, cache, inv_freq, refill, out, ns);
   run<PIPELINED>("slice pipelined + refill 6", 6, qkv, cache, inv_freq, refill, out, ns);

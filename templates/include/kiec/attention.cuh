@@ -208,9 +208,11 @@ struct QkvWords {
     }
   }
 };
+// LEAN: fewer instructions a key, the same bits (not yet in codegen: bench/kv_slice.cu times it first): the rows
+// widened with widen8, and each score's weight taken without a test of the score (the step's m0)
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
           bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0, bool KV_FIRST = false,
-          bool EARLY = false, typename Marks = NoMarks>
+          bool EARLY = false, bool LEAN = false, typename Marks = NoMarks>
 __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,
                                                 int kv_heads, int max_seq, const float* inv_freq, const T* q_norm_w,
                                                 const T* k_norm_w, float norm_eps, float scale, float softcap, int g,
@@ -321,7 +323,8 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
       const int j = j0 + u * WARPS * KPW + sub;
       if (j0 + u * WARPS * KPW < end) {  // warp-uniform: the shuffles below run on all lanes or none
         float k[8];
-        unpack8<T>(kr[u], k);
+        if constexpr (LEAN) widen8<T>(kr[u], k);
+        else unpack8<T>(kr[u], k);
 #pragma unroll
         for (int h = 0; h < GROUP; ++h) {
           float sv = 0.f;
@@ -348,14 +351,20 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
       for (int i = 0; i < 8; ++i) acc[h][i] *= corr;
       m[h] = mx;
     }
+    // LEAN: each score's weight without a test a score: from m, or from 0 where m is still -inf (every score of the
+    // lane's so far masked), so that a masked score's exp(-inf) is the test's 0 (the same bits)
+    float m0[GROUP];
+#pragma unroll
+    for (int h = 0; h < GROUP; ++h) m0[h] = LEAN && m[h] == -INFINITY ? 0.f : m[h];
 #pragma unroll
     for (int u = 0; u < N; ++u) {
       if (j0 + u * WARPS * KPW >= end) break;
       float v[8];
-      unpack8<T>(vr[u], v);
+      if constexpr (LEAN) widen8<T>(vr[u], v);
+      else unpack8<T>(vr[u], v);
 #pragma unroll
       for (int h = 0; h < GROUP; ++h) {
-        const float p = sc[h][u] == -INFINITY ? 0.f : __expf(sc[h][u] - m[h]);
+        const float p = LEAN ? __expf(sc[h][u] - m0[h]) : sc[h][u] == -INFINITY ? 0.f : __expf(sc[h][u] - m[h]);
         l[h] += p;
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[h][i] = fmaf(p, v[i], acc[h][i]);

@@ -157,6 +157,23 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float* out) {
   for (int i = 0; i < 8; ++i) out[i] = to_float<T>(v[i]);
 }
 
+// unpack8 with bf16 widened in one shift or one mask a value (nvcc's generic widening spends two on the odd ones;
+// graph mode's GEMV keeps unpack8: this one changed its register allocation there into spills). The persistent
+// GEMV's (ring.cuh) and attention_slice's LEAN.
+template <typename T>
+__device__ __forceinline__ void widen8(const uint4& raw, float* out) {
+  if constexpr (__is_same(T, __nv_bfloat16)) {
+    const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[2 * i] = __uint_as_float(w[i] << 16);
+      out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  } else {
+    unpack8<T>(raw, out);
+  }
+}
+
 // 8 floats narrowed to T and packed as one 16-byte load of them would read (unpack8's inverse).
 template <typename T>
 __device__ __forceinline__ uint4 pack8(const float* in) {

@@ -37,22 +37,6 @@ namespace kiec {
 // compute thread is done with it. Both sides count pages the same way (seq), so page seq sits in stage
 // seq % STAGES and is that stage's (seq / STAGES)-th use.
 
-// unpack8 with bf16 widened in one shift or one mask a value (nvcc's generic widening spends two on the odd ones;
-// graph mode keeps unpack8: this one changed its register allocation there into spills).
-template <typename T>
-__device__ __forceinline__ void widen8(const uint4& raw, float* out) {
-  if constexpr (__is_same(T, __nv_bfloat16)) {
-    const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      out[2 * i] = __uint_as_float(w[i] << 16);
-      out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
-  } else {
-    unpack8<T>(raw, out);
-  }
-}
-
 template <int STAGES_, int PAGE_>
 struct Ring {
   static constexpr int STAGES = STAGES_, PAGE = PAGE_;
