@@ -145,6 +145,9 @@ class TargetParams:
     # it waits for its inputs (persistent.cuh: attention_tile's EARLY_PASS; the same bits), so that their round trip
     # passes under the wait; the previous step's row and the new one are taken after it
     persist_attn_early_pass: int
+    # persistent: 1: attention's slice in fewer instructions a key, the same bits (attention.cuh: attention_slice's
+    # LEAN: the rows widened with widen8, each score's weight taken without a test of the score)
+    persist_attn_lean: int
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -504,7 +507,12 @@ TARGETS: dict[str, TargetParams] = {
                           # at 8192 0.909 / 0.910 vs 0.893 / 0.892 (+1.9%), short context and smollm2-135m the same
                           # (0.735 vs 0.734-0.737, 0.662 vs 0.662-0.663, 0.483 vs 0.482); off. With
                           # persist_attn_pipeline 0 it spills 512 B on llama-3.2-1b (ptxas: 8 keys held over the wait)
-                          persist_attn_early_pass=0),
+                          persist_attn_early_pass=0,
+                          # fewer instructions a key at 8192, where the slice's math, not its loads, sets its time
+                          # (bench/kv_slice.cu, 2026-12-03 twenty-seventh session: the slice 10.7 us, its loads alone
+                          # 4.8): 4,512 -> 4,240 SASS instructions in kv_slice.cu's pipelined slice (all of its code,
+                          # static count). Not timed yet: off
+                          persist_attn_lean=0),
 }
 
 

@@ -229,9 +229,13 @@ def test_early_rope_and_kv_first_compute_the_same_bits(tmp_path, monkeypatch, fa
 
 @pytest.mark.parametrize("family,window,min_keys,wide", [("llama", None, 512, True), ("mistral", 200, 128, True),
                                                          ("qwen3", None, 8, True), ("llama", None, 8, False)])
-def test_attention_early_pass_computes_the_same_bits(tmp_path, monkeypatch, family, window, min_keys, wide):
+@pytest.mark.parametrize("knob", ["persist_attn_early_pass", "persist_attn_lean"])
+def test_attention_early_pass_and_lean_compute_the_same_bits(tmp_path, monkeypatch, family, window, min_keys, wide,
+                                                             knob):
     # persist_attn_early_pass: a split's first K/V pass, its rows before the previous step's, loaded before the
-    # tile's wait; the previous step's row after it, the new row from shared memory. Heads 64 wide (a pass: 128 keys
+    # tile's wait; the previous step's row after it, the new row from shared memory. persist_attn_lean: the slice's
+    # rows widened with widen8 and each score's weight taken without a test of the score (masked slots in partial
+    # passes: the splits' last, the short ones). Heads 64 wide (a pass: 128 keys
     # with the pipeline), 600 positions: with 512 keys a split at least, splits of up to 4 passes where the previous
     # row and the new one are in the last; with 128 over a window of 200, the window's start moving; with 8, many
     # splits and the one-pass short splits, whose only pass holds both rows. Wide: the large models' fields (tags
@@ -241,9 +245,9 @@ def test_attention_early_pass_computes_the_same_bits(tmp_path, monkeypatch, fami
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384, **extra)
     fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
-    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_early_pass=1))
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, **{knob: 1}))
     tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / "variant" / "src" / "model.cu").read()).group(1)
-    assert tail.split(", ")[-1] == "true"  # (EARLY_PASS, the last template argument)
+    assert tail.split(", ")[-1] == "true"  # (EARLY_PASS or LEAN, the last template argument)
     tokens = np.random.default_rng(11).integers(0, model.config.vocab_size, size=600).tolist()
     assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
                           np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
@@ -477,6 +481,7 @@ TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
                  id="half-warps-untagged"),
     dict(persist_attn_early_rope=1), dict(persist_attn_kv_first=1, attn_min_keys=8),
     dict(persist_attn_early_pass=1), dict(persist_attn_early_pass=1, attn_min_keys=8),
+    dict(persist_attn_lean=1), dict(persist_attn_lean=1, attn_min_keys=8),
     dict(persist_probe_twice=3), dict(persist_probe_twice=6),
     pytest.param(dict(persist_tag_waits=1), id="tag_waits"),
     pytest.param(dict(persist_tag_waits=1, attn_min_keys=8), id="tag_waits-splits"),
@@ -534,7 +539,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "persist_walk_kept", "persist_page_pace_ns", "persist_page_pace_ahead_ns",
                          "persist_page_pace_ahead_from_pos",
                          "persist_pace_ref_gbps", "persist_reduce_batch", "persist_norm_in_warps",
-                         "persist_reduce_batch_head", "persist_attn_early_pass"}:
+                         "persist_reduce_batch_head", "persist_attn_early_pass",
+                         "persist_attn_lean"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)
