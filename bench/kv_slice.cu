@@ -52,7 +52,8 @@ constexpr int ROWS = (POS + 1) / SPLITS;  // 512 rows a split
 // the compute warps and a warpgroup whose first thread refills, their registers shared as the persistent kernel
 // shares them (persistent.cuh: STREAM_REGS, ComputeRegs; at the launch bounds' 168 the pipelined slice spilled 460 B)
 constexpr int THREADS = (WARPS + 4) * 32, REFILL_REGS = 40;
-constexpr int COMPUTE_REGS = (65536 / 32 - 4 * REFILL_REGS) / WARPS / 8 * 8 > 256 ? 256 : (65536 / 32 - 4 * REFILL_REGS) / WARPS / 8 * 8;
+constexpr int COMPUTE_REGS_FREE = (65536 / 32 - 4 * REFILL_REGS) / WARPS / 8 * 8;
+constexpr int COMPUTE_REGS = COMPUTE_REGS_FREE > 256 ? 256 : COMPUTE_REGS_FREE;  // (setmaxnreg's most)
 using R = kiec::Ring<12, 16 << 10>;
 using Smem = kiec::AttentionSmem<HEAD_DIM, GROUP, WARPS>;
 constexpr size_t LAYER_ELEMS = (size_t)2 * KV_HEADS * MAX_SEQ * HEAD_DIM;

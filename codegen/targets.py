@@ -268,7 +268,8 @@ TARGETS: dict[str, TargetParams] = {
                           # 2026-12-03 twenty-seventh session (ms, two rounds, bench/RESULTS.md): llama-3.2-1b at 8192
                           # 1000 ns from 2048 0.886 / 0.887, 700 ns 0.903 / 0.904 vs 0.894 / 0.893 (1000 ns on every
                           # position 0.884 / 0.887 vs 0.894 / 0.894); short context 0.740 / 0.740 vs 0.738 / 0.738
-                          # (the ahead pace's bookkeeping, compiled in). Off
+                          # (where the pace never applies: likely the ahead pace's bookkeeping, compiled in; not
+                          # isolated). Off
                           persist_page_pace_ahead_from_pos=0,
                           # L2 lookahead (on below a width of 1024, above) measured noise on 1B unpaced (0.741 vs
                           # 0.741, fifteenth session): its asks go out in a burst when the ring fills. Paced, on

@@ -208,8 +208,8 @@ struct QkvWords {
     }
   }
 };
-// LEAN: fewer instructions a key, the same bits (not yet in codegen: bench/kv_slice.cu times it first): the rows
-// widened with widen8, and each score's weight taken without a test of the score (the step's m0)
+// LEAN (persist_attn_lean; bench/kv_slice.cu times it): fewer instructions a key, the same bits: the rows widened
+// with widen8, and each score's weight taken without a test of the score (the step's m0)
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
           bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0, bool KV_FIRST = false,
           bool EARLY = false, bool LEAN = false, typename Marks = NoMarks>

@@ -23,7 +23,7 @@
 #define KIEC_PAGE_PACE_AHEAD_NS 0  // > 0: its pace 2+ instructions past the compute warps (persist_page_pace_ahead_ns)
 #endif
 #ifndef KIEC_PAGE_PACE_AHEAD_FROM
-#define KIEC_PAGE_PACE_AHEAD_FROM 0  // > 0: the ahead pace for positions from this one on (persist_page_pace_ahead_from_pos)
+#define KIEC_PAGE_PACE_AHEAD_FROM 0  // > 0: the ahead pace from this position on (persist_page_pace_ahead_from_pos)
 #endif
 #ifndef KIEC_ATTN_L2_HINT
 #define KIEC_ATTN_L2_HINT 0  // 2: the weight stream asks L2 for attention's cache rows (PageWalk::next)
