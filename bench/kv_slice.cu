@@ -11,6 +11,9 @@
 //   slice pipelined  as the persistent kernel runs it (persist_attn_pipeline: the next pass loads under this one)
 //   rows in L2       slice pipelined with every block on the same split's rows (L2 holds them after the first):
 //                    the slice's own time, HBM's share and latency left out (TB/s: as if the rows were distinct)
+//   tensor cores     mma_slice below: the scores and the weighted sum as bf16 mmas (q and the weights split in
+//                    two bf16 halves, so little is lost), its warps' states merged and compared with slice
+//                    pipelined's (the 8-warp, 512-row shape only: 64 rows a warp)
 //   lean             slice pipelined with attention_slice's LEAN (fewer instructions a key; its warp states are
 //                    compared with slice pipelined's bit for bit, on full passes only: every split here has 512 rows)
 //   loads only       the same rows loaded with the same 16-byte loads, every pass's at once, and summed (the
@@ -36,6 +39,7 @@
 #include <stdio.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -60,7 +64,119 @@ constexpr size_t LAYER_ELEMS = (size_t)2 * KV_HEADS * MAX_SEQ * HEAD_DIM;
 constexpr size_t REFILL_REGION = 1 << 20;  // a block's region for the refill's pages (at most 64 pages)
 constexpr int OUT_FLOATS = 2 * WARPS * GROUP + WARPS * GROUP * HEAD_DIM;  // a block's: sm.wm, sm.wl, sm.wo
 static_assert(OUT_FLOATS >= WARPS * 32, "loads only writes a float a thread");
-enum Mode { SLICE = 0, PIPELINED = 1, LOADS = 2, HOT = 3, LEAN = 4 };
+enum Mode { SLICE = 0, PIPELINED = 1, LOADS = 2, HOT = 3, LEAN = 4, MMA = 5 };
+
+// D += A B on the tensor cores: mma.m16n8k16, bf16 in, fp32 out (a: 4 registers of bf16 pairs, b: 2, d: 4 floats)
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Two floats as a bf16 pair (x the low half) and what rounding left of them as another.
+__device__ __forceinline__ void split_bf16(float x, float y, unsigned& hi, unsigned& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+  const __nv_bfloat162 l = __floats2bfloat162_rn(x - __low2float(h), y - __high2float(h));
+  hi = *reinterpret_cast<const unsigned*>(&h);
+  lo = *reinterpret_cast<const unsigned*>(&l);
+}
+
+// The slice on the tensor cores (MMA, a sketch for timing: full splits only, no softcap, no masking, head_dim 64,
+// 4 query heads). Warp w takes rows [lo + 64w, + 64). The scores: an mma's 16 rows are the 4 heads' q split in two
+// bf16 halves (rows 0-3 the rounded q, rows 8-11 what rounding left; the other rows 0), its 8 columns 8 keys, its k
+// 16 of the 64 dims: the dims are permuted so that lane t holds 32 contiguous bytes of key t / 4's row (dims
+// 16 (t % 4) ..), and q's fragments follow the same permutation. Lanes 0-15 then hold two scores each of head t / 4
+// (the two halves' rows summed), for keys 2 (t % 4) and + 1 of each 8. The weighted sum: the same lanes' weights
+// (again split in two halves, rows 0-3 and 8-11) are the A fragment of an mma over 16 keys as k, whose 8 columns are
+// 8 of the 64 dims, permuted so that lane t reads 16 contiguous bytes (dims 8 (t / 4) ..) of each of its 4 rows.
+// Writes the warps' (m, l, o) into sm as attention_slice does (their keys other than its warps': compare merged).
+__device__ __forceinline__ void mma_slice(Smem& sm, const float* qkv, const T* cache, const float* inv_freq, int g,
+                                          int lo) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, quad = lane & 3, grp = lane >> 2;
+  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32)
+    sm.qs[i / HEAD_DIM][i % HEAD_DIM] = qkv[g * GROUP * HEAD_DIM + i];
+  kiec::sync_block();
+  kiec::rope_inplace<ROTARY, false>(&sm.qs[0][0], GROUP, HEAD_DIM, inv_freq, POS, threadIdx.x, WARPS * 32);
+  kiec::sync_block();
+  const T* kc = kiec::k_rows<T, HEAD_DIM>(const_cast<T*>(cache), MAX_SEQ, g);
+  const T* vc = kiec::v_rows<T, HEAD_DIM>(const_cast<T*>(cache), KV_HEADS, MAX_SEQ, g);
+  const int base = lo + warp * 64;
+  uint4 kr[8][2], vr[4][4];  // every load of the warp's 64 rows at once
+#pragma unroll
+  for (int b = 0; b < 8; ++b)
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      kr[b][i] = *reinterpret_cast<const uint4*>(kc + (size_t)(base + 8 * b + grp) * HEAD_DIM + quad * 16 + i * 8);
+#pragma unroll
+  for (int c = 0; c < 4; ++c)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {  // rows 16c + 2 quad + (r & 1) + 8 (r >> 1)
+      const int row = base + 16 * c + 2 * quad + (r & 1) + 8 * (r >> 1);
+      vr[c][r] = *reinterpret_cast<const uint4*>(vc + (size_t)row * HEAD_DIM + grp * 8);
+    }
+  // q's fragments: lane t < 16 holds head t / 4's dims 16 (t % 4) + [0, 16) (scaled), as 8 pairs, rounded and rest
+  unsigned qh[8] = {}, ql[8] = {};
+  if (lane < 16) {
+    const float* q = &sm.qs[grp][quad * 16];
+#pragma unroll
+    for (int w = 0; w < 8; ++w) split_bf16(q[2 * w] * 0.125f, q[2 * w + 1] * 0.125f, qh[w], ql[w]);
+  }
+  float sc[8][2];  // (lanes 0-15) head grp's scores of keys 8b + 2 quad + {0, 1}
+#pragma unroll
+  for (int b = 0; b < 8; ++b) {
+    const unsigned* kw = reinterpret_cast<const unsigned*>(&kr[b][0]);  // 8 words: dims 16 quad + [0, 16)
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const unsigned a[4] = {qh[2 * s], ql[2 * s], qh[2 * s + 1], ql[2 * s + 1]};
+      mma_bf16(d, a, kw[2 * s], kw[2 * s + 1]);
+    }
+    sc[b][0] = d[0] + d[2];
+    sc[b][1] = d[1] + d[3];
+  }
+  float m = -INFINITY;
+#pragma unroll
+  for (int b = 0; b < 8; ++b) m = fmaxf(m, fmaxf(sc[b][0], sc[b][1]));
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+  float l = 0.f, o[8][4] = {};
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    float p[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      p[i] = __expf(sc[2 * c + (i >> 1)][i & 1] - m);
+      l += p[i];
+    }
+    unsigned a[4];  // rows 0-3: the weights rounded, rows 8-11: the rest; k: keys 2 quad + {0, 1}, then + 8
+    split_bf16(p[0], p[1], a[0], a[1]);
+    split_bf16(p[2], p[3], a[2], a[3]);
+    if (lane >= 16) a[0] = a[1] = a[2] = a[3] = 0u;
+    const unsigned* v0 = reinterpret_cast<const unsigned*>(&vr[c][0]);
+    const unsigned* v1 = reinterpret_cast<const unsigned*>(&vr[c][1]);
+    const unsigned* v2 = reinterpret_cast<const unsigned*>(&vr[c][2]);
+    const unsigned* v3 = reinterpret_cast<const unsigned*>(&vr[c][3]);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {  // dim 8 grp + j of the two rows a k pair holds
+      const unsigned sel = (j & 1) ? 0x7632u : 0x5410u;
+      mma_bf16(o[j], a, __byte_perm(v0[j >> 1], v1[j >> 1], sel), __byte_perm(v2[j >> 1], v3[j >> 1], sel));
+    }
+  }
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  if (lane < 16) {
+    if (quad == 0) {
+      sm.wm[warp][grp] = m;
+      sm.wl[warp][grp] = l;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {  // columns 2 quad + {0, 1}: dims 8 (2 quad + e) + j
+      sm.wo[warp][grp][8 * (2 * quad) + j] = o[j][0] + o[j][2];
+      sm.wo[warp][grp][8 * (2 * quad + 1) + j] = o[j][1] + o[j][3];
+    }
+  }
+  kiec::sync_block();
+}
 
 // Block b: split b / KV_HEADS of KV head b % KV_HEADS; ns[2b], ns[2b + 1]: its start and end.
 template <Mode MODE>
@@ -101,6 +217,10 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
       for (int u = 0; u < U; ++u) x ^= p[i].k[u].x ^ p[i].k[u].w ^ p[i].v[u].y ^ p[i].v[u].z;
     out[blockIdx.x * OUT_FLOATS + threadIdx.x] = (float)x;
+  } else if constexpr (MODE == MMA) {
+    mma_slice(sm, qkv, cache, inv_freq, g, lo);
+    const float* st = &sm.wm[0][0];
+    for (int i = threadIdx.x; i < OUT_FLOATS; i += WARPS * 32) out[blockIdx.x * OUT_FLOATS + i] = st[i];
   } else {
     kiec::attention_slice<T, HEAD_DIM, GROUP, ROTARY, false, false, WARPS, U, false, MODE != SLICE, false, 0, false,
                           false, MODE == LEAN>(
@@ -141,6 +261,26 @@ void run(const char* name, int refill_pages, const float* qkv, T* cache, const f
   printf("%-28s %9.2f %9.2f %9.2f %8.2f\n", name, us[0], med, us[us.size() - 1], bytes / (med * 1e-6) / 1e12);
 }
 
+// Each block's warp states (OUT_FLOATS: sm.wm, sm.wl, sm.wo) merged into its heads' outputs, o / l.
+std::vector<double> merged(const std::vector<float>& st) {
+  std::vector<double> o;
+  for (int b = 0; b < KV_HEADS * SPLITS; ++b) {
+    const float *wm = &st[(size_t)b * OUT_FLOATS], *wl = wm + WARPS * GROUP, *wo = wl + WARPS * GROUP;
+    for (int h = 0; h < GROUP; ++h) {
+      double mx = -INFINITY, l = 0.0;
+      for (int w = 0; w < WARPS; ++w) mx = std::max(mx, (double)wm[w * GROUP + h]);
+      std::vector<double> acc(HEAD_DIM, 0.0);
+      for (int w = 0; w < WARPS; ++w) {
+        const double c = std::exp(wm[w * GROUP + h] - mx);
+        l += wl[w * GROUP + h] * c;
+        for (int d = 0; d < HEAD_DIM; ++d) acc[d] += wo[(w * GROUP + h) * HEAD_DIM + d] * c;
+      }
+      for (int d = 0; d < HEAD_DIM; ++d) o.push_back(acc[d] / l);
+    }
+  }
+  return o;
+}
+
 __global__ void fill(T* p, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
     p[i] = __float2bfloat16(0.01f * (float)((i * 2654435761u) % 199) - 1.f);
@@ -179,6 +319,17 @@ int main() {
   CHECK(cudaMemcpy(got.data(), out, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
   printf("  lean: %s bits as the slice pipelined (every block's warp states, the last layer)\n",
          memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0 ? "the same" : "OTHER");
+  if (HEAD_DIM == 64 && GROUP == 4 && ROWS % (WARPS * 64) == 0) {  // (mma_slice's shape: 64 rows a warp)
+    run<MMA>("slice on the tensor cores", 0, qkv, cache, inv_freq, refill, out, ns);
+    CHECK(cudaMemcpy(got.data(), out, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    const std::vector<double> a = merged(want), b = merged(got);
+    double err = 0.0, top = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      err = std::max(err, std::fabs(a[i] - b[i]));
+      top = std::max(top, std::fabs(a[i]));
+    }
+    printf("  tensor cores: the heads' outputs within %.2e of the slice pipelined's (largest |o| %.3f)\n", err, top);
+  }
   run<LOADS>("loads only", 0, qkv, cache, inv_freq, refill, out, ns);
   run<HOT>("slice pipelined, rows in L2", 0, qkv, cache, inv_freq, refill, out, ns);
   run<PIPELINED>("slice pipelined + refill 6", 6, qkv, cache, inv_freq, refill, out, ns);
