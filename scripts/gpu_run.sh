@@ -120,7 +120,7 @@ if [ -n "${ACQUIRE:-}" ]; then
   bench_build acquire_pipeline acquire_pipeline && timeout 60 /tmp/acquire_pipeline 2>&1 | tee "$OUT/acquire_pipeline.txt"
 fi
 # KVSLICE=1: how fast attention's long-context slice (llama-3.2-1b's at 8192) reads its K/V rows, as graph mode and the
-# persistent kernel run it and as bare loads, alone and beside a ring refill (bench/kv_slice.cu)
+# persistent kernel run it, lean, on the tensor cores and as bare loads, alone and beside a ring refill (bench/kv_slice.cu)
 # (KVSLICE="W,U ...": those compute warps and keys a pass, each its own build; 1: 8,8 8,4 12,4)
 if [ -n "${KVSLICE:-}" ]; then
   shapes=$KVSLICE; [ "$shapes" = 1 ] && shapes="8,8 8,4 12,4"
