@@ -1,12 +1,12 @@
 // How fast attention's long-context slice reads its K/V rows, alone on the GPU and beside a weight refill. At 8192
 // llama-3.2-1b's attention costs the token ~15 us a layer (bench/RESULTS.md, 2026-12-02 twenty-fourth session: the
-// idle probe) for 16.8 MB of cache rows, 3.6 us at the read ceiling; the split's slice alone took ~10 us in the trace,
-// and graph mode's attention kernel, with nothing else running, 15.7 us at 8192 against 4.8 at 32 (kiec bench's
-// kernel table, 2026-12-03). Pacing the ring's refill behind the splits' loads won ~1% (the same session). This
-// times the slice itself: 128 blocks (8 KV heads x 16 splits, one block of 8 warps an SM, llama-3.2-1b's shape:
-// head_dim 64, 4 query heads a KV head) each run kiec::attention_slice over its 512 rows at position 8191 of a
-// 16-layer cache (268 MB, more than L2 holds), one launch a layer, each launch's span from its first block's start to
-// its last block's end (%globaltimer), median over the launches:
+// idle probe) for 16.8 MB of cache rows, 3.6 us at the read ceiling (arithmetic); the split's slice alone took ~10
+// us in the trace, and graph mode's attention kernel, with nothing else running, 15.7 us at 8192 against 4.8 at 32
+// (kiec bench's kernel table, 2026-12-03). Pacing the ring's refill behind the splits' loads won ~1% (the same
+// session). This times the slice itself: 128 blocks (8 KV heads x 16 splits, one block of 8 warps an SM,
+// llama-3.2-1b's shape: head_dim 64, 4 query heads a KV head) each run kiec::attention_slice over its 512 rows at
+// position 8191 of a 16-layer cache (268 MB, more than L2 holds), one launch a layer, each launch's span from its
+// first block's start to its last block's end (%globaltimer), median over the launches:
 //   slice            attention_slice as graph mode runs it (a pass's loads, then its math, pass after pass)
 //   slice pipelined  as the persistent kernel runs it (persist_attn_pipeline: the next pass loads under this one)
 //   rows in L2       slice pipelined with every block on the same split's rows (L2 holds them after the first):
@@ -54,7 +54,8 @@ constexpr int HEAD_DIM = 64, GROUP = 4, ROTARY = 64, WARPS = KV_WARPS, U = KV_U,
 constexpr int POS = 8191, MAX_SEQ = 8192, LAYERS = 16, ROUNDS = 8;
 constexpr int ROWS = (POS + 1) / SPLITS;  // 512 rows a split
 // the compute warps and a warpgroup whose first thread refills, their registers shared as the persistent kernel
-// shares them (persistent.cuh: STREAM_REGS, ComputeRegs; at the launch bounds' 168 the pipelined slice spilled 460 B)
+// shares them (persistent.cuh: STREAM_REGS, ComputeRegs; at the launch bounds' 168 the pipelined slice spilled 460 B,
+// ptxas -v)
 constexpr int THREADS = (WARPS + 4) * 32, REFILL_REGS = 40;
 constexpr int COMPUTE_REGS_FREE = (65536 / 32 - 4 * REFILL_REGS) / WARPS / 8 * 8;
 constexpr int COMPUTE_REGS = COMPUTE_REGS_FREE > 256 ? 256 : COMPUTE_REGS_FREE;  // (setmaxnreg's most)
@@ -66,19 +67,10 @@ constexpr int OUT_FLOATS = 2 * WARPS * GROUP + WARPS * GROUP * HEAD_DIM;  // a b
 static_assert(OUT_FLOATS >= WARPS * 32, "loads only writes a float a thread");
 enum Mode { SLICE = 0, PIPELINED = 1, LOADS = 2, HOT = 3, LEAN = 4, MMA = 5 };
 
-// D += A B on the tensor cores: mma.m16n8k16, bf16 in, fp32 out (a: 4 registers of bf16 pairs, b: 2, d: 4 floats)
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-               "{%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// Two floats as a bf16 pair (x the low half) and what rounding left of them as another.
+// Two floats as a bf16 pair (x the low half: pack_bf16) and what rounding left of them as another.
 __device__ __forceinline__ void split_bf16(float x, float y, unsigned& hi, unsigned& lo) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
-  const __nv_bfloat162 l = __floats2bfloat162_rn(x - __low2float(h), y - __high2float(h));
-  hi = *reinterpret_cast<const unsigned*>(&h);
-  lo = *reinterpret_cast<const unsigned*>(&l);
+  hi = pack_bf16(x, y);
+  lo = pack_bf16(x - __uint_as_float(hi << 16), y - __uint_as_float(hi & 0xffff0000u));
 }
 
 // The slice on the tensor cores (MMA, a sketch for timing: full splits only, no softcap, no masking, head_dim 64,
@@ -217,15 +209,14 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
       for (int u = 0; u < U; ++u) x ^= p[i].k[u].x ^ p[i].k[u].w ^ p[i].v[u].y ^ p[i].v[u].z;
     out[blockIdx.x * OUT_FLOATS + threadIdx.x] = (float)x;
-  } else if constexpr (MODE == MMA) {
-    mma_slice(sm, qkv, cache, inv_freq, g, lo);
-    const float* st = &sm.wm[0][0];
-    for (int i = threadIdx.x; i < OUT_FLOATS; i += WARPS * 32) out[blockIdx.x * OUT_FLOATS + i] = st[i];
   } else {
-    kiec::attention_slice<T, HEAD_DIM, GROUP, ROTARY, false, false, WARPS, U, false, MODE != SLICE, false, 0, false,
-                          false, MODE == LEAN>(
-        sm, qkv, cache, KV_HEADS, MAX_SEQ, inv_freq, nullptr, nullptr, 1e-5f, 0.125f, 0.f, g, POS, lo, hi);
-    // the warps' states as the tile's merge would read them (what `same bits` compares)
+    if constexpr (MODE == MMA)
+      mma_slice(sm, qkv, cache, inv_freq, g, lo);
+    else
+      kiec::attention_slice<T, HEAD_DIM, GROUP, ROTARY, false, false, WARPS, U, false, MODE != SLICE, false, 0,
+                            false, false, MODE == LEAN>(
+          sm, qkv, cache, KV_HEADS, MAX_SEQ, inv_freq, nullptr, nullptr, 1e-5f, 0.125f, 0.f, g, POS, lo, hi);
+    // the warps' states as the tile's merge would read them (what `same bits` and the tensor cores' check compare)
     const float* st = &sm.wm[0][0];
     for (int i = threadIdx.x; i < OUT_FLOATS; i += WARPS * 32) out[blockIdx.x * OUT_FLOATS + i] = st[i];
   }

@@ -31,18 +31,6 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned addr, unsigned (&a)[4]) {
                : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3]) : "r"(addr));
 }
 
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-               "{%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ unsigned pack_bf16(float lo_half, float hi_half) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo_half, hi_half);
-  return *reinterpret_cast<const unsigned*>(&v);
-}
-
 // x[k] for the benchmark (finite, varied, some negative)
 __host__ __device__ __forceinline__ float made_x(int k) { return 0.5f + 0.37f * sinf(0.1f * k) - 1e-4f * k; }
 
