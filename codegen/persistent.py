@@ -178,6 +178,21 @@ class _PersistentEmitter(_Emitter):
         keys = self.t.persist_attn_keys or max(1, self.t.attn_unroll(group) * self.t.attn_warps // self.warps)
         return max(1, keys // 2) if self.t.persist_attn_pipeline else keys
 
+    def mma_keys(self, k: AttentionKernel) -> int:
+        """Rows a warp a pass of attention's passes on the tensor cores (persist_attn_mma), or 0 where the slice
+        keeps its FMA passes: a cache other than bf16 / fp16, head_dim other than 64, more than 8 query heads a KV
+        head, or rows loaded ahead of the new one's write (persist_attn_early_pass, persist_attn_kv_first where a
+        short pass runs). mma_passes takes head_dim 128 too, but qwen3-1.7b's kernel then spills 608 bytes at 16
+        rows a pass (scripts/ptxas.py, 2026-12-03: two passes' rows and 64 accumulators a lane), so 64 only."""
+        keys, t, group = self.t.persist_attn_mma, self.t, k.n_heads // k.kv_heads
+        if keys not in (0, 16, 32):
+            raise ValueError(f"persist_attn_mma {keys}: rows a warp a pass, 0 (off), 16 or 32 (attention.cuh: mma_passes)")
+        short = 0 < t.persist_attn_short_keys < self.attn_keys(group)
+        if (not keys or self.ctype not in ("__nv_bfloat16", "__half") or k.head_dim != 64 or group > 8
+                or t.persist_attn_early_pass or (t.persist_attn_kv_first and short)):
+            return 0
+        return keys
+
     def _case(self, body: str, **desc) -> None:
         if body not in self.cases:
             self.cases.append(body)
@@ -281,9 +296,9 @@ class _PersistentEmitter(_Emitter):
                                bool(t.persist_attn_early_rope), bool(t.persist_attn_kv_first and short),
                                t.persist_attn_owner_merges, bool(t.persist_attn_newest_first),
                                bool(t.persist_probe_attention_idle), self.combine_staged(k),
-                               bool(t.persist_attn_early_pass), bool(t.persist_attn_lean)],
-                              # TAGGED .. LEAN
-                              [False, False, True, 0, False, False, 0, False, False, False, False, False])
+                               bool(t.persist_attn_early_pass), bool(t.persist_attn_lean), self.mma_keys(k)],
+                              # TAGGED .. LEAN, MMA_KEYS
+                              [False, False, True, 0, False, False, 0, False, False, False, False, False, 0])
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",

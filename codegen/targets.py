@@ -148,6 +148,12 @@ class TargetParams:
     # persistent: 1: attention's slice in fewer instructions a key, the same bits (attention.cuh: attention_slice's
     # LEAN: the rows widened with widen8, each score's weight taken without a test of the score)
     persist_attn_lean: int
+    # persistent: attention's passes on the tensor cores, this many rows a warp a pass (16 or 32; 0: the FMA passes).
+    # m16n8k16 mmas with q and the weights split in two halves of the cache's type (attention.cuh: mma_passes): not
+    # the FMA passes' bits. Only where the slice allows it (codegen/persistent.py: mma_keys): head_dim 64, at most
+    # 8 query heads a KV head, the short pass's rows and the early pass not loaded ahead (persist_attn_kv_first,
+    # persist_attn_early_pass). 32 spills 140 bytes in llama-3.2-1b's kernel, 16 none (scripts/ptxas.py)
+    persist_attn_mma: int
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -513,7 +519,9 @@ TARGETS: dict[str, TargetParams] = {
                           # (bench/kv_slice.cu, 2026-12-03 twenty-seventh session: the slice 10.7 us, its loads alone
                           # 4.8): 4,512 -> 4,240 SASS instructions in kv_slice.cu's pipelined slice (all of its code,
                           # static count). Not timed yet: off
-                          persist_attn_lean=0),
+                          persist_attn_lean=0,
+                          # not timed yet: off
+                          persist_attn_mma=0),
 }
 
 

@@ -766,6 +766,41 @@ def test_dot_half_warps_takes_the_gemvs_that_give_a_warp_several_items(tmp_path,
         kiec.compile(model, str(tmp_path / f"art{len(change)}"), mode="persistent")
 
 
+def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path, monkeypatch):
+    # persist_attn_mma: attention_tile's MMA_KEYS (its 23rd template argument) where heads are 64 wide and at most 8
+    # query heads share a KV head (2 and 4 here); the FMA passes (no argument) with heads 128 or 16 wide, with 9 query
+    # heads a KV head, with the early pass; a value other than 0, 16 or 32 is refused by name. The kernel builds
+    # (nvcc) with 16 rows a pass
+    import dataclasses
+    import re
+
+    from kiec.build import emit_sources
+    from kiec.codegen import targets
+
+    def mma(name, family="llama", change=None, **shape):
+        make_tiny_hf(tmp_path / name, family, **shape)
+        model = kiec.load(str(tmp_path / name), dtype="bf16")
+        t = dataclasses.replace(targets.TARGETS["sm_90"], **(change or dict(persist_attn_mma=16)))
+        text = emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
+        args = re.search(r"attention_tile<([^>]*)>", text).group(1).split(", ")
+        return model, int(args[22]) if len(args) > 22 else 0
+
+    wide = dict(hidden_size=256, intermediate_size=384)
+    model, keys = mma("g2", **wide)
+    assert keys == 16
+    assert mma("g4", num_key_value_heads=1, **wide)[1] == 16
+    assert mma("g2-32", change=dict(persist_attn_mma=32), **wide)[1] == 32
+    assert mma("off", change=dict(persist_attn_mma=0), **wide)[1] == 0
+    assert mma("h128", "qwen3", head_dim=128, **wide)[1] == 0
+    assert mma("h16")[1] == 0  # (the tiny model's heads: 64 / 4)
+    assert mma("g9", hidden_size=576, intermediate_size=384, num_attention_heads=9, num_key_value_heads=1)[1] == 0
+    assert mma("early", change=dict(persist_attn_mma=16, persist_attn_early_pass=1), **wide)[1] == 0
+    with pytest.raises(kiec.KiecError, match="persist_attn_mma 24: rows a warp a pass"):
+        mma("bad", change=dict(persist_attn_mma=24), **wide)
+    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_attn_mma=16))
+    kiec.compile(model, str(tmp_path / "art"), mode="persistent")
+
+
 def test_reduce_batch_head_takes_the_lm_head_alone(tmp_path):
     # persist_reduce_batch_head: the LM head's tiles (the argmax GEMV) sum their items over the warp in batches of
     # its own; the other GEMVs keep the table's persist_reduce_batch (KIEC_REDUCE_BATCH); a batch warp_sum_batch cannot

@@ -254,6 +254,36 @@ def test_attention_early_pass_and_lean_compute_the_same_bits(tmp_path, monkeypat
     assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
 
 
+@pytest.mark.parametrize("family,window,min_keys,wide,kv_heads", [
+    ("llama", None, 512, True, 2), ("mistral", 200, 128, True, 2), ("llama", None, 8, True, 1),
+    ("llama", None, 8, False, 2)])
+@pytest.mark.parametrize("keys", [16, 32])
+def test_attention_on_tensor_cores_within_budget_of_the_fma_passes(tmp_path, monkeypatch, family, window, min_keys,
+                                                                    wide, kv_heads, keys):
+    # persist_attn_mma: the slice's passes as mmas (q and the weights split in two bf16 halves), heads 64 wide, 2 or
+    # 4 query heads a KV head, 600 positions: a split's last pass cut short at every length (rows past its end zeros
+    # and masked), with 512 keys a split at least up to 2 splits of many passes; a window of 200 whose start moves;
+    # with 8 keys, many splits of one pass or less and warps with no rows; a narrow model's fields (owner merges,
+    # newest first, untagged). Logits within the interpreter's budget, within 1e-3 of the largest of the FMA
+    # passes' (their bits differ: 16 significant bits of q and the weights), and one launch's greedy tokens a
+    # step-by-step run's
+    extra = {"sliding_window": window} if window else {}
+    model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384,
+                      num_key_value_heads=kv_heads, **extra)
+    fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys)
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
+    art = compile_variant(model, tmp_path, monkeypatch, persist_attn_mma=keys)
+    tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / "variant" / "src" / "model.cu").read()).group(1)
+    assert tail.split(", ")[22] == str(keys)  # (MMA_KEYS)
+    eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=600)
+    budget_check(ours, r32, r16, f"persist_attn_mma={keys} {family}: logits over 600 positions")
+    fma = np.stack([base.step(t, p) for p, t in enumerate(tokens)])
+    err = np.abs(ours - fma)
+    worst = np.unravel_index(err.argmax(), err.shape)
+    assert err.max() <= 1e-3 * np.abs(fma).max(), f"{err.max():.3g} from the FMA passes' logits at {worst}"
+    assert eng.generate(tokens[:300], 40) == stepped_greedy(eng, tokens[:300], 40)
+
+
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 0.9), (0.7, 1.0), (60.0, 0.5)])
 def test_device_draw_is_kiec_sampling_over_its_own_logits(tmp_path, temperature, top_p):
     # vocabulary 4096: at temperature 60 the distribution is flat, more than 1,024 tokens are candidates and

@@ -208,11 +208,192 @@ struct QkvWords {
     }
   }
 };
+// ---- the slice on the tensor cores (persist_attn_mma; bench/kv_slice.cu's mma_slice timed the idea first)
+
+// Two floats as one register of a T pair, the first in the low half (an mma operand's element order), and each
+// half widened back.
+template <typename T>
+__device__ __forceinline__ unsigned pack_pair(float lo_half, float hi_half) {
+  if constexpr (__is_same(T, __nv_bfloat16)) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo_half, hi_half);
+    return *reinterpret_cast<const unsigned*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo_half, hi_half);
+    return *reinterpret_cast<const unsigned*>(&v);
+  }
+}
+template <typename T>
+__device__ __forceinline__ float low_of(unsigned w) {
+  if constexpr (__is_same(T, __nv_bfloat16)) return __uint_as_float(w << 16);
+  else return __half2float(__ushort_as_half((unsigned short)(w & 0xffffu)));
+}
+template <typename T>
+__device__ __forceinline__ float high_of(unsigned w) {
+  if constexpr (__is_same(T, __nv_bfloat16)) return __uint_as_float(w & 0xffff0000u);
+  else return __half2float(__ushort_as_half((unsigned short)(w >> 16)));
+}
+// x and y as a rounded pair (hi) and what rounding left of them as another (lo): x = hi + lo to 16 significant bits
+// with bf16 (22 with fp16)
+template <typename T>
+__device__ __forceinline__ void split_pair(float x, float y, unsigned& hi, unsigned& lo) {
+  hi = pack_pair<T>(x, y);
+  lo = pack_pair<T>(x - low_of<T>(hi), y - high_of<T>(hi));
+}
+// d += a b, m16n8k16 with T operands and fp32 accumulators
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  if constexpr (__is_same(T, __nv_bfloat16))
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A warp's pass on the tensor cores: KEYS rows from j0 (16 a chunk), each lane's share of them as the mmas take it
+// (lane t: group t / 4, quad t % 4). K, for each 8 rows b: row j0 + 8b + group, its HEAD_DIM / 4 dims from
+// HEAD_DIM / 4 * quad; V, for each 16 rows c: rows j0 + 16c + 2 quad + {0, 1, 8, 9}, their HEAD_DIM / 8 dims from
+// HEAD_DIM / 8 * group. Rows from `hi` on are zeros (never loaded).
+template <typename T, int HEAD_DIM, int KEYS>
+struct MmaPass {
+  static_assert(HEAD_DIM % 64 == 0 && KEYS % 16 == 0, "the tensor cores' slice: head_dim 64 or 128, 16 keys a chunk");
+  static constexpr int C = KEYS / 16, KW = HEAD_DIM / 32, VW = HEAD_DIM / 64;  // chunks; uint4s of a K, a V row
+  uint4 k[2 * C][KW], v[C][4][VW];
+  __device__ __forceinline__ void load(const T* kc, const T* vc, int j0, int hi) {
+    const int lane = threadIdx.x & 31, quad = lane & 3, grp = lane >> 2;
+#pragma unroll
+    for (int b = 0; b < 2 * C; ++b) {
+      const int j = j0 + 8 * b + grp;
+#pragma unroll
+      for (int w = 0; w < KW; ++w)
+        k[b][w] = j < hi ? *reinterpret_cast<const uint4*>(kc + (size_t)j * HEAD_DIM + quad * (HEAD_DIM / 4) + 8 * w)
+                         : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int j = j0 + 16 * c + 2 * quad + (r & 1) + 8 * (r >> 1);
+#pragma unroll
+        for (int w = 0; w < VW; ++w)
+          v[c][r][w] = j < hi ? *reinterpret_cast<const uint4*>(vc + (size_t)j * HEAD_DIM + grp * (HEAD_DIM / 8) +
+                                                                8 * w)
+                              : make_uint4(0, 0, 0, 0);
+      }
+  }
+};
+
+// Rows [lo, hi) of a slice on the tensor cores (persist_attn_mma), q (normed, rotated) in sm.qs: each warp's (m, l,
+// o) into sm as attention_slice's FMA passes leave them (the same merge follows). Warp w's passes take KEYS rows from
+// lo + KEYS w, WARPS KEYS apart, the next pass's rows loaded while one computes. The scores: A's 16 rows are the
+// group's q (scaled) split in two T halves, row h the rounded q of head h, row 8 + h what rounding left (GROUP <= 8;
+// rows of no head are zeros); B's 8 columns 8 keys, its k 16 dims of the head, permuted so that each lane's K share
+// (MmaPass) is contiguous, q's fragments permuted alike. Lane t then holds, for head t / 4, the two halves' sums for
+// keys 2 (t % 4) + {0, 1} of each 8. The weighted sum: those weights, split in two halves likewise, are A of an mma
+// over 16 keys as its k, whose 8 columns are 8 of the head's dims (lane t's columns dims HEAD_DIM / 8 * (t / 4) +
+// j, mma j). Not the FMA passes' bits: q and the weights carry 16 of fp32's 24 significant bits with bf16, K and V
+// exactly.
+template <typename T, int HEAD_DIM, int GROUP, int WARPS, int KEYS, bool SOFTCAP>
+__device__ __forceinline__ void mma_passes(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const T* kc, const T* vc,
+                                           float scale, float softcap, int lo, int hi) {
+  static_assert(GROUP <= 8, "the tensor cores' slice: at most 8 query heads a KV head (16 rows: two halves)");
+  using Pass = MmaPass<T, HEAD_DIM, KEYS>;
+  constexpr int C = Pass::C, DQ = HEAD_DIM / 4, DV = HEAD_DIM / 8, STEP = WARPS * KEYS;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, quad = lane & 3, grp = lane >> 2;
+  unsigned qh[DQ / 2] = {}, ql[DQ / 2] = {};  // head grp's dims DQ quad + [0, DQ), as pairs, rounded and the rest
+  if (grp < GROUP) {
+    const float* q = &sm.qs[grp][quad * DQ];
+#pragma unroll
+    for (int w = 0; w < DQ / 2; ++w) split_pair<T>(q[2 * w] * scale, q[2 * w + 1] * scale, qh[w], ql[w]);
+  }
+  float m = -INFINITY, l = 0.f, o[DV][4] = {};
+  auto step = [&](const Pass& p, int j0) {
+    float sc[2 * C][2];  // keys j0 + 8b + 2 quad + e
+#pragma unroll
+    for (int b = 0; b < 2 * C; ++b) {
+      const unsigned* kw = reinterpret_cast<const unsigned*>(&p.k[b][0]);
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int s = 0; s < HEAD_DIM / 16; ++s) {
+        const unsigned a[4] = {qh[2 * s], ql[2 * s], qh[2 * s + 1], ql[2 * s + 1]};
+        mma_16816<T>(d, a, kw[2 * s], kw[2 * s + 1]);
+      }
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float sv = d[e] + d[2 + e];
+        if (SOFTCAP && softcap > 0.f) sv = softcap * tanhf(sv / softcap);
+        sc[b][e] = j0 + 8 * b + 2 * quad + e < hi ? sv : -INFINITY;
+      }
+    }
+    float mx = m;
+#pragma unroll
+    for (int b = 0; b < 2 * C; ++b) mx = fmaxf(mx, fmaxf(sc[b][0], sc[b][1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));  // finite: the pass's first row is below hi
+    const float corr = __expf(m - mx);  // (m = -inf: 0, and l and o are still 0)
+    l *= corr;
+#pragma unroll
+    for (int j = 0; j < DV; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[j][e] *= corr;
+    m = mx;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      float w[4];  // keys 16c + 2 quad + {0, 1, 8, 9}: the mma's k 2 quad + {0, 1}, then + 8
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        w[i] = __expf(sc[2 * c + (i >> 1)][i & 1] - m);
+        l += w[i];
+      }
+      unsigned a[4];  // rows grp: the weights rounded; rows 8 + grp: the rest
+      split_pair<T>(w[0], w[1], a[0], a[1]);
+      split_pair<T>(w[2], w[3], a[2], a[3]);
+      const unsigned* v0 = reinterpret_cast<const unsigned*>(&p.v[c][0][0]);
+      const unsigned* v1 = reinterpret_cast<const unsigned*>(&p.v[c][1][0]);
+      const unsigned* v2 = reinterpret_cast<const unsigned*>(&p.v[c][2][0]);
+      const unsigned* v3 = reinterpret_cast<const unsigned*>(&p.v[c][3][0]);
+#pragma unroll
+      for (int j = 0; j < DV; ++j) {  // dim DV grp + j of the rows a k pair holds
+        const unsigned sel = (j & 1) ? 0x7632u : 0x5410u;
+        mma_16816<T>(o[j], a, __byte_perm(v0[j >> 1], v1[j >> 1], sel), __byte_perm(v2[j >> 1], v3[j >> 1], sel));
+      }
+    }
+  };
+  int j0 = lo + warp * KEYS;
+  Pass cur;
+  if (j0 < hi) cur.load(kc, vc, j0, hi);
+  for (; j0 < hi; j0 += STEP) {  // (warp-uniform: the mmas and shuffles run on all lanes or none)
+    Pass next;
+    if (j0 + STEP < hi) next.load(kc, vc, j0 + STEP, hi);  // in flight while this pass computes
+    step(cur, j0);
+    cur = next;
+  }
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  if (grp < GROUP) {
+    if (quad == 0) {
+      sm.wm[warp][grp] = m;
+      sm.wl[warp][grp] = l;
+    }
+#pragma unroll
+    for (int j = 0; j < DV; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) sm.wo[warp][grp][DV * (2 * quad + e) + j] = o[j][e] + o[j][2 + e];
+  }
+  sync_block();
+}
+
 // LEAN (persist_attn_lean; bench/kv_slice.cu times it): fewer instructions a key, the same bits: the rows widened
 // with widen8, and each score's weight taken without a test of the score (the step's m0)
+// MMA_KEYS (persist_attn_mma): the passes on the tensor cores, MMA_KEYS rows a warp a pass (mma_passes; not the FMA
+// passes' bits)
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
           bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0, bool KV_FIRST = false,
-          bool EARLY = false, bool LEAN = false, typename Marks = NoMarks>
+          bool EARLY = false, bool LEAN = false, int MMA_KEYS = 0, typename Marks = NoMarks>
 __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,
                                                 int kv_heads, int max_seq, const float* inv_freq, const T* q_norm_w,
                                                 const T* k_norm_w, float norm_eps, float scale, float softcap, int g,
@@ -299,6 +480,12 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   sync_block();  // the new row is visible to this block (plain loads below, not the read-only path)
   if (EARLY && owns_pos) head.put_row(lo + warp * KPW, pos, sm.kn, sm.vn);
   mark(0);
+  if constexpr (MMA_KEYS > 0) {  // (the passes on the tensor cores: their own loads, layout and merge of a warp)
+    static_assert(!KV_FIRST && !EARLY, "the tensor cores' slice loads its rows after the new one's write");
+    mma_passes<T, HEAD_DIM, GROUP, WARPS, MMA_KEYS, SOFTCAP>(sm, kc, vc, scale, softcap, lo, hi);
+    mark(1);
+    return;
+  }
 
   const int sub = lane / LPK, part = lane % LPK;
   float q[GROUP][8], acc[GROUP][8], m[GROUP], l[GROUP];
