@@ -520,7 +520,9 @@ TARGETS: dict[str, TargetParams] = {
                           # 4.8): 4,512 -> 4,240 SASS instructions in kv_slice.cu's pipelined slice (all of its code,
                           # static count). Not timed yet: off
                           persist_attn_lean=0,
-                          # not timed yet: off
+                          # timed 2026-12-03 (9d8a5ad, variants.py, bench/results/2026-12-03c): 16 rows 3.3% faster
+                          # at 1B 8192, 1.1% short, 2.4% smollm2; 32 slower. Off until the CPU tests that pin the
+                          # default kernel follow it (issue 6's note)
                           persist_attn_mma=0),
 }
 
