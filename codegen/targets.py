@@ -518,12 +518,16 @@ TARGETS: dict[str, TargetParams] = {
                           # fewer instructions a key at 8192, where the slice's math, not its loads, sets its time
                           # (bench/kv_slice.cu, 2026-12-03 twenty-seventh session: the slice 10.7 us, its loads alone
                           # 4.8): 4,512 -> 4,240 SASS instructions in kv_slice.cu's pipelined slice (all of its code,
-                          # static count). Not timed yet: off
-                          persist_attn_lean=0,
-                          # timed 2026-12-03 (9d8a5ad, variants.py, bench/results/2026-12-03c): 16 rows 3.3% faster
-                          # at 1B 8192, 1.1% short, 2.4% smollm2; 32 slower. Off until the CPU tests that pin the
-                          # default kernel follow it (issue 6's note)
-                          persist_attn_mma=0),
+                          # static count). Twenty-eighth session (66f6d56, ms, two rounds): llama-3.2-1b at 8192 0.883
+                          # vs 0.894 (-1.3%), short context 0.736 vs 0.737, qwen3-1.7b 1.112 vs 1.123 (-1.0%),
+                          # smollm2-135m 0.480-0.481 vs 0.481; kv_slice.cu's slice 10.37 us vs 11.10. So 1 (where
+                          # persist_attn_mma leaves the FMA passes: heads 128 wide)
+                          persist_attn_lean=1,
+                          # twenty-eighth session (9d8a5ad, ms, two rounds, against lean 1): llama-3.2-1b at 8192 0.857
+                          # / 0.856 vs 0.886 (-3.3%), short context 0.728 vs 0.736-0.737 (-1.1%), smollm2-135m 0.469 /
+                          # 0.468 vs 0.480-0.481 (-2.4%); 32 rows a pass +4.0% and +8.5% (it spills). kv_slice.cu's
+                          # sketch of it 6.05 us vs the FMA slice's 10.37-11.10. So 16
+                          persist_attn_mma=16),
 }
 
 

@@ -25,22 +25,27 @@ def has_cuobjdump() -> bool:
 @pytest.mark.skipif(shutil.which("nvcc") is None or not has_cuobjdump(), reason="needs nvcc and cuobjdump")
 def test_every_case_adds_code_and_fewer_attention_keys_add_less(tmp_path):
     # a tiny llama: embedding, QKV, attention, output projection, gate/up, down, LM head (+ select): each case
-    # alone adds code; attention unrolled over 2 keys a pass instead of 8 adds less, and nothing else changes
+    # alone adds code; attention's FMA passes (persist_attn_mma 0: the tensor-core passes, the default on this
+    # model's 64-wide heads, have no keys a pass) unrolled over 2 keys a pass instead of 8 add less, and nothing
+    # else changes
     make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
     whole, none, cases = code_size.sizes(str(tmp_path / "hf"), {}, max_seq_len=256)
     assert len(cases) == 7 and all(n > 0 for _, n in cases) and whole > none + max(n for _, n in cases)
-    attention = [n for body, n in cases if "attention_tile" in body]
-    assert len(attention) == 1
-    _, _, fewer = code_size.sizes(str(tmp_path / "hf"), {"persist_attn_keys": "2"}, max_seq_len=256)
-    assert [n for body, n in fewer if "attention_tile" in body][0] < attention[0]
-    assert [n for body, n in fewer if "attention_tile" not in body] == [n for body, n in cases
+    assert len([n for body, n in cases if "attention_tile" in body]) == 1
+    _, _, fma = code_size.sizes(str(tmp_path / "hf"), {"persist_attn_mma": "0"}, max_seq_len=256)
+    _, _, fewer = code_size.sizes(str(tmp_path / "hf"), {"persist_attn_mma": "0", "persist_attn_keys": "2"},
+                                  max_seq_len=256)
+    assert [n for body, n in fewer if "attention_tile" in body][0] < [n for body, n in fma
+                                                                       if "attention_tile" in body][0]
+    assert [n for body, n in fewer if "attention_tile" not in body] == [n for body, n in fma
                                                                          if "attention_tile" not in body]
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None or not has_cuobjdump(), reason="needs nvcc and cuobjdump")
 def test_sass_script_says_whether_a_build_changed_the_kernel(tmp_path, capsys):
     # scripts/sass.py writes each unit's SASS and compares it with the file it replaces: the same build is
-    # byte-identical, a field that changes the persistent kernel's code (attention's keys a pass) differs
+    # byte-identical, a field that changes the persistent kernel's code (attention's passes on the FMA units
+    # instead of the tensor cores) differs
     spec_ = importlib.util.spec_from_file_location(
         "sass", os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "sass.py"))
     sass = importlib.util.module_from_spec(spec_)
@@ -53,7 +58,7 @@ def test_sass_script_says_whether_a_build_changed_the_kernel(tmp_path, capsys):
     assert os.path.getsize(os.path.join(out, "hf_persistent_model.cu.sass")) > 0
     sass.main(out, str(tmp_path / "hf"), "persistent")
     assert "byte-identical to the one it replaced" in capsys.readouterr().out
-    sass.main(out, str(tmp_path / "hf"), "persistent", "persist_attn_keys=2")
+    sass.main(out, str(tmp_path / "hf"), "persistent", "persist_attn_mma=0")
     assert "DIFFERS from the one it replaced" in capsys.readouterr().out
 
 

@@ -445,7 +445,8 @@ def test_early_rope_and_kv_first_set_their_flags_after_the_short_pass(tmp_path):
     make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
     program = pipeline.run(model.graph)
-    base = dataclasses.replace(target("sm_90"), persist_attn_pipeline=0, persist_tagged=0, persist_attn_short_keys=2)
+    base = dataclasses.replace(target("sm_90"), persist_attn_pipeline=0, persist_tagged=0, persist_attn_short_keys=2,
+                               persist_attn_lean=0, persist_attn_mma=0)  # (the flags after them at their defaults)
     args = {}
     for early, first, short in [(0, 0, 2), (1, 0, 2), (0, 1, 2), (1, 1, 2), (0, 1, 0)]:
         t = dataclasses.replace(base, persist_attn_early_rope=early, persist_attn_kv_first=first,
@@ -488,7 +489,7 @@ def test_attention_pipeline_halves_the_keys_a_pass_and_sets_its_flag(tmp_path, t
     args = {}
     for pipe in (0, 1):
         t = dataclasses.replace(target("sm_90"), persist_attn_pipeline=pipe, persist_tagged=tagged,
-                                persist_attn_short_keys=0)
+                                persist_attn_short_keys=0, persist_attn_lean=0, persist_attn_mma=0)
         text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
         args[pipe] = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")]
     assert int(args[1][8]) == int(args[0][8]) // 2  # U
@@ -499,7 +500,8 @@ def test_attention_pipeline_halves_the_keys_a_pass_and_sets_its_flag(tmp_path, t
     capped = dataclasses.replace(program, kernels=[
         dataclasses.replace(k, attention=dataclasses.replace(k.attention, softcap=30.0))
         if isinstance(k, AttentionKernel) else k for k in program.kernels])
-    t = dataclasses.replace(target("sm_90"), persist_tagged=tagged, persist_attn_pipeline=0, persist_attn_short_keys=0)
+    t = dataclasses.replace(target("sm_90"), persist_tagged=tagged, persist_attn_pipeline=0, persist_attn_short_keys=0,
+                            persist_attn_lean=0, persist_attn_mma=0)
     text = emit_persistent(capped, "bf16", model.max_seq_len, t, "x").files["model.cu"]
     assert [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")][10:] == (
         ["true"] if tagged else [])
@@ -517,7 +519,8 @@ def test_attention_keys_a_pass_can_be_set(tmp_path):
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
     program = pipeline.run(model.graph)
 
-    base = dataclasses.replace(target("sm_90"), persist_attn_pipeline=0, persist_tagged=0)  # not the defaults'
+    base = dataclasses.replace(target("sm_90"), persist_attn_pipeline=0, persist_tagged=0, persist_attn_lean=0,
+                               persist_attn_mma=0)  # not the defaults'
 
     def u(**change):
         t = dataclasses.replace(base, **change)

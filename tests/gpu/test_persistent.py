@@ -243,8 +243,8 @@ def test_attention_early_pass_and_lean_compute_the_same_bits(tmp_path, monkeypat
     # as without it, step by step and in one launch
     extra = {"sliding_window": window} if window else {}
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384, **extra)
-    fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys)
-    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
+    fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys, persist_attn_lean=0, persist_attn_mma=0)
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))  # (the FMA passes)
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, **{knob: 1}))
     tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / "variant" / "src" / "model.cu").read()).group(1)
     assert tail.split(", ")[-1] == "true"  # (EARLY_PASS or LEAN, the last template argument)
@@ -264,13 +264,14 @@ def test_attention_on_tensor_cores_within_budget_of_the_fma_passes(tmp_path, mon
     # 4 query heads a KV head, 600 positions: a split's last pass cut short at every length (rows past its end zeros
     # and masked), with 512 keys a split at least up to 2 splits of many passes; a window of 200 whose start moves;
     # with 8 keys, many splits of one pass or less and warps with no rows; a narrow model's fields (owner merges,
-    # newest first, untagged). Logits within the interpreter's budget, within 1e-3 of the largest of the FMA
-    # passes' (their bits differ: 16 significant bits of q and the weights), and one launch's greedy tokens a
-    # step-by-step run's
+    # newest first, untagged). Logits within the interpreter's budget and at most twice as far from the fp32
+    # interpreter's as the FMA passes' (their bits differ: 16 significant bits of q and the weights; either's
+    # distance is mostly the bf16 cache's rounding of rows the difference moved: 1.1-1.3e-3 of the largest logit
+    # between the two, 2026-12-03), and one launch's greedy tokens a step-by-step run's
     extra = {"sliding_window": window} if window else {}
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384,
                       num_key_value_heads=kv_heads, **extra)
-    fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys)
+    fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys, persist_attn_mma=0)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
     art = compile_variant(model, tmp_path, monkeypatch, persist_attn_mma=keys)
     tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / "variant" / "src" / "model.cu").read()).group(1)
@@ -278,9 +279,8 @@ def test_attention_on_tensor_cores_within_budget_of_the_fma_passes(tmp_path, mon
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=600)
     budget_check(ours, r32, r16, f"persist_attn_mma={keys} {family}: logits over 600 positions")
     fma = np.stack([base.step(t, p) for p, t in enumerate(tokens)])
-    err = np.abs(ours - fma)
-    worst = np.unravel_index(err.argmax(), err.shape)
-    assert err.max() <= 1e-3 * np.abs(fma).max(), f"{err.max():.3g} from the FMA passes' logits at {worst}"
+    ours_err, fma_err = np.abs(ours - r32).max(), np.abs(fma - r32).max()
+    assert ours_err <= 2 * fma_err, f"{ours_err:.3g} from the fp32 interpreter's logits, the FMA passes {fma_err:.3g}"
     assert eng.generate(tokens[:300], 40) == stepped_greedy(eng, tokens[:300], 40)
 
 
@@ -511,7 +511,7 @@ TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
                  id="half-warps-untagged"),
     dict(persist_attn_early_rope=1), dict(persist_attn_kv_first=1, attn_min_keys=8),
     dict(persist_attn_early_pass=1), dict(persist_attn_early_pass=1, attn_min_keys=8),
-    dict(persist_attn_lean=1), dict(persist_attn_lean=1, attn_min_keys=8),
+    dict(persist_attn_lean=0), dict(persist_attn_lean=0, attn_min_keys=8),
     dict(persist_probe_twice=3), dict(persist_probe_twice=6),
     pytest.param(dict(persist_tag_waits=1), id="tag_waits"),
     pytest.param(dict(persist_tag_waits=1, attn_min_keys=8), id="tag_waits-splits"),
@@ -550,7 +550,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # (untagged: tagged x keeps the staged norm); the defaults before 2026-11-30's seventh session (no tags,
     # waits one at a time, no pipeline, no short pass) and before its eighth (tags 1, no short pass); RoPE's
     # coefficients made before the wait; a short pass's rows loaded before q; a split's first pass loaded before the
-    # wait (also with several splits); the timing probe that runs each GEMV's
+    # wait (also with several splits); the FMA passes without LEAN (the default before 2026-12-03; also with several
+    # splits); the timing probe that runs each GEMV's
     # dots and prologue twice, or the prologues and the dots of the GEMVs beside attention; tag waits (tiles spinning on
     # their tagged words, not on the writers' counters), with several splits, with tags 1, with a sleep between spins,
     # and waiting for 90% of the writer's tiles first; with the waits that guard only writes polled before the epilogue
