@@ -254,21 +254,21 @@ def test_attention_early_pass_and_lean_compute_the_same_bits(tmp_path, monkeypat
     assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
 
 
-@pytest.mark.parametrize("family,window,min_keys,wide,kv_heads", [
-    ("llama", None, 512, True, 2), ("mistral", 200, 128, True, 2), ("llama", None, 8, True, 1),
-    ("llama", None, 8, False, 2)])
+@pytest.mark.parametrize("family,window,min_keys,wide,kv_heads,head_dim", [
+    ("llama", None, 512, True, 2, None), ("mistral", 200, 128, True, 2, None), ("llama", None, 8, True, 1, None),
+    ("llama", None, 8, False, 2, None), ("qwen3", None, 512, True, 2, 128), ("qwen3", None, 8, False, 1, 128)])
 @pytest.mark.parametrize("keys", [16, 32])
 def test_attention_on_tensor_cores_within_budget_of_the_fma_passes(tmp_path, monkeypatch, family, window, min_keys,
-                                                                    wide, kv_heads, keys):
-    # persist_attn_mma: the slice's passes as mmas (q and the weights split in two bf16 halves), heads 64 wide, 2 or
-    # 4 query heads a KV head, 600 positions: a split's last pass cut short at every length (rows past its end zeros
+                                                                    wide, kv_heads, head_dim, keys):
+    # persist_attn_mma: the slice's passes as mmas (q and the weights split in two bf16 halves), heads 64 wide (and
+    # 128, qwen3 with its q/k norm: one pass's rows loaded at a time), 2 or 4 query heads a KV head, 600 positions: a split's last pass cut short at every length (rows past its end zeros
     # and masked), with 512 keys a split at least up to 2 splits of many passes; a window of 200 whose start moves;
     # with 8 keys, many splits of one pass or less and warps with no rows; a narrow model's fields (owner merges,
     # newest first, untagged). Logits within the interpreter's budget and at most twice as far from the fp32
     # interpreter's as the FMA passes' (their bits differ: 16 significant bits of q and the weights; either's
     # distance is mostly the bf16 cache's rounding of rows the difference moved: 1.1-1.3e-3 of the largest logit
     # between the two, 2026-12-03), and one launch's greedy tokens a step-by-step run's
-    extra = {"sliding_window": window} if window else {}
+    extra = dict({"sliding_window": window} if window else {}, **{"head_dim": head_dim} if head_dim else {})
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384,
                       num_key_value_heads=kv_heads, **extra)
     fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys, persist_attn_mma=0)

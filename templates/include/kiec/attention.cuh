@@ -289,7 +289,9 @@ struct MmaPass {
 
 // Rows [lo, hi) of a slice on the tensor cores (persist_attn_mma), q (normed, rotated) in sm.qs: each warp's (m, l,
 // o) into sm as attention_slice's FMA passes leave them (the same merge follows). Warp w's passes take KEYS rows from
-// lo + KEYS w, WARPS KEYS apart, the next pass's rows loaded while one computes. The scores: A's 16 rows are the
+// lo + KEYS w, WARPS KEYS apart, the next pass's rows loaded while one computes where heads are 64 wide; 128 wide,
+// a pass's rows are loaded as it starts (two passes' rows beside 64 accumulators a lane spilled 608 B on
+// qwen3-1.7b, scripts/ptxas.py 2026-12-03; one pass's spill nothing). The scores: A's 16 rows are the
 // group's q (scaled) split in two T halves, row h the rounded q of head h, row 8 + h what rounding left (GROUP <= 8;
 // rows of no head are zeros); B's 8 columns 8 keys, its k 16 dims of the head, permuted so that each lane's K share
 // (MmaPass) is contiguous, q's fragments permuted alike. Lane t then holds, for head t / 4, the two halves' sums for
@@ -364,13 +366,21 @@ __device__ __forceinline__ void mma_passes(AttentionSmem<HEAD_DIM, GROUP, WARPS>
     }
   };
   int j0 = lo + warp * KEYS;
-  Pass cur;
-  if (j0 < hi) cur.load(kc, vc, j0, hi);
-  for (; j0 < hi; j0 += STEP) {  // (warp-uniform: the mmas and shuffles run on all lanes or none)
-    Pass next;
-    if (j0 + STEP < hi) next.load(kc, vc, j0 + STEP, hi);  // in flight while this pass computes
-    step(cur, j0);
-    cur = next;
+  if constexpr (HEAD_DIM == 64) {
+    Pass cur;
+    if (j0 < hi) cur.load(kc, vc, j0, hi);
+    for (; j0 < hi; j0 += STEP) {  // (warp-uniform: the mmas and shuffles run on all lanes or none)
+      Pass next;
+      if (j0 + STEP < hi) next.load(kc, vc, j0 + STEP, hi);  // in flight while this pass computes
+      step(cur, j0);
+      cur = next;
+    }
+  } else {
+    for (; j0 < hi; j0 += STEP) {  // (warp-uniform)
+      Pass cur;
+      cur.load(kc, vc, j0, hi);
+      step(cur, j0);
+    }
   }
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
