@@ -1,5 +1,6 @@
 // What the device benchmarks (bench/*.cu) share: the CUDA error check, a made-up x for the GEMV tile's loop, a
-// thread that keeps HBM streaming into a ring's pages, and the tensor cores' bf16 mma with its operand packing.
+// thread that keeps HBM streaming into a ring's pages. (The tensor cores' mma and its operand packing are kiec's:
+// common.cuh's mma_16816, pack_pair, split_pair.)
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -40,19 +41,4 @@ __device__ void stream_pages(const R& ring, const char* src, const volatile int*
     ring.copy_landed(seq, src + off, min(inflight, R::STAGES), policy);
   ring.drain(seq);
   atomicAdd(moved, (unsigned long long)seq * R::PAGE);
-}
-
-// D += A B on the tensor cores: mma.m16n8k16, bf16 in, fp32 out (a: 4 registers of bf16 pairs, b: 2, d: 4 floats;
-// bench/mma_rows.cu, bench/kv_slice.cu)
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-               "{%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats as one register of a bf16 pair, the first in the low half (an mma operand's element order).
-__device__ __forceinline__ unsigned pack_bf16(float lo_half, float hi_half) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo_half, hi_half);
-  return *reinterpret_cast<const unsigned*>(&v);
 }

@@ -80,8 +80,8 @@ __global__ void __launch_bounds__(THREADS, 1) mma_rows(const __nv_bfloat16* w, f
       if (g == 1)  // the lo pieces: x less its bf16 rounding
 #pragma unroll
         for (int j = 0; j < 4; ++j) v[j] -= __bfloat162float(__float2bfloat16_rn(v[j]));
-      b[i][0] = pack_bf16(v[0], v[1]);
-      b[i][1] = pack_bf16(v[2], v[3]);
+      b[i][0] = kiec::pack_pair<__nv_bfloat16>(v[0], v[1]);
+      b[i][1] = kiec::pack_pair<__nv_bfloat16>(v[2], v[3]);
     }
   }
   // this lane's row and column in an ldmatrix.x4: matrices (rows 0-7 | 8-15) x (elements 0-7 | 8-15)
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(THREADS, 1) mma_rows(const __nv_bfloat16* w, f
         if (STEPS % WARPS == 0 || s < STEPS) {
           unsigned a[4];
           ldmatrix_x4(base + block_at(rb, s, STEPS) * BLOCK_BYTES, a);
-          mma_bf16(d[i % ACC], a, b[i][0], b[i][1]);
+          kiec::mma_16816<__nv_bfloat16>(d[i % ACC], a, b[i][0], b[i][1]);
         }
       }
 #pragma unroll

@@ -210,50 +210,6 @@ struct QkvWords {
 };
 // ---- the slice on the tensor cores (persist_attn_mma; bench/kv_slice.cu's mma_slice timed the idea first)
 
-// Two floats as one register of a T pair, the first in the low half (an mma operand's element order), and each
-// half widened back.
-template <typename T>
-__device__ __forceinline__ unsigned pack_pair(float lo_half, float hi_half) {
-  if constexpr (__is_same(T, __nv_bfloat16)) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo_half, hi_half);
-    return *reinterpret_cast<const unsigned*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(lo_half, hi_half);
-    return *reinterpret_cast<const unsigned*>(&v);
-  }
-}
-template <typename T>
-__device__ __forceinline__ float low_of(unsigned w) {
-  if constexpr (__is_same(T, __nv_bfloat16)) return __uint_as_float(w << 16);
-  else return __half2float(__ushort_as_half((unsigned short)(w & 0xffffu)));
-}
-template <typename T>
-__device__ __forceinline__ float high_of(unsigned w) {
-  if constexpr (__is_same(T, __nv_bfloat16)) return __uint_as_float(w & 0xffff0000u);
-  else return __half2float(__ushort_as_half((unsigned short)(w >> 16)));
-}
-// x and y as a rounded pair (hi) and what rounding left of them as another (lo): x = hi + lo to 16 significant bits
-// with bf16 (22 with fp16)
-template <typename T>
-__device__ __forceinline__ void split_pair(float x, float y, unsigned& hi, unsigned& lo) {
-  hi = pack_pair<T>(x, y);
-  lo = pack_pair<T>(x - low_of<T>(hi), y - high_of<T>(hi));
-}
-// d += a b, m16n8k16 with T operands and fp32 accumulators
-template <typename T>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  if constexpr (__is_same(T, __nv_bfloat16))
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // A warp's pass on the tensor cores: KEYS rows from j0 (16 a chunk), each lane's share of them as the mmas take it
 // (lane t: group t / 4, quad t % 4). K, for each 8 rows b: row j0 + 8b + group, its HEAD_DIM / 4 dims from
 // HEAD_DIM / 4 * quad; V, for each 16 rows c: rows j0 + 16c + 2 quad + {0, 1, 8, 9}, their HEAD_DIM / 8 dims from
