@@ -80,9 +80,15 @@ if [ "$mode" = tests ]; then
   # time nvcc on a tiny model) took 420 s for its first 38 in one process (2026-12-02), past one call's 600 s: the
   # tests are dealt round-robin over TEST_JOBS (8) pytest processes at once, which share the GPU (their
   # kernels time-slice) and the machine's 16 cores; their logs one after the other in $OUT/gpu_tests.log
-  python3 -m pytest --collect-only -q -m gpu tests/gpu -p no:cacheprovider ${TESTS:+-k "$TESTS"} \
-    > /tmp/gpu_collect.txt 2>&1
-  grep "::" /tmp/gpu_collect.txt > /tmp/gpu_ids.txt || tail -20 /tmp/gpu_collect.txt  # (why none: an import error?)
+  # TEST_IDS=FILE: the node ids listed there, a line each, instead (e.g. what an earlier call's failing processes
+  # left unrun: scripts/test_jobs.sh deals ids round-robin, and -x stops a process at its first failure)
+  if [ -n "${TEST_IDS:-}" ]; then
+    grep "::" "$TEST_IDS" > /tmp/gpu_ids.txt
+  else
+    python3 -m pytest --collect-only -q -m gpu tests/gpu -p no:cacheprovider ${TESTS:+-k "$TESTS"} \
+      > /tmp/gpu_collect.txt 2>&1
+    grep "::" /tmp/gpu_collect.txt > /tmp/gpu_ids.txt || tail -20 /tmp/gpu_collect.txt  # (why none: an import error?)
+  fi
   bash scripts/test_jobs.sh /tmp/gpu_ids.txt "${TEST_JOBS:-8}" "${TEST_TIMEOUT:-480}" "$OUT" \
     -q -x -s -m gpu -p no:cacheprovider
 fi

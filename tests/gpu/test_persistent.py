@@ -204,7 +204,7 @@ def test_combine_batch_computes_the_same_bits(tmp_path, monkeypatch, batch, tags
     attn = {n: re.search(r"attention_tile<([^>]*)>", t).group(1).split(", ") for n, t in src.items()}
     assert "#define KIEC_COMBINE_BATCH" not in src["base"] and attn["base"][10] == ("true" if tags else "false")
     assert (f"#define KIEC_COMBINE_BATCH {batch}" in src["variant"]) == bool(batch)
-    assert (len(attn["variant"]) == 20 and attn["variant"][19] == "true") == bool(staged)
+    assert (len(attn["variant"]) > 19 and attn["variant"][19] == "true") == bool(staged)  # (STAGED)
     tokens = np.random.default_rng(9).integers(0, model.config.vocab_size, size=300).tolist()
     assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
                           np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
