@@ -179,13 +179,17 @@ class _PersistentEmitter(_Emitter):
         return max(1, keys // 2) if self.t.persist_attn_pipeline else keys
 
     def mma_keys(self, k: AttentionKernel) -> int:
-        """Rows a warp a pass of attention's passes on the tensor cores (persist_attn_mma), or 0 where the slice
-        keeps its FMA passes: a cache other than bf16 / fp16, head_dim other than 64 or 128, more than 8 query heads
-        a KV head, or rows loaded ahead of the new one's write (persist_attn_early_pass, persist_attn_kv_first where
-        a short pass runs). Heads 128 wide load one pass's rows at a time (mma_passes)."""
-        keys, t, group = self.t.persist_attn_mma, self.t, k.n_heads // k.kv_heads
-        if keys not in (0, 16, 32):
-            raise ValueError(f"persist_attn_mma {keys}: rows a warp a pass, 0 (off), 16 or 32 (attention.cuh: mma_passes)")
+        """Rows a warp a pass of attention's passes on the tensor cores (persist_attn_mma; persist_attn_mma_wide for
+        heads 128 wide, which load one pass's rows at a time: mma_passes), or 0 where the slice keeps its FMA passes:
+        a cache other than bf16 / fp16, head_dim other than 64 or 128, more than 8 query heads a KV head, or rows
+        loaded ahead of the new one's write (persist_attn_early_pass, persist_attn_kv_first where a short pass
+        runs)."""
+        t, group = self.t, k.n_heads // k.kv_heads
+        for name in ("persist_attn_mma", "persist_attn_mma_wide"):
+            if getattr(t, name) not in (0, 16, 32):
+                raise ValueError(f"{name} {getattr(t, name)}: rows a warp a pass, 0 (off), 16 or 32 "
+                                 "(attention.cuh: mma_passes)")
+        keys = t.persist_attn_mma_wide if k.head_dim == 128 else t.persist_attn_mma
         short = 0 < t.persist_attn_short_keys < self.attn_keys(group)
         if (not keys or self.ctype not in ("__nv_bfloat16", "__half") or k.head_dim not in (64, 128) or group > 8
                 or t.persist_attn_early_pass or (t.persist_attn_kv_first and short)):

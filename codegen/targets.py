@@ -154,6 +154,9 @@ class TargetParams:
     # 8 query heads a KV head, the short pass's rows and the early pass not loaded ahead (persist_attn_kv_first,
     # persist_attn_early_pass). 32 spills 140 bytes in llama-3.2-1b's kernel, 16 none (scripts/ptxas.py)
     persist_attn_mma: int
+    # persistent: the same for heads 128 wide (qwen3-1.7b, llama-3.1-8b), whose passes load one pass's rows at a
+    # time (two passes' spilled); 0: the FMA passes there
+    persist_attn_mma_wide: int
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -527,7 +530,11 @@ TARGETS: dict[str, TargetParams] = {
                           # / 0.856 vs 0.886 (-3.3%), short context 0.728 vs 0.736-0.737 (-1.1%), smollm2-135m 0.469 /
                           # 0.468 vs 0.480-0.481 (-2.4%); 32 rows a pass +4.0% and +8.5% (it spills). kv_slice.cu's
                           # sketch of it 6.05 us vs the FMA slice's 10.37-11.10. So 16
-                          persist_attn_mma=16),
+                          persist_attn_mma=16,
+                          # twenty-ninth session (d94c7d0, ms, two rounds, bench/results/2026-12-03e): qwen3-1.7b 1.121
+                          # / 1.126 vs 1.112 / 1.114 (+0.9%), at 8192 1.435 / 1.436 vs 1.451 / 1.452 (-1.1%). The
+                          # targets are at short context: 0
+                          persist_attn_mma_wide=0),
 }
 
 

@@ -770,8 +770,8 @@ def test_dot_half_warps_takes_the_gemvs_that_give_a_warp_several_items(tmp_path,
 
 
 def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path, monkeypatch):
-    # persist_attn_mma: attention_tile's MMA_KEYS (its 23rd template argument) where heads are 64 or 128 wide and at
-    # most 8 query heads share a KV head (2 and 4 here); the FMA passes (no argument) with heads 16 wide, with 9 query
+    # persist_attn_mma: attention_tile's MMA_KEYS (its 23rd template argument) where heads are 64 wide (128 wide:
+    # persist_attn_mma_wide, off by default) and at most 8 query heads share a KV head (2 and 4 here); the FMA passes (no argument) with heads 16 wide, with 9 query
     # heads a KV head, with the early pass; a value other than 0, 16 or 32 is refused by name. The kernel builds
     # (nvcc) with 16 rows a pass, heads 64 and 128 wide
     import dataclasses
@@ -794,14 +794,20 @@ def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path,
     assert mma("g4", num_key_value_heads=1, **wide)[1] == 16
     assert mma("g2-32", change=dict(persist_attn_mma=32), **wide)[1] == 32
     assert mma("off", change=dict(persist_attn_mma=0), **wide)[1] == 0
-    wide_heads, keys = mma("h128", "qwen3", head_dim=128, **wide)
+    assert mma("h128-default", "qwen3", change=dict(persist_attn_mma=16, persist_attn_mma_wide=0), head_dim=128,
+               **wide)[1] == 0  # (128 wide: persist_attn_mma_wide's)
+    wide_heads, keys = mma("h128", "qwen3", change=dict(persist_attn_mma=0, persist_attn_mma_wide=16), head_dim=128,
+                           **wide)
     assert keys == 16
     assert mma("h16")[1] == 0  # (the tiny model's heads: 64 / 4)
     assert mma("g9", hidden_size=576, intermediate_size=384, num_attention_heads=9, num_key_value_heads=1)[1] == 0
     assert mma("early", change=dict(persist_attn_mma=16, persist_attn_early_pass=1), **wide)[1] == 0
     with pytest.raises(kiec.KiecError, match="persist_attn_mma 24: rows a warp a pass"):
         mma("bad", change=dict(persist_attn_mma=24), **wide)
-    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_attn_mma=16))
+    with pytest.raises(kiec.KiecError, match="persist_attn_mma_wide 8: rows a warp a pass"):
+        mma("bad-wide", change=dict(persist_attn_mma_wide=8), **wide)
+    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_attn_mma=16,
+                                                                      persist_attn_mma_wide=16))
     kiec.compile(model, str(tmp_path / "art"), mode="persistent")
     kiec.compile(wide_heads, str(tmp_path / "art128"), mode="persistent")  # (one pass's rows at a time)
 

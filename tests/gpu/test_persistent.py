@@ -261,8 +261,8 @@ def test_attention_early_pass_and_lean_compute_the_same_bits(tmp_path, monkeypat
 def test_attention_on_tensor_cores_within_budget_of_the_fma_passes(tmp_path, monkeypatch, family, window, min_keys,
                                                                     wide, kv_heads, head_dim, keys):
     # persist_attn_mma: the slice's passes as mmas (q and the weights split in two bf16 halves), heads 64 wide (and
-    # 128, qwen3 with its q/k norm: one pass's rows loaded at a time), 2 or 4 query heads a KV head, 600 positions: a split's last pass cut short at every length (rows past its end zeros
-    # and masked), with 512 keys a split at least up to 2 splits of many passes; a window of 200 whose start moves;
+    # 128, persist_attn_mma_wide, qwen3 with its q/k norm: one pass's rows loaded at a time), 2 or 4 query heads a
+    # KV head, 600 positions: a split's last pass cut short at every length (rows past its end zeros and masked), with 512 keys a split at least up to 2 splits of many passes; a window of 200 whose start moves;
     # with 8 keys, many splits of one pass or less and warps with no rows; a narrow model's fields (owner merges,
     # newest first, untagged). Logits within the interpreter's budget and at most twice as far from the fp32
     # interpreter's as the FMA passes' (their bits differ: 16 significant bits of q and the weights; either's
@@ -271,9 +271,9 @@ def test_attention_on_tensor_cores_within_budget_of_the_fma_passes(tmp_path, mon
     extra = dict({"sliding_window": window} if window else {}, **{"head_dim": head_dim} if head_dim else {})
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384,
                       num_key_value_heads=kv_heads, **extra)
-    fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys, persist_attn_mma=0)
+    fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys, persist_attn_mma=0, persist_attn_mma_wide=0)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
-    art = compile_variant(model, tmp_path, monkeypatch, persist_attn_mma=keys)
+    art = compile_variant(model, tmp_path, monkeypatch, persist_attn_mma=keys, persist_attn_mma_wide=keys)
     tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / "variant" / "src" / "model.cu").read()).group(1)
     assert tail.split(", ")[22] == str(keys)  # (MMA_KEYS)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=600)
