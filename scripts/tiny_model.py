@@ -4,8 +4,7 @@
 256 instead of 64, more rows than the H100/H200's SMs in every GEMV, which persist_tag_parity needs; smol=1:
 smollm2-135m's widths (hidden 576, 1536, 9 heads over 3 KV heads) and a vocabulary of 8192, so that a tile gives
 some warps several items, as persist_dot_half_warps needs; h128=1: hidden 256 as 2 heads 128 wide over one KV head,
-with persist_attn_mma_wide=16 the tensor-core attention passes'
-one-pass-at-a-time loop)"""
+which with persist_attn_mma_wide=16 run the tensor-core attention passes' one-pass-at-a-time loop)"""
 import os
 import sys
 

@@ -771,9 +771,9 @@ def test_dot_half_warps_takes_the_gemvs_that_give_a_warp_several_items(tmp_path,
 
 def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path, monkeypatch):
     # persist_attn_mma: attention_tile's MMA_KEYS (its 23rd template argument) where heads are 64 wide (128 wide:
-    # persist_attn_mma_wide, off by default) and at most 8 query heads share a KV head (2 and 4 here); the FMA passes (no argument) with heads 16 wide, with 9 query
-    # heads a KV head, with the early pass; a value other than 0, 16 or 32 is refused by name. The kernel builds
-    # (nvcc) with 16 rows a pass, heads 64 and 128 wide
+    # persist_attn_mma_wide, off by default) and at most 8 query heads share a KV head (2 and 4 here); the FMA
+    # passes (no argument) with heads 16 wide, with 9 query heads a KV head, with the early pass; a value other than
+    # 0, 16 or 32 is refused by name. The kernel builds (nvcc) with 16 rows a pass, heads 64 and 128 wide
     import dataclasses
     import re
 
