@@ -533,8 +533,7 @@ TARGETS: dict[str, TargetParams] = {
                           persist_attn_mma=16,
                           # twenty-ninth session (d94c7d0, ms, two rounds, bench/results/2026-12-03e): qwen3-1.7b 1.121
                           # / 1.126 vs 1.112 / 1.114 (+0.9%), at 8192 1.435 / 1.436 vs 1.451 / 1.452 (-1.1%). The
-                          # targets are at short context: 0. (Timed with each pass's rows loaded as it started; the
-                          # loop since, V loaded under the scores and the next K under the weighted sum, not yet)
+                          # targets are at short context: 0
                           persist_attn_mma_wide=0),
 }
 

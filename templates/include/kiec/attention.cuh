@@ -220,11 +220,7 @@ struct MmaPass {
   static constexpr int C = KEYS / 16, KW = HEAD_DIM / 32, VW = HEAD_DIM / 64;  // chunks; uint4s of a K, a V row
   uint4 k[2 * C][KW], v[C][4][VW];
   __device__ __forceinline__ void load(const T* kc, const T* vc, int j0, int hi) {
-    load_k(kc, j0, hi);
-    load_v(vc, j0, hi);
-  }
-  __device__ __forceinline__ void load_k(const T* kc, int j0, int hi) {
-    const int quad = threadIdx.x & 3, grp = (threadIdx.x & 31) >> 2;
+    const int lane = threadIdx.x & 31, quad = lane & 3, grp = lane >> 2;
 #pragma unroll
     for (int b = 0; b < 2 * C; ++b) {
       const int j = j0 + 8 * b + grp;
@@ -233,9 +229,6 @@ struct MmaPass {
         k[b][w] = j < hi ? *reinterpret_cast<const uint4*>(kc + (size_t)j * HEAD_DIM + quad * (HEAD_DIM / 4) + 8 * w)
                          : make_uint4(0, 0, 0, 0);
     }
-  }
-  __device__ __forceinline__ void load_v(const T* vc, int j0, int hi) {
-    const int quad = threadIdx.x & 3, grp = (threadIdx.x & 31) >> 2;
 #pragma unroll
     for (int c = 0; c < C; ++c)
 #pragma unroll
@@ -253,8 +246,8 @@ struct MmaPass {
 // Rows [lo, hi) of a slice on the tensor cores (persist_attn_mma), q (normed, rotated) in sm.qs: each warp's (m, l,
 // o) into sm as attention_slice's FMA passes leave them (the same merge follows). Warp w's passes take KEYS rows from
 // lo + KEYS w, WARPS KEYS apart, the next pass's rows loaded while one computes where heads are 64 wide; 128 wide,
-// one pass's rows are held (two passes' beside 64 accumulators a lane spilled 608 B on qwen3-1.7b, scripts/ptxas.py
-// 2026-12-03), its V loaded under its scores and the next pass's K under its weighted sum. The scores: A's 16 rows are the
+// a pass's rows are loaded as it starts (two passes' rows beside 64 accumulators a lane spilled 608 B on
+// qwen3-1.7b, scripts/ptxas.py 2026-12-03; one pass's spill nothing). The scores: A's 16 rows are the
 // group's q (scaled) split in two T halves, row h the rounded q of head h, row 8 + h what rounding left (GROUP <= 8;
 // rows of no head are zeros); B's 8 columns 8 keys, its k 16 dims of the head, permuted so that each lane's K share
 // (MmaPass) is contiguous, q's fragments permuted alike. Lane t then holds, for head t / 4, the two halves' sums for
@@ -276,8 +269,8 @@ __device__ __forceinline__ void mma_passes(AttentionSmem<HEAD_DIM, GROUP, WARPS>
     for (int w = 0; w < DQ / 2; ++w) split_pair<T>(q[2 * w] * scale, q[2 * w + 1] * scale, qh[w], ql[w]);
   }
   float m = -INFINITY, l = 0.f, o[DV][4] = {};
-  // the pass's scores (keys j0 + 8b + 2 quad + e) from its K rows, and m, l and o rescaled to their new max
-  auto scores = [&](const Pass& p, int j0, float (&sc)[2 * C][2]) {
+  auto step = [&](const Pass& p, int j0) {
+    float sc[2 * C][2];  // keys j0 + 8b + 2 quad + e
 #pragma unroll
     for (int b = 0; b < 2 * C; ++b) {
       const unsigned* kw = reinterpret_cast<const unsigned*>(&p.k[b][0]);
@@ -306,9 +299,6 @@ __device__ __forceinline__ void mma_passes(AttentionSmem<HEAD_DIM, GROUP, WARPS>
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[j][e] *= corr;
     m = mx;
-  };
-  // the scores' weights into l, and their sum of the pass's V rows into o
-  auto weigh = [&](const Pass& p, const float (&sc)[2 * C][2]) {
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       float w[4];  // keys 16c + 2 quad + {0, 1, 8, 9}: the mma's k 2 quad + {0, 1}, then + 8
@@ -338,20 +328,14 @@ __device__ __forceinline__ void mma_passes(AttentionSmem<HEAD_DIM, GROUP, WARPS>
     for (; j0 < hi; j0 += STEP) {  // (warp-uniform: the mmas and shuffles run on all lanes or none)
       Pass next;
       if (j0 + STEP < hi) next.load(kc, vc, j0 + STEP, hi);  // in flight while this pass computes
-      float sc[2 * C][2];
-      scores(cur, j0, sc);
-      weigh(cur, sc);
+      step(cur, j0);
       cur = next;
     }
-  } else {  // one pass's rows: its V in flight under its scores, the next pass's K under its weighted sum
-    Pass p;
-    if (j0 < hi) p.load_k(kc, j0, hi);
+  } else {
     for (; j0 < hi; j0 += STEP) {  // (warp-uniform)
-      p.load_v(vc, j0, hi);
-      float sc[2 * C][2];
-      scores(p, j0, sc);
-      if (j0 + STEP < hi) p.load_k(kc, j0 + STEP, hi);  // (this pass's K is spent)
-      weigh(p, sc);
+      Pass cur;
+      cur.load(kc, vc, j0, hi);
+      step(cur, j0);
     }
   }
   l += __shfl_xor_sync(0xffffffffu, l, 1);
