@@ -533,7 +533,8 @@ TARGETS: dict[str, TargetParams] = {
                           persist_attn_mma=16,
                           # twenty-ninth session (d94c7d0, ms, two rounds, bench/results/2026-12-03e): qwen3-1.7b 1.121
                           # / 1.126 vs 1.112 / 1.114 (+0.9%), at 8192 1.435 / 1.436 vs 1.451 / 1.452 (-1.1%). The
-                          # targets are at short context: 0
+                          # targets are at short context: 0. A loop loading V under the scores and the next K under
+                          # the weighted sum (7cbe11a, reverted) was +1.7% at short context (call 6): no better
                           persist_attn_mma_wide=0),
 }
 
