@@ -67,7 +67,6 @@ constexpr int OUT_FLOATS = 2 * WARPS * GROUP + WARPS * GROUP * HEAD_DIM;  // a b
 static_assert(OUT_FLOATS >= WARPS * 32, "loads only writes a float a thread");
 enum Mode { SLICE = 0, PIPELINED = 1, LOADS = 2, HOT = 3, LEAN = 4, MMA = 5 };
 
-
 // The slice on the tensor cores (MMA, a sketch for timing: full splits only, no softcap, no masking, head_dim 64,
 // 4 query heads). Warp w takes rows [lo + 64w, + 64). The scores: an mma's 16 rows are the 4 heads' q split in two
 // bf16 halves (rows 0-3 the rounded q, rows 8-11 what rounding left; the other rows 0), its 8 columns 8 keys, its k
@@ -106,7 +105,7 @@ __device__ __forceinline__ void mma_slice(Smem& sm, const float* qkv, const T* c
   if (lane < 16) {
     const float* q = &sm.qs[grp][quad * 16];
 #pragma unroll
-    for (int w = 0; w < 8; ++w) kiec::split_pair<__nv_bfloat16>(q[2 * w] * 0.125f, q[2 * w + 1] * 0.125f, qh[w], ql[w]);
+    for (int w = 0; w < 8; ++w) kiec::split_pair<T>(q[2 * w] * 0.125f, q[2 * w + 1] * 0.125f, qh[w], ql[w]);
   }
   float sc[8][2];  // (lanes 0-15) head grp's scores of keys 8b + 2 quad + {0, 1}
 #pragma unroll
@@ -116,7 +115,7 @@ __device__ __forceinline__ void mma_slice(Smem& sm, const float* qkv, const T* c
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       const unsigned a[4] = {qh[2 * s], ql[2 * s], qh[2 * s + 1], ql[2 * s + 1]};
-      kiec::mma_16816<__nv_bfloat16>(d, a, kw[2 * s], kw[2 * s + 1]);
+      kiec::mma_16816<T>(d, a, kw[2 * s], kw[2 * s + 1]);
     }
     sc[b][0] = d[0] + d[2];
     sc[b][1] = d[1] + d[3];
@@ -136,8 +135,8 @@ __device__ __forceinline__ void mma_slice(Smem& sm, const float* qkv, const T* c
       l += p[i];
     }
     unsigned a[4];  // rows 0-3: the weights rounded, rows 8-11: the rest; k: keys 2 quad + {0, 1}, then + 8
-    kiec::split_pair<__nv_bfloat16>(p[0], p[1], a[0], a[1]);
-    kiec::split_pair<__nv_bfloat16>(p[2], p[3], a[2], a[3]);
+    kiec::split_pair<T>(p[0], p[1], a[0], a[1]);
+    kiec::split_pair<T>(p[2], p[3], a[2], a[3]);
     if (lane >= 16) a[0] = a[1] = a[2] = a[3] = 0u;
     const unsigned* v0 = reinterpret_cast<const unsigned*>(&vr[c][0]);
     const unsigned* v1 = reinterpret_cast<const unsigned*>(&vr[c][1]);
@@ -146,7 +145,7 @@ __device__ __forceinline__ void mma_slice(Smem& sm, const float* qkv, const T* c
 #pragma unroll
     for (int j = 0; j < 8; ++j) {  // dim 8 grp + j of the two rows a k pair holds
       const unsigned sel = (j & 1) ? 0x7632u : 0x5410u;
-      kiec::mma_16816<__nv_bfloat16>(o[j], a, __byte_perm(v0[j >> 1], v1[j >> 1], sel), __byte_perm(v2[j >> 1], v3[j >> 1], sel));
+      kiec::mma_16816<T>(o[j], a, __byte_perm(v0[j >> 1], v1[j >> 1], sel), __byte_perm(v2[j >> 1], v3[j >> 1], sel));
     }
   }
   l += __shfl_xor_sync(0xffffffffu, l, 1);

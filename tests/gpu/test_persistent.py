@@ -262,9 +262,10 @@ def test_attention_on_tensor_cores_within_budget_of_the_fma_passes(tmp_path, mon
                                                                     wide, kv_heads, head_dim, keys):
     # persist_attn_mma: the slice's passes as mmas (q and the weights split in two bf16 halves), heads 64 wide (and
     # 128, persist_attn_mma_wide, qwen3 with its q/k norm: one pass's rows loaded at a time), 2 or 4 query heads a
-    # KV head, 600 positions: a split's last pass cut short at every length (rows past its end zeros and masked), with 512 keys a split at least up to 2 splits of many passes; a window of 200 whose start moves;
-    # with 8 keys, many splits of one pass or less and warps with no rows; a narrow model's fields (owner merges,
-    # newest first, untagged). Logits within the interpreter's budget and at most twice as far from the fp32
+    # KV head, 600 positions: a split's last pass cut short at every length (rows past its end zeros and masked),
+    # with 512 keys a split at least up to 2 splits of many passes; a window of 200 whose start moves; with 8 keys,
+    # many splits of one pass or less and warps with no rows; a narrow model's fields (owner merges, newest first,
+    # untagged). Logits within the interpreter's budget and at most twice as far from the fp32
     # interpreter's as the FMA passes' (their bits differ: 16 significant bits of q and the weights; either's
     # distance is mostly the bf16 cache's rounding of rows the difference moved: 1.1-1.3e-3 of the largest logit
     # between the two, 2026-12-03), and one launch's greedy tokens a step-by-step run's
