@@ -16,6 +16,9 @@
 //                    pipelined's (the 8-warp, 512-row shape only: 64 rows a warp)
 //   lean             slice pipelined with attention_slice's LEAN (fewer instructions a key; its warp states are
 //                    compared with slice pipelined's bit for bit, on full passes only: every split here has 512 rows)
+//   kernel's tensor cores  attention_slice as the persistent kernel runs it by default (persist_attn_mma 16: 16 rows
+//                    a warp a pass, the next pass in flight), and with 2 or 3 passes in flight (persist_attn_mma_ahead;
+//                    their warp states compared with 1's bit for bit)
 //   loads only       the same rows loaded with the same 16-byte loads, every pass's at once, and summed (the
 //                    access pattern's rate with the most bytes in flight this layout allows a thread)
 //   ... + refill N   one more thread copies N pages of 16 KB from its own region into a ring in shared memory (TMA bulk
@@ -65,7 +68,7 @@ constexpr size_t LAYER_ELEMS = (size_t)2 * KV_HEADS * MAX_SEQ * HEAD_DIM;
 constexpr size_t REFILL_REGION = 1 << 20;  // a block's region for the refill's pages (at most 64 pages)
 constexpr int OUT_FLOATS = 2 * WARPS * GROUP + WARPS * GROUP * HEAD_DIM;  // a block's: sm.wm, sm.wl, sm.wo
 static_assert(OUT_FLOATS >= WARPS * 32, "loads only writes a float a thread");
-enum Mode { SLICE = 0, PIPELINED = 1, LOADS = 2, HOT = 3, LEAN = 4, MMA = 5 };
+enum Mode { SLICE = 0, PIPELINED = 1, LOADS = 2, HOT = 3, LEAN = 4, MMA = 5, KERNEL_MMA = 6 };
 
 // The slice on the tensor cores (MMA, a sketch for timing: full splits only, no softcap, no masking, head_dim 64,
 // 4 query heads). Warp w takes rows [lo + 64w, + 64). The scores: an mma's 16 rows are the 4 heads' q split in two
@@ -164,8 +167,9 @@ __device__ __forceinline__ void mma_slice(Smem& sm, const float* qkv, const T* c
   kiec::sync_block();
 }
 
-// Block b: split b / KV_HEADS of KV head b % KV_HEADS; ns[2b], ns[2b + 1]: its start and end.
-template <Mode MODE>
+// Block b: split b / KV_HEADS of KV head b % KV_HEADS; ns[2b], ns[2b + 1]: its start and end. AHEAD: KERNEL_MMA's
+// passes in flight (persist_attn_mma_ahead)
+template <Mode MODE, int AHEAD = 1>
 __global__ void __launch_bounds__(THREADS, 1)
     slice(const float* qkv, T* cache, const float* inv_freq, const char* refill, int refill_pages, float* out,
           unsigned long long* ns) {
@@ -206,6 +210,10 @@ __global__ void __launch_bounds__(THREADS, 1)
   } else {
     if constexpr (MODE == MMA)
       mma_slice(sm, qkv, cache, inv_freq, g, lo);
+    else if constexpr (MODE == KERNEL_MMA)  // (the persistent kernel's default: 16 rows a warp a pass)
+      kiec::attention_slice<T, HEAD_DIM, GROUP, ROTARY, false, false, WARPS, U, false, true, false, 0, false, false,
+                            true, 16, AHEAD>(
+          sm, qkv, cache, KV_HEADS, MAX_SEQ, inv_freq, nullptr, nullptr, 1e-5f, 0.125f, 0.f, g, POS, lo, hi);
     else
       kiec::attention_slice<T, HEAD_DIM, GROUP, ROTARY, false, false, WARPS, U, false, MODE != SLICE, false, 0,
                             false, false, MODE == LEAN>(
@@ -221,17 +229,17 @@ __global__ void __launch_bounds__(THREADS, 1)
   }
 }
 
-template <Mode MODE>
+template <Mode MODE, int AHEAD = 1>
 void run(const char* name, int refill_pages, const float* qkv, T* cache, const float* inv_freq, const char* refill,
          float* out, unsigned long long* ns) {
   constexpr int BLOCKS = KV_HEADS * SPLITS;
   const int smem = R::BYTES + (int)sizeof(Smem);
-  CHECK(cudaFuncSetAttribute(slice<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CHECK(cudaFuncSetAttribute(slice<MODE, AHEAD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   std::vector<double> us;
   std::vector<unsigned long long> h(2 * BLOCKS);
   for (int r = 0; r < ROUNDS + 1; ++r)
     for (int l = 0; l < LAYERS; ++l) {
-      slice<MODE><<<BLOCKS, THREADS, smem>>>(qkv, cache + l * LAYER_ELEMS, inv_freq, refill, refill_pages, out, ns);
+      slice<MODE, AHEAD><<<BLOCKS, THREADS, smem>>>(qkv, cache + l * LAYER_ELEMS, inv_freq, refill, refill_pages, out, ns);
       CHECK(cudaGetLastError());
       CHECK(cudaMemcpy(h.data(), ns, h.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
       unsigned long long first = ~0ull, last = 0;
@@ -315,6 +323,25 @@ int main() {
     }
     printf("  tensor cores: the heads' outputs within %.2e of the slice pipelined's (largest |o| %.3f)\n", err, top);
   }
+  // the persistent kernel's passes on the tensor cores (persist_attn_mma 16), with 1, 2 and 3 passes' rows in flight
+  // (persist_attn_mma_ahead): more in flight must give the same bits
+  std::vector<float> one(got.size());
+  run<KERNEL_MMA, 1>("kernel's tensor cores", 0, qkv, cache, inv_freq, refill, out, ns);
+  CHECK(cudaMemcpy(one.data(), out, one.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  {
+    const std::vector<double> a = merged(want), b = merged(one);
+    double err = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) err = std::max(err, std::fabs(a[i] - b[i]));
+    printf("  kernel's tensor cores: the heads' outputs within %.2e of the slice pipelined's\n", err);
+  }
+  run<KERNEL_MMA, 2>("kernel's tensor cores, ahead 2", 0, qkv, cache, inv_freq, refill, out, ns);
+  CHECK(cudaMemcpy(got.data(), out, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  printf("  ahead 2: %s bits as ahead 1\n", memcmp(one.data(), got.data(), one.size() * 4) == 0 ? "the same" : "OTHER");
+  run<KERNEL_MMA, 3>("kernel's tensor cores, ahead 3", 0, qkv, cache, inv_freq, refill, out, ns);
+  CHECK(cudaMemcpy(got.data(), out, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  printf("  ahead 3: %s bits as ahead 1\n", memcmp(one.data(), got.data(), one.size() * 4) == 0 ? "the same" : "OTHER");
+  run<KERNEL_MMA, 1>("kernel's tensor cores + refill 12", 12, qkv, cache, inv_freq, refill, out, ns);
+  run<KERNEL_MMA, 2>("kernel's t. c., ahead 2 + refill 12", 12, qkv, cache, inv_freq, refill, out, ns);
   run<LOADS>("loads only", 0, qkv, cache, inv_freq, refill, out, ns);
   run<HOT>("slice pipelined, rows in L2", 0, qkv, cache, inv_freq, refill, out, ns);
   run<PIPELINED>("slice pipelined + refill 6", 6, qkv, cache, inv_freq, refill, out, ns);

@@ -189,6 +189,9 @@ class _PersistentEmitter(_Emitter):
             if getattr(t, name) not in (0, 16, 32):
                 raise ValueError(f"{name} {getattr(t, name)}: rows a warp a pass, 0 (off), 16 or 32 "
                                  "(attention.cuh: mma_passes)")
+        if t.persist_attn_mma_ahead not in (1, 2, 3):
+            raise ValueError(f"persist_attn_mma_ahead {t.persist_attn_mma_ahead}: passes in flight, 1, 2 or 3 "
+                             "(attention.cuh: mma_passes)")
         keys = t.persist_attn_mma_wide if k.head_dim == 128 else t.persist_attn_mma
         short = 0 < t.persist_attn_short_keys < self.attn_keys(group)
         if (not keys or self.ctype not in ("__nv_bfloat16", "__half") or k.head_dim not in (64, 128) or group > 8
@@ -295,13 +298,15 @@ class _PersistentEmitter(_Emitter):
         if self.tagged(k.qkv) != self.tagged(a.out):
             raise ValueError(f"{k.name}: its input and output are tagged alike or not at all (tag_plan)")
         short = t.persist_attn_short_keys if 0 < t.persist_attn_short_keys < keys else 0
+        mma = self.mma_keys(k)
         tmpl += template_tail([self.tagged(k.qkv), bool(t.persist_attn_pipeline), bool(a.softcap > 0), short,
                                bool(t.persist_attn_early_rope), bool(t.persist_attn_kv_first and short),
                                t.persist_attn_owner_merges, bool(t.persist_attn_newest_first),
                                bool(t.persist_probe_attention_idle), self.combine_staged(k),
-                               bool(t.persist_attn_early_pass), bool(t.persist_attn_lean), self.mma_keys(k)],
-                              # TAGGED .. LEAN, MMA_KEYS
-                              [False, False, True, 0, False, False, 0, False, False, False, False, False, 0])
+                               bool(t.persist_attn_early_pass), bool(t.persist_attn_lean), mma,
+                               t.persist_attn_mma_ahead if mma and k.head_dim == 64 else 1],
+                              # TAGGED .. LEAN, MMA_KEYS, MMA_AHEAD
+                              [False, False, True, 0, False, False, 0, False, False, False, False, False, 0, 1])
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",

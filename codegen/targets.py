@@ -157,6 +157,9 @@ class TargetParams:
     # persistent: the same for heads 128 wide (qwen3-1.7b, llama-3.1-8b), whose passes load one pass's rows at a
     # time (two passes' spilled); 0: the FMA passes there
     persist_attn_mma_wide: int
+    # persistent: the passes on the tensor cores' rows in flight while a pass computes, where heads are 64 wide (1:
+    # the next pass's; 2 or 3: more, each pass's registers again). The same bits
+    persist_attn_mma_ahead: int
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -535,7 +538,8 @@ TARGETS: dict[str, TargetParams] = {
                           # / 1.126 vs 1.112 / 1.114 (+0.9%), at 8192 1.435 / 1.436 vs 1.451 / 1.452 (-1.1%). The
                           # targets are at short context: 0. A loop loading V under the scores and the next K under
                           # the weighted sum (7cbe11a, reverted) was +1.7% at short context (call 6): no better
-                          persist_attn_mma_wide=0),
+                          persist_attn_mma_wide=0,
+                          persist_attn_mma_ahead=1),
 }
 
 

@@ -773,20 +773,22 @@ def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path,
     # persist_attn_mma: attention_tile's MMA_KEYS (its 23rd template argument) where heads are 64 wide (128 wide:
     # persist_attn_mma_wide, off by default) and at most 8 query heads share a KV head (2 and 4 here); the FMA
     # passes (no argument) with heads 16 wide, with 9 query heads a KV head, with the early pass; a value other than
-    # 0, 16 or 32 is refused by name. The kernel builds (nvcc) with 16 rows a pass, heads 64 and 128 wide
+    # 0, 16 or 32 is refused by name. The kernel builds (nvcc) with 16 rows a pass, heads 64 and 128 wide (64: with
+    # 2 passes in flight)
     import dataclasses
     import re
 
     from kiec.build import emit_sources
     from kiec.codegen import targets
 
-    def mma(name, family="llama", change=None, **shape):
+    def mma(name, family="llama", change=None, ahead=False, **shape):  # (ahead: MMA_AHEAD as well)
         make_tiny_hf(tmp_path / name, family, **shape)
         model = kiec.load(str(tmp_path / name), dtype="bf16")
         t = dataclasses.replace(targets.TARGETS["sm_90"], **(change or dict(persist_attn_mma=16)))
         text = emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
         args = re.search(r"attention_tile<([^>]*)>", text).group(1).split(", ")
-        return model, int(args[22]) if len(args) > 22 else 0
+        keys = int(args[22]) if len(args) > 22 else 0
+        return (model, keys, int(args[23]) if len(args) > 23 else 1) if ahead else (model, keys)
 
     wide = dict(hidden_size=256, intermediate_size=384)
     model, keys = mma("g2", **wide)
@@ -806,9 +808,19 @@ def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path,
         mma("bad", change=dict(persist_attn_mma=24), **wide)
     with pytest.raises(kiec.KiecError, match="persist_attn_mma_wide 8: rows a warp a pass"):
         mma("bad-wide", change=dict(persist_attn_mma_wide=8), **wide)
+    # persist_attn_mma_ahead: MMA_AHEAD, the 24th, where the tensor cores take heads 64 wide (1, the default, left
+    # out); heads 128 wide and the FMA passes keep 1; a value other than 1-3 is refused by name
+    assert mma("ahead", change=dict(persist_attn_mma=16, persist_attn_mma_ahead=2), ahead=True, **wide)[1:] == (16, 2)
+    assert mma("ahead1", change=dict(persist_attn_mma=16, persist_attn_mma_ahead=1), ahead=True, **wide)[2] == 1
+    assert mma("ahead-off", change=dict(persist_attn_mma=0, persist_attn_mma_ahead=3), ahead=True, **wide)[2] == 1
+    assert mma("ahead-h128", "qwen3", change=dict(persist_attn_mma_wide=16, persist_attn_mma_ahead=2), head_dim=128,
+               ahead=True, **wide)[1:] == (16, 1)
+    with pytest.raises(kiec.KiecError, match="persist_attn_mma_ahead 4: passes in flight"):
+        mma("bad-ahead", change=dict(persist_attn_mma_ahead=4), **wide)
     monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_attn_mma=16,
-                                                                      persist_attn_mma_wide=16))
-    kiec.compile(model, str(tmp_path / "art"), mode="persistent")
+                                                                      persist_attn_mma_wide=16,
+                                                                      persist_attn_mma_ahead=2))
+    kiec.compile(model, str(tmp_path / "art"), mode="persistent")  # (2 passes in flight)
     kiec.compile(wide_heads, str(tmp_path / "art128"), mode="persistent")  # (one pass's rows at a time)
 
 

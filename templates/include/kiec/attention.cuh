@@ -255,7 +255,7 @@ struct MmaPass {
 // over 16 keys as its k, whose 8 columns are 8 of the head's dims (lane t's columns dims HEAD_DIM / 8 * (t / 4) +
 // j, mma j). Not the FMA passes' bits: q and the weights carry 16 of fp32's 24 significant bits with bf16, K and V
 // exactly.
-template <typename T, int HEAD_DIM, int GROUP, int WARPS, int KEYS, bool SOFTCAP>
+template <typename T, int HEAD_DIM, int GROUP, int WARPS, int KEYS, bool SOFTCAP, int AHEAD = 1>
 __device__ __forceinline__ void mma_passes(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const T* kc, const T* vc,
                                            float scale, float softcap, int lo, int hi) {
   static_assert(GROUP <= 8, "the tensor cores' slice: at most 8 query heads a KV head (16 rows: two halves)");
@@ -322,7 +322,19 @@ __device__ __forceinline__ void mma_passes(AttentionSmem<HEAD_DIM, GROUP, WARPS>
     }
   };
   int j0 = lo + warp * KEYS;
-  if constexpr (HEAD_DIM == 64) {
+  static_assert(AHEAD >= 1 && (AHEAD == 1 || HEAD_DIM == 64), "the tensor cores' slice: passes in flight, 64 wide");
+  if constexpr (HEAD_DIM == 64 && AHEAD > 1) {  // AHEAD passes in flight while one computes (persist_attn_mma_ahead)
+    Pass p[AHEAD + 1];
+#pragma unroll
+    for (int a = 0; a < AHEAD; ++a)
+      if (j0 + a * STEP < hi) p[a].load(kc, vc, j0 + a * STEP, hi);
+    for (; j0 < hi; j0 += STEP) {  // (warp-uniform)
+      if (j0 + AHEAD * STEP < hi) p[AHEAD].load(kc, vc, j0 + AHEAD * STEP, hi);
+      step(p[0], j0);
+#pragma unroll
+      for (int a = 0; a < AHEAD; ++a) p[a] = p[a + 1];  // (a pass past hi is moved, never stepped)
+    }
+  } else if constexpr (HEAD_DIM == 64) {
     Pass cur;
     if (j0 < hi) cur.load(kc, vc, j0, hi);
     for (; j0 < hi; j0 += STEP) {  // (warp-uniform: the mmas and shuffles run on all lanes or none)
@@ -356,10 +368,10 @@ __device__ __forceinline__ void mma_passes(AttentionSmem<HEAD_DIM, GROUP, WARPS>
 // LEAN (persist_attn_lean; bench/kv_slice.cu times it): fewer instructions a key, the same bits: the rows widened
 // with widen8, and each score's weight taken without a test of the score (the step's m0)
 // MMA_KEYS (persist_attn_mma): the passes on the tensor cores, MMA_KEYS rows a warp a pass (mma_passes; not the FMA
-// passes' bits)
+// passes' bits); MMA_AHEAD (persist_attn_mma_ahead): their passes in flight while one computes (64 wide; the same bits)
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
           bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0, bool KV_FIRST = false,
-          bool EARLY = false, bool LEAN = false, int MMA_KEYS = 0, typename Marks = NoMarks>
+          bool EARLY = false, bool LEAN = false, int MMA_KEYS = 0, int MMA_AHEAD = 1, typename Marks = NoMarks>
 __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,
                                                 int kv_heads, int max_seq, const float* inv_freq, const T* q_norm_w,
                                                 const T* k_norm_w, float norm_eps, float scale, float softcap, int g,
@@ -448,7 +460,7 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   mark(0);
   if constexpr (MMA_KEYS > 0) {  // (the passes on the tensor cores: their own loads, layout and merge of a warp)
     static_assert(!KV_FIRST && !EARLY, "the tensor cores' slice loads its rows after the new one's write");
-    mma_passes<T, HEAD_DIM, GROUP, WARPS, MMA_KEYS, SOFTCAP>(sm, kc, vc, scale, softcap, lo, hi);
+    mma_passes<T, HEAD_DIM, GROUP, WARPS, MMA_KEYS, SOFTCAP, MMA_AHEAD>(sm, kc, vc, scale, softcap, lo, hi);
     mark(1);
     return;
   }
