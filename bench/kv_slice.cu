@@ -169,7 +169,7 @@ __device__ __forceinline__ void mma_slice(Smem& sm, const float* qkv, const T* c
 
 // Block b: split b / KV_HEADS of KV head b % KV_HEADS; ns[2b], ns[2b + 1]: its start and end. AHEAD: KERNEL_MMA's
 // passes in flight (persist_attn_mma_ahead)
-template <Mode MODE, int AHEAD = 1>
+template <Mode MODE, int AHEAD = 1, int KEYS = 16>
 __global__ void __launch_bounds__(THREADS, 1)
     slice(const float* qkv, T* cache, const float* inv_freq, const char* refill, int refill_pages, float* out,
           unsigned long long* ns) {
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       mma_slice(sm, qkv, cache, inv_freq, g, lo);
     else if constexpr (MODE == KERNEL_MMA)  // (the persistent kernel's default: 16 rows a warp a pass)
       kiec::attention_slice<T, HEAD_DIM, GROUP, ROTARY, false, false, WARPS, U, false, true, false, 0, false, false,
-                            true, 16, AHEAD>(
+                            true, KEYS, AHEAD>(
           sm, qkv, cache, KV_HEADS, MAX_SEQ, inv_freq, nullptr, nullptr, 1e-5f, 0.125f, 0.f, g, POS, lo, hi);
     else
       kiec::attention_slice<T, HEAD_DIM, GROUP, ROTARY, false, false, WARPS, U, false, MODE != SLICE, false, 0,
@@ -229,17 +229,17 @@ __global__ void __launch_bounds__(THREADS, 1)
   }
 }
 
-template <Mode MODE, int AHEAD = 1>
+template <Mode MODE, int AHEAD = 1, int KEYS = 16>
 void run(const char* name, int refill_pages, const float* qkv, T* cache, const float* inv_freq, const char* refill,
          float* out, unsigned long long* ns) {
   constexpr int BLOCKS = KV_HEADS * SPLITS;
   const int smem = R::BYTES + (int)sizeof(Smem);
-  CHECK(cudaFuncSetAttribute(slice<MODE, AHEAD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CHECK(cudaFuncSetAttribute(slice<MODE, AHEAD, KEYS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   std::vector<double> us;
   std::vector<unsigned long long> h(2 * BLOCKS);
   for (int r = 0; r < ROUNDS + 1; ++r)
     for (int l = 0; l < LAYERS; ++l) {
-      slice<MODE, AHEAD><<<BLOCKS, THREADS, smem>>>(qkv, cache + l * LAYER_ELEMS, inv_freq, refill, refill_pages, out, ns);
+      slice<MODE, AHEAD, KEYS><<<BLOCKS, THREADS, smem>>>(qkv, cache + l * LAYER_ELEMS, inv_freq, refill, refill_pages, out, ns);
       CHECK(cudaGetLastError());
       CHECK(cudaMemcpy(h.data(), ns, h.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
       unsigned long long first = ~0ull, last = 0;
@@ -340,6 +340,18 @@ int main() {
   run<KERNEL_MMA, 3>("kernel's tensor cores, ahead 3", 0, qkv, cache, inv_freq, refill, out, ns);
   CHECK(cudaMemcpy(got.data(), out, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
   printf("  ahead 3: %s bits as ahead 1\n", memcmp(one.data(), got.data(), one.size() * 4) == 0 ? "the same" : "OTHER");
+  // other pass shapes: KEYS rows a warp a pass, AHEAD 0: a pass's rows loaded as it starts (64: the sketch's 64 a warp)
+  run<KERNEL_MMA, 0, 16>("kernel's t. c., 16 keys, ahead 0", 0, qkv, cache, inv_freq, refill, out, ns);
+  run<KERNEL_MMA, 0, 32>("kernel's t. c., 32 keys, ahead 0", 0, qkv, cache, inv_freq, refill, out, ns);
+  run<KERNEL_MMA, 1, 32>("kernel's t. c., 32 keys, ahead 1", 0, qkv, cache, inv_freq, refill, out, ns);
+  run<KERNEL_MMA, 0, 64>("kernel's t. c., 64 keys, ahead 0", 0, qkv, cache, inv_freq, refill, out, ns);
+  CHECK(cudaMemcpy(got.data(), out, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  {  // (other passes, other bits: how far from the FMA slice's)
+    const std::vector<double> a = merged(want), b = merged(got);
+    double err = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) err = std::max(err, std::fabs(a[i] - b[i]));
+    printf("  64 keys: the heads' outputs within %.2e of the slice pipelined's\n", err);
+  }
   run<KERNEL_MMA, 1>("kernel's tensor cores + refill 12", 12, qkv, cache, inv_freq, refill, out, ns);
   run<KERNEL_MMA, 2>("kernel's t. c., ahead 2 + refill 12", 12, qkv, cache, inv_freq, refill, out, ns);
   run<LOADS>("loads only", 0, qkv, cache, inv_freq, refill, out, ns);

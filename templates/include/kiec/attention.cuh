@@ -322,7 +322,7 @@ __device__ __forceinline__ void mma_passes(AttentionSmem<HEAD_DIM, GROUP, WARPS>
     }
   };
   int j0 = lo + warp * KEYS;
-  static_assert(AHEAD >= 1 && (AHEAD == 1 || HEAD_DIM == 64), "the tensor cores' slice: passes in flight, 64 wide");
+  static_assert(AHEAD >= 0 && (AHEAD == 1 || HEAD_DIM == 64), "the tensor cores' slice: passes in flight, 64 wide");
   if constexpr (HEAD_DIM == 64 && AHEAD > 1) {  // AHEAD passes in flight while one computes (persist_attn_mma_ahead)
     Pass p[AHEAD + 1];
 #pragma unroll
@@ -334,7 +334,7 @@ __device__ __forceinline__ void mma_passes(AttentionSmem<HEAD_DIM, GROUP, WARPS>
 #pragma unroll
       for (int a = 0; a < AHEAD; ++a) p[a] = p[a + 1];  // (a pass past hi is moved, never stepped)
     }
-  } else if constexpr (HEAD_DIM == 64) {
+  } else if constexpr (HEAD_DIM == 64 && AHEAD == 1) {
     Pass cur;
     if (j0 < hi) cur.load(kc, vc, j0, hi);
     for (; j0 < hi; j0 += STEP) {  // (warp-uniform: the mmas and shuffles run on all lanes or none)
