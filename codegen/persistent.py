@@ -180,7 +180,8 @@ class _PersistentEmitter(_Emitter):
 
     def mma_keys(self, k: AttentionKernel) -> int:
         """Rows a warp a pass of attention's passes on the tensor cores (persist_attn_mma; persist_attn_mma_wide for
-        heads 128 wide, which load one pass's rows at a time: mma_passes), or 0 where the slice keeps its FMA passes:
+        heads 128 wide, which load one pass's rows at a time: mma_passes; there only where at least
+        persist_attn_mma_wide_min_group query heads share a KV head), or 0 where the slice keeps its FMA passes:
         a cache other than bf16 / fp16, head_dim other than 64 or 128, more than 8 query heads a KV head, or rows
         loaded ahead of the new one's write (persist_attn_early_pass, persist_attn_kv_first where a short pass
         runs)."""
@@ -192,7 +193,8 @@ class _PersistentEmitter(_Emitter):
         if t.persist_attn_mma_ahead not in (1, 2, 3):
             raise ValueError(f"persist_attn_mma_ahead {t.persist_attn_mma_ahead}: passes in flight, 1, 2 or 3 "
                              "(attention.cuh: mma_passes)")
-        keys = t.persist_attn_mma_wide if k.head_dim == 128 else t.persist_attn_mma
+        keys = t.persist_attn_mma if k.head_dim != 128 else (
+            t.persist_attn_mma_wide if group >= t.persist_attn_mma_wide_min_group else 0)
         short = 0 < t.persist_attn_short_keys < self.attn_keys(group)
         if (not keys or self.ctype not in ("__nv_bfloat16", "__half") or k.head_dim not in (64, 128) or group > 8
                 or t.persist_attn_early_pass or (t.persist_attn_kv_first and short)):

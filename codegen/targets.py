@@ -157,6 +157,9 @@ class TargetParams:
     # persistent: the same for heads 128 wide (qwen3-1.7b, llama-3.1-8b), whose passes load one pass's rows at a
     # time (two passes' spilled); 0: the FMA passes there
     persist_attn_mma_wide: int
+    # persistent: heads 128 wide take persist_attn_mma_wide only where at least this many query heads share a KV
+    # head (the FMA passes' work a key grows with them; an mma's 16 rows take up to 8 heads at the same cost)
+    persist_attn_mma_wide_min_group: int
     # persistent: the passes on the tensor cores' rows in flight while a pass computes, where heads are 64 wide (1:
     # the next pass's; 2 or 3: more, each pass's registers again). The same bits
     persist_attn_mma_ahead: int
@@ -534,11 +537,13 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.468 vs 0.480-0.481 (-2.4%); 32 rows a pass +4.0% and +8.5% (it spills). kv_slice.cu's
                           # sketch of it 6.05 us vs the FMA slice's 10.37-11.10. So 16
                           persist_attn_mma=16,
-                          # twenty-ninth session (d94c7d0, ms, two rounds, bench/results/2026-12-03e): qwen3-1.7b 1.121
-                          # / 1.126 vs 1.112 / 1.114 (+0.9%), at 8192 1.435 / 1.436 vs 1.451 / 1.452 (-1.1%). The
-                          # targets are at short context: 0. A loop loading V under the scores and the next K under
-                          # the weighted sum (7cbe11a, reverted) was +1.7% at short context (call 6): no better
-                          persist_attn_mma_wide=0,
+                          # twenty-ninth session (d94c7d0, ms, two rounds, bench/results/2026-12-03e): qwen3-1.7b (2
+                          # query heads a KV head) 1.121 / 1.126 vs 1.112 / 1.114 (+0.9%), at 8192 1.435 / 1.436 vs
+                          # 1.451 / 1.452 (-1.1%). A loop loading V under the scores and the next K under the weighted
+                          # sum (7cbe11a, reverted) was +1.7% at short context (call 6): no better. Thirtieth session
+                          # (bench/results/2026-12-04 call 2): llama-3.1-8b (4 a KV head) 3.859 / 3.856 vs 3.907 /
+                          # 3.906 (-1.3%). So 16 where 4 or more heads share a KV head, the FMA passes below
+                          persist_attn_mma_wide=16, persist_attn_mma_wide_min_group=4,
                           persist_attn_mma_ahead=1),
 }
 

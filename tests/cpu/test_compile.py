@@ -771,10 +771,10 @@ def test_dot_half_warps_takes_the_gemvs_that_give_a_warp_several_items(tmp_path,
 
 def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path, monkeypatch):
     # persist_attn_mma: attention_tile's MMA_KEYS (its 23rd template argument) where heads are 64 wide (128 wide:
-    # persist_attn_mma_wide, off by default) and at most 8 query heads share a KV head (2 and 4 here); the FMA
-    # passes (no argument) with heads 16 wide, with 9 query heads a KV head, with the early pass; a value other than
-    # 0, 16 or 32 is refused by name. The kernel builds (nvcc) with 16 rows a pass, heads 64 and 128 wide (64: with
-    # 2 passes in flight)
+    # persist_attn_mma_wide, where 4 or more share a KV head) and at most 8 query heads share a KV head (2 and 4
+    # here); the FMA passes (no argument) with heads 16 wide, with 9 query heads a KV head, with the early pass; a
+    # value other than 0, 16 or 32 is refused by name. The kernel builds (nvcc) with 16 rows a pass, heads 64 and 128
+    # wide (64: with 2 passes in flight)
     import dataclasses
     import re
 
@@ -798,9 +798,11 @@ def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path,
     assert mma("off", change=dict(persist_attn_mma=0), **wide)[1] == 0
     assert mma("h128-default", "qwen3", change=dict(persist_attn_mma=16, persist_attn_mma_wide=0), head_dim=128,
                **wide)[1] == 0  # (128 wide: persist_attn_mma_wide's)
-    wide_heads, keys = mma("h128", "qwen3", change=dict(persist_attn_mma=0, persist_attn_mma_wide=16), head_dim=128,
-                           **wide)
+    # 128 wide, by default where 4 or more query heads share a KV head (persist_attn_mma_wide_min_group)
+    assert mma("h128-g2", "qwen3", head_dim=128, **wide)[1] == 0
+    wide_heads, keys = mma("h128", "qwen3", change=dict(), head_dim=128, num_key_value_heads=1, **wide)
     assert keys == 16
+    assert mma("h128-g2-min2", "qwen3", change=dict(persist_attn_mma_wide_min_group=2), head_dim=128, **wide)[1] == 16
     assert mma("h16")[1] == 0  # (the tiny model's heads: 64 / 4)
     assert mma("g9", hidden_size=576, intermediate_size=384, num_attention_heads=9, num_key_value_heads=1)[1] == 0
     assert mma("early", change=dict(persist_attn_mma=16, persist_attn_early_pass=1), **wide)[1] == 0
@@ -813,7 +815,7 @@ def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path,
     assert mma("ahead", change=dict(persist_attn_mma=16, persist_attn_mma_ahead=2), ahead=True, **wide)[1:] == (16, 2)
     assert mma("ahead1", change=dict(persist_attn_mma=16, persist_attn_mma_ahead=1), ahead=True, **wide)[2] == 1
     assert mma("ahead-off", change=dict(persist_attn_mma=0, persist_attn_mma_ahead=3), ahead=True, **wide)[2] == 1
-    assert mma("ahead-h128", "qwen3", change=dict(persist_attn_mma_wide=16, persist_attn_mma_ahead=2), head_dim=128,
+    assert mma("ahead-h128", "qwen3", change=dict(persist_attn_mma_ahead=2), head_dim=128, num_key_value_heads=1,
                ahead=True, **wide)[1:] == (16, 1)
     with pytest.raises(kiec.KiecError, match="persist_attn_mma_ahead 4: passes in flight"):
         mma("bad-ahead", change=dict(persist_attn_mma_ahead=4), **wide)
