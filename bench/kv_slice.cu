@@ -18,8 +18,7 @@
 //                    compared with slice pipelined's bit for bit, on full passes only: every split here has 512 rows)
 //   kernel's tensor cores  attention_slice as the persistent kernel runs it by default (persist_attn_mma 16: 16 rows
 //                    a warp a pass, the next pass in flight), and with 2 or 3 passes in flight (persist_attn_mma_ahead;
-//                    their warp states compared with 1's bit for bit), and with a long split's passes of 32 or 64
-//                    rows a warp (persist_attn_mma_long: this split's 512 rows take 2 or 1)
+//                    their warp states compared with 1's bit for bit)
 //   loads only       the same rows loaded with the same 16-byte loads, every pass's at once, and summed (the
 //                    access pattern's rate with the most bytes in flight this layout allows a thread)
 //   ... + refill N   one more thread copies N pages of 16 KB from its own region into a ring in shared memory (TMA bulk
@@ -170,7 +169,7 @@ __device__ __forceinline__ void mma_slice(Smem& sm, const float* qkv, const T* c
 
 // Block b: split b / KV_HEADS of KV head b % KV_HEADS; ns[2b], ns[2b + 1]: its start and end. AHEAD: KERNEL_MMA's
 // passes in flight (persist_attn_mma_ahead)
-template <Mode MODE, int AHEAD = 1, int KEYS = 16, int LONG = 0>
+template <Mode MODE, int AHEAD = 1, int KEYS = 16>
 __global__ void __launch_bounds__(THREADS, 1)
     slice(const float* qkv, T* cache, const float* inv_freq, const char* refill, int refill_pages, float* out,
           unsigned long long* ns) {
@@ -213,7 +212,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       mma_slice(sm, qkv, cache, inv_freq, g, lo);
     else if constexpr (MODE == KERNEL_MMA)  // (the persistent kernel's default: 16 rows a warp a pass)
       kiec::attention_slice<T, HEAD_DIM, GROUP, ROTARY, false, false, WARPS, U, false, true, false, 0, false, false,
-                            true, KEYS, AHEAD, LONG>(
+                            true, KEYS, AHEAD>(
           sm, qkv, cache, KV_HEADS, MAX_SEQ, inv_freq, nullptr, nullptr, 1e-5f, 0.125f, 0.f, g, POS, lo, hi);
     else
       kiec::attention_slice<T, HEAD_DIM, GROUP, ROTARY, false, false, WARPS, U, false, MODE != SLICE, false, 0,
@@ -230,17 +229,17 @@ __global__ void __launch_bounds__(THREADS, 1)
   }
 }
 
-template <Mode MODE, int AHEAD = 1, int KEYS = 16, int LONG = 0>
+template <Mode MODE, int AHEAD = 1, int KEYS = 16>
 void run(const char* name, int refill_pages, const float* qkv, T* cache, const float* inv_freq, const char* refill,
          float* out, unsigned long long* ns) {
   constexpr int BLOCKS = KV_HEADS * SPLITS;
   const int smem = R::BYTES + (int)sizeof(Smem);
-  CHECK(cudaFuncSetAttribute(slice<MODE, AHEAD, KEYS, LONG>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CHECK(cudaFuncSetAttribute(slice<MODE, AHEAD, KEYS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   std::vector<double> us;
   std::vector<unsigned long long> h(2 * BLOCKS);
   for (int r = 0; r < ROUNDS + 1; ++r)
     for (int l = 0; l < LAYERS; ++l) {
-      slice<MODE, AHEAD, KEYS, LONG><<<BLOCKS, THREADS, smem>>>(qkv, cache + l * LAYER_ELEMS, inv_freq, refill, refill_pages, out, ns);
+      slice<MODE, AHEAD, KEYS><<<BLOCKS, THREADS, smem>>>(qkv, cache + l * LAYER_ELEMS, inv_freq, refill, refill_pages, out, ns);
       CHECK(cudaGetLastError());
       CHECK(cudaMemcpy(h.data(), ns, h.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
       unsigned long long first = ~0ull, last = 0;
@@ -353,9 +352,6 @@ int main() {
     for (size_t i = 0; i < a.size(); ++i) err = std::max(err, std::fabs(a[i] - b[i]));
     printf("  64 keys: the heads' outputs within %.2e of the slice pipelined's\n", err);
   }
-  run<KERNEL_MMA, 1, 16, 32>("kernel's t. c., long 32", 0, qkv, cache, inv_freq, refill, out, ns);
-  run<KERNEL_MMA, 1, 16, 64>("kernel's t. c., long 64", 0, qkv, cache, inv_freq, refill, out, ns);
-  run<KERNEL_MMA, 1, 16, 64>("kernel's t. c., long 64 + refill 12", 12, qkv, cache, inv_freq, refill, out, ns);
   run<KERNEL_MMA, 1>("kernel's tensor cores + refill 12", 12, qkv, cache, inv_freq, refill, out, ns);
   run<KERNEL_MMA, 2>("kernel's t. c., ahead 2 + refill 12", 12, qkv, cache, inv_freq, refill, out, ns);
   run<LOADS>("loads only", 0, qkv, cache, inv_freq, refill, out, ns);

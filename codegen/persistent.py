@@ -193,9 +193,6 @@ class _PersistentEmitter(_Emitter):
         if t.persist_attn_mma_ahead not in (1, 2, 3):
             raise ValueError(f"persist_attn_mma_ahead {t.persist_attn_mma_ahead}: passes in flight, 1, 2 or 3 "
                              "(attention.cuh: mma_passes)")
-        if t.persist_attn_mma_long not in (0, 32, 64):
-            raise ValueError(f"persist_attn_mma_long {t.persist_attn_mma_long}: rows a warp a long split's pass, 0 "
-                             "(off), 32 or 64 (attention.cuh: mma_passes)")
         keys = t.persist_attn_mma if k.head_dim != 128 else (
             t.persist_attn_mma_wide if group >= t.persist_attn_mma_wide_min_group else 0)
         short = 0 < t.persist_attn_short_keys < self.attn_keys(group)
@@ -309,10 +306,9 @@ class _PersistentEmitter(_Emitter):
                                t.persist_attn_owner_merges, bool(t.persist_attn_newest_first),
                                bool(t.persist_probe_attention_idle), self.combine_staged(k),
                                bool(t.persist_attn_early_pass), bool(t.persist_attn_lean), mma,
-                               t.persist_attn_mma_ahead if mma and k.head_dim == 64 else 1,
-                               t.persist_attn_mma_long if mma and k.head_dim == 64 else 0],
-                              # TAGGED .. LEAN, MMA_KEYS, MMA_AHEAD, MMA_LONG
-                              [False, False, True, 0, False, False, 0, False, False, False, False, False, 0, 1, 0])
+                               t.persist_attn_mma_ahead if mma and k.head_dim == 64 else 1],
+                              # TAGGED .. LEAN, MMA_KEYS, MMA_AHEAD
+                              [False, False, True, 0, False, False, 0, False, False, False, False, False, 0, 1])
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",

@@ -163,10 +163,6 @@ class TargetParams:
     # persistent: the passes on the tensor cores' rows in flight while a pass computes, where heads are 64 wide (1:
     # the next pass's; 2 or 3: more, each pass's registers again). The same bits
     persist_attn_mma_ahead: int
-    # persistent: > 0 (32 or 64): where heads are 64 wide, a split of this many rows a compute warp or more (a long
-    # context's) takes them this many a warp a pass, each pass's rows loaded as it starts (fewer, longer passes than
-    # persist_attn_mma's, none in flight); 0: persist_attn_mma's passes at every length. Not the same bits
-    persist_attn_mma_long: int
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -548,11 +544,7 @@ TARGETS: dict[str, TargetParams] = {
                           # (bench/results/2026-12-04 call 2): llama-3.1-8b (4 a KV head) 3.859 / 3.856 vs 3.907 /
                           # 3.906 (-1.3%). So 16 where 4 or more heads share a KV head, the FMA passes below
                           persist_attn_mma_wide=16, persist_attn_mma_wide_min_group=4,
-                          # thirtieth session (bench/results/2026-12-04 calls 1-2, variants.py, two rounds): 2
-                          # llama-3.2-1b at 8192 0.851 vs 0.856-0.858 ms (-0.7%), short context 0.727-0.728 vs 0.728;
-                          # smollm2-135m 0.470-0.471 vs 0.467 (+0.7%), at 8192 0.639 vs 0.641. kv_slice.cu: 7.07 vs
-                          # 7.04 us, 3 (it spills) 7.74. So 1
-                          persist_attn_mma_ahead=1, persist_attn_mma_long=0),
+                          persist_attn_mma_ahead=1),
 }
 
 

@@ -819,16 +819,6 @@ def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path,
                ahead=True, **wide)[1:] == (16, 1)
     with pytest.raises(kiec.KiecError, match="persist_attn_mma_ahead 4: passes in flight"):
         mma("bad-ahead", change=dict(persist_attn_mma_ahead=4), **wide)
-    # persist_attn_mma_long: MMA_LONG, the 25th, likewise (0, the default, left out; 128 wide keeps 0)
-    def long_of(name, family="llama", **shape):
-        t = dataclasses.replace(targets.TARGETS["sm_90"], persist_attn_mma_long=32)
-        text = emit_sources(mma(name, family, **shape)[0], "persistent", "bf16", t, "x").files["model.cu"]
-        args = re.search(r"attention_tile<([^>]*)>", text).group(1).split(", ")
-        return args[22:]
-    assert long_of("long", **wide) == ["16", "1", "32"]
-    assert long_of("long-h128", "qwen3", head_dim=128, num_key_value_heads=1, **wide) == ["16"]
-    with pytest.raises(kiec.KiecError, match="persist_attn_mma_long 48: rows a warp a long split's pass"):
-        mma("bad-long", change=dict(persist_attn_mma_long=48), **wide)
     monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_attn_mma=16,
                                                                       persist_attn_mma_wide=16,
                                                                       persist_attn_mma_ahead=2))

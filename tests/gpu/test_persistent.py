@@ -269,39 +269,17 @@ def test_attention_on_tensor_cores_within_budget_of_the_fma_passes(tmp_path, mon
     # interpreter's as the FMA passes' (their bits differ: 16 significant bits of q and the weights; either's
     # distance is mostly the bf16 cache's rounding of rows the difference moved: 1.1-1.3e-3 of the largest logit
     # between the two, 2026-12-03), and one launch's greedy tokens a step-by-step run's
-    tensor_cores_within_budget(tmp_path, monkeypatch, family, window, min_keys, wide, kv_heads, head_dim, keys)
-
-
-@pytest.mark.parametrize("wide,kv_heads", [(True, 2), (False, 1)])
-@pytest.mark.parametrize("long", [32, 64])
-def test_attention_on_tensor_cores_long_splits_within_budget(tmp_path, monkeypatch, wide, kv_heads, long):
-    # persist_attn_mma_long: a split of 8 warps x `long` rows or more takes `long` rows a warp a pass, the rows past
-    # its end masked; shorter splits the 16-row passes. With 512 keys a split at least, split 0 has 256 rows from
-    # position 255 on and 512 from 511, split 1 the rest (up to 88): both kinds of passes in one step. The same
-    # checks as the tensor-core test's
-    tensor_cores_within_budget(tmp_path, monkeypatch, "llama", None, 512, wide, kv_heads, None, 16,
-                               persist_attn_mma_long=long)
-    tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / "variant" / "src" / "model.cu").read()).group(1)
-    assert tail.split(", ")[22:] == ["16", "1", str(long)]  # (MMA_KEYS, MMA_AHEAD, MMA_LONG)
-
-
-def tensor_cores_within_budget(tmp_path, monkeypatch, family, window, min_keys, wide, kv_heads, head_dim, keys,
-                               **more):
-    """The tensor-core tests' checks: the model's logits with attention on the tensor cores (persist_attn_mma and
-    persist_attn_mma_wide `keys`, and `more` fields) within the interpreter's budget over 600 positions and at most
-    twice as far from the fp32 interpreter's as the FMA passes', and one launch's greedy tokens a step-by-step
-    run's."""
     extra = dict({"sliding_window": window} if window else {}, **{"head_dim": head_dim} if head_dim else {})
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384,
                       num_key_value_heads=kv_heads, **extra)
     fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys, persist_attn_mma=0, persist_attn_mma_wide=0)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
     art = compile_variant(model, tmp_path, monkeypatch, persist_attn_mma=keys, persist_attn_mma_wide=keys,
-                          persist_attn_mma_wide_min_group=2, **more)  # (qwen3's 2 heads a KV head too)
+                          persist_attn_mma_wide_min_group=2)  # (qwen3's 2 heads a KV head too)
     tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / "variant" / "src" / "model.cu").read()).group(1)
     assert tail.split(", ")[22] == str(keys)  # (MMA_KEYS)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=600)
-    budget_check(ours, r32, r16, f"persist_attn_mma={keys} {more} {family}: logits over 600 positions")
+    budget_check(ours, r32, r16, f"persist_attn_mma={keys} {family}: logits over 600 positions")
     fma = np.stack([base.step(t, p) for p, t in enumerate(tokens)])
     ours_err, fma_err = np.abs(ours - r32).max(), np.abs(fma - r32).max()
     assert ours_err <= 2 * fma_err, f"{ours_err:.3g} from the fp32 interpreter's logits, the FMA passes {fma_err:.3g}"

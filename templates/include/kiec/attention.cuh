@@ -7,8 +7,6 @@
 // LPK = HEAD_DIM/8 to a key (16 bytes each), so a warp reads 32/LPK keys per pass. The splits' results meet in
 // attention_merge.cuh.
 #pragma once
-#include <type_traits>
-
 #include "attention_merge.cuh"
 #include "common.cuh"
 
@@ -257,12 +255,12 @@ struct MmaPass {
 // over 16 keys as its k, whose 8 columns are 8 of the head's dims (lane t's columns dims HEAD_DIM / 8 * (t / 4) +
 // j, mma j). Not the FMA passes' bits: q and the weights carry 16 of fp32's 24 significant bits with bf16, K and V
 // exactly.
-template <typename T, int HEAD_DIM, int GROUP, int WARPS, int KEYS, bool SOFTCAP, int AHEAD = 1, int LONG = 0>
+template <typename T, int HEAD_DIM, int GROUP, int WARPS, int KEYS, bool SOFTCAP, int AHEAD = 1>
 __device__ __forceinline__ void mma_passes(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const T* kc, const T* vc,
                                            float scale, float softcap, int lo, int hi) {
   static_assert(GROUP <= 8, "the tensor cores' slice: at most 8 query heads a KV head (16 rows: two halves)");
   using Pass = MmaPass<T, HEAD_DIM, KEYS>;
-  constexpr int DQ = HEAD_DIM / 4, DV = HEAD_DIM / 8, STEP = WARPS * KEYS;
+  constexpr int C = Pass::C, DQ = HEAD_DIM / 4, DV = HEAD_DIM / 8, STEP = WARPS * KEYS;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, quad = lane & 3, grp = lane >> 2;
   unsigned qh[DQ / 2] = {}, ql[DQ / 2] = {};  // head grp's dims DQ quad + [0, DQ), as pairs, rounded and the rest
   if (grp < GROUP) {
@@ -271,8 +269,7 @@ __device__ __forceinline__ void mma_passes(AttentionSmem<HEAD_DIM, GROUP, WARPS>
     for (int w = 0; w < DQ / 2; ++w) split_pair<T>(q[2 * w] * scale, q[2 * w + 1] * scale, qh[w], ql[w]);
   }
   float m = -INFINITY, l = 0.f, o[DV][4] = {};
-  auto step = [&](const auto& p, int j0) {  // (a Pass, or a long split's pass of LONG rows)
-    constexpr int C = std::remove_reference_t<decltype(p)>::C;
+  auto step = [&](const Pass& p, int j0) {
     float sc[2 * C][2];  // keys j0 + 8b + 2 quad + e
 #pragma unroll
     for (int b = 0; b < 2 * C; ++b) {
@@ -326,19 +323,7 @@ __device__ __forceinline__ void mma_passes(AttentionSmem<HEAD_DIM, GROUP, WARPS>
   };
   int j0 = lo + warp * KEYS;
   static_assert(AHEAD >= 0 && (AHEAD == 1 || HEAD_DIM == 64), "the tensor cores' slice: passes in flight, 64 wide");
-  static_assert(LONG == 0 || (HEAD_DIM == 64 && LONG % 16 == 0), "the tensor cores' slice: long passes, 64 wide");
-  bool long_split = false;  // (block-uniform)
-  if constexpr (LONG > 0) {  // a split of WARPS LONG rows or more: a pass of LONG rows a warp, loaded as it starts
-    long_split = hi - lo >= WARPS * LONG;
-    if (long_split)
-      for (int j = lo + warp * LONG; j < hi; j += WARPS * LONG) {  // (warp-uniform)
-        MmaPass<T, HEAD_DIM, LONG> p;
-        p.load(kc, vc, j, hi);
-        step(p, j);
-      }
-  }
-  if (long_split) {
-  } else if constexpr (HEAD_DIM == 64 && AHEAD > 1) {  // AHEAD passes in flight while one computes (persist_attn_mma_ahead)
+  if constexpr (HEAD_DIM == 64 && AHEAD > 1) {  // AHEAD passes in flight while one computes (persist_attn_mma_ahead)
     Pass p[AHEAD + 1];
 #pragma unroll
     for (int a = 0; a < AHEAD; ++a)
@@ -383,12 +368,10 @@ __device__ __forceinline__ void mma_passes(AttentionSmem<HEAD_DIM, GROUP, WARPS>
 // LEAN (persist_attn_lean; bench/kv_slice.cu times it): fewer instructions a key, the same bits: the rows widened
 // with widen8, and each score's weight taken without a test of the score (the step's m0)
 // MMA_KEYS (persist_attn_mma): the passes on the tensor cores, MMA_KEYS rows a warp a pass (mma_passes; not the FMA
-// passes' bits); MMA_AHEAD (persist_attn_mma_ahead): their passes in flight while one computes (64 wide; the same bits);
-// MMA_LONG (persist_attn_mma_long): a split of WARPS MMA_LONG rows or more takes MMA_LONG rows a warp a pass (64 wide)
+// passes' bits); MMA_AHEAD (persist_attn_mma_ahead): their passes in flight while one computes (64 wide; the same bits)
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
           bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0, bool KV_FIRST = false,
-          bool EARLY = false, bool LEAN = false, int MMA_KEYS = 0, int MMA_AHEAD = 1, int MMA_LONG = 0,
-          typename Marks = NoMarks>
+          bool EARLY = false, bool LEAN = false, int MMA_KEYS = 0, int MMA_AHEAD = 1, typename Marks = NoMarks>
 __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,
                                                 int kv_heads, int max_seq, const float* inv_freq, const T* q_norm_w,
                                                 const T* k_norm_w, float norm_eps, float scale, float softcap, int g,
@@ -477,8 +460,7 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   mark(0);
   if constexpr (MMA_KEYS > 0) {  // (the passes on the tensor cores: their own loads, layout and merge of a warp)
     static_assert(!KV_FIRST && !EARLY, "the tensor cores' slice loads its rows after the new one's write");
-    mma_passes<T, HEAD_DIM, GROUP, WARPS, MMA_KEYS, SOFTCAP, MMA_AHEAD, MMA_LONG>(sm, kc, vc, scale, softcap, lo,
-                                                                                hi);
+    mma_passes<T, HEAD_DIM, GROUP, WARPS, MMA_KEYS, SOFTCAP, MMA_AHEAD>(sm, kc, vc, scale, softcap, lo, hi);
     mark(1);
     return;
   }
