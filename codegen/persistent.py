@@ -89,7 +89,8 @@ def for_model(program: Program, target: TargetParams) -> TargetParams:
                                persist_attn_owner_merges=target.persist_attn_owner_merges_narrow,
                                persist_attn_newest_first=target.persist_attn_newest_first_narrow,
                                persist_combine_batch=target.persist_combine_batch_narrow,
-                               persist_stages=target.persist_stages_narrow)
+                               persist_stages=target.persist_stages_narrow,
+                               persist_attn_mma_ahead=target.persist_attn_mma_ahead_narrow)
 
 
 def l2_ahead_bytes(program: Program, target: TargetParams) -> int:

@@ -86,14 +86,16 @@ class TargetParams:
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
     # persistent: a model narrower than persist_narrow_width (its embedding's row) runs persist_x_direct,
-    # persist_attn_owner_merges, persist_attn_newest_first, persist_combine_batch and persist_stages with these values
-    # instead (codegen/persistent.py: for_model); 0: every model the fields above
+    # persist_attn_owner_merges, persist_attn_newest_first, persist_combine_batch, persist_stages and
+    # persist_attn_mma_ahead with these values instead (codegen/persistent.py: for_model); 0: every model the fields
+    # above
     persist_narrow_width: int
     persist_x_direct_narrow: int
     persist_attn_owner_merges_narrow: int
     persist_attn_newest_first_narrow: int
     persist_combine_batch_narrow: int
     persist_stages_narrow: int
+    persist_attn_mma_ahead_narrow: int
     # persistent: 1: a tagged value takes 4 bytes an element instead of 8, its tag the parity of its write in the
     # lowest mantissa bit (values to 23 bits); its slot its own, zeroed before each launch (ir/passes/persistent.py:
     # tag_parity)
@@ -485,6 +487,8 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.699 / 0.698 vs 0.719 / 0.718. llama-3.2-1b (wide) wants the whole ring: 8 pages 0.758 /
                           # 0.762, 6 0.790 / 0.791 vs 0.738 / 0.740. So 4 on narrow models
                           persist_stages_narrow=4,
+                          # (persist_attn_mma_ahead below: 2 on llama-3.2-1b, 1 on smollm2-135m)
+                          persist_attn_mma_ahead_narrow=1,
                           # (attention inside the output projection, persist_attn_o_below at fc7a3e4, taken out after
                           # its first run: below a position every attention tile of a KV head took the head's whole
                           # context and the projection tile after it on its SM that head's columns, a hop a layer
@@ -544,7 +548,13 @@ TARGETS: dict[str, TargetParams] = {
                           # (bench/results/2026-12-04 call 2): llama-3.1-8b (4 a KV head) 3.859 / 3.856 vs 3.907 /
                           # 3.906 (-1.3%). So 16 where 4 or more heads share a KV head, the FMA passes below
                           persist_attn_mma_wide=16, persist_attn_mma_wide_min_group=4,
-                          persist_attn_mma_ahead=1),
+                          # thirtieth session (bench/results/2026-12-04 calls 1-2, variants.py, two rounds): 2
+                          # llama-3.2-1b at 8192 0.851 / 0.851 vs 0.856 / 0.858 ms (-0.7%), short context 0.728 /
+                          # 0.727 vs 0.728 / 0.728; smollm2-135m 0.471 / 0.470 vs 0.467 / 0.467 (+0.7%), at 8192 0.639
+                          # vs 0.641. kv_slice.cu: 7.07 vs 7.04 us; 3 (it spills) 7.74. So 2, and 1 on narrow models
+                          # (persist_attn_mma_ahead_narrow). A long split's passes of 32 or 64 rows a warp (78d31ad,
+                          # reverted): llama-3.2-1b at 8192 +0.0% and +2.5% (call 5)
+                          persist_attn_mma_ahead=2),
 }
 
 
