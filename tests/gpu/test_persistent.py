@@ -286,22 +286,23 @@ def test_attention_on_tensor_cores_within_budget_of_the_fma_passes(tmp_path, mon
     assert eng.generate(tokens[:300], 40) == stepped_greedy(eng, tokens[:300], 40)
 
 
-@pytest.mark.parametrize("family,window,min_keys,wide", [("llama", None, 512, True), ("mistral", 200, 128, True),
-                                                         ("llama", None, 8, False)])
+@pytest.mark.parametrize("family,window,min_keys", [("llama", None, 512), ("mistral", 200, 128), ("llama", None, 8)])
 @pytest.mark.parametrize("ahead", [2, 3])
-def test_attention_on_tensor_cores_ahead_computes_the_same_bits(tmp_path, monkeypatch, family, window, min_keys, wide,
+def test_attention_on_tensor_cores_ahead_computes_the_same_bits(tmp_path, monkeypatch, family, window, min_keys,
                                                                 ahead):
-    # persist_attn_mma_ahead: the tensor cores' passes (16 rows a warp a pass, heads 64 wide) with 2 or 3 passes'
-    # rows in flight instead of the next one's: the same passes in the same order, so every logit the same bits as
-    # with 1, step by step over 600 positions (512 keys a split at least: up to 4 passes a warp, the last cut short;
-    # a window of 200 whose start moves; 8 keys: many splits, warps with no rows), and one launch's greedy tokens
+    # persist_attn_mma_ahead: the tensor cores' passes (16 rows a warp a pass, heads 64 wide) with 2 (the default)
+    # or 3 passes' rows in flight against the next one's alone (1): the same passes in the same order, so every
+    # logit the same bits, step by step over 600 positions (512 keys a split at least: up to 4 passes a warp, the
+    # last cut short; a window of 200 whose start moves; 8 keys: many splits, warps with no rows), and one launch's
+    # greedy tokens
     extra = {"sliding_window": window} if window else {}
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384, **extra)
-    fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys, persist_attn_mma=16)
-    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=min_keys,
+                                       persist_attn_mma=16, persist_attn_mma_ahead=1))
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_mma_ahead=ahead))
-    tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / "variant" / "src" / "model.cu").read()).group(1)
-    assert tail.split(", ")[22:] == ["16", str(ahead)]  # (MMA_KEYS, MMA_AHEAD)
+    for name, want in [("base", ["16"]), ("variant", ["16", str(ahead)])]:  # (MMA_KEYS, MMA_AHEAD; 1 left out)
+        tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / name / "src" / "model.cu").read()).group(1)
+        assert tail.split(", ")[22:] == want, name
     tokens = np.random.default_rng(12).integers(0, model.config.vocab_size, size=600).tolist()
     assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
                           np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
