@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import kiec
+from kiec.codegen import targets
 from kiec.sampling import SamplingParams
 from tests.gpu.test_engine import budget_check, check_against_interpreter, host_draws, stepped_greedy
 from tests.tiny_hf import make_tiny_hf
@@ -22,6 +23,19 @@ FAMILIES = ["llama", "qwen2", "qwen3", "mistral"]
 # test (tests/cpu/test_compile.py) checks that every TABLE_VARIANTS entry changes the kernel it builds. Until
 # 2026-12-02 the narrow rules applied there, and many variants built their base's kernel
 WIDE_FIELDS = dict(persist_narrow_width=0, persist_tagged_min_width=0, persist_paced_min_width=0)
+# the other way, which the autouse fixture (tests/conftest.py) otherwise undoes: the table's widths, under which a
+# tiny model (hidden 256) runs a narrow model's fields (untagged, unpaced, owner merges, newest first, x direct, a
+# 4-page ring: smollm2-135m's way)
+NARROW_FIELDS = {f: getattr(targets.TARGETS["sm_90"], f)
+                 for f in ("persist_narrow_width", "persist_tagged_min_width", "persist_paced_min_width")}
+
+
+def narrow_or_wide(tmp_path, wide):
+    """Checks that the base build of a test given WIDE_FIELDS or NARROW_FIELDS took those rules: its attention's
+    owner merges (the 17th template argument) are the narrow models' only without WIDE_FIELDS."""
+    tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / "base" / "src" / "model.cu").read()).group(1)
+    owner = tail.split(", ")[16] if len(tail.split(", ")) > 16 else "0"
+    assert (owner == str(targets.TARGETS["sm_90"].persist_attn_owner_merges_narrow)) != wide, tail
 
 
 def load_tiny(tmp_path, family, **overrides):
@@ -243,8 +257,10 @@ def test_attention_early_pass_and_lean_compute_the_same_bits(tmp_path, monkeypat
     # as without it, step by step and in one launch
     extra = {"sliding_window": window} if window else {}
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384, **extra)
-    fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys, persist_attn_lean=0, persist_attn_mma=0)
+    fields = dict(WIDE_FIELDS if wide else NARROW_FIELDS, attn_min_keys=min_keys, persist_attn_lean=0,
+                  persist_attn_mma=0)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))  # (the FMA passes)
+    narrow_or_wide(tmp_path, wide)
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, **{knob: 1}))
     tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / "variant" / "src" / "model.cu").read()).group(1)
     assert tail.split(", ")[-1] == "true"  # (EARLY_PASS or LEAN, the last template argument)
@@ -272,8 +288,10 @@ def test_attention_on_tensor_cores_within_budget_of_the_fma_passes(tmp_path, mon
     extra = dict({"sliding_window": window} if window else {}, **{"head_dim": head_dim} if head_dim else {})
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384,
                       num_key_value_heads=kv_heads, **extra)
-    fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys, persist_attn_mma=0, persist_attn_mma_wide=0)
+    fields = dict(WIDE_FIELDS if wide else NARROW_FIELDS, attn_min_keys=min_keys, persist_attn_mma=0,
+                  persist_attn_mma_wide=0)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
+    narrow_or_wide(tmp_path, wide)
     art = compile_variant(model, tmp_path, monkeypatch, persist_attn_mma=keys, persist_attn_mma_wide=keys,
                           persist_attn_mma_wide_min_group=2)  # (qwen3's 2 heads a KV head too)
     tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / "variant" / "src" / "model.cu").read()).group(1)
