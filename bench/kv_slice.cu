@@ -239,7 +239,8 @@ void run(const char* name, int refill_pages, const float* qkv, T* cache, const f
   std::vector<unsigned long long> h(2 * BLOCKS);
   for (int r = 0; r < ROUNDS + 1; ++r)
     for (int l = 0; l < LAYERS; ++l) {
-      slice<MODE, AHEAD, KEYS><<<BLOCKS, THREADS, smem>>>(qkv, cache + l * LAYER_ELEMS, inv_freq, refill, refill_pages, out, ns);
+      slice<MODE, AHEAD, KEYS><<<BLOCKS, THREADS, smem>>>(qkv, cache + l * LAYER_ELEMS, inv_freq, refill, refill_pages,
+                                                          out, ns);
       CHECK(cudaGetLastError());
       CHECK(cudaMemcpy(h.data(), ns, h.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
       unsigned long long first = ~0ull, last = 0;
@@ -272,6 +273,14 @@ std::vector<double> merged(const std::vector<float>& st) {
     }
   }
   return o;
+}
+
+// The largest distance between merged outputs `ref` and those of warp states `st` (other passes, other bits).
+double farthest(const std::vector<double>& ref, const std::vector<float>& st) {
+  const std::vector<double> o = merged(st);
+  double err = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) err = std::max(err, std::fabs(ref[i] - o[i]));
+  return err;
 }
 
 __global__ void fill(T* p, size_t n) {
@@ -308,6 +317,7 @@ int main() {
   run<PIPELINED>("slice pipelined", 0, qkv, cache, inv_freq, refill, out, ns);
   std::vector<float> want(KV_HEADS * SPLITS * OUT_FLOATS), got(want.size());  // (the last launch's: layer 15's)
   CHECK(cudaMemcpy(want.data(), out, want.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  const std::vector<double> ref = merged(want);  // (the FMA slice's outputs, what other passes are held to)
   run<LEAN>("slice pipelined, lean", 0, qkv, cache, inv_freq, refill, out, ns);
   CHECK(cudaMemcpy(got.data(), out, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
   printf("  lean: %s bits as the slice pipelined (every block's warp states, the last layer)\n",
@@ -315,25 +325,18 @@ int main() {
   if (HEAD_DIM == 64 && GROUP == 4 && ROWS % (WARPS * 64) == 0) {  // (mma_slice's shape: 64 rows a warp)
     run<MMA>("slice on the tensor cores", 0, qkv, cache, inv_freq, refill, out, ns);
     CHECK(cudaMemcpy(got.data(), out, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    const std::vector<double> a = merged(want), b = merged(got);
-    double err = 0.0, top = 0.0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      err = std::max(err, std::fabs(a[i] - b[i]));
-      top = std::max(top, std::fabs(a[i]));
-    }
-    printf("  tensor cores: the heads' outputs within %.2e of the slice pipelined's (largest |o| %.3f)\n", err, top);
+    double top = 0.0;
+    for (double v : ref) top = std::max(top, std::fabs(v));
+    printf("  tensor cores: the heads' outputs within %.2e of the slice pipelined's (largest |o| %.3f)\n",
+           farthest(ref, got), top);
   }
   // the persistent kernel's passes on the tensor cores (persist_attn_mma 16), with 1, 2 and 3 passes' rows in flight
   // (persist_attn_mma_ahead): more in flight must give the same bits
   std::vector<float> one(got.size());
   run<KERNEL_MMA, 1>("kernel's tensor cores", 0, qkv, cache, inv_freq, refill, out, ns);
   CHECK(cudaMemcpy(one.data(), out, one.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  {
-    const std::vector<double> a = merged(want), b = merged(one);
-    double err = 0.0;
-    for (size_t i = 0; i < a.size(); ++i) err = std::max(err, std::fabs(a[i] - b[i]));
-    printf("  kernel's tensor cores: the heads' outputs within %.2e of the slice pipelined's\n", err);
-  }
+  printf("  kernel's tensor cores: the heads' outputs within %.2e of the slice pipelined's\n",
+         farthest(ref, one));
   run<KERNEL_MMA, 2>("kernel's tensor cores, ahead 2", 0, qkv, cache, inv_freq, refill, out, ns);
   CHECK(cudaMemcpy(got.data(), out, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
   printf("  ahead 2: %s bits as ahead 1\n", memcmp(one.data(), got.data(), one.size() * 4) == 0 ? "the same" : "OTHER");
@@ -346,12 +349,7 @@ int main() {
   run<KERNEL_MMA, 1, 32>("kernel's t. c., 32 keys, ahead 1", 0, qkv, cache, inv_freq, refill, out, ns);
   run<KERNEL_MMA, 0, 64>("kernel's t. c., 64 keys, ahead 0", 0, qkv, cache, inv_freq, refill, out, ns);
   CHECK(cudaMemcpy(got.data(), out, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  {  // (other passes, other bits: how far from the FMA slice's)
-    const std::vector<double> a = merged(want), b = merged(got);
-    double err = 0.0;
-    for (size_t i = 0; i < a.size(); ++i) err = std::max(err, std::fabs(a[i] - b[i]));
-    printf("  64 keys: the heads' outputs within %.2e of the slice pipelined's\n", err);
-  }
+  printf("  64 keys: the heads' outputs within %.2e of the slice pipelined's\n", farthest(ref, got));
   run<KERNEL_MMA, 1>("kernel's tensor cores + refill 12", 12, qkv, cache, inv_freq, refill, out, ns);
   run<KERNEL_MMA, 2>("kernel's t. c., ahead 2 + refill 12", 12, qkv, cache, inv_freq, refill, out, ns);
   run<LOADS>("loads only", 0, qkv, cache, inv_freq, refill, out, ns);

@@ -154,7 +154,8 @@ class TargetParams:
     # m16n8k16 mmas with q and the weights split in two halves of the cache's type (attention.cuh: mma_passes): not
     # the FMA passes' bits. Only where the slice allows it (codegen/persistent.py: mma_keys): head_dim 64, at most
     # 8 query heads a KV head, the short pass's rows and the early pass not loaded ahead (persist_attn_kv_first,
-    # persist_attn_early_pass). 32 spills 140 bytes in llama-3.2-1b's kernel, 16 none (scripts/ptxas.py)
+    # persist_attn_early_pass). 32 spills 140 bytes in llama-3.2-1b's kernel with one pass in flight, 380 with two
+    # (persist_attn_mma_ahead 2), 16 none (scripts/ptxas.py, 2026-12-04)
     persist_attn_mma: int
     # persistent: the same for heads 128 wide (qwen3-1.7b, llama-3.1-8b), whose passes load one pass's rows at a
     # time (two passes' spilled); 0: the FMA passes there

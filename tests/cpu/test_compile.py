@@ -783,17 +783,16 @@ def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path,
     from kiec.build import emit_sources
     from kiec.codegen import targets
 
-    def mma(name, family="llama", change=None, ahead=False, **shape):  # (ahead: MMA_AHEAD as well)
+    def mma(name, family="llama", change=None, **shape):  # (the model, MMA_KEYS, MMA_AHEAD)
         make_tiny_hf(tmp_path / name, family, **shape)
         model = kiec.load(str(tmp_path / name), dtype="bf16")
         t = dataclasses.replace(targets.TARGETS["sm_90"], **(change or dict(persist_attn_mma=16)))
         text = emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
         args = re.search(r"attention_tile<([^>]*)>", text).group(1).split(", ")
-        keys = int(args[22]) if len(args) > 22 else 0
-        return (model, keys, int(args[23]) if len(args) > 23 else 1) if ahead else (model, keys)
+        return model, int(args[22]) if len(args) > 22 else 0, int(args[23]) if len(args) > 23 else 1
 
     wide = dict(hidden_size=256, intermediate_size=384)
-    model, keys = mma("g2", **wide)
+    model, keys, _ = mma("g2", **wide)
     assert keys == 16
     assert mma("g4", num_key_value_heads=1, **wide)[1] == 16
     assert mma("g2-32", change=dict(persist_attn_mma=32), **wide)[1] == 32
@@ -802,7 +801,7 @@ def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path,
                **wide)[1] == 0  # (128 wide: persist_attn_mma_wide's)
     # 128 wide, by default where 4 or more query heads share a KV head (persist_attn_mma_wide_min_group)
     assert mma("h128-g2", "qwen3", head_dim=128, **wide)[1] == 0
-    wide_heads, keys = mma("h128", "qwen3", change=dict(), head_dim=128, num_key_value_heads=1, **wide)
+    wide_heads, keys, _ = mma("h128", "qwen3", change=dict(), head_dim=128, num_key_value_heads=1, **wide)
     assert keys == 16
     assert mma("h128-g2-min2", "qwen3", change=dict(persist_attn_mma_wide_min_group=2), head_dim=128, **wide)[1] == 16
     assert mma("h16")[1] == 0  # (the tiny model's heads: 64 / 4)
@@ -812,13 +811,13 @@ def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path,
         mma("bad", change=dict(persist_attn_mma=24), **wide)
     with pytest.raises(kiec.KiecError, match="persist_attn_mma_wide 8: rows a warp a pass"):
         mma("bad-wide", change=dict(persist_attn_mma_wide=8), **wide)
-    # persist_attn_mma_ahead: MMA_AHEAD, the 24th, where the tensor cores take heads 64 wide (1, the default, left
-    # out); heads 128 wide and the FMA passes keep 1; a value other than 1-3 is refused by name
-    assert mma("ahead", change=dict(persist_attn_mma=16, persist_attn_mma_ahead=2), ahead=True, **wide)[1:] == (16, 2)
-    assert mma("ahead1", change=dict(persist_attn_mma=16, persist_attn_mma_ahead=1), ahead=True, **wide)[2] == 1
-    assert mma("ahead-off", change=dict(persist_attn_mma=0, persist_attn_mma_ahead=3), ahead=True, **wide)[2] == 1
+    # persist_attn_mma_ahead: MMA_AHEAD, the 24th, where the tensor cores take heads 64 wide (1, the template's
+    # default, left out); heads 128 wide and the FMA passes keep 1; a value other than 1-3 is refused by name
+    assert mma("ahead", change=dict(persist_attn_mma=16, persist_attn_mma_ahead=2), **wide)[1:] == (16, 2)
+    assert mma("ahead1", change=dict(persist_attn_mma=16, persist_attn_mma_ahead=1), **wide)[2] == 1
+    assert mma("ahead-off", change=dict(persist_attn_mma=0, persist_attn_mma_ahead=3), **wide)[2] == 1
     assert mma("ahead-h128", "qwen3", change=dict(persist_attn_mma_ahead=2), head_dim=128, num_key_value_heads=1,
-               ahead=True, **wide)[1:] == (16, 1)
+               **wide)[1:] == (16, 1)
     with pytest.raises(kiec.KiecError, match="persist_attn_mma_ahead 4: passes in flight"):
         mma("bad-ahead", change=dict(persist_attn_mma_ahead=4), **wide)
     monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_attn_mma=16,

@@ -23,15 +23,14 @@ FAMILIES = ["llama", "qwen2", "qwen3", "mistral"]
 # test (tests/cpu/test_compile.py) checks that every TABLE_VARIANTS entry changes the kernel it builds. Until
 # 2026-12-02 the narrow rules applied there, and many variants built their base's kernel
 WIDE_FIELDS = dict(persist_narrow_width=0, persist_tagged_min_width=0, persist_paced_min_width=0)
-# the other way, which the autouse fixture (tests/conftest.py) otherwise undoes: the table's widths, under which a
-# tiny model (hidden 256) runs a narrow model's fields (untagged, unpaced, owner merges, newest first, x direct, a
-# 4-page ring: smollm2-135m's way)
-NARROW_FIELDS = {f: getattr(targets.TARGETS["sm_90"], f)
-                 for f in ("persist_narrow_width", "persist_tagged_min_width", "persist_paced_min_width")}
+# a narrow case of a test marks itself table_tags (pytest.param): the autouse fixture (tests/conftest.py) then keeps
+# the table's widths, under which a tiny model (hidden 256) runs a narrow model's fields (untagged, unpaced, owner
+# merges, newest first, x direct, a 4-page ring: smollm2-135m's way)
+NARROW = pytest.mark.table_tags
 
 
 def narrow_or_wide(tmp_path, wide):
-    """Checks that the base build of a test given WIDE_FIELDS or NARROW_FIELDS took those rules: its attention's
+    """Checks that the base build of a test given WIDE_FIELDS or marked NARROW took those rules: its attention's
     owner merges (the 17th template argument) are the narrow models' only without WIDE_FIELDS."""
     tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / "base" / "src" / "model.cu").read()).group(1)
     owner = tail.split(", ")[16] if len(tail.split(", ")) > 16 else "0"
@@ -242,7 +241,8 @@ def test_early_rope_and_kv_first_compute_the_same_bits(tmp_path, monkeypatch, fa
 
 
 @pytest.mark.parametrize("family,window,min_keys,wide", [("llama", None, 512, True), ("mistral", 200, 128, True),
-                                                         ("qwen3", None, 8, True), ("llama", None, 8, False)])
+                                                         ("qwen3", None, 8, True),
+                                                         pytest.param("llama", None, 8, False, marks=NARROW)])
 @pytest.mark.parametrize("knob", ["persist_attn_early_pass", "persist_attn_lean"])
 def test_attention_early_pass_and_lean_compute_the_same_bits(tmp_path, monkeypatch, family, window, min_keys, wide,
                                                              knob):
@@ -257,7 +257,7 @@ def test_attention_early_pass_and_lean_compute_the_same_bits(tmp_path, monkeypat
     # as without it, step by step and in one launch
     extra = {"sliding_window": window} if window else {}
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384, **extra)
-    fields = dict(WIDE_FIELDS if wide else NARROW_FIELDS, attn_min_keys=min_keys, persist_attn_lean=0,
+    fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys, persist_attn_lean=0,
                   persist_attn_mma=0)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))  # (the FMA passes)
     narrow_or_wide(tmp_path, wide)
@@ -272,7 +272,8 @@ def test_attention_early_pass_and_lean_compute_the_same_bits(tmp_path, monkeypat
 
 @pytest.mark.parametrize("family,window,min_keys,wide,kv_heads,head_dim", [
     ("llama", None, 512, True, 2, None), ("mistral", 200, 128, True, 2, None), ("llama", None, 8, True, 1, None),
-    ("llama", None, 8, False, 2, None), ("qwen3", None, 512, True, 2, 128), ("qwen3", None, 8, False, 1, 128)])
+    pytest.param("llama", None, 8, False, 2, None, marks=NARROW), ("qwen3", None, 512, True, 2, 128),
+    pytest.param("qwen3", None, 8, False, 1, 128, marks=NARROW)])
 @pytest.mark.parametrize("keys", [16, 32])
 def test_attention_on_tensor_cores_within_budget_of_the_fma_passes(tmp_path, monkeypatch, family, window, min_keys,
                                                                     wide, kv_heads, head_dim, keys):
@@ -288,7 +289,7 @@ def test_attention_on_tensor_cores_within_budget_of_the_fma_passes(tmp_path, mon
     extra = dict({"sliding_window": window} if window else {}, **{"head_dim": head_dim} if head_dim else {})
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384,
                       num_key_value_heads=kv_heads, **extra)
-    fields = dict(WIDE_FIELDS if wide else NARROW_FIELDS, attn_min_keys=min_keys, persist_attn_mma=0,
+    fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys, persist_attn_mma=0,
                   persist_attn_mma_wide=0)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
     narrow_or_wide(tmp_path, wide)

@@ -245,9 +245,9 @@ struct MmaPass {
 
 // Rows [lo, hi) of a slice on the tensor cores (persist_attn_mma), q (normed, rotated) in sm.qs: each warp's (m, l,
 // o) into sm as attention_slice's FMA passes leave them (the same merge follows). Warp w's passes take KEYS rows from
-// lo + KEYS w, WARPS KEYS apart, the next pass's rows loaded while one computes where heads are 64 wide; 128 wide,
-// a pass's rows are loaded as it starts (two passes' rows beside 64 accumulators a lane spilled 608 B on
-// qwen3-1.7b, scripts/ptxas.py 2026-12-03; one pass's spill nothing). The scores: A's 16 rows are the
+// lo + KEYS w, WARPS KEYS apart, the next AHEAD passes' rows loaded while one computes where heads are 64 wide (0:
+// none); 128 wide, a pass's rows are loaded as it starts (two passes' rows beside 64 accumulators a lane spilled
+// 608 B on qwen3-1.7b, scripts/ptxas.py 2026-12-03; one pass's spill nothing). The scores: A's 16 rows are the
 // group's q (scaled) split in two T halves, row h the rounded q of head h, row 8 + h what rounding left (GROUP <= 8;
 // rows of no head are zeros); B's 8 columns 8 keys, its k 16 dims of the head, permuted so that each lane's K share
 // (MmaPass) is contiguous, q's fragments permuted alike. Lane t then holds, for head t / 4, the two halves' sums for
@@ -323,32 +323,16 @@ __device__ __forceinline__ void mma_passes(AttentionSmem<HEAD_DIM, GROUP, WARPS>
   };
   int j0 = lo + warp * KEYS;
   static_assert(AHEAD >= 0 && (AHEAD == 1 || HEAD_DIM == 64), "the tensor cores' slice: passes in flight, 64 wide");
-  if constexpr (HEAD_DIM == 64 && AHEAD > 1) {  // AHEAD passes in flight while one computes (persist_attn_mma_ahead)
-    Pass p[AHEAD + 1];
+  constexpr int INFLIGHT = HEAD_DIM == 64 ? AHEAD : 0;  // passes loading while one computes (128 wide: none)
+  Pass p[INFLIGHT + 1];
 #pragma unroll
-    for (int a = 0; a < AHEAD; ++a)
-      if (j0 + a * STEP < hi) p[a].load(kc, vc, j0 + a * STEP, hi);
-    for (; j0 < hi; j0 += STEP) {  // (warp-uniform)
-      if (j0 + AHEAD * STEP < hi) p[AHEAD].load(kc, vc, j0 + AHEAD * STEP, hi);
-      step(p[0], j0);
+  for (int a = 0; a < INFLIGHT; ++a)
+    if (j0 + a * STEP < hi) p[a].load(kc, vc, j0 + a * STEP, hi);
+  for (; j0 < hi; j0 += STEP) {  // (warp-uniform: the mmas and shuffles run on all lanes or none)
+    if (j0 + INFLIGHT * STEP < hi) p[INFLIGHT].load(kc, vc, j0 + INFLIGHT * STEP, hi);
+    step(p[0], j0);
 #pragma unroll
-      for (int a = 0; a < AHEAD; ++a) p[a] = p[a + 1];  // (a pass past hi is moved, never stepped)
-    }
-  } else if constexpr (HEAD_DIM == 64 && AHEAD == 1) {
-    Pass cur;
-    if (j0 < hi) cur.load(kc, vc, j0, hi);
-    for (; j0 < hi; j0 += STEP) {  // (warp-uniform: the mmas and shuffles run on all lanes or none)
-      Pass next;
-      if (j0 + STEP < hi) next.load(kc, vc, j0 + STEP, hi);  // in flight while this pass computes
-      step(cur, j0);
-      cur = next;
-    }
-  } else {
-    for (; j0 < hi; j0 += STEP) {  // (warp-uniform)
-      Pass cur;
-      cur.load(kc, vc, j0, hi);
-      step(cur, j0);
-    }
+    for (int a = 0; a < INFLIGHT; ++a) p[a] = p[a + 1];  // (a pass past hi is moved, never stepped)
   }
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
