@@ -19,7 +19,7 @@ from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKern
 from .buffers import TAGGED_REGION
 from .emit import EPILOGUES, Sources, _Emitter, walk
 from .persistent_abi import header as abi_header
-from .persistent_abi import SAMPLE_CANDIDATES, TRACE_SLOTS, pack_kernel, pack_schedule
+from .persistent_abi import SAMPLE_CANDIDATES, pack_kernel, pack_schedule, trace_slots
 from .targets import TargetParams
 
 PROBE_SUMS = "probe.mlp_local.sums"  # persist_probe_mlp_local 2: the int64 sums its down projections add to
@@ -371,7 +371,8 @@ class _PersistentEmitter(_Emitter):
         src.files["persistent_abi.h"] = abi_header()
         # the instruction table's order, for reading kiec_trace's timestamps: [sm, opcode, kernel, phase] each
         instructions = sum(len(x) for x in self.sched.lists)
-        src.manifest = dict(sms=self.sched.sms, instructions=instructions, trace_slots=list(TRACE_SLOTS),
+        src.manifest = dict(sms=self.sched.sms, instructions=instructions,
+                            trace_slots=trace_slots(bool(self.t.persist_trace_dots)),
                             schedule=[[sm, ins.opcode, ins.kernel, ins.counter]
                                       for sm, lst in enumerate(self.sched.lists) for ins in lst])
         paced = paced_stream(self.p, self.t)
@@ -382,7 +383,7 @@ class _PersistentEmitter(_Emitter):
             l2_ahead=l2_ahead_bytes(self.p, self.t) // page, stop_poll_every=self.t.persist_stop_poll_every,
             poll_sleep_ns=self.t.persist_poll_sleep_ns, waits_together=int(bool(self.t.persist_waits_together)),
             probe_relaxed_signal=self.t.persist_probe_relaxed_signal,
-            trace_attention=self.t.persist_trace_attention,
+            trace_attention=self.t.persist_trace_attention, trace_dots=self.t.persist_trace_dots,
             tagged=int(self.tags is not None), tag_parity=self.parity_table(), tag_waits=self.tag_waits,
             reduce_batch=self.t.persist_reduce_batch, copy_batch=self.t.persist_copy_batch,
             evict_first=int(bool(self.t.persist_evict_first)),

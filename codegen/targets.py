@@ -125,6 +125,10 @@ class TargetParams:
     # is rotated and its new row written (sums_done) and the moment its keys are done (stored); trace_summary.py
     # splits attention's time at them. The kernel runs those two stamps' branches in every step
     persist_trace_attention: int
+    # persistent, a timing aid: 1: in a traced step each GEMV tile also stamps its slice of x loaded, the latest
+    # warp's first item summed and the earliest and latest warp's last (persistent_abi.py's TRACE_SLOTS);
+    # trace_summary.py cuts the dot products' span at them. Off, the kernel has none of their code
+    persist_trace_dots: int
     # persistent, a timing probe, never for use (tokens wrong): what a down projection cut by its K would cost and
     # save. Cut so, each SM would multiply its own gate/up tile's SiLU-mul outputs by those columns of the down
     # weights and add its part of every output into the residual stream (int64 fixed-point adds in L2, so that the
@@ -518,6 +522,7 @@ TARGETS: dict[str, TargetParams] = {
                           # vs 0.506-0.509; tenth session at 38a3854: bit 4 (QKV and output projection dots) 0.772
                           # vs 0.763 on llama-3.2-1b, bit 8 (the others' dots) 0.836: bench/RESULTS.md)
                           persist_probe_relaxed_signal=0, persist_probe_twice=0, persist_trace_attention=0,
+                          persist_trace_dots=0,
                           persist_probe_mlp_local=0, persist_probe_attention_idle=0,
                           # 2026-12-02 twenty-fourth session (1880734, ms, two rounds each): smollm2-135m at 8192
                           # 0.662 vs 0.697 (-5.0%), llama-3.2-1b at 8192 0.892 vs 0.897-0.898 (-0.7%), short context

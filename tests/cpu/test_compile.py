@@ -460,19 +460,25 @@ def test_early_rope_and_kv_first_set_their_flags_after_the_short_pass(tmp_path):
                     (1, 1, 2): f3 + ["2", "true", "true"], (0, 1, 0): f3}
 
 
-def test_attention_trace_stamps_compile_when_asked(tmp_path, monkeypatch):
-    # persist_trace_attention: the kernel defines KIEC_TRACE_ATTENTION and builds (nvcc) with the stamps
+def test_trace_stamps_compile_when_asked(tmp_path, monkeypatch):
+    # persist_trace_attention, persist_trace_dots: the kernel defines KIEC_TRACE_ATTENTION and KIEC_TRACE_DOTS and
+    # builds (nvcc) with the stamps; the recording's slots name the dot products' four (without: 9 slots, as before)
     import dataclasses
 
     from kiec.codegen import targets
     make_tiny_hf(tmp_path / "hf", "qwen3")
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
     for on in (0, 1):
-        monkeypatch.setitem(targets.TARGETS, "sm_90",
-                            dataclasses.replace(targets.TARGETS["sm_90"], persist_trace_attention=on))
+        monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(
+            targets.TARGETS["sm_90"], persist_trace_attention=on, persist_trace_dots=on))
         art = kiec.compile(model, str(tmp_path / f"art{on}"), mode="persistent")
         with open(os.path.join(art, "src", "model.cu")) as fh:
-            assert f"#define KIEC_TRACE_ATTENTION {on}" in fh.read()
+            text = fh.read()
+        assert f"#define KIEC_TRACE_ATTENTION {on}" in text and f"#define KIEC_TRACE_DOTS {on}" in text
+        with open(os.path.join(art, "manifest.json")) as fh:
+            slots = json.load(fh)["trace_slots"]
+        assert slots[9:] == (["x_sliced", "first_item", "warp_done_min", "warp_done_max"] if on else [])
+        assert len(slots) == 9 + 4 * on and slots[8] == "stored"
 
 
 @pytest.mark.parametrize("tagged", [0, 2])

@@ -217,6 +217,24 @@ def test_attention_parts_cut_a_split_at_its_stamps():
     assert trace_summary.attention_parts(ts[2:], SLOTS, sched[2:]) == []
 
 
+def test_dot_parts_cut_a_tiles_dots_at_its_stamps():
+    # persist_trace_dots: two GEMV tiles of one kind stamp x sliced, first item, warps' last items (earliest,
+    # latest) between x ready and sums done; a tile without the stamps, an attention row and a recording from
+    # before these slots give nothing
+    slots = SLOTS + ["x_sliced", "first_item", "warp_done_min", "warp_done_max"]
+    sched = [[0, "gemv", 0, 0], [1, "gemv", 0, 0], [2, "gemv", 0, 0], [0, "attention", 1, 1]]
+    base = recording([(500, 1000, 2000, 9000, 9500, 0), (500, 1000, 2000, 7000, 7500, 0),
+                      (500, 1000, 2000, 3000, 3500, 0), (500, 1000, 2000, 0, 2500, 0)])
+    stamps = np.array([[2100, 3100, 6000, 8000], [2300, 3300, 5000, 6000], [0, 0, 0, 0], [0, 0, 0, 0]])
+    ts = np.concatenate([base, stamps], axis=1)
+    lines = trace_summary.dot_parts(ts, slots, sched, [{"family": "gemv", "name": "qkv"}, {"name": "attn"}])
+    assert lines[0] == "a GEMV tile's dot products cut at its stamps, us (mean over its tiles):"
+    assert lines[2].split()[:2] == ["gemv:qkv", "2"]
+    assert [float(v) for v in lines[2].split()[2:]] == pytest.approx([0.2, 1.0, 2.3, 1.5, 1.0, 6.0])
+    assert len(lines) == 3
+    assert trace_summary.dot_parts(base, SLOTS, sched, [{"family": "gemv", "name": "qkv"}, {"name": "attn"}]) == []
+
+
 def test_attention_critical_takes_each_phases_last_split():
     # two attention phases of two splits: the slice of the split whose partial came last (2 and 4 us), the tail of
     # the one that signalled last (1 and 6 us) and the last partial to that signal (1 and 3 us: in the second phase

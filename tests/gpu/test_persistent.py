@@ -482,6 +482,31 @@ def test_trace_stamps_attentions_parts_when_asked(tmp_path, monkeypatch, owner):
     assert summary.attention_parts(ts, slots, sched)[0].startswith(f"attention splits with rows ({stamped.sum()})")
 
 
+def test_trace_stamps_the_dot_products_parts_when_asked(tmp_path, monkeypatch):
+    # persist_trace_dots: every GEMV tile of the traced step stamps its x slice loaded, the latest warp's first item
+    # and the earliest and latest warp's last, in that order between its x ready and its sums done; other
+    # instructions none; the tokens are the default's; trace_summary.py cuts them
+    import importlib.util
+    import os
+    model, _ = compile_tiny(tmp_path, "llama")
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base"))
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_trace_dots=1))
+    assert eng.generate([1, 2, 3, 4], 12) == base.generate([1, 2, 3, 4], 12)
+    ts = eng.trace(20).astype(np.int64)
+    slots, sched = eng.manifest["trace_slots"], eng.manifest["schedule"]
+    names = ("x_ready", "x_sliced", "first_item", "warp_done_min", "warp_done_max", "sums_done")
+    moments = np.stack([ts[:, slots.index(n)] for n in names])
+    gemv = np.array([op == "gemv" for _, op, *_ in sched])
+    assert (moments[1:5, gemv] > 0).all() and (moments[1:5, ~gemv] == 0).all()
+    assert (np.diff(moments[:, gemv], axis=0) >= 0).all()
+    spec = importlib.util.spec_from_file_location("trace_summary", os.path.join(os.path.dirname(__file__), "..", "..",
+                                                                                "scripts", "trace_summary.py"))
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    lines = summary.dot_parts(ts, slots, sched, eng.manifest["kernels"])
+    assert lines[0].startswith("a GEMV tile's dot products") and len(lines) > 2
+
+
 @pytest.mark.parametrize("level,tag_waits", [(1, 0), (2, 0), pytest.param(2, 1, id="2-tag_waits"),
                                              pytest.param(2, 2, id="2-tag_waits2")])
 def test_tagged_words_compute_the_same_bits_over_long_launches(tmp_path, monkeypatch, level, tag_waits):

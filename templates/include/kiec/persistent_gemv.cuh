@@ -328,6 +328,15 @@ __device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const 
 #ifndef KIEC_REDUCE_BATCH
 #define KIEC_REDUCE_BATCH 1
 #endif
+#if KIEC_TRACE_DOTS
+// (a traced step with persist_trace_dots) per warp, the moment its first item was summed and its last: gemv_tile
+// writes the latest first and the earliest and latest last to its recording. With batches of B items the first
+// item is summed with its batch.
+__device__ __forceinline__ unsigned long long (&dot_stamps())[2][32] {
+  __shared__ unsigned long long stamps[2][32];
+  return stamps;
+}
+#endif
 // TWICE (persist_probe_twice, a timing probe): bit 1: every item's dot products run twice. BATCH > 0: this GEMV's
 // batch instead of KIEC_REDUCE_BATCH (persist_reduce_batch_head: the LM head's).
 template <typename T, typename G, int WARPS, int SEGS, int TWICE = 0, int BATCH = 0, typename R>
@@ -375,6 +384,9 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
       }
       shift_in(a0, a1);
       if (++mine % B == 0) sums_out(B);
+#if KIEC_TRACE_DOTS
+      if (timed && mine == B && lane == 0) dot_stamps()[0][warp] = global_ns();
+#endif
     }
     ring.release();
   }
@@ -382,6 +394,12 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
     for (int k = have; k < B; ++k) shift_in(0.f, 0.f);
     sums_out(have);
   }
+#if KIEC_TRACE_DOTS
+  if (timed && lane == 0) {  // (a warp without items, or fewer than a batch: its first is its last)
+    dot_stamps()[1][warp] = global_ns();
+    if (mine < B) dot_stamps()[0][warp] = dot_stamps()[1][warp];
+  }
+#endif
   return waited;
 }
 
@@ -535,6 +553,9 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     load_x_slice_tagged<G>(x, tag_of(u, d.tag_x), (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
   else if (!WNORM) load_x_slice<G>(DIRECT ? x : xs, (HALF ? 2 * (threadIdx.x >> 5) + ((threadIdx.x >> 4) & 1)
                                                           : threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
+#if KIEC_TRACE_DOTS
+  trace(u, TR_X_SLICED);
+#endif
   // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
   // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
   long long waited;
@@ -543,6 +564,20 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   if (tracing(u)) trace_row(u)[TR_PAGE_WAIT_CYCLES] = waited;
   sync_block();
   trace(u, TR_SUMS_DONE);
+#if KIEC_TRACE_DOTS
+  if (!HALF && tracing(u)) {  // (gemv_pages_half stamps none)
+    unsigned long long first = 0ull, lo_done = ~0ull, hi_done = 0ull;
+    for (int w = 0; w < WARPS; ++w) {
+      first = max(first, dot_stamps()[0][w]);
+      lo_done = min(lo_done, dot_stamps()[1][w]);
+      hi_done = max(hi_done, dot_stamps()[1][w]);
+    }
+    unsigned long long* row = trace_row(u);
+    row[TR_FIRST_ITEM] = first;
+    row[TR_WARP_DONE_MIN] = lo_done;
+    row[TR_WARP_DONE_MAX] = hi_done;
+  }
+#endif
 #if KIEC_TAG_WAITS >= 2
   if (!wait_writes(u, late_seen)) return false;  // the waits that guard only this tile's writes
 #endif

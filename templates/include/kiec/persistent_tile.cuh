@@ -48,6 +48,9 @@ __device__ __forceinline__ void trace(const Turn& u, TraceSlot what) {
 #ifndef KIEC_TRACE_ATTENTION  // 1: attention splits stamp two more moments of a traced step (persistent.cuh)
 #define KIEC_TRACE_ATTENTION 0
 #endif
+#ifndef KIEC_TRACE_DOTS  // 1: GEMV tiles stamp four more moments of a traced step (persistent_gemv.cuh: gemv_tile)
+#define KIEC_TRACE_DOTS 0
+#endif
 #ifndef KIEC_PROBE_RELAXED_SIGNAL
 #define KIEC_PROBE_RELAXED_SIGNAL 0
 #endif
