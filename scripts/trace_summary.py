@@ -291,29 +291,29 @@ def attention_critical(ts: np.ndarray, slots: list[str], sched: list) -> list[st
 def dot_parts(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> list[str]:
     """With persist_trace_dots: per GEMV kind, its tiles' dot products (x ready to sums done) cut at their stamps,
     mean us over the tiles: the slice of x loaded from the scratch (thread 0's), from there to the latest warp's first
-    item summed, on to the earliest warp's last item and to the latest warp's (the warps' spread), and the block's
-    barrier after it. Nothing when the recording has no such stamps."""
+    item summed, on to the latest warp's last item, and the block's barrier after it; beside them the warps' spread
+    (the earliest warp's last item to the latest's: with few items a warp, a warp may end before another's first).
+    Nothing when the recording has no such stamps."""
     if "warp_done_max" not in slots:
         return []
     col = columns(ts, slots)
-    cuts = [("x_ready", "x_sliced"), ("x_sliced", "first_item"), ("first_item", "warp_done_min"),
-            ("warp_done_min", "warp_done_max"), ("warp_done_max", "sums_done")]
+    order = ("x_ready", "x_sliced", "first_item", "warp_done_max", "sums_done")
     out: dict[str, list[list[float]]] = collections.defaultdict(list)
     for i, (sm, opcode, k, *_) in enumerate(sched):
-        moments = [col[n][i] for n in ("x_ready", "x_sliced", "first_item", "warp_done_min", "warp_done_max",
-                                       "sums_done")]
+        moments = [col[n][i] for n in order]
         if opcode == "gemv" and col["start"][i] > 0 and moments[1] > 0 and all(
                 a <= b for a, b in zip(moments, moments[1:])):
-            out[kind(opcode, kernels[k])].append([(col[b][i] - col[a][i]) / 1e3 for a, b in cuts])
+            cuts = [(b - a) / 1e3 for a, b in zip(moments, moments[1:])]
+            out[kind(opcode, kernels[k])].append(cuts + [(col["warp_done_max"][i] - col["warp_done_min"][i]) / 1e3])
     if not out:
         return []
     lines = ["a GEMV tile's dot products cut at its stamps, us (mean over its tiles):",
-             f"{'kind':<24}{'tiles':>6}{'x slice':>9}{'1st item':>10}{'to 1st warp':>13}{'to last':>9}"
-             f"{'barrier':>9}{'dots':>8}"]
-    for name, d in sorted(out.items(), key=lambda kv: -sum(np.mean(kv[1], axis=0))):
+             f"{'kind':<24}{'tiles':>6}{'x slice':>9}{'1st item':>10}{'rest':>8}{'barrier':>9}{'dots':>8}"
+             f"{'warps spread':>14}"]
+    for name, d in sorted(out.items(), key=lambda kv: -np.mean(kv[1], axis=0)[:4].sum()):
         m = np.mean(d, axis=0)
-        lines.append(f"{name:<24}{len(d):>6}{m[0]:>9.2f}{m[1]:>10.2f}{m[2]:>13.2f}{m[3]:>9.2f}{m[4]:>9.2f}"
-                     f"{m.sum():>8.2f}")
+        lines.append(f"{name:<24}{len(d):>6}{m[0]:>9.2f}{m[1]:>10.2f}{m[2]:>8.2f}{m[3]:>9.2f}{m[:4].sum():>8.2f}"
+                     f"{m[4]:>14.2f}")
     return lines
 
 

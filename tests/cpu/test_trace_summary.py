@@ -219,8 +219,8 @@ def test_attention_parts_cut_a_split_at_its_stamps():
 
 def test_dot_parts_cut_a_tiles_dots_at_its_stamps():
     # persist_trace_dots: two GEMV tiles of one kind stamp x sliced, first item, warps' last items (earliest,
-    # latest) between x ready and sums done; a tile without the stamps, an attention row and a recording from
-    # before these slots give nothing
+    # latest) between x ready and sums done (the dots cut at the latest's, the spread beside them); a tile without
+    # the stamps, an attention row and a recording from before these slots give nothing
     slots = SLOTS + ["x_sliced", "first_item", "warp_done_min", "warp_done_max"]
     sched = [[0, "gemv", 0, 0], [1, "gemv", 0, 0], [2, "gemv", 0, 0], [0, "attention", 1, 1]]
     base = recording([(500, 1000, 2000, 9000, 9500, 0), (500, 1000, 2000, 7000, 7500, 0),
@@ -230,7 +230,7 @@ def test_dot_parts_cut_a_tiles_dots_at_its_stamps():
     lines = trace_summary.dot_parts(ts, slots, sched, [{"family": "gemv", "name": "qkv"}, {"name": "attn"}])
     assert lines[0] == "a GEMV tile's dot products cut at its stamps, us (mean over its tiles):"
     assert lines[2].split()[:2] == ["gemv:qkv", "2"]
-    assert [float(v) for v in lines[2].split()[2:]] == pytest.approx([0.2, 1.0, 2.3, 1.5, 1.0, 6.0])
+    assert [float(v) for v in lines[2].split()[2:]] == pytest.approx([0.2, 1.0, 3.8, 1.0, 6.0, 1.5])
     assert len(lines) == 3
     assert trace_summary.dot_parts(base, SLOTS, sched, [{"family": "gemv", "name": "qkv"}, {"name": "attn"}]) == []
 

@@ -484,8 +484,9 @@ def test_trace_stamps_attentions_parts_when_asked(tmp_path, monkeypatch, owner):
 
 def test_trace_stamps_the_dot_products_parts_when_asked(tmp_path, monkeypatch):
     # persist_trace_dots: every GEMV tile of the traced step stamps its x slice loaded, the latest warp's first item
-    # and the earliest and latest warp's last, in that order between its x ready and its sums done; other
-    # instructions none; the tokens are the default's; trace_summary.py cuts them
+    # and the latest warp's last, in that order between its x ready and its sums done, and the earliest warp's last
+    # between x ready and the latest's (a warp may end before another's first); other instructions none; the tokens
+    # are the default's; trace_summary.py cuts them
     import importlib.util
     import os
     model, _ = compile_tiny(tmp_path, "llama")
@@ -494,11 +495,12 @@ def test_trace_stamps_the_dot_products_parts_when_asked(tmp_path, monkeypatch):
     assert eng.generate([1, 2, 3, 4], 12) == base.generate([1, 2, 3, 4], 12)
     ts = eng.trace(20).astype(np.int64)
     slots, sched = eng.manifest["trace_slots"], eng.manifest["schedule"]
-    names = ("x_ready", "x_sliced", "first_item", "warp_done_min", "warp_done_max", "sums_done")
+    names = ("x_ready", "x_sliced", "first_item", "warp_done_max", "sums_done", "warp_done_min")
     moments = np.stack([ts[:, slots.index(n)] for n in names])
     gemv = np.array([op == "gemv" for _, op, *_ in sched])
-    assert (moments[1:5, gemv] > 0).all() and (moments[1:5, ~gemv] == 0).all()
-    assert (np.diff(moments[:, gemv], axis=0) >= 0).all()
+    assert (moments[1:, gemv] > 0).all() and (moments[1:, ~gemv] == 0).all()
+    assert (np.diff(moments[:5, gemv], axis=0) >= 0).all()
+    assert ((moments[0] <= moments[5]) & (moments[5] <= moments[3]))[gemv].all()
     spec = importlib.util.spec_from_file_location("trace_summary", os.path.join(os.path.dirname(__file__), "..", "..",
                                                                                 "scripts", "trace_summary.py"))
     summary = importlib.util.module_from_spec(spec)
