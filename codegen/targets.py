@@ -199,6 +199,13 @@ TARGETS: dict[str, TargetParams] = {
     # 8 MB of prefetch covers ~2 us of launch gap at 4.6 TB/s and fits the 50 MB L2 with room to spare
     "sm_90": TargetParams(arch="sm_90", sms=132, gemv_warps=4, gemv_rows=2, gemv_blocks_per_sm=8, gemv_min_blocks=4,
                           gemv_early_loads=1,
+                          # attn_min_keys (persistent, with the tensor-core passes; thirty-first session at 12a969c,
+                          # ms, two rounds, bench/RESULTS.md): 256 smollm2-135m 0.466-0.468 vs 0.469-0.471, llama-3.2-1b
+                          # 0.722-0.726 vs 0.726-0.728, llama-3.1-8b 3.856 vs 3.865-3.869, but qwen3-1.7b (FMA passes)
+                          # 1.142 vs 1.112-1.115; 512 smollm2-135m 0.466, 1B 0.723-0.724; 128 at noise. Means over
+                          # the bench's positions 32-288 only, each with a higher p90 (smollm2 0.486-0.489 vs 0.473:
+                          # one split walking 250+ keys is slower than five and their merge), and at 1024-4096 keys
+                          # 256 would halve the splits in use (not timed). So 64
                           attn_warps=8, attn_blocks=132, attn_keys=8, attn_min_keys=64,
                           # graph mode's attention at 8192: 16.8 MB in the 10.9 us more than at 32, 1.5 TB/s (a
                           # latency-bound pass or two a split); asking L2 ahead: graph mode not yet run. Persistent,
