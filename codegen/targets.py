@@ -116,6 +116,11 @@ class TargetParams:
     # its stores' acknowledgement, so a consumer may read stale data (tokens may be wrong). It times the handover a
     # tagged design would have (consumers checking their data's tags instead of the counter's release)
     persist_probe_relaxed_signal: int
+    # persistent, a timing probe (the same tokens): 1: before a GEMV tile waits on its inputs, its compute warps run
+    # the dot products' code dry over the tile's first page if it has landed (x zeros, the sums overwritten after),
+    # so that the code is fetched before x is ready. What it times: whether a tile's first item (~0.7 us against
+    # ~0.3 of work, persist_trace_dots, thirty-first session) waits on its code
+    persist_probe_warm_code: int
     # persistent, a timing probe: bit 1: every GEMV tile's dot products run twice (the second's sums added times 0:
     # the same tokens), bit 2: its prologue (norm or x copy) twice; bit 4: the dots of the GEMVs beside an attention
     # only (QKV, the output projection), bit 8: the other GEMVs' dots only. An untraced token's time with it, less
@@ -528,7 +533,8 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.856 / 0.855 vs 0.765 on llama-3.2-1b, prologues twice 0.828; smollm2-135m 0.527 and 0.520
                           # vs 0.506-0.509; tenth session at 38a3854: bit 4 (QKV and output projection dots) 0.772
                           # vs 0.763 on llama-3.2-1b, bit 8 (the others' dots) 0.836: bench/RESULTS.md)
-                          persist_probe_relaxed_signal=0, persist_probe_twice=0, persist_trace_attention=0,
+                          persist_probe_relaxed_signal=0, persist_probe_warm_code=0, persist_probe_twice=0,
+                          persist_trace_attention=0,
                           persist_trace_dots=0,
                           persist_probe_mlp_local=0, persist_probe_attention_idle=0,
                           # 2026-12-02 twenty-fourth session (1880734, ms, two rounds each): smollm2-135m at 8192

@@ -882,6 +882,23 @@ def test_the_twice_probe_picks_its_gemvs_and_compiles(tmp_path, monkeypatch):
     kiec.compile(model, str(tmp_path / "art"), mode="persistent")
 
 
+def test_the_warm_code_probe_compiles_where_asked(tmp_path, monkeypatch):
+    # persist_probe_warm_code: the kernel defines KIEC_PROBE_WARM_CODE (0 by default) and builds (nvcc) with each
+    # GEMV's dry pass
+    import dataclasses
+
+    from kiec.build import emit_sources
+    from kiec.codegen import targets
+    make_tiny_hf(tmp_path / "hf", "llama")
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    for on in (0, 1):
+        t = dataclasses.replace(targets.TARGETS["sm_90"], persist_probe_warm_code=on)
+        assert f"#define KIEC_PROBE_WARM_CODE {on}" in emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
+    monkeypatch.setitem(targets.TARGETS, "sm_90",
+                        dataclasses.replace(targets.TARGETS["sm_90"], persist_probe_warm_code=1))
+    kiec.compile(model, str(tmp_path / "art"), mode="persistent")
+
+
 @pytest.mark.parametrize("change", [dict(), dict(persist_tagged=1, persist_x_direct=1)])
 def test_parity_tags_compile_with_their_table_and_reset(tmp_path, monkeypatch, change):
     # persist_tag_parity: the kernel defines KIEC_TAG_PARITY, holds each phase's parity bits and zeroes the tagged

@@ -595,7 +595,10 @@ TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
     pytest.param(dict(persist_tag_waits=2, attn_min_keys=8, persist_tagged=1),
                  id="tag_waits2-tags1"),
     pytest.param(dict(persist_tag_waits=2, persist_waits_together=0),
-                 id="tag_waits2-serial")]
+                 id="tag_waits2-serial"),
+    pytest.param(dict(persist_probe_warm_code=1), id="warm-code"),
+    pytest.param(dict(persist_probe_warm_code=1, persist_tagged=0, persist_stages=2, persist_page_bytes=1024),
+                 id="warm-code-untagged-small-pages")]
 
 
 @pytest.mark.parametrize("change", TABLE_VARIANTS)
@@ -626,7 +629,9 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # dots and prologue twice, or the prologues and the dots of the GEMVs beside attention; tag waits (tiles spinning on
     # their tagged words, not on the writers' counters), with several splits, with tags 1, with a sleep between spins,
     # and waiting for 90% of the writer's tiles first; with the waits that guard only writes polled before the epilogue
-    # (2; also with tags 1 and with waits polled one at a time). Knobs that leave the math alone leave the bits alone
+    # (2; also with tags 1 and with waits polled one at a time); the probe that runs each GEMV's dot code dry over
+    # its first page before its wait (also untagged, over two 1 KB pages, so that the page it reads is often not yet
+    # landed and the dry pass skipped). Knobs that leave the math alone leave the bits alone
     model = load_tiny(tmp_path, "qwen3", vocab_size=16384)
     base_fields = dict(WIDE_FIELDS, **{k: v for k, v in change.items() if k == "attn_min_keys"})
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **base_fields))
@@ -642,7 +647,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "persist_page_pace_ahead_from_pos",
                          "persist_pace_ref_gbps", "persist_reduce_batch", "persist_norm_in_warps",
                          "persist_reduce_batch_head", "persist_attn_early_pass",
-                         "persist_attn_lean"}:
+                         "persist_attn_lean", "persist_probe_warm_code"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)

@@ -341,7 +341,7 @@ __device__ __forceinline__ unsigned long long (&dot_stamps())[2][32] {
 // batch instead of KIEC_REDUCE_BATCH (persist_reduce_batch_head: the LM head's).
 template <typename T, typename G, int WARPS, int SEGS, int TWICE = 0, int BATCH = 0, typename R>
 __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
-                                                bool timed) {
+                                                bool timed, bool dry = false) {
   constexpr int B = BATCH > 0 ? BATCH : KIEC_REDUCE_BATCH;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, seg = warp % SEGS;
   const int pages = (items + G::PER_PAGE - 1) / G::PER_PAGE;
@@ -368,7 +368,7 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
   long long waited = 0;
   for (int p = 0; p < pages; ++p) {
     const long long c0 = timed ? clock64() : 0;
-    const char* page = ring.next_page();
+    const char* page = dry ? ring.page(ring.seq) : ring.next_page();
     if (timed) waited += clock64() - c0;
     const int first = p * G::PER_PAGE, n = min(G::PER_PAGE, items - first);
     for (int j = (warp - first % WARPS + WARPS) % WARPS; j < n; j += WARPS) {
@@ -388,7 +388,7 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
       if (timed && mine == B && lane == 0) dot_stamps()[0][warp] = global_ns();
 #endif
     }
-    ring.release();
+    if (!dry) ring.release();
   }
   if (const int have = mine % B) {  // the last, short batch: zeros shifted in behind its items
     for (int k = have; k < B; ++k) shift_in(0.f, 0.f);
@@ -525,42 +525,66 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   if (TX && !DIRECT) prologue.preload(x);
 #endif
   unsigned late_seen = 0u;  // (KIEC_TAG_WAITS 2: wait_writes')
-  if (!wait_inputs(u, nullptr, 0, &late_seen)) return false;
-  // the residual this tile adds to, asked for now: its load's latency passes under the prologue and the pages
   const bool res_mine = EPI == EPI_RESIDUAL && (int)threadIdx.x < outs;
   float y_mine = 0.f;
   unsigned long long y_word = 0ull;
-  if (TY) {
-    if (res_mine) y_word = ld_tagged(y, lo + threadIdx.x);
-  } else if (res_mine) {
-    y_mine = y[lo + threadIdx.x];
-  }
-  const KernelDesc& d = u.a->kernels[u.ins->kernel];
+  const KernelDesc* d = nullptr;
   float xr[G::ROUNDS][8];  // this warp's segment of x
-  auto stage_x = [&] {
-    if constexpr (WNORM) wnorm.run(x, eps, threadIdx.x & 31, xr);
-    else if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, d.tag_x), norm_w, eps, xs, red);
-    else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
-  };
-  if constexpr ((TWICE & 2) != 0) stage_x();  // the probe: the same x written once more before
-  stage_x();
-  trace(u, TR_X_READY);
-#if KIEC_PAGE_PACE_AHEAD_NS
-  ring.consuming(u);  // (the weight stream's pace: ring.cuh)
-#endif
-  if (tracing(u)) trace_row(u)[TR_PAGES_READY] = ring.landed((outs * SEGS + G::PER_PAGE - 1) / G::PER_PAGE);
-  if constexpr (TX && DIRECT)
-    load_x_slice_tagged<G>(x, tag_of(u, d.tag_x), (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
-  else if (!WNORM) load_x_slice<G>(DIRECT ? x : xs, (HALF ? 2 * (threadIdx.x >> 5) + ((threadIdx.x >> 4) & 1)
-                                                          : threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
-#if KIEC_TRACE_DOTS
-  trace(u, TR_X_SLICED);
-#endif
-  // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
-  // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
   long long waited;
-  if constexpr (HALF) waited = gemv_pages_half<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
-  else waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH>(ring, outs * SEGS, xr, acc, traced_step(u));
+  // The tile from its wait to its sums: false if the generation ended first. `dry` (persist_probe_warm_code, a
+  // timing probe; the same tokens): instead, the dot products over the tile's first page, if landed, with x zeros
+  // (their sums overwritten after, the ring untouched), run before the wait so that their code is fetched before x
+  // is ready: what a tile's first item costs without its code to fetch. Both passes run this one inlined copy.
+  auto pass = [&](bool dry) {
+    if (dry) {
+      if (!ring.landed(1)) return true;
+#pragma unroll
+      for (int v = 0; v < G::ROUNDS; ++v)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) xr[v][e] = 0.f;
+    } else {
+      if (!wait_inputs(u, nullptr, 0, &late_seen)) return false;
+      // the residual this tile adds to, asked for now: its load's latency passes under the prologue and the pages
+      if (TY) {
+        if (res_mine) y_word = ld_tagged(y, lo + threadIdx.x);
+      } else if (res_mine) {
+        y_mine = y[lo + threadIdx.x];
+      }
+      d = &u.a->kernels[u.ins->kernel];
+      auto stage_x = [&] {
+        if constexpr (WNORM) wnorm.run(x, eps, threadIdx.x & 31, xr);
+        else if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, d->tag_x), norm_w, eps, xs, red);
+        else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
+      };
+      if constexpr ((TWICE & 2) != 0) stage_x();  // the probe: the same x written once more before
+      stage_x();
+      trace(u, TR_X_READY);
+#if KIEC_PAGE_PACE_AHEAD_NS
+      ring.consuming(u);  // (the weight stream's pace: ring.cuh)
+#endif
+      if (tracing(u)) trace_row(u)[TR_PAGES_READY] = ring.landed((outs * SEGS + G::PER_PAGE - 1) / G::PER_PAGE);
+      if constexpr (TX && DIRECT)
+        load_x_slice_tagged<G>(x, tag_of(u, d->tag_x), (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
+      else if (!WNORM) load_x_slice<G>(DIRECT ? x : xs, (HALF ? 2 * (threadIdx.x >> 5) + ((threadIdx.x >> 4) & 1)
+                                                              : threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
+#if KIEC_TRACE_DOTS
+      trace(u, TR_X_SLICED);
+#endif
+    }
+    // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
+    // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
+    if constexpr (HALF) waited = gemv_pages_half<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
+    else waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH>(ring, dry ? min(outs * SEGS, G::PER_PAGE) : outs * SEGS,
+                                                             xr, acc, traced_step(u) && !dry, dry);
+    return true;
+  };
+  if constexpr (KIEC_PROBE_WARM_CODE && !HALF) {
+#pragma unroll 1
+    for (int p = 0; p < 2; ++p)
+      if (!pass(p == 0)) return false;
+  } else if (!pass(false)) {
+    return false;
+  }
   if (tracing(u)) trace_row(u)[TR_PAGE_WAIT_CYCLES] = waited;
   sync_block();
   trace(u, TR_SUMS_DONE);
@@ -581,7 +605,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
 #if KIEC_TAG_WAITS >= 2
   if (!wait_writes(u, late_seen)) return false;  // the waits that guard only this tile's writes
 #endif
-  const unsigned res_tag = TY && EPI == EPI_RESIDUAL ? tag_of(u, d.tag_res) : 0u;
+  const unsigned res_tag = TY && EPI == EPI_RESIDUAL ? tag_of(u, d->tag_res) : 0u;
   if (TY && res_mine) y_mine = tagged_value(y_word, y, lo + threadIdx.x, res_tag);
   gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY>(u, acc, bias, y, lo, outs, n_out, y_mine,
                                                     TY ? tag_of(u, u.ins->counter) : 0u, res_tag);

@@ -54,6 +54,9 @@ __device__ __forceinline__ void trace(const Turn& u, TraceSlot what) {
 #ifndef KIEC_PROBE_RELAXED_SIGNAL
 #define KIEC_PROBE_RELAXED_SIGNAL 0
 #endif
+#ifndef KIEC_PROBE_WARM_CODE  // 1: a GEMV tile's dry pass over its first page before its wait (persistent_gemv.cuh)
+#define KIEC_PROBE_WARM_CODE 0
+#endif
 // KIEC_WAITS_TOGETHER (persist_waits_together): lane i of warp 0 polls wait i, all of them in one round trip a
 // poll, instead of thread 0 polling them one after the other (a round trip each at least: the SM whose tile ended
 // the producer's phase, which finds every wait met at once, still paid one round trip per wait before its next
