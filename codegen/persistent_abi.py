@@ -21,8 +21,10 @@ TRACE_SLOTS = ("start", "ready", "x_ready", "sums_done", "done", "page_wait_cycl
 # With persist_trace_dots (KIEC_TRACE_DOTS) a row has four slots more: a GEMV cuts its dot products (x_ready to
 # sums_done) at thread 0's slice of x loaded from the scratch (x_sliced), the latest warp's first item summed
 # (first_item), and the earliest and latest warp's last item summed (warp_done_min, warp_done_max: the block's
-# barrier follows); 0 elsewhere. Without it the rows keep their width, so the default kernel is unchanged.
-TRACE_DOT_SLOTS = ("x_sliced", "first_item", "warp_done_min", "warp_done_max")
+# barrier follows), the earliest warp's first item (first_item_min) and which warp's first item came last
+# (first_item_warp: an index, not a time); 0 elsewhere. Without it the rows keep their width, so the default kernel
+# is unchanged.
+TRACE_DOT_SLOTS = ("x_sliced", "first_item", "warp_done_min", "warp_done_max", "first_item_min", "first_item_warp")
 
 
 def trace_slots(dots: bool) -> list[str]:

@@ -292,8 +292,10 @@ def dot_parts(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> l
     """With persist_trace_dots: per GEMV kind, its tiles' dot products (x ready to sums done) cut at their stamps,
     mean us over the tiles: the slice of x loaded from the scratch (thread 0's), from there to the latest warp's first
     item summed, on to the latest warp's last item, and the block's barrier after it; beside them the warps' spread
-    (the earliest warp's last item to the latest's: with few items a warp, a warp may end before another's first).
-    Nothing when the recording has no such stamps."""
+    (the earliest warp's last item to the latest's: with few items a warp, a warp may end before another's first)
+    and, where the recording has them, the first items' spread (the earliest warp's to the latest's) and the warp
+    whose first item most often came last, with its share of the tiles. Nothing when the recording has no such
+    stamps."""
     if "warp_done_max" not in slots:
         return []
     col = columns(ts, slots)
@@ -304,16 +306,26 @@ def dot_parts(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> l
         if opcode == "gemv" and col["start"][i] > 0 and moments[1] > 0 and all(
                 a <= b for a, b in zip(moments, moments[1:])):
             cuts = [(b - a) / 1e3 for a, b in zip(moments, moments[1:])]
-            out[kind(opcode, kernels[k])].append(cuts + [(col["warp_done_max"][i] - col["warp_done_min"][i]) / 1e3])
+            firsts = [(col["first_item"][i] - col["first_item_min"][i]) / 1e3,
+                      col["first_item_warp"][i]] if "first_item_warp" in slots else []
+            out[kind(opcode, kernels[k])].append(cuts + [(col["warp_done_max"][i] - col["warp_done_min"][i]) / 1e3]
+                                                 + firsts)
     if not out:
         return []
+    more = "first_item_warp" in slots
     lines = ["a GEMV tile's dot products cut at its stamps, us (mean over its tiles):",
              f"{'kind':<24}{'tiles':>6}{'x slice':>9}{'1st item':>10}{'rest':>8}{'barrier':>9}{'dots':>8}"
-             f"{'warps spread':>14}"]
+             f"{'warps spread':>14}" + (f"{'1st items spread':>18}{'last 1st warp':>15}" if more else "")]
     for name, d in sorted(out.items(), key=lambda kv: -np.mean(kv[1], axis=0)[:4].sum()):
-        m = np.mean(d, axis=0)
-        lines.append(f"{name:<24}{len(d):>6}{m[0]:>9.2f}{m[1]:>10.2f}{m[2]:>8.2f}{m[3]:>9.2f}{m[:4].sum():>8.2f}"
-                     f"{m[4]:>14.2f}")
+        d = np.array(d)
+        m = d.mean(axis=0)
+        line = (f"{name:<24}{len(d):>6}{m[0]:>9.2f}{m[1]:>10.2f}{m[2]:>8.2f}{m[3]:>9.2f}{m[:4].sum():>8.2f}"
+                f"{m[4]:>14.2f}")
+        if more:
+            warps, counts = np.unique(d[:, 6].astype(int), return_counts=True)
+            top = int(counts.argmax())
+            line += f"{m[5]:>18.2f}{f'{warps[top]} ({100 * counts[top] / len(d):.0f}%)':>15}"
+        lines.append(line)
     return lines
 
 

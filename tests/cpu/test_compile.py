@@ -477,8 +477,9 @@ def test_trace_stamps_compile_when_asked(tmp_path, monkeypatch):
         assert f"#define KIEC_TRACE_ATTENTION {on}" in text and f"#define KIEC_TRACE_DOTS {on}" in text
         with open(os.path.join(art, "manifest.json")) as fh:
             slots = json.load(fh)["trace_slots"]
-        assert slots[9:] == (["x_sliced", "first_item", "warp_done_min", "warp_done_max"] if on else [])
-        assert len(slots) == 9 + 4 * on and slots[8] == "stored"
+        assert slots[9:] == (["x_sliced", "first_item", "warp_done_min", "warp_done_max", "first_item_min",
+                              "first_item_warp"] if on else [])
+        assert len(slots) == 9 + 6 * on and slots[8] == "stored"
 
 
 @pytest.mark.parametrize("tagged", [0, 2])

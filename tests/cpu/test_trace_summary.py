@@ -233,6 +233,11 @@ def test_dot_parts_cut_a_tiles_dots_at_its_stamps():
     assert [float(v) for v in lines[2].split()[2:]] == pytest.approx([0.2, 1.0, 3.8, 1.0, 6.0, 1.5])
     assert len(lines) == 3
     assert trace_summary.dot_parts(base, SLOTS, sched, [{"family": "gemv", "name": "qkv"}, {"name": "attn"}]) == []
+    # with the first items' earliest stamp and the latest's warp: their spread and the warp most often last
+    more = np.concatenate([ts, np.array([[2900, 7], [3000, 7], [0, 0], [0, 0]])], axis=1)
+    lines = trace_summary.dot_parts(more, slots + ["first_item_min", "first_item_warp"], sched,
+                                    [{"family": "gemv", "name": "qkv"}, {"name": "attn"}])
+    assert lines[2].split()[2:] == ["0.20", "1.00", "3.80", "1.00", "6.00", "1.50", "0.25", "7", "(100%)"]
 
 
 def test_attention_critical_takes_each_phases_last_split():

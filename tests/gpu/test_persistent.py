@@ -485,8 +485,9 @@ def test_trace_stamps_attentions_parts_when_asked(tmp_path, monkeypatch, owner):
 def test_trace_stamps_the_dot_products_parts_when_asked(tmp_path, monkeypatch):
     # persist_trace_dots: every GEMV tile of the traced step stamps its x slice loaded, the latest warp's first item
     # and the latest warp's last, in that order between its x ready and its sums done, and the earliest warp's last
-    # between x ready and the latest's (a warp may end before another's first); other instructions none; the tokens
-    # are the default's; trace_summary.py cuts them
+    # between x ready and the latest's (a warp may end before another's first), the earliest warp's first item
+    # between x ready and the latest's, and the latest's warp (one of 8); other instructions none; the tokens are the
+    # default's; trace_summary.py cuts them
     import importlib.util
     import os
     model, _ = compile_tiny(tmp_path, "llama")
@@ -501,6 +502,8 @@ def test_trace_stamps_the_dot_products_parts_when_asked(tmp_path, monkeypatch):
     assert (moments[1:, gemv] > 0).all() and (moments[1:, ~gemv] == 0).all()
     assert (np.diff(moments[:5, gemv], axis=0) >= 0).all()
     assert ((moments[0] <= moments[5]) & (moments[5] <= moments[3]))[gemv].all()
+    first_min, late = ts[:, slots.index("first_item_min")], ts[:, slots.index("first_item_warp")]
+    assert ((moments[0] <= first_min) & (first_min <= moments[2]) & (late >= 0) & (late < 8))[gemv].all()
     spec = importlib.util.spec_from_file_location("trace_summary", os.path.join(os.path.dirname(__file__), "..", "..",
                                                                                 "scripts", "trace_summary.py"))
     summary = importlib.util.module_from_spec(spec)

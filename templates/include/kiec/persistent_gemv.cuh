@@ -330,8 +330,8 @@ __device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const 
 #endif
 #if KIEC_TRACE_DOTS
 // (a traced step with persist_trace_dots) per warp, the moment its first item was summed and its last: gemv_tile
-// writes the latest first and the earliest and latest last to its recording. With batches of B items the first
-// item is summed with its batch.
+// writes the earliest and latest first (and the latest's warp) and the earliest and latest last to its recording.
+// With batches of B items the first item is summed with its batch.
 __device__ __forceinline__ unsigned long long (&dot_stamps())[2][32] {
   __shared__ unsigned long long stamps[2][32];
   return stamps;
@@ -590,9 +590,14 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   trace(u, TR_SUMS_DONE);
 #if KIEC_TRACE_DOTS
   if (!HALF && tracing(u)) {  // (gemv_pages_half stamps none)
-    unsigned long long first = 0ull, lo_done = ~0ull, hi_done = 0ull;
+    unsigned long long first = 0ull, lo_first = ~0ull, lo_done = ~0ull, hi_done = 0ull;
+    int late = 0;
     for (int w = 0; w < WARPS; ++w) {
-      first = max(first, dot_stamps()[0][w]);
+      if (dot_stamps()[0][w] > first) {
+        first = dot_stamps()[0][w];
+        late = w;
+      }
+      lo_first = min(lo_first, dot_stamps()[0][w]);
       lo_done = min(lo_done, dot_stamps()[1][w]);
       hi_done = max(hi_done, dot_stamps()[1][w]);
     }
@@ -600,6 +605,8 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     row[TR_FIRST_ITEM] = first;
     row[TR_WARP_DONE_MIN] = lo_done;
     row[TR_WARP_DONE_MAX] = hi_done;
+    row[TR_FIRST_ITEM_MIN] = lo_first;
+    row[TR_FIRST_ITEM_WARP] = late;
   }
 #endif
 #if KIEC_TAG_WAITS >= 2
