@@ -383,6 +383,7 @@ class _PersistentEmitter(_Emitter):
             l2_ahead=l2_ahead_bytes(self.p, self.t) // page, stop_poll_every=self.t.persist_stop_poll_every,
             poll_sleep_ns=self.t.persist_poll_sleep_ns, waits_together=int(bool(self.t.persist_waits_together)),
             probe_relaxed_signal=self.t.persist_probe_relaxed_signal, probe_warm_code=self.t.persist_probe_warm_code,
+            page_look=self.t.persist_page_look,
             trace_attention=self.t.persist_trace_attention, trace_dots=self.t.persist_trace_dots,
             tagged=int(self.tags is not None), tag_parity=self.parity_table(), tag_waits=self.tag_waits,
             reduce_batch=self.t.persist_reduce_batch, copy_batch=self.t.persist_copy_batch,

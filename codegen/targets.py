@@ -121,6 +121,9 @@ class TargetParams:
     # so that the code is fetched before x is ready. What it times: whether a tile's first item (~0.7 us against
     # ~0.3 of work, persist_trace_dots, thirty-first session) waits on its code
     persist_probe_warm_code: int
+    # persistent: 1: a GEMV warp looks at its share's first pages at once (lane k at page k) and takes those landed
+    # without a wait each (persistent_gemv.cuh: KIEC_PAGE_LOOK; the same bits)
+    persist_page_look: int
     # persistent, a timing probe: bit 1: every GEMV tile's dot products run twice (the second's sums added times 0:
     # the same tokens), bit 2: its prologue (norm or x copy) twice; bit 4: the dots of the GEMVs beside an attention
     # only (QKV, the output projection), bit 8: the other GEMVs' dots only. An untraced token's time with it, less
@@ -533,6 +536,11 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.856 / 0.855 vs 0.765 on llama-3.2-1b, prologues twice 0.828; smollm2-135m 0.527 and 0.520
                           # vs 0.506-0.509; tenth session at 38a3854: bit 4 (QKV and output projection dots) 0.772
                           # vs 0.763 on llama-3.2-1b, bit 8 (the others' dots) 0.836: bench/RESULTS.md)
+                          # a page's wait costs ~0.12 us a page (the thirty-first session's trace: the traced tile's
+                          # ready-page count, a test_wait a page, grew it by that much a page, 0.53 + 0.126 x pages on
+                          # llama-3.2-1b and qwen3-1.7b); on the share's resident pages (QKV's 6, the output
+                          # projection's 4-5) that is ~40% of a page's time. Not yet timed: off
+                          persist_page_look=0,
                           persist_probe_relaxed_signal=0, persist_probe_warm_code=0, persist_probe_twice=0,
                           persist_trace_attention=0,
                           persist_trace_dots=0,

@@ -143,10 +143,15 @@ fi
 # COMPUTE=1: how fast the persistent GEMV's compute warps consume pages already in shared memory, warp sums one
 # item at a time and in batches of 8, with TMA copies landing meanwhile, and a share's time with its code fetched
 # again against kept hot, the traced step's page-wait timing against none, and %globaltimer's step (bench/gemv_compute.cu)
+# (COMPUTE=look: warp sums one at a time, each warp looking at its share's first pages at once, persist_page_look,
+# against the same without)
 if [ -n "${COMPUTE:-}" ]; then
-  for b in 1 8; do
-    bench_build gemv_compute gemv_compute_$b -DKIEC_COMPUTE_THREADS=256 -DKIEC_REDUCE_BATCH=$b \
-      && timeout 60 /tmp/gemv_compute_$b
+  builds=("1 0" "8 0"); [ "$COMPUTE" = look ] && builds=("1 0" "1 1")
+  for bl in "${builds[@]}"; do
+    b=${bl% *} look=${bl#* }
+    echo "--- warp sums $b at a time, page look $look"
+    bench_build gemv_compute gemv_compute_${b}_$look -DKIEC_COMPUTE_THREADS=256 -DKIEC_REDUCE_BATCH=$b \
+      -DKIEC_PAGE_LOOK=$look && timeout 60 /tmp/gemv_compute_${b}_$look
   done 2>&1 | tee "$OUT/gemv_compute.txt"
 fi
 # MMA=1: the GEMV tile's dot products on the tensor cores, 16 rows an mma (ldmatrix from a tile-major layout, x as

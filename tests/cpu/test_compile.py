@@ -883,9 +883,9 @@ def test_the_twice_probe_picks_its_gemvs_and_compiles(tmp_path, monkeypatch):
     kiec.compile(model, str(tmp_path / "art"), mode="persistent")
 
 
-def test_the_warm_code_probe_compiles_where_asked(tmp_path, monkeypatch):
-    # persist_probe_warm_code: the kernel defines KIEC_PROBE_WARM_CODE (0 by default) and builds (nvcc) with each
-    # GEMV's dry pass
+def test_the_warm_code_probe_and_the_page_look_compile_where_asked(tmp_path, monkeypatch):
+    # persist_probe_warm_code, persist_page_look: the kernel defines KIEC_PROBE_WARM_CODE and KIEC_PAGE_LOOK (0 by
+    # default) and builds (nvcc) with each GEMV's dry pass and its warps' look at their first pages
     import dataclasses
 
     from kiec.build import emit_sources
@@ -893,10 +893,11 @@ def test_the_warm_code_probe_compiles_where_asked(tmp_path, monkeypatch):
     make_tiny_hf(tmp_path / "hf", "llama")
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
     for on in (0, 1):
-        t = dataclasses.replace(targets.TARGETS["sm_90"], persist_probe_warm_code=on)
-        assert f"#define KIEC_PROBE_WARM_CODE {on}" in emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
-    monkeypatch.setitem(targets.TARGETS, "sm_90",
-                        dataclasses.replace(targets.TARGETS["sm_90"], persist_probe_warm_code=1))
+        t = dataclasses.replace(targets.TARGETS["sm_90"], persist_probe_warm_code=on, persist_page_look=on)
+        text = emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
+        assert f"#define KIEC_PROBE_WARM_CODE {on}" in text and f"#define KIEC_PAGE_LOOK {on}" in text
+    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(
+        targets.TARGETS["sm_90"], persist_probe_warm_code=1, persist_page_look=1))
     kiec.compile(model, str(tmp_path / "art"), mode="persistent")
 
 

@@ -601,7 +601,9 @@ TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
                  id="tag_waits2-serial"),
     pytest.param(dict(persist_probe_warm_code=1), id="warm-code"),
     pytest.param(dict(persist_probe_warm_code=1, persist_tagged=0, persist_stages=2, persist_page_bytes=1024),
-                 id="warm-code-untagged-small-pages")]
+                 id="warm-code-untagged-small-pages"),
+    pytest.param(dict(persist_page_look=1), id="page-look"),
+    pytest.param(dict(persist_page_look=1, persist_stages=2, persist_page_bytes=1024), id="page-look-small-pages")]
 
 
 @pytest.mark.parametrize("change", TABLE_VARIANTS)
@@ -634,7 +636,9 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # and waiting for 90% of the writer's tiles first; with the waits that guard only writes polled before the epilogue
     # (2; also with tags 1 and with waits polled one at a time); the probe that runs each GEMV's dot code dry over
     # its first page before its wait (also untagged, over two 1 KB pages, so that the page it reads is often not yet
-    # landed and the dry pass skipped). Knobs that leave the math alone leave the bits alone
+    # landed and the dry pass skipped); each warp looking at its share's first pages at once (also over two 1 KB
+    # pages, so that most of a share's pages are waited on one by one after the look). Knobs that leave the math
+    # alone leave the bits alone
     model = load_tiny(tmp_path, "qwen3", vocab_size=16384)
     base_fields = dict(WIDE_FIELDS, **{k: v for k, v in change.items() if k == "attn_min_keys"})
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **base_fields))
@@ -650,7 +654,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "persist_page_pace_ahead_from_pos",
                          "persist_pace_ref_gbps", "persist_reduce_batch", "persist_norm_in_warps",
                          "persist_reduce_batch_head", "persist_attn_early_pass",
-                         "persist_attn_lean", "persist_probe_warm_code"}:
+                         "persist_attn_lean", "persist_probe_warm_code", "persist_page_look"}:
         assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)

@@ -90,6 +90,11 @@ struct Ring {
     mbar_wait(full + (seq + k) % STAGES, ((seq + k) / STAGES) & 1);
     return page(seq + k);
   }
+  // Whether the page k past the next one (k < STAGES) has landed, without waiting (test_wait: no acquire for the
+  // other threads that read it; persistent_gemv.cuh's page look orders their reads after it through the warp).
+  __device__ __forceinline__ bool landed_at(unsigned k) const {
+    return mbar_done(full + (seq + k) % STAGES, ((seq + k) / STAGES) & 1);
+  }
   // How many of this consumer's next `upto` pages (at most STAGES) have landed, counted in order (kiec_trace).
   __device__ __forceinline__ int landed(int upto) const {
     int n = 0;
