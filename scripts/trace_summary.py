@@ -9,6 +9,7 @@ and the span (from that first SM to this phase's last signal), averaged per kind
 ready, x ready and done after the previous phase's last signal, min / median / max); the slowest tile of each GEMV
 phase, and where it lost against the median one; and the spread of ready pages."""
 import collections
+import itertools
 import json
 import sys
 from typing import Iterator
@@ -304,8 +305,8 @@ def dot_parts(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> l
     for i, (sm, opcode, k, *_) in enumerate(sched):
         moments = [col[n][i] for n in order]
         if opcode == "gemv" and col["start"][i] > 0 and moments[1] > 0 and all(
-                a <= b for a, b in zip(moments, moments[1:])):
-            cuts = [(b - a) / 1e3 for a, b in zip(moments, moments[1:])]
+                a <= b for a, b in itertools.pairwise(moments)):
+            cuts = [(b - a) / 1e3 for a, b in itertools.pairwise(moments)]
             firsts = [(col["first_item"][i] - col["first_item_min"][i]) / 1e3,
                       col["first_item_warp"][i]] if "first_item_warp" in slots else []
             out[kind(opcode, kernels[k])].append(cuts + [(col["warp_done_max"][i] - col["warp_done_min"][i]) / 1e3]
