@@ -18,7 +18,8 @@
 // whether a traced step's dots are slower than an untraced one's (the eighth session's trace gave llama-3.2-1b's
 // QKV and O tiles 3.2 and 2.35 us of dots, where the tenth session's twice probe says a second copy of them adds
 // 0.5 us a layer untraced). `globaltimer`: the trace's clock (%globaltimer) read back to back by one thread: the
-// smallest and the median step between two reads that differ, and SM cycles a read.
+// smallest and the median step between two reads that differ, and SM cycles a read. `barrier looks`: SM cycles an
+// mbarrier look at a completed phase costs one thread (barrier_looks).
 // smollm2-135m's 12-row gate/up tile warm and cold and timed: the share the traces call slowest for its bytes.
 // Build (on the GPU machine; DIR holds persistent_abi.h, B the warp-sum batch):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I DIR -DKIEC_COMPUTE_THREADS=256
@@ -184,6 +185,62 @@ __global__ void timer_reads(unsigned long long* out, int n, long long* cycles) {
   CHECK(cudaFree(c));
 }
 
+// What looking at a landed page's barrier costs a thread (the traces' ~0.12 us a page, thirty-first session): one
+// warp, SM cycles a look, N looks one after another, each look's barrier picked by the previous one's answer (so
+// they cannot overlap): mbarrier test_wait (the trace's landed count), try_wait (the GEMV's page wait), the ring's
+// landed() over all its pages, all found complete; and the same chain with an integer test instead of a barrier.
+__global__ void barrier_looks(long long* cycles, int n) {
+  __shared__ unsigned long long bars[2];
+  __shared__ __align__(128) char ring_smem[R::BYTES];
+  R ring;
+  ring.carve(ring_smem);
+  if (threadIdx.x == 0) {
+    kiec::mbar_init(bars, 1);
+    kiec::mbar_init(bars + 1, 1);
+    ring.init(1);
+  }
+  __syncwarp();
+  if (threadIdx.x == 0) {
+    kiec::mbar_arrive(bars);  // bars[0]: phase 0 complete; bars[1] never
+    for (int s = 0; s < STAGES; ++s) kiec::mbar_arrive(ring.full + s);
+  }
+  __syncwarp();
+  int at = 0;
+  long long c0 = clock64();
+  for (int i = 0; i < n; ++i) at = kiec::mbar_done(bars + at, 0) ? 0 : 1;
+  long long c1 = clock64();
+  for (int i = 0; i < n; ++i) at = kiec::mbar_test(bars + at, 0) ? 0 : 1;
+  long long c2 = clock64();
+  int pages = 0;
+  for (int i = 0; i < n / STAGES; ++i) pages += ring.landed(STAGES - (at & 1));
+  long long c3 = clock64();
+  volatile int flag = 1;
+  for (int i = 0; i < n; ++i) at = (flag + at) & 1 ? 0 : 1;
+  long long c4 = clock64();
+  if (threadIdx.x == 0) {
+    cycles[0] = c1 - c0;
+    cycles[1] = c2 - c1;
+    cycles[2] = c3 - c2;
+    cycles[3] = c4 - c3;
+    cycles[4] = at + pages;
+  }
+}
+
+static void barrier_look_costs() {
+  const int n = 4096;
+  long long* d;
+  CHECK(cudaMalloc(&d, 5 * sizeof *d));
+  barrier_looks<<<1, 32>>>(d, n);  // warm-up
+  barrier_looks<<<1, 32>>>(d, n);
+  CHECK(cudaDeviceSynchronize());
+  long long h[5];
+  CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+  CHECK(cudaFree(d));
+  printf("barrier looks, SM cycles a look (%d in a chain): test_wait %.1f, try_wait %.1f, the ring's landed() %.1f a "
+         "page, an integer test %.1f\n", n, (double)h[0] / n, (double)h[1] / n, (double)h[2] / (n / STAGES * STAGES),
+         (double)h[3] / n);
+}
+
 // A share of `rows` outputs (64: a long share's rate; llama-3.2-1b's QKV tile has 24, its output projection's 16)
 template <int K, int EPI, int SEGS, int VARIANT = TILE>
 static void run(const char* name, int sms, int rows = 64, const char* busy = nullptr,
@@ -278,6 +335,7 @@ int main() {
   run<576, kiec::EPI_SILU_MUL, 1, TILE_TIMED>("smollm2 gate/up tile (12 rows)", sms, 12);
   run<2048, kiec::EPI_SILU_MUL, 2, TILE_TIMED>("llama-1b gate/up", sms, 62);
   globaltimer();
+  barrier_look_costs();
 #endif
   return 0;
 }
