@@ -18,7 +18,7 @@ SAMPLE_CANDIDATES = 1024  # tokens the select tile can sort in shared memory to 
 # made llama-3.2-1b 3.5% slower in every step (0.848 vs 0.819 ms at 48f2904, bench/RESULTS.md).
 TRACE_SLOTS = ("start", "ready", "x_ready", "sums_done", "done", "page_wait_cycles", "cycles", "pages_ready",
                "stored")
-# With persist_trace_dots (KIEC_TRACE_DOTS) a row has four slots more: a GEMV cuts its dot products (x_ready to
+# With persist_trace_dots (KIEC_TRACE_DOTS) a row has six slots more: a GEMV cuts its dot products (x_ready to
 # sums_done) at thread 0's slice of x loaded from the scratch (x_sliced), the latest warp's first item summed
 # (first_item), and the earliest and latest warp's last item summed (warp_done_min, warp_done_max: the block's
 # barrier follows), the earliest warp's first item (first_item_min) and which warp's first item came last
@@ -30,6 +30,8 @@ TRACE_DOT_SLOTS = ("x_sliced", "first_item", "warp_done_min", "warp_done_max", "
 def trace_slots(dots: bool) -> list[str]:
     """A recording's slots, in row order: the artifact's manifest names them (trace_slots)."""
     return list(TRACE_SLOTS + (TRACE_DOT_SLOTS if dots else ()))
+
+
 # (name, C type, struct code): a Wait is (counter, target per token, previous?) packed in 8 bytes; with tag waits
 # (KIEC_TAG_WAITS) `previous` carries the wait's late flag in bit 1 and its lead above (ir/passes/persistent.py: Wait)
 WAIT_FIELDS = [("counter", "uint16_t", "H"), ("previous", "uint16_t", "H"), ("tiles", "uint32_t", "I")]
@@ -61,7 +63,8 @@ def header() -> str:
     lines += [f"constexpr int OP_{name.upper()} = {code};" for name, code in OPCODES.items()]
     lines += [f"constexpr int MAX_WAITS = {MAX_WAITS};", f"constexpr int SAMPLE_CANDIDATES = {SAMPLE_CANDIDATES};",
               "#ifndef KIEC_TRACE_DOTS", "#define KIEC_TRACE_DOTS 0", "#endif",
-              f"constexpr int TRACE_SLOTS = KIEC_TRACE_DOTS ? {len(TRACE_SLOTS + TRACE_DOT_SLOTS)} : {len(TRACE_SLOTS)};",
+              f"constexpr int TRACE_SLOTS = KIEC_TRACE_DOTS ? {len(TRACE_SLOTS + TRACE_DOT_SLOTS)} : "
+              f"{len(TRACE_SLOTS)};",
               "enum TraceSlot { " + ", ".join(f"TR_{n.upper()} = {i}"
                                               for i, n in enumerate(TRACE_SLOTS + TRACE_DOT_SLOTS)) + " };", "",
               "struct Wait {"]

@@ -133,9 +133,10 @@ class TargetParams:
     # is rotated and its new row written (sums_done) and the moment its keys are done (stored); trace_summary.py
     # splits attention's time at them. The kernel runs those two stamps' branches in every step
     persist_trace_attention: int
-    # persistent, a timing aid: 1: in a traced step each GEMV tile also stamps its slice of x loaded, the latest
-    # warp's first item summed and the earliest and latest warp's last (persistent_abi.py's TRACE_SLOTS);
-    # trace_summary.py cuts the dot products' span at them. Off, the kernel has none of their code
+    # persistent, a timing aid: 1: in a traced step each GEMV tile also stamps its slice of x loaded, the earliest
+    # and latest warp's first item summed (and the latest's warp) and the earliest and latest warp's last
+    # (persistent_abi.py's TRACE_DOT_SLOTS); trace_summary.py cuts the dot products' span at them. Off, the kernel
+    # has none of their code
     persist_trace_dots: int
     # persistent, a timing probe, never for use (tokens wrong): what a down projection cut by its K would cost and
     # save. Cut so, each SM would multiply its own gate/up tile's SiLU-mul outputs by those columns of the down
