@@ -191,9 +191,9 @@ __global__ void timer_reads(unsigned long long* out, int n, long long* cycles) {
 // landed() over all its pages, all found complete; and the same chain with an integer test instead of a barrier.
 __global__ void barrier_looks(long long* cycles, int n) {
   __shared__ unsigned long long bars[2];
-  __shared__ __align__(128) char ring_smem[R::BYTES];
+  __shared__ __align__(128) char ring_head[R::HEAD];  // the ring's barriers: its pages are never read here
   R ring;
-  ring.carve(ring_smem);
+  ring.carve(ring_head);
   if (threadIdx.x == 0) {
     kiec::mbar_init(bars, 1);
     kiec::mbar_init(bars + 1, 1);

@@ -118,8 +118,9 @@ class TargetParams:
     persist_probe_relaxed_signal: int
     # persistent, a timing probe (the same tokens): 1: before a GEMV tile waits on its inputs, its compute warps run
     # the dot products' code dry over the tile's first page if it has landed (x zeros, the sums overwritten after),
-    # so that the code is fetched before x is ready. What it times: whether a tile's first item (~0.7 us against
-    # ~0.3 of work, persist_trace_dots, thirty-first session) waits on its code
+    # so that the code is fetched before x is ready. What it times: whether a tile's first item waits on its code
+    # (0.65-0.72 us on llama-3.2-1b, persist_trace_dots, thirty-first session, where bench/gemv_compute.cu's 24-row
+    # QKV tile takes 1.70 us for 6 items a warp, ~0.3 an item)
     persist_probe_warm_code: int
     # persistent: 1: a GEMV warp looks at its share's first pages at once (lane k at page k) and takes those landed
     # without a wait each (persistent_gemv.cuh: KIEC_PAGE_LOOK; the same bits)
@@ -537,10 +538,10 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.856 / 0.855 vs 0.765 on llama-3.2-1b, prologues twice 0.828; smollm2-135m 0.527 and 0.520
                           # vs 0.506-0.509; tenth session at 38a3854: bit 4 (QKV and output projection dots) 0.772
                           # vs 0.763 on llama-3.2-1b, bit 8 (the others' dots) 0.836: bench/RESULTS.md)
-                          # a page's wait costs ~0.12 us a page (the thirty-first session's trace: the traced tile's
-                          # ready-page count, a test_wait a page, grew it by that much a page, 0.53 + 0.126 x pages on
-                          # llama-3.2-1b and qwen3-1.7b); on the share's resident pages (QKV's 6, the output
-                          # projection's 4-5) that is ~40% of a page's time. Not yet timed: off
+                          # the traced tile's ready-page count (a test_wait a page) took 0.53 + 0.126 us x pages
+                          # counted on llama-3.2-1b and qwen3-1.7b (thirty-first session, bench/RESULTS.md); if the
+                          # GEMV's own page wait costs as much, it is ~40% of a resident page's time (QKV's 6, the
+                          # output projection's 4-5: the traced QKV tile's 0.31 us a page and item). Not yet timed: off
                           persist_page_look=0,
                           persist_probe_relaxed_signal=0, persist_probe_warm_code=0, persist_probe_twice=0,
                           persist_trace_attention=0,

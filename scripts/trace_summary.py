@@ -300,6 +300,7 @@ def dot_parts(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> l
     if "warp_done_max" not in slots:
         return []
     col = columns(ts, slots)
+    more = "first_item_warp" in slots  # (e0a6c65's two slots: recordings before them lack them)
     order = ("x_ready", "x_sliced", "first_item", "warp_done_max", "sums_done")
     out: dict[str, list[list[float]]] = collections.defaultdict(list)
     for i, (sm, opcode, k, *_) in enumerate(sched):
@@ -308,12 +309,11 @@ def dot_parts(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> l
                 a <= b for a, b in itertools.pairwise(moments)):
             cuts = [(b - a) / 1e3 for a, b in itertools.pairwise(moments)]
             firsts = [(col["first_item"][i] - col["first_item_min"][i]) / 1e3,
-                      col["first_item_warp"][i]] if "first_item_warp" in slots else []
+                      col["first_item_warp"][i]] if more else []
             out[kind(opcode, kernels[k])].append(cuts + [(col["warp_done_max"][i] - col["warp_done_min"][i]) / 1e3]
                                                  + firsts)
     if not out:
         return []
-    more = "first_item_warp" in slots
     lines = ["a GEMV tile's dot products cut at its stamps, us (mean over its tiles):",
              f"{'kind':<24}{'tiles':>6}{'x slice':>9}{'1st item':>10}{'rest':>8}{'barrier':>9}{'dots':>8}"
              f"{'warps spread':>14}" + (f"{'1st items spread':>18}{'last 1st warp':>15}" if more else "")]

@@ -458,13 +458,22 @@ def test_trace_times_every_instruction_of_one_step(tmp_path, warm):
     assert (ready_pages[~gemv] == 0).all() and (ready_pages[gemv] <= 64).all() and (ready_pages[gemv] > 0).any()
 
 
+def trace_summary():
+    """scripts/trace_summary.py as a module (its views read a recording)."""
+    import importlib.util
+    import os
+    spec = importlib.util.spec_from_file_location("trace_summary", os.path.join(os.path.dirname(__file__), "..", "..",
+                                                                                "scripts", "trace_summary.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.mark.parametrize("owner", [0, 64])
 def test_trace_stamps_attentions_parts_when_asked(tmp_path, monkeypatch, owner):
     # persist_trace_attention: every attention split with rows (8 keys a split: several at position 40) stamps q
     # rotated (sums_done) and its keys done (stored) between its inputs and its partial; splits without rows none;
     # trace_summary.py cuts them. With the owner merge, the owner's x_ready is its slice's end, before its merge
-    import importlib.util
-    import os
     model, _ = compile_tiny(tmp_path, "qwen3")
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_trace_attention=1, attn_min_keys=8,
                                       persist_attn_owner_merges=owner))
@@ -475,10 +484,7 @@ def test_trace_stamps_attentions_parts_when_asked(tmp_path, monkeypatch, owner):
     stamped = attn & (sums > 0)
     assert stamped.sum() >= 2 * 2 * 2  # 2 layers, 2 KV heads, at least 2 splits with rows each
     assert ((ready <= sums) & (sums <= stored) & (stored <= x) & (x <= done))[stamped].all()
-    spec = importlib.util.spec_from_file_location("trace_summary", os.path.join(os.path.dirname(__file__), "..", "..",
-                                                                                "scripts", "trace_summary.py"))
-    summary = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(summary)
+    summary = trace_summary()
     assert summary.attention_parts(ts, slots, sched)[0].startswith(f"attention splits with rows ({stamped.sum()})")
 
 
@@ -488,8 +494,6 @@ def test_trace_stamps_the_dot_products_parts_when_asked(tmp_path, monkeypatch):
     # between x ready and the latest's (a warp may end before another's first), the earliest warp's first item
     # between x ready and the latest's, and the latest's warp (one of 8); other instructions none; the tokens are the
     # default's; trace_summary.py cuts them
-    import importlib.util
-    import os
     model, _ = compile_tiny(tmp_path, "llama")
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base"))
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_trace_dots=1))
@@ -504,10 +508,7 @@ def test_trace_stamps_the_dot_products_parts_when_asked(tmp_path, monkeypatch):
     assert ((moments[0] <= moments[5]) & (moments[5] <= moments[3]))[gemv].all()
     first_min, late = ts[:, slots.index("first_item_min")], ts[:, slots.index("first_item_warp")]
     assert ((moments[0] <= first_min) & (first_min <= moments[2]) & (late >= 0) & (late < 8))[gemv].all()
-    spec = importlib.util.spec_from_file_location("trace_summary", os.path.join(os.path.dirname(__file__), "..", "..",
-                                                                                "scripts", "trace_summary.py"))
-    summary = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(summary)
+    summary = trace_summary()
     lines = summary.dot_parts(ts, slots, sched, eng.manifest["kernels"])
     assert lines[0].startswith("a GEMV tile's dot products") and len(lines) > 2
 

@@ -329,10 +329,11 @@ __device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const 
 #define KIEC_REDUCE_BATCH 1
 #endif
 // KIEC_PAGE_LOOK (persist_page_look): a warp looks at the share's first pages once, lane k at page k (up to 32 and
-// the ring's), and takes the pages it found landed without waiting on each: a page's wait is a round trip to the
-// barrier (~0.12 us a page in the thirty-first session's trace: its ready-page count, one test_wait a page, grew
-// the traced tile by that much a page) that the warp otherwise pays before each page's items. The lane that saw a
-// page land acquired it; __syncwarp orders the other lanes' reads after that. The same bits.
+// the ring's), and takes the pages it found landed without waiting on each. Why: the traced step's ready-page count
+// (Ring::landed, a test_wait a page in order) grew the traced tile 0.126 us a page counted (thirty-first session,
+// bench/RESULTS.md); if the page wait before each page's items costs as much, the look saves it on resident pages.
+// Not yet timed (bench/gemv_compute.cu, COMPUTE=look). The lane that saw a page land acquired it; __syncwarp orders
+// the other lanes' reads after that. The same bits.
 #ifndef KIEC_PAGE_LOOK
 #define KIEC_PAGE_LOOK 0
 #endif
@@ -374,20 +375,14 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
     }
   };
   long long waited = 0;
-#if KIEC_PAGE_LOOK
-  unsigned looked = 0u;  // bit p: page p of the share had landed when the warp looked
-  if (!dry) {
+  unsigned looked = 0u;  // (KIEC_PAGE_LOOK) bit p: page p of the share had landed when the warp looked
+  if (KIEC_PAGE_LOOK && !dry) {
     looked = __ballot_sync(0xffffffffu, lane < pages && lane < R::STAGES && ring.landed_at(lane));
     __syncwarp();
   }
-#endif
   for (int p = 0; p < pages; ++p) {
     const long long c0 = timed ? clock64() : 0;
-#if KIEC_PAGE_LOOK
     const char* page = dry || (p < 32 && (looked >> p & 1u)) ? ring.page(ring.seq) : ring.next_page();
-#else
-    const char* page = dry ? ring.page(ring.seq) : ring.next_page();
-#endif
     if (timed) waited += clock64() - c0;
     const int first = p * G::PER_PAGE, n = min(G::PER_PAGE, items - first);
     for (int j = (warp - first % WARPS + WARPS) % WARPS; j < n; j += WARPS) {
@@ -556,7 +551,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   // is ready: what a tile's first item costs without its code to fetch. Both passes run this one inlined copy.
   auto pass = [&](bool dry) {
     if (dry) {
-      if (!ring.landed(1)) return true;
+      if (!ring.landed_at(0)) return true;
 #pragma unroll
       for (int v = 0; v < G::ROUNDS; ++v)
 #pragma unroll

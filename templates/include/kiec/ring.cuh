@@ -99,7 +99,7 @@ struct Ring {
   __device__ __forceinline__ int landed(int upto) const {
     int n = 0;
     for (; n < upto && n < STAGES; ++n)
-      if (!mbar_done(full + (seq + n) % STAGES, ((seq + n) / STAGES) & 1)) break;
+      if (!landed_at(n)) break;
     return n;
   }
   // A benchmark's stream that nobody reads (bench/): page `s` from src into its stage once the page `depth`
