@@ -120,7 +120,9 @@ class TargetParams:
     # the dot products' code dry over the tile's first page if it has landed (x zeros, the sums overwritten after),
     # so that the code is fetched before x is ready. What it times: whether a tile's first item waits on its code
     # (0.65-0.72 us on llama-3.2-1b, persist_trace_dots, thirty-first session, where bench/gemv_compute.cu's 24-row
-    # QKV tile takes 1.70 us for 6 items a warp, ~0.3 an item)
+    # QKV tile takes 1.70 us for 6 items a warp, ~0.3 an item). Timed on smollm2-135m (thirty-second session): the
+    # token 7.3% slower (0.503 vs 0.469 ms), so the dry pass costs more than any wait on code it saves; and that
+    # traced first item was mostly warp 0's, held back by thread 0's count of the landed pages (Ring::landed_warp)
     persist_probe_warm_code: int
     # persistent: 1: a GEMV warp looks at its share's first pages at once (lane k at page k) and takes those landed
     # without a wait each (persistent_gemv.cuh: KIEC_PAGE_LOOK; the same bits)
@@ -538,10 +540,11 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.856 / 0.855 vs 0.765 on llama-3.2-1b, prologues twice 0.828; smollm2-135m 0.527 and 0.520
                           # vs 0.506-0.509; tenth session at 38a3854: bit 4 (QKV and output projection dots) 0.772
                           # vs 0.763 on llama-3.2-1b, bit 8 (the others' dots) 0.836: bench/RESULTS.md)
-                          # the traced tile's ready-page count (a test_wait a page) took 0.53 + 0.126 us x pages
-                          # counted on llama-3.2-1b and qwen3-1.7b (thirty-first session, bench/RESULTS.md); if the
-                          # GEMV's own page wait costs as much, it is ~40% of a resident page's time (QKV's 6, the
-                          # output projection's 4-5: the traced QKV tile's 0.31 us a page and item). Not yet timed: off
+                          # a look at a page's barrier costs ~45 SM cycles (test_wait or try_wait, in a dependent
+                          # chain; an integer test 22: bench/gemv_compute.cu), and the look saves nothing: llama-3.2-1b
+                          # 0.728 / 0.728 ms with it and without, smollm2-135m 0.471 / 0.470 vs 0.469 / 0.469;
+                          # gemv_compute.cu's shares 8-19% slower with it (thirty-second session, bench/RESULTS.md):
+                          # off
                           persist_page_look=0,
                           persist_probe_relaxed_signal=0, persist_probe_warm_code=0, persist_probe_twice=0,
                           persist_trace_attention=0,

@@ -332,8 +332,9 @@ __device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const 
 // the ring's), and takes the pages it found landed without waiting on each. Why: the traced step's ready-page count
 // (Ring::landed, a test_wait a page in order) grew the traced tile 0.126 us a page counted (thirty-first session,
 // bench/RESULTS.md); if the page wait before each page's items costs as much, the look saves it on resident pages.
-// Not yet timed (bench/gemv_compute.cu, COMPUTE=look). The lane that saw a page land acquired it; __syncwarp orders
-// the other lanes' reads after that. The same bits.
+// It does not: a barrier look is ~45 SM cycles, and the look left llama-3.2-1b's token as it was and made
+// gemv_compute.cu's shares slower (thirty-second session; codegen/targets.py). The lane that saw a page land
+// acquired it; __syncwarp orders the other lanes' reads after that. The same bits.
 #ifndef KIEC_PAGE_LOOK
 #define KIEC_PAGE_LOOK 0
 #endif
@@ -576,7 +577,12 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
 #if KIEC_PAGE_PACE_AHEAD_NS
       ring.consuming(u);  // (the weight stream's pace: ring.cuh)
 #endif
-      if (tracing(u)) trace_row(u)[TR_PAGES_READY] = ring.landed((outs * SEGS + G::PER_PAGE - 1) / G::PER_PAGE);
+      // (the traced step's count of the share's pages landed, by warp 0 at once: thread 0 counting alone, a look a
+      // page, held its warp's dots back ~0.13 us a page, thirty-second session)
+      if (traced_step(u) && threadIdx.x < 32) {
+        const int landed = ring.landed_warp((outs * SEGS + G::PER_PAGE - 1) / G::PER_PAGE, threadIdx.x);
+        if (threadIdx.x == 0) trace_row(u)[TR_PAGES_READY] = landed;
+      }
       if constexpr (TX && DIRECT)
         load_x_slice_tagged<G>(x, tag_of(u, d->tag_x), (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
       else if (!WNORM) load_x_slice<G>(DIRECT ? x : xs, (HALF ? 2 * (threadIdx.x >> 5) + ((threadIdx.x >> 4) & 1)
