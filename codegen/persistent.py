@@ -307,9 +307,10 @@ class _PersistentEmitter(_Emitter):
                                t.persist_attn_owner_merges, bool(t.persist_attn_newest_first),
                                bool(t.persist_probe_attention_idle), self.combine_staged(k),
                                bool(t.persist_attn_early_pass), bool(t.persist_attn_lean), mma,
-                               t.persist_attn_mma_ahead if mma and k.head_dim == 64 else 1],
-                              # TAGGED .. LEAN, MMA_KEYS, MMA_AHEAD
-                              [False, False, True, 0, False, False, 0, False, False, False, False, False, 0, 1])
+                               t.persist_attn_mma_ahead if mma and k.head_dim == 64 else 1,
+                               bool(t.persist_attn_mma_first and mma and k.head_dim == 64)],
+                              # TAGGED .. LEAN, MMA_KEYS, MMA_AHEAD, MMA_FIRST
+                              [False, False, True, 0, False, False, 0, False, False, False, False, False, 0, 1, False])
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",

@@ -182,6 +182,10 @@ class TargetParams:
     # persistent: the passes on the tensor cores' rows in flight while a pass computes, where heads are 64 wide (1:
     # the next pass's; 2 or 3: more, each pass's registers again). The same bits
     persist_attn_mma_ahead: int
+    # persistent: 1: where the tensor cores take heads 64 wide, a split loads its first passes' rows (those in
+    # flight, persist_attn_mma_ahead) beside q's words, not after q is rotated and the new row written; the new row
+    # put in from shared memory (attention.cuh: attention_slice's MMA_FIRST). The same bits
+    persist_attn_mma_first: int
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -586,7 +590,11 @@ TARGETS: dict[str, TargetParams] = {
                           # vs 0.641. kv_slice.cu: 7.07 vs 7.04 us; 3 (it spills) 7.74. So 2, and 1 on narrow models
                           # (persist_attn_mma_ahead_narrow). A long split's passes of 32 or 64 rows a warp (78d31ad,
                           # reverted): llama-3.2-1b at 8192 +0.0% and +2.5% (call 5)
-                          persist_attn_mma_ahead=2),
+                          persist_attn_mma_ahead=2,
+                          # thirty-second session: the faithful trace (Ring::landed_warp) cuts a split's time at
+                          # position 64 into q, rotation and new row 1.31 us, keys 1.14 (llama-3.2-1b); the tensor
+                          # cores' rows were loaded only after the first. Not yet timed: off
+                          persist_attn_mma_first=0),
 }
 
 

@@ -783,19 +783,22 @@ def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path,
     # persist_attn_mma_wide, where 4 or more share a KV head) and at most 8 query heads share a KV head (2 and 4
     # here); the FMA passes (no argument) with heads 16 wide, with 9 query heads a KV head, with the early pass; a
     # value other than 0, 16 or 32 is refused by name. The kernel builds (nvcc) with 16 rows a pass, heads 64 and 128
-    # wide (64: with 2 passes in flight)
+    # wide (64: with 2 passes in flight, their rows loaded beside q's)
     import dataclasses
     import re
 
     from kiec.build import emit_sources
     from kiec.codegen import targets
 
-    def mma(name, family="llama", change=None, **shape):  # (the model, MMA_KEYS, MMA_AHEAD)
+    def tile_args(name, family="llama", change=None, **shape):  # (the model, attention_tile's template arguments)
         make_tiny_hf(tmp_path / name, family, **shape)
         model = kiec.load(str(tmp_path / name), dtype="bf16")
         t = dataclasses.replace(targets.TARGETS["sm_90"], **(change or dict(persist_attn_mma=16)))
         text = emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
-        args = re.search(r"attention_tile<([^>]*)>", text).group(1).split(", ")
+        return model, re.search(r"attention_tile<([^>]*)>", text).group(1).split(", ")
+
+    def mma(name, family="llama", change=None, **shape):  # (the model, MMA_KEYS, MMA_AHEAD)
+        model, args = tile_args(name, family, change, **shape)
         return model, int(args[22]) if len(args) > 22 else 0, int(args[23]) if len(args) > 23 else 1
 
     wide = dict(hidden_size=256, intermediate_size=384)
@@ -827,10 +830,19 @@ def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path,
                **wide)[1:] == (16, 1)
     with pytest.raises(kiec.KiecError, match="persist_attn_mma_ahead 4: passes in flight"):
         mma("bad-ahead", change=dict(persist_attn_mma_ahead=4), **wide)
+    # persist_attn_mma_first: MMA_FIRST, the 25th, where the tensor cores take heads 64 wide (MMA_AHEAD written
+    # out before it, 1 too); heads 128 wide (no passes in flight) and the FMA passes leave it out
+    first = dict(persist_attn_mma=16, persist_attn_mma_first=1)
+    assert tile_args("first", change=dict(first, persist_attn_mma_ahead=2), **wide)[1][22:] == ["16", "2", "true"]
+    assert tile_args("first1", change=dict(first, persist_attn_mma_ahead=1), **wide)[1][22:] == ["16", "1", "true"]
+    assert len(tile_args("first-off", change=dict(first, persist_attn_mma=0), **wide)[1]) <= 22
+    assert tile_args("first-h128", "qwen3", change=first, head_dim=128, num_key_value_heads=1,
+                     **wide)[1][22:] == ["16"]
     monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_attn_mma=16,
                                                                       persist_attn_mma_wide=16,
-                                                                      persist_attn_mma_ahead=2))
-    kiec.compile(model, str(tmp_path / "art"), mode="persistent")  # (2 passes in flight)
+                                                                      persist_attn_mma_ahead=2,
+                                                                      persist_attn_mma_first=1))
+    kiec.compile(model, str(tmp_path / "art"), mode="persistent")  # (2 passes in flight, loaded beside q)
     kiec.compile(wide_heads, str(tmp_path / "art128"), mode="persistent")  # (one pass's rows at a time)
 
 

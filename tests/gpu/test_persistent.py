@@ -328,6 +328,31 @@ def test_attention_on_tensor_cores_ahead_computes_the_same_bits(tmp_path, monkey
     assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
 
 
+@pytest.mark.parametrize("family,window,min_keys,ahead", [
+    ("llama", None, 512, 2), ("mistral", 200, 128, 2), ("llama", None, 8, 2), ("llama", None, 8, 1),
+    pytest.param("llama", None, 8, 1, marks=NARROW, id="narrow")])
+def test_attention_on_tensor_cores_first_rows_beside_q_compute_the_same_bits(tmp_path, monkeypatch, family, window,
+                                                                             min_keys, ahead):
+    # persist_attn_mma_first: the tensor cores' first passes' rows (those in flight) loaded beside q's words, the new
+    # row put in from shared memory as the cache has it, against the rows loaded after the new row's write: the same
+    # rows, so every logit the same bits, step by step over 600 positions (up to 4 passes a warp; a moving window;
+    # 8 keys a split: many splits, the one holding the new row and warps with no rows), one launch's greedy tokens;
+    # also a narrow model's fields (untagged, the owner merges)
+    extra = {"sliding_window": window} if window else {}
+    model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384, **extra)
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=min_keys,
+                                       persist_attn_mma=16, persist_attn_mma_ahead=ahead,
+                                       persist_attn_mma_ahead_narrow=ahead, persist_attn_mma_first=0))
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_mma_first=1))
+    for name, first in [("base", False), ("variant", True)]:  # (MMA_FIRST, the 25th; false left out)
+        tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / name / "src" / "model.cu").read()).group(1)
+        assert tail.split(", ")[22] == "16" and (tail.split(", ")[24:] == ["true"]) == first, name
+    tokens = np.random.default_rng(13).integers(0, model.config.vocab_size, size=600).tolist()
+    assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
+                          np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+    assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
+
+
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 0.9), (0.7, 1.0), (60.0, 0.5)])
 def test_device_draw_is_kiec_sampling_over_its_own_logits(tmp_path, temperature, top_p):
     # vocabulary 4096: at temperature 60 the distribution is flat, more than 1,024 tokens are candidates and

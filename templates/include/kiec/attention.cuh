@@ -188,6 +188,17 @@ __device__ __forceinline__ void prefetch_split_l2(const T* cache, int kv_heads, 
 struct NoMarks {
   __device__ __forceinline__ void operator()(int) const {}
 };
+// A if B, else C (std::conditional's, without the host header).
+template <bool B, typename A, typename C>
+struct Pick {
+  using type = A;
+};
+template <typename A, typename C>
+struct Pick<false, A, C> {
+  using type = C;
+};
+struct NoMmaPass {};  // (attention_slice's mfirst without MMA_FIRST: MmaPass is never made where heads are not 64
+                      // or 128 wide, as graph mode's are)
 // A split's tagged q words and, where it appends, the new k and v words, all loaded at once (attention_slice); with
 // tag waits (KIEC_TAG_WAITS) the persistent tile loads them before its wait (its waits left guard its writes, not
 // these words, whose tags attention_slice checks), so that their round trip passes under the polls'.
@@ -241,6 +252,23 @@ struct MmaPass {
                               : make_uint4(0, 0, 0, 0);
       }
   }
+  // Row `pos` of the pass from j0, where this lane holds it: the new row as the cache has it (kn, vn: its floats;
+  // pack8 rounds as the cache's write does: the same bits as loading it).
+  __device__ __forceinline__ void put_row(int j0, int pos, const float* kn, const float* vn) {
+    const int lane = threadIdx.x & 31, quad = lane & 3, grp = lane >> 2;
+#pragma unroll
+    for (int b = 0; b < 2 * C; ++b)
+      if (j0 + 8 * b + grp == pos)
+#pragma unroll
+        for (int w = 0; w < KW; ++w) k[b][w] = pack8<T>(kn + quad * (HEAD_DIM / 4) + 8 * w);
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        if (j0 + 16 * c + 2 * quad + (r & 1) + 8 * (r >> 1) == pos)
+#pragma unroll
+          for (int w = 0; w < VW; ++w) v[c][r][w] = pack8<T>(vn + grp * (HEAD_DIM / 8) + 8 * w);
+  }
 };
 
 // Rows [lo, hi) of a slice on the tensor cores (persist_attn_mma), q (normed, rotated) in sm.qs: each warp's (m, l,
@@ -255,9 +283,12 @@ struct MmaPass {
 // over 16 keys as its k, whose 8 columns are 8 of the head's dims (lane t's columns dims HEAD_DIM / 8 * (t / 4) +
 // j, mma j). Not the FMA passes' bits: q and the weights carry 16 of fp32's 24 significant bits with bf16, K and V
 // exactly.
-template <typename T, int HEAD_DIM, int GROUP, int WARPS, int KEYS, bool SOFTCAP, int AHEAD = 1>
+// FIRST (persist_attn_mma_first, 64 wide): `first` holds the first AHEAD passes' rows, loaded by attention_slice
+// beside q's (the new row put in from shared memory): the same rows, the same bits.
+template <typename T, int HEAD_DIM, int GROUP, int WARPS, int KEYS, bool SOFTCAP, int AHEAD = 1, bool FIRST = false>
 __device__ __forceinline__ void mma_passes(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const T* kc, const T* vc,
-                                           float scale, float softcap, int lo, int hi) {
+                                           float scale, float softcap, int lo, int hi,
+                                           const MmaPass<T, HEAD_DIM, KEYS>* first = nullptr) {
   static_assert(GROUP <= 8, "the tensor cores' slice: at most 8 query heads a KV head (16 rows: two halves)");
   using Pass = MmaPass<T, HEAD_DIM, KEYS>;
   constexpr int C = Pass::C, DQ = HEAD_DIM / 4, DV = HEAD_DIM / 8, STEP = WARPS * KEYS;
@@ -324,10 +355,13 @@ __device__ __forceinline__ void mma_passes(AttentionSmem<HEAD_DIM, GROUP, WARPS>
   int j0 = lo + warp * KEYS;
   static_assert(AHEAD >= 0 && (AHEAD == 1 || HEAD_DIM == 64), "the tensor cores' slice: passes in flight, 64 wide");
   constexpr int INFLIGHT = HEAD_DIM == 64 ? AHEAD : 0;  // passes loading while one computes (128 wide: none)
+  static_assert(!FIRST || INFLIGHT > 0, "the first passes' rows loaded early: heads 64 wide (passes in flight)");
   Pass p[INFLIGHT + 1];
 #pragma unroll
-  for (int a = 0; a < INFLIGHT; ++a)
-    if (j0 + a * STEP < hi) p[a].load(kc, vc, j0 + a * STEP, hi);
+  for (int a = 0; a < INFLIGHT; ++a) {
+    if (FIRST) p[a] = first[a];
+    else if (j0 + a * STEP < hi) p[a].load(kc, vc, j0 + a * STEP, hi);
+  }
   for (; j0 < hi; j0 += STEP) {  // (warp-uniform: the mmas and shuffles run on all lanes or none)
     if (j0 + INFLIGHT * STEP < hi) p[INFLIGHT].load(kc, vc, j0 + INFLIGHT * STEP, hi);
     step(p[0], j0);
@@ -353,9 +387,11 @@ __device__ __forceinline__ void mma_passes(AttentionSmem<HEAD_DIM, GROUP, WARPS>
 // with widen8, and each score's weight taken without a test of the score (the step's m0)
 // MMA_KEYS (persist_attn_mma): the passes on the tensor cores, MMA_KEYS rows a warp a pass (mma_passes; not the FMA
 // passes' bits); MMA_AHEAD (persist_attn_mma_ahead): their passes in flight while one computes (64 wide; the same bits)
+// MMA_FIRST (persist_attn_mma_first, 64 wide): those first passes' rows loaded beside q's (mfirst; the same bits)
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
           bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0, bool KV_FIRST = false,
-          bool EARLY = false, bool LEAN = false, int MMA_KEYS = 0, int MMA_AHEAD = 1, typename Marks = NoMarks>
+          bool EARLY = false, bool LEAN = false, int MMA_KEYS = 0, int MMA_AHEAD = 1, bool MMA_FIRST = false,
+          typename Marks = NoMarks>
 __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,
                                                 int kv_heads, int max_seq, const float* inv_freq, const T* q_norm_w,
                                                 const T* k_norm_w, float norm_eps, float scale, float softcap, int g,
@@ -380,6 +416,19 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   if constexpr (EARLY) {
     head = *early;
     head.load_between(kc, vc, lo + warp * KPW, early_rows_end(hi, pos), hi, pos);
+  }
+  // MMA_FIRST: the tensor cores' first passes (as many as they keep in flight), their rows before pos loaded now,
+  // beside q's words, so that their round trip passes under q's, the rotation and the new row's write; row pos is
+  // put in from shared memory once written (MmaPass::put_row)
+  constexpr int FIRST = MMA_KEYS > 0 && MMA_FIRST ? MMA_AHEAD : 0, MSTEP = WARPS * MMA_KEYS;
+  using MPass = typename Pick<(FIRST > 0), MmaPass<T, HEAD_DIM, MMA_KEYS>, NoMmaPass>::type;
+  MPass mfirst[FIRST > 0 ? FIRST : 1];
+  if constexpr (FIRST > 0) {
+#pragma unroll
+    for (int a = 0; a < FIRST; ++a) {
+      const int j0 = lo + warp * MMA_KEYS + a * MSTEP;
+      if (j0 < hi) mfirst[a].load(kc, vc, j0, owns_pos ? pos : hi);
+    }
   }
   if constexpr (TAGGED) {  // every word loaded at once, then each stale one again
     constexpr int THREADS = WARPS * 32, QPER = (GROUP * HEAD_DIM + THREADS - 1) / THREADS;
@@ -441,10 +490,20 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   }
   sync_block();  // the new row is visible to this block (plain loads below, not the read-only path)
   if (EARLY && owns_pos) head.put_row(lo + warp * KPW, pos, sm.kn, sm.vn);
+  if constexpr (FIRST > 0) {
+    if (owns_pos) {
+#pragma unroll
+      for (int a = 0; a < FIRST; ++a) mfirst[a].put_row(lo + warp * MMA_KEYS + a * MSTEP, pos, sm.kn, sm.vn);
+    }
+  }
   mark(0);
   if constexpr (MMA_KEYS > 0) {  // (the passes on the tensor cores: their own loads, layout and merge of a warp)
     static_assert(!KV_FIRST && !EARLY, "the tensor cores' slice loads its rows after the new one's write");
-    mma_passes<T, HEAD_DIM, GROUP, WARPS, MMA_KEYS, SOFTCAP, MMA_AHEAD>(sm, kc, vc, scale, softcap, lo, hi);
+    if constexpr (FIRST > 0)
+      mma_passes<T, HEAD_DIM, GROUP, WARPS, MMA_KEYS, SOFTCAP, MMA_AHEAD, true>(sm, kc, vc, scale, softcap, lo, hi,
+                                                                               mfirst);
+    else
+      mma_passes<T, HEAD_DIM, GROUP, WARPS, MMA_KEYS, SOFTCAP, MMA_AHEAD>(sm, kc, vc, scale, softcap, lo, hi);
     mark(1);
     return;
   }

@@ -72,11 +72,12 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // LEAN (persist_attn_lean): attention_slice's LEAN, fewer instructions a key (the same bits).
 // MMA_KEYS (persist_attn_mma): attention_slice's passes on the tensor cores, MMA_KEYS rows a warp a pass.
 // MMA_AHEAD (persist_attn_mma_ahead): those passes' rows in flight while one computes (the same bits).
+// MMA_FIRST (persist_attn_mma_first): those passes' rows loaded beside q's words (attention_slice; the same bits).
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0,
           bool EARLY_ROPE = false, bool KV_FIRST = false, int OWNER_MAX = 0, bool NEWEST_FIRST = false,
           bool IDLE = false, bool STAGED = false, bool EARLY_PASS = false, bool LEAN = false,
-          int MMA_KEYS = 0, int MMA_AHEAD = 1>
+          int MMA_KEYS = 0, int MMA_AHEAD = 1, bool MMA_FIRST = false>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
@@ -139,7 +140,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
     NoMarks marks;
 #endif
     attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, TAGGED, PIPE, SOFTCAP, U_SHORT,
-                    KV_FIRST, EARLY_PASS, LEAN, MMA_KEYS, MMA_AHEAD>(
+                    KV_FIRST, EARLY_PASS, LEAN, MMA_KEYS, MMA_AHEAD, MMA_FIRST>(
         sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi,
         TAGGED ? tag_of(u, u.a->kernels[u.ins->kernel].tag_x) : 0u, EARLY_ROPE ? &rope : nullptr, marks,
 #if KIEC_TAG_WAITS
