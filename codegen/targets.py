@@ -130,7 +130,7 @@ class TargetParams:
     # persistent, a timing probe: bit 1: every GEMV tile's dot products run twice (the second's sums added times 0:
     # the same tokens), bit 2: its prologue (norm or x copy) twice; bit 4: the dots of the GEMVs beside an attention
     # only (QKV, the output projection), bit 8: the other GEMVs' dots only. An untraced token's time with it, less
-    # without, is what that part costs the chain (the trace's own stamps make its step 11-21% longer)
+    # without, is what that part costs the chain (the traced step runs 1-6% longer than the others since 6a42600)
     persist_probe_twice: int
     # persistent, a timing aid: 1: in a traced step (Engine.trace) each attention split also stamps the moment its q
     # is rotated and its new row written (sums_done) and the moment its keys are done (stored); trace_summary.py
@@ -591,9 +591,11 @@ TARGETS: dict[str, TargetParams] = {
                           # (persist_attn_mma_ahead_narrow). A long split's passes of 32 or 64 rows a warp (78d31ad,
                           # reverted): llama-3.2-1b at 8192 +0.0% and +2.5% (call 5)
                           persist_attn_mma_ahead=2,
-                          # thirty-second session: the faithful trace (Ring::landed_warp) cuts a split's time at
-                          # position 64 into q, rotation and new row 1.31 us, keys 1.14 (llama-3.2-1b); the tensor
-                          # cores' rows were loaded only after the first. Not yet timed: off
+                          # thirty-second session (75cea0b, ms, two rounds, bench/RESULTS.md): llama-3.2-1b 0.732 /
+                          # 0.734 vs 0.729 / 0.728 (+0.7%), at 8192 0.867 / 0.868 vs 0.850 / 0.853 (+1.9%),
+                          # smollm2-135m 0.473 vs 0.471 (+0.4%). Its keys take 0.77 us against 1.13 at position 64,
+                          # but q's words come later (q, rotation and new row 2.05 vs 1.31 us): the rows' loads
+                          # queue ahead of them. Off
                           persist_attn_mma_first=0),
 }
 
