@@ -197,8 +197,8 @@ template <typename A, typename C>
 struct Pick<false, A, C> {
   using type = C;
 };
-struct NoMmaPass {};  // (attention_slice's mfirst without MMA_FIRST: MmaPass is never made where heads are not 64
-                      // or 128 wide, as graph mode's are)
+struct NoMmaPass {};  // (attention_slice's mfirst without MMA_FIRST, so that it makes no MmaPass for heads other
+                      // than 64 or 128 wide: graph mode's slice has any width)
 // A split's tagged q words and, where it appends, the new k and v words, all loaded at once (attention_slice); with
 // tag waits (KIEC_TAG_WAITS) the persistent tile loads them before its wait (its waits left guard its writes, not
 // these words, whose tags attention_slice checks), so that their round trip passes under the polls'.
