@@ -188,7 +188,17 @@ __global__ void timer_reads(unsigned long long* out, int n, long long* cycles) {
 // What looking at a landed page's barrier costs a thread (the traces' ~0.12 us a page, thirty-first session): one
 // warp, SM cycles a look, N looks one after another, each look's barrier picked by the previous one's answer (so
 // they cannot overlap): mbarrier test_wait (the trace's landed count), try_wait (the GEMV's page wait), the ring's
-// landed() over all its pages, all found complete; and the same chain with an integer test instead of a barrier.
+// count landed_in_order over all its pages, all found complete; and the same chain with an integer test instead of
+// a barrier.
+// One thread's count of the ring's landed pages, a look after another (the trace's count before 6a42600; now
+// Ring::landed_warp's).
+__device__ int landed_in_order(const R& ring, int upto) {
+  int n = 0;
+  for (; n < upto && n < R::STAGES; ++n)
+    if (!ring.landed_at(n)) break;
+  return n;
+}
+
 __global__ void barrier_looks(long long* cycles, int n) {
   __shared__ unsigned long long bars[2];
   __shared__ __align__(128) char ring_head[R::HEAD];  // the ring's barriers: its pages are never read here
@@ -212,7 +222,7 @@ __global__ void barrier_looks(long long* cycles, int n) {
   for (int i = 0; i < n; ++i) at = kiec::mbar_test(bars + at, 0) ? 0 : 1;
   long long c2 = clock64();
   int pages = 0;
-  for (int i = 0; i < n / STAGES; ++i) pages += ring.landed(STAGES - (at & 1));
+  for (int i = 0; i < n / STAGES; ++i) pages += landed_in_order(ring, STAGES - (at & 1));
   long long c3 = clock64();
   volatile int flag = 1;
   for (int i = 0; i < n; ++i) at = (flag + at) & 1 ? 0 : 1;
@@ -236,7 +246,7 @@ static void barrier_look_costs() {
   long long h[5];
   CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
   CHECK(cudaFree(d));
-  printf("barrier looks, SM cycles a look (%d in a chain): test_wait %.1f, try_wait %.1f, the ring's landed() %.1f a "
+  printf("barrier looks, SM cycles a look (%d in a chain): test_wait %.1f, try_wait %.1f, landed_in_order %.1f a "
          "page, an integer test %.1f\n", n, (double)h[0] / n, (double)h[1] / n, (double)h[2] / (n / STAGES * STAGES),
          (double)h[3] / n);
 }

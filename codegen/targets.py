@@ -594,8 +594,8 @@ TARGETS: dict[str, TargetParams] = {
                           # thirty-second session (75cea0b, ms, two rounds, bench/RESULTS.md): llama-3.2-1b 0.732 /
                           # 0.734 vs 0.729 / 0.728 (+0.7%), at 8192 0.867 / 0.868 vs 0.850 / 0.853 (+1.9%),
                           # smollm2-135m 0.473 vs 0.471 (+0.4%). Its keys take 0.77 us against 1.13 at position 64,
-                          # but q's words come later (q, rotation and new row 2.05 vs 1.31 us): the rows' loads
-                          # queue ahead of them. Off
+                          # but q's words come later (q, rotation and new row 2.05 vs 1.31 us): read as the rows'
+                          # loads queueing ahead of them (not measured apart). Off
                           persist_attn_mma_first=0),
 }
 

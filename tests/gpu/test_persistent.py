@@ -10,7 +10,8 @@ import pytest
 import kiec
 from kiec.codegen import targets
 from kiec.sampling import SamplingParams
-from tests.gpu.test_engine import budget_check, check_against_interpreter, host_draws, stepped_greedy
+from tests.gpu.test_engine import (budget_check, check_against_interpreter, host_draws, stepped_greedy,
+                                   stepped_logits)
 from tests.tiny_hf import make_tiny_hf
 
 pytestmark = pytest.mark.gpu
@@ -80,11 +81,11 @@ def test_persistent_wide_rows_within_budget(tmp_path, monkeypatch):
     assert eng.generate(tokens[:5], 40) == graph.generate(tokens[:5], 40)
     direct = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "direct", persist_x_direct=2,
                                          persist_stages=13))
-    assert np.array_equal(np.stack([direct.step(t, p) for p, t in enumerate(tokens)]), ours)
+    assert np.array_equal(stepped_logits(direct, tokens), ours)
     assert direct.generate(tokens[:5], 40) == graph.generate(tokens[:5], 40)
     one = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_x_direct=0, persist_stages=12,
                                       persist_copy_batch=16))
-    assert np.array_equal(np.stack([one.step(t, p) for p, t in enumerate(tokens)]), ours)
+    assert np.array_equal(stepped_logits(one, tokens), ours)
 
 
 @pytest.mark.table_tags
@@ -101,7 +102,7 @@ def test_norm_in_warps_computes_the_same_bits(tmp_path, monkeypatch, hidden, int
     art = compile_variant(model, tmp_path, monkeypatch, persist_norm_in_warps=1)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, f"norm in warps (K {hidden}): logits over 24 positions")
-    assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+    assert np.array_equal(ours, stepped_logits(base, tokens))
     assert eng.generate(tokens[:5], 40) == base.generate(tokens[:5], 40)
 
 
@@ -133,8 +134,7 @@ def test_tag_waits_on_wide_rows_compute_the_same_bits(tmp_path, monkeypatch, wai
     base = kiec.Engine(art)
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_tag_waits=waits, persist_tag_lead=lead))
     tokens = np.random.default_rng(4).integers(0, model.config.vocab_size, size=24).tolist()
-    assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
-                          np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
     assert eng.generate(tokens[:5], 40) == base.generate(tokens[:5], 40)
 
 
@@ -171,8 +171,7 @@ def test_attention_short_pass_computes_the_same_bits(tmp_path, monkeypatch):
                                        persist_attn_short_keys=0))
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_short_keys=2))
     tokens = np.random.default_rng(5).integers(0, model.config.vocab_size, size=300).tolist()
-    assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
-                          np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
     assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
 
 
@@ -195,8 +194,7 @@ def test_owner_merges_computes_the_same_bits(tmp_path, monkeypatch, tags, most, 
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_owner_merges=most,
                                       persist_attn_newest_first=newest))
     tokens = np.random.default_rng(7).integers(0, model.config.vocab_size, size=300).tolist()
-    assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
-                          np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
     assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
 
 
@@ -219,8 +217,7 @@ def test_combine_batch_computes_the_same_bits(tmp_path, monkeypatch, batch, tags
     assert (f"#define KIEC_COMBINE_BATCH {batch}" in src["variant"]) == bool(batch)
     assert (len(attn["variant"]) > 19 and attn["variant"][19] == "true") == bool(staged)  # (STAGED)
     tokens = np.random.default_rng(9).integers(0, model.config.vocab_size, size=300).tolist()
-    assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
-                          np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
     assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
 
 
@@ -235,8 +232,7 @@ def test_early_rope_and_kv_first_compute_the_same_bits(tmp_path, monkeypatch, fa
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=8))
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_early_rope=1, persist_attn_kv_first=1))
     tokens = np.random.default_rng(7).integers(0, model.config.vocab_size, size=300).tolist()
-    assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
-                          np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
     assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
 
 
@@ -265,8 +261,7 @@ def test_attention_early_pass_and_lean_compute_the_same_bits(tmp_path, monkeypat
     tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / "variant" / "src" / "model.cu").read()).group(1)
     assert tail.split(", ")[-1] == "true"  # (EARLY_PASS or LEAN, the last template argument)
     tokens = np.random.default_rng(11).integers(0, model.config.vocab_size, size=600).tolist()
-    assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
-                          np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
     assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
 
 
@@ -299,7 +294,7 @@ def test_attention_on_tensor_cores_within_budget_of_the_fma_passes(tmp_path, mon
     assert tail.split(", ")[22] == str(keys)  # (MMA_KEYS)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=600)
     budget_check(ours, r32, r16, f"persist_attn_mma={keys} {family}: logits over 600 positions")
-    fma = np.stack([base.step(t, p) for p, t in enumerate(tokens)])
+    fma = stepped_logits(base, tokens)
     ours_err, fma_err = np.abs(ours - r32).max(), np.abs(fma - r32).max()
     assert ours_err <= 2 * fma_err, f"{ours_err:.3g} from the fp32 interpreter's logits, the FMA passes {fma_err:.3g}"
     assert eng.generate(tokens[:300], 40) == stepped_greedy(eng, tokens[:300], 40)
@@ -323,8 +318,7 @@ def test_attention_on_tensor_cores_ahead_computes_the_same_bits(tmp_path, monkey
         tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / name / "src" / "model.cu").read()).group(1)
         assert tail.split(", ")[22:] == want, name
     tokens = np.random.default_rng(12).integers(0, model.config.vocab_size, size=600).tolist()
-    assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
-                          np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
     assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
 
 
@@ -348,8 +342,7 @@ def test_attention_on_tensor_cores_first_rows_beside_q_compute_the_same_bits(tmp
         tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / name / "src" / "model.cu").read()).group(1)
         assert tail.split(", ")[22] == "16" and (tail.split(", ")[24:] == ["true"]) == first, name
     tokens = np.random.default_rng(13).integers(0, model.config.vocab_size, size=600).tolist()
-    assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
-                          np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
     assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
 
 
@@ -556,8 +549,7 @@ def test_tagged_words_compute_the_same_bits_over_long_launches(tmp_path, monkeyp
     prompt = rng.integers(0, model.config.vocab_size, size=150).tolist()
     assert eng.generate(prompt, 50) == base.generate(prompt, 50)
     tokens = prompt[:24]
-    assert np.array_equal(np.stack([eng.step(t, p) for p, t in enumerate(tokens)]),
-                          np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
 
 
 def test_the_relaxed_signal_probe_runs_to_the_end(tmp_path, monkeypatch):
@@ -682,7 +674,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "persist_pace_ref_gbps", "persist_reduce_batch", "persist_norm_in_warps",
                          "persist_reduce_batch_head", "persist_attn_early_pass",
                          "persist_attn_lean", "persist_probe_warm_code", "persist_page_look"}:
-        assert np.array_equal(ours, np.stack([base.step(t, p) for p, t in enumerate(tokens)]))
+        assert np.array_equal(ours, stepped_logits(base, tokens))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)
     assert eng.generate(tokens[:5], 24, sampling=params) == base.generate(tokens[:5], 24, sampling=params)

@@ -7,6 +7,8 @@
 // LPK = HEAD_DIM/8 to a key (16 bytes each), so a warp reads 32/LPK keys per pass. The splits' results meet in
 // attention_merge.cuh.
 #pragma once
+#include <type_traits>
+
 #include "attention_merge.cuh"
 #include "common.cuh"
 
@@ -187,15 +189,6 @@ __device__ __forceinline__ void prefetch_split_l2(const T* cache, int kv_heads, 
 // bits); the passes, or the one short pass (the early pass's first U_SHORT slots: the same rows), start from it.
 struct NoMarks {
   __device__ __forceinline__ void operator()(int) const {}
-};
-// A if B, else C (std::conditional's, without the host header).
-template <bool B, typename A, typename C>
-struct Pick {
-  using type = A;
-};
-template <typename A, typename C>
-struct Pick<false, A, C> {
-  using type = C;
 };
 struct NoMmaPass {};  // (attention_slice's mfirst without MMA_FIRST, so that it makes no MmaPass for heads other
                       // than 64 or 128 wide: graph mode's slice has any width)
@@ -420,15 +413,13 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   // MMA_FIRST: the tensor cores' first passes (as many as they keep in flight), their rows before pos loaded now,
   // beside q's words, so that their round trip passes under q's, the rotation and the new row's write; row pos is
   // put in from shared memory once written (MmaPass::put_row)
-  constexpr int FIRST = MMA_KEYS > 0 && MMA_FIRST ? MMA_AHEAD : 0, MSTEP = WARPS * MMA_KEYS;
-  using MPass = typename Pick<(FIRST > 0), MmaPass<T, HEAD_DIM, MMA_KEYS>, NoMmaPass>::type;
-  MPass mfirst[FIRST > 0 ? FIRST : 1];
+  constexpr int FIRST = MMA_KEYS > 0 && MMA_FIRST ? MMA_AHEAD : 0;
+  std::conditional_t<(FIRST > 0), MmaPass<T, HEAD_DIM, MMA_KEYS>, NoMmaPass> mfirst[FIRST > 0 ? FIRST : 1];
+  auto first_row = [&](int a) { return lo + warp * MMA_KEYS + a * (WARPS * MMA_KEYS); };  // (mma_passes' j0)
   if constexpr (FIRST > 0) {
 #pragma unroll
-    for (int a = 0; a < FIRST; ++a) {
-      const int j0 = lo + warp * MMA_KEYS + a * MSTEP;
-      if (j0 < hi) mfirst[a].load(kc, vc, j0, owns_pos ? pos : hi);
-    }
+    for (int a = 0; a < FIRST; ++a)
+      if (first_row(a) < hi) mfirst[a].load(kc, vc, first_row(a), owns_pos ? pos : hi);
   }
   if constexpr (TAGGED) {  // every word loaded at once, then each stale one again
     constexpr int THREADS = WARPS * 32, QPER = (GROUP * HEAD_DIM + THREADS - 1) / THREADS;
@@ -493,7 +484,7 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   if constexpr (FIRST > 0) {
     if (owns_pos) {
 #pragma unroll
-      for (int a = 0; a < FIRST; ++a) mfirst[a].put_row(lo + warp * MMA_KEYS + a * MSTEP, pos, sm.kn, sm.vn);
+      for (int a = 0; a < FIRST; ++a) mfirst[a].put_row(first_row(a), pos, sm.kn, sm.vn);
     }
   }
   mark(0);

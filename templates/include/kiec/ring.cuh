@@ -95,15 +95,9 @@ struct Ring {
   __device__ __forceinline__ bool landed_at(unsigned k) const {
     return mbar_done(full + (seq + k) % STAGES, ((seq + k) / STAGES) & 1);
   }
-  // How many of this consumer's next `upto` pages (at most STAGES) have landed, counted in order (bench/).
-  __device__ __forceinline__ int landed(int upto) const {
-    int n = 0;
-    for (; n < upto && n < STAGES; ++n)
-      if (!landed_at(n)) break;
-    return n;
-  }
-  // The same count by a whole warp, every lane getting it (kiec_trace): lane k looks at page k, all at once, where
-  // landed's looks go one after another (~120 SM cycles each, bench/gemv_compute.cu's barrier looks).
+  // How many of this consumer's next `upto` pages (at most STAGES) have landed, counted in order, by a whole warp,
+  // every lane getting it (kiec_trace): lane k looks at page k, all at once. (One thread looking one page after
+  // another, ~120 SM cycles a look by bench/gemv_compute.cu's barrier looks, held its warp back.)
   __device__ __forceinline__ int landed_warp(int upto, int lane) const {
     static_assert(STAGES <= 32, "a lane a page");
     const unsigned seen = __ballot_sync(0xffffffffu, lane < upto && lane < STAGES && landed_at(lane));
