@@ -21,9 +21,10 @@
 // smallest and the median step between two reads that differ, and SM cycles a read. `barrier looks`: SM cycles an
 // mbarrier look at a completed phase costs one thread (barrier_looks).
 // smollm2-135m's 12-row gate/up tile warm and cold and timed: the share the traces call slowest for its bytes.
-// Build (on the GPU machine; DIR holds persistent_abi.h, B the warp-sum batch):
+// `U n` in a line: the items a warp takes at once there (persist_dot_items, -DKIEC_DOT_ITEMS; gemv_pages_items).
+// Build (on the GPU machine; DIR holds persistent_abi.h, B the warp-sum batch, U the items at once):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I DIR -DKIEC_COMPUTE_THREADS=256
-//        -DKIEC_REDUCE_BATCH=B bench/gemv_compute.cu -o /tmp/gemv_compute_B
+//        -DKIEC_REDUCE_BATCH=B -DKIEC_DOT_ITEMS=U bench/gemv_compute.cu -o /tmp/gemv_compute_B
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -285,9 +286,10 @@ static void run(const char* name, int sms, int rows = 64, const char* busy = nul
   const double med = bytes / h[sms / 2], slow = bytes / h[sms - 1];  // bytes per ns = GB/s
   const char* what[] = {"tile", "loads only", "dots, no sums", "tile, TMA busy", "code warm", "code cold",
                         "timed (traced)"};
-  printf("%-26s %-14s K %5d  segs %d  rounds %d  rows %2d  B %2d  %7.1f GB/s an SM (slowest %6.1f)  %6.2f TB/s "
-         "over %d SMs", name, what[VARIANT], K, SEGS, G::ROUNDS, rows, KIEC_REDUCE_BATCH, med, slow,
-         slow * sms / 1e3, sms);
+  constexpr int U = kiec::items_at_once(KIEC_DOT_ITEMS, G::PER_PAGE, WARPS, STAGES, G::ROUNDS, KIEC_DOT_ITEM_CHUNKS);
+  printf("%-26s %-14s K %5d  segs %d  rounds %d  rows %2d  B %2d  U %d  %7.1f GB/s an SM (slowest %6.1f)  %6.2f "
+         "TB/s over %d SMs", name, what[VARIANT], K, SEGS, G::ROUNDS, rows, KIEC_REDUCE_BATCH,
+         VARIANT == TILE || VARIANT == TILE_BUSY || VARIANT >= TILE_WARM ? U : 1, med, slow, slow * sms / 1e3, sms);
   if (VARIANT >= TILE_WARM) printf("; %.2f us a share (median SM)", h[sms / 2] / 1e3 / REPS);
   if (moved) printf("; the copies %.2f TB/s", copied / (ms * 1e-3) / 1e12);  // (over the launch, a bound from below)
   printf("\n");

@@ -117,6 +117,9 @@ class _PersistentEmitter(_Emitter):
         if t.persist_x_direct not in (0, 1, 2):
             raise ValueError(f"persist_x_direct {t.persist_x_direct}: 0, 1 (every GEMV without a norm) or 2 (those "
                              f"whose warps hold a segment of x each)")
+        if t.persist_dot_items not in (1, 2, 4, 8) or t.persist_dot_item_chunks < 1:
+            raise ValueError(f"persist_dot_items {t.persist_dot_items}: 1, 2, 4 or 8 items a warp at once, with "
+                             f"persist_dot_item_chunks ({t.persist_dot_item_chunks}) at least 1")
         if not 0 <= t.persist_tag_lead <= 100:
             raise ValueError(f"persist_tag_lead {t.persist_tag_lead}: a percentage of the writer's tiles, 0 to 100")
         if self.tag_waits and t.persist_x_direct:
@@ -388,6 +391,7 @@ class _PersistentEmitter(_Emitter):
             trace_attention=self.t.persist_trace_attention, trace_dots=self.t.persist_trace_dots,
             tagged=int(self.tags is not None), tag_parity=self.parity_table(), tag_waits=self.tag_waits,
             reduce_batch=self.t.persist_reduce_batch, copy_batch=self.t.persist_copy_batch,
+            dot_items=self.t.persist_dot_items, dot_item_chunks=self.t.persist_dot_item_chunks,
             evict_first=int(bool(self.t.persist_evict_first)),
             walk_kept=int(bool(self.t.persist_walk_kept and paced)), page_pace_ns=pace,
             page_pace_ahead_ns=self.t.persist_page_pace_ahead_ns if pace else 0,

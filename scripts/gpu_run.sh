@@ -99,8 +99,10 @@ fi
 if [ -n "${HOPS:-}${COMPUTE:-}${L2:-}${STREAM:-}${CLUSTER:-}${ACQUIRE:-}${KVSLICE:-}" ]; then
   mkdir -p /tmp/abi && python3 -c "from kiec.codegen.persistent_abi import header; print(header())" > /tmp/abi/persistent_abi.h
 fi
+# (.carry/bench/OUT, built on the CPU machine with the same flags and carried: used as it is, no nvcc here)
 bench_build() {
   local src=$1 out=$2; shift 2
+  [ -x ".carry/bench/$out" ] && { cp ".carry/bench/$out" "/tmp/$out"; echo "($out: carried, built on the CPU machine)"; return 0; }
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I /tmp/abi "$@" \
     "bench/$src.cu" -o "/tmp/$out"
 }
@@ -144,14 +146,15 @@ fi
 # item at a time and in batches of 8, with TMA copies landing meanwhile, and a share's time with its code fetched
 # again against kept hot, the traced step's page-wait timing against none, and %globaltimer's step (bench/gemv_compute.cu)
 # (COMPUTE=look: warp sums one at a time, each warp looking at its share's first pages at once, persist_page_look,
-# against the same without)
+# against the same without; COMPUTE=items: a warp's items one at a time against 2 and 4 at once, persist_dot_items)
 if [ -n "${COMPUTE:-}" ]; then
-  builds=("1 0" "8 0"); [ "$COMPUTE" = look ] && builds=("1 0" "1 1")
-  for bl in "${builds[@]}"; do
-    b=${bl% *} look=${bl#* }
-    echo "--- warp sums $b at a time, page look $look"
-    bench_build gemv_compute gemv_compute_${b}_$look -DKIEC_COMPUTE_THREADS=256 -DKIEC_REDUCE_BATCH=$b \
-      -DKIEC_PAGE_LOOK=$look && timeout 60 /tmp/gemv_compute_${b}_$look
+  builds=("1 0 1" "8 0 1"); [ "$COMPUTE" = look ] && builds=("1 0 1" "1 1 1")
+  [ "$COMPUTE" = items ] && builds=("1 0 1" "1 0 2" "1 0 4")
+  for blu in "${builds[@]}"; do
+    read -r b look u <<< "$blu"
+    echo "--- warp sums $b at a time, page look $look, items at once $u"
+    bench_build gemv_compute gemv_compute_${b}_${look}_$u -DKIEC_COMPUTE_THREADS=256 -DKIEC_REDUCE_BATCH=$b \
+      -DKIEC_PAGE_LOOK=$look -DKIEC_DOT_ITEMS=$u && timeout 60 /tmp/gemv_compute_${b}_${look}_$u
   done 2>&1 | tee "$OUT/gemv_compute.txt"
 fi
 # MMA=1: the GEMV tile's dot products on the tensor cores, 16 rows an mma (ldmatrix from a tile-major layout, x as

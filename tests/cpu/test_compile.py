@@ -913,6 +913,28 @@ def test_the_warm_code_probe_and_the_page_look_compile_where_asked(tmp_path, mon
     kiec.compile(model, str(tmp_path / "art"), mode="persistent")
 
 
+def test_several_items_a_warp_at_once_compile_and_bad_counts_are_refused(tmp_path, monkeypatch):
+    # persist_dot_items: the kernel defines KIEC_DOT_ITEMS and KIEC_DOT_ITEM_CHUNKS (1 and 16 by default) and builds
+    # (nvcc) with 4 items a warp at once; a count that is not 1, 2, 4 or 8, or no chunks, is refused by name (the
+    # model's and the field's) before anything is written
+    import dataclasses
+
+    from kiec.build import emit_sources
+    from kiec.codegen import targets
+    make_tiny_hf(tmp_path / "hf", "llama")
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    for items, chunks in ((1, 16), (4, 32)):
+        t = dataclasses.replace(targets.TARGETS["sm_90"], persist_dot_items=items, persist_dot_item_chunks=chunks)
+        text = emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
+        assert f"#define KIEC_DOT_ITEMS {items}" in text and f"#define KIEC_DOT_ITEM_CHUNKS {chunks}" in text
+    for items, chunks in ((3, 16), (16, 16), (0, 16), (2, 0)):
+        t = dataclasses.replace(targets.TARGETS["sm_90"], persist_dot_items=items, persist_dot_item_chunks=chunks)
+        with pytest.raises(kiec.KiecError, match=f"persist_dot_items {items}: 1, 2, 4 or 8"):
+            emit_sources(model, "persistent", "bf16", t, "x")
+    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_dot_items=4))
+    kiec.compile(model, str(tmp_path / "art"), mode="persistent")
+
+
 @pytest.mark.parametrize("change", [dict(), dict(persist_tagged=1, persist_x_direct=1)])
 def test_parity_tags_compile_with_their_table_and_reset(tmp_path, monkeypatch, change):
     # persist_tag_parity: the kernel defines KIEC_TAG_PARITY, holds each phase's parity bits and zeroes the tagged

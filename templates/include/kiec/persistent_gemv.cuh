@@ -338,6 +338,15 @@ __device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const 
 #ifndef KIEC_PAGE_LOOK
 #define KIEC_PAGE_LOOK 0
 #endif
+// KIEC_DOT_ITEMS (persist_dot_items): a warp takes up to this many of its items at once (gemv_pages_items; 1: one
+// after another). Each GEMV takes the most its ring and registers allow (item_deal.cuh: items_at_once, at most
+// KIEC_DOT_ITEM_CHUNKS 16-byte chunks a lane a step).
+#ifndef KIEC_DOT_ITEMS
+#define KIEC_DOT_ITEMS 1
+#endif
+#ifndef KIEC_DOT_ITEM_CHUNKS
+#define KIEC_DOT_ITEM_CHUNKS 16
+#endif
 #if KIEC_TRACE_DOTS
 // (a traced step with persist_trace_dots) per warp, the moment its first item was summed and its last: gemv_tile
 // writes the earliest and latest first (and the latest's warp) and the earliest and latest last to its recording.
@@ -347,11 +356,68 @@ __device__ __forceinline__ unsigned long long (&dot_stamps())[2][32] {
   return stamps;
 }
 #endif
+template <typename R>
+struct TimedPages {  // half_warp_steps' and warp_item_steps' ring: the tile's, its waits timed in the traced step
+  R& ring;
+  bool timed;
+  long long waited;
+  __device__ __forceinline__ const char* page_at(int k) {
+    const long long c0 = timed ? clock64() : 0;
+    const char* p = ring.page_ahead(k);
+    if (timed) waited += clock64() - c0;
+    return p;
+  }
+  __device__ __forceinline__ void release() { ring.release(); }
+};
+
+// gemv_pages with U of a warp's items at once (persist_dot_items): the same deal (warp w's items w, w + WARPS, ...),
+// taken U at a time (item_deal.cuh: warp_item_steps): their pages waited for first, then their loads and
+// multiply-adds side by side (dot_lanes, each item's own), their sums over the warp together (warp_sum_batch:
+// warp_sum's bits). So the same bits as one at a time. Why: on pages already landed a warp's items one after another
+// are a chain of latencies (a page wait, the loads, the FMA chain, 5 shuffles, the store, the release; ~530 SM cycles
+// an item in bench/gemv_compute.cu's 24-row QKV tile, 6 items a warp), which side by side overlap.
+template <typename T, typename G, int WARPS, int SEGS, int U, typename R>
+__device__ __forceinline__ long long gemv_pages_items(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
+                                                      bool timed) {
+  static_assert(G::LANES == 32 && U >= 2 && (U & (U - 1)) == 0, "a warp an item, a power of two of them at once");
+  static_assert(item_steps_reach(U, G::PER_PAGE, WARPS) < R::STAGES, "a step's pages fit the ring beside the oldest");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, seg = warp % SEGS;
+  TimedPages<R> pages{ring, timed, 0};
+  warp_item_steps<WARPS, U>(pages, items, G::PER_PAGE, warp,
+                            [&](int m0, const char* const (&page)[U], const int (&at)[U], int n) {
+    float s0[U], s1[U];
+#pragma unroll
+    for (int i = 0; i < U; ++i)
+      dot_lanes<T, G>(page[i] + at[i] * G::ITEM, page[i] + (G::PER_PAGE + at[i]) * G::ITEM, xr, lane, s0[i], s1[i]);
+    const float a0 = warp_sum_batch<U>(s0, lane, WarpXor());
+    const float a1 = G::SILU ? warp_sum_batch<U>(s1, lane, WarpXor()) : 0.f;
+    const int i = lane / (32 / U), row = (warp + (m0 + i) * WARPS) / SEGS;  // lane's sum: item m0 + i's
+    if (lane % (32 / U) == 0 && i < n) {
+      acc[(G::ROWS_PER_OUT * row) * SEGS + seg] = a0;
+      if (G::SILU) acc[(2 * row + 1) * SEGS + seg] = a1;
+    }
+#if KIEC_TRACE_DOTS
+    if (timed && m0 == 0 && lane == 0) dot_stamps()[0][warp] = global_ns();  // (its first step's)
+#endif
+  });
+#if KIEC_TRACE_DOTS
+  if (timed && lane == 0) {
+    dot_stamps()[1][warp] = global_ns();
+    if (warp >= items) dot_stamps()[0][warp] = dot_stamps()[1][warp];  // (a warp without items)
+  }
+#endif
+  return pages.waited;
+}
+
 // TWICE (persist_probe_twice, a timing probe): bit 1: every item's dot products run twice. BATCH > 0: this GEMV's
-// batch instead of KIEC_REDUCE_BATCH (persist_reduce_batch_head: the LM head's).
+// batch instead of KIEC_REDUCE_BATCH (persist_reduce_batch_head: the LM head's). With KIEC_DOT_ITEMS above 1 (and
+// neither the probe nor a dry pass) the items go several at once (gemv_pages_items), their sums in their own batch.
 template <typename T, typename G, int WARPS, int SEGS, int TWICE = 0, int BATCH = 0, typename R>
 __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
                                                 bool timed, bool dry = false) {
+  constexpr int U = items_at_once(KIEC_DOT_ITEMS, G::PER_PAGE, WARPS, R::STAGES, G::ROUNDS, KIEC_DOT_ITEM_CHUNKS);
+  if constexpr (U > 1 && TWICE == 0 && G::LANES == 32)
+    if (!dry) return gemv_pages_items<T, G, WARPS, SEGS, U>(ring, items, xr, acc, timed);
   constexpr int B = BATCH > 0 ? BATCH : KIEC_REDUCE_BATCH;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, seg = warp % SEGS;
   const int pages = (items + G::PER_PAGE - 1) / G::PER_PAGE;
@@ -424,19 +490,6 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
 // one after another, it takes half as many steps (each of ROUNDS rounds over 16 lanes instead of a warp's over 32:
 // K 576 is 72 chunks, 5 rounds of 16 against 3 of 32 with 8 lanes working in the third). Half h of warp w holds
 // segment (2 w + h) % SEGS of x. `timed`: as gemv_pages.
-template <typename R>
-struct TimedPages {  // half_warp_steps' ring: the tile's, its waits timed in the traced step
-  R& ring;
-  bool timed;
-  long long waited;
-  __device__ __forceinline__ const char* page_at(int k) {
-    const long long c0 = timed ? clock64() : 0;
-    const char* p = ring.page_ahead(k);
-    if (timed) waited += clock64() - c0;
-    return p;
-  }
-  __device__ __forceinline__ void release() { ring.release(); }
-};
 template <typename T, typename G, int WARPS, int SEGS, typename R>
 __device__ __forceinline__ long long gemv_pages_half(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
                                                      bool timed) {
