@@ -278,8 +278,12 @@ class _PersistentEmitter(_Emitter):
         batch = 0 if half else batch  # (half-warp items sum over 16 lanes their own way)
         # persist_probe_mlp_local 2: a down projection's tiles add 1 to each of its outputs' int64 sums (a timing probe)
         sums = self.t.persist_probe_mlp_local >= 2 and self.after_silu(k)
-        tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums],
-                             [False, False, False, 0, False, 0, False, False])  # DIRECT .. HALF, SUMS
+        # a warp's items several at once (persist_dot_items) where a warp of its tiles has at least
+        # persist_dot_items_min_share of them (the long shares: gate/up, down, the LM head on llama-3.2-1b)
+        per_warp = -(-items // self.warps)
+        dot_items = self.t.persist_dot_items if per_warp >= self.t.persist_dot_items_min_share and not half else 1
+        tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums, dot_items],
+                             [False, False, False, 0, False, 0, False, False, 1])  # DIRECT .. HALF, SUMS, ITEMS
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
                 f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem"
@@ -391,7 +395,7 @@ class _PersistentEmitter(_Emitter):
             trace_attention=self.t.persist_trace_attention, trace_dots=self.t.persist_trace_dots,
             tagged=int(self.tags is not None), tag_parity=self.parity_table(), tag_waits=self.tag_waits,
             reduce_batch=self.t.persist_reduce_batch, copy_batch=self.t.persist_copy_batch,
-            dot_items=self.t.persist_dot_items, dot_item_chunks=self.t.persist_dot_item_chunks,
+            dot_item_chunks=self.t.persist_dot_item_chunks,
             evict_first=int(bool(self.t.persist_evict_first)),
             walk_kept=int(bool(self.t.persist_walk_kept and paced)), page_pace_ns=pace,
             page_pace_ahead_ns=self.t.persist_page_pace_ahead_ns if pace else 0,

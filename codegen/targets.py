@@ -88,6 +88,8 @@ class TargetParams:
     persist_dot_items: int
     # persistent: with persist_dot_items, a step's 16-byte chunks a lane at most (items x the item's rounds: registers)
     persist_dot_item_chunks: int
+    # persistent: persist_dot_items only for the GEMVs where a warp of a tile has at least this many items (1: all)
+    persist_dot_items_min_share: int
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
@@ -496,7 +498,7 @@ TARGETS: dict[str, TargetParams] = {
                           # (2026-12-02, two rounds): 0.490 / 0.491 vs 0.488 / 0.489, with the norm in the warps 0.496
                           # / 0.496, at 8192 (with it) 0.719 vs 0.715. Off
                           persist_dot_half_warps=0,
-                          persist_dot_items=1, persist_dot_item_chunks=16,
+                          persist_dot_items=1, persist_dot_item_chunks=16, persist_dot_items_min_share=1,
                           # the narrow models (smollm2-135m, width 576: untagged, unpaced) are bound by the chain's
                           # hops, not bytes. 2026-12-01 eighteenth session (c0b7143 + persist_attn_newest_first, ms,
                           # two rounds each, graph mode in the same runs 0.475-0.479, at 8192 0.736-0.739): x direct 1

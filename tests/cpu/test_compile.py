@@ -914,22 +914,29 @@ def test_the_warm_code_probe_and_the_page_look_compile_where_asked(tmp_path, mon
 
 
 def test_several_items_a_warp_at_once_compile_and_bad_counts_are_refused(tmp_path, monkeypatch):
-    # persist_dot_items: the kernel defines KIEC_DOT_ITEMS and KIEC_DOT_ITEM_CHUNKS (1 and 16 by default) and builds
-    # (nvcc) with 4 items a warp at once; a count that is not 1, 2, 4 or 8, or no chunks, is refused by name (the
-    # model's and the field's) before anything is written
+    # persist_dot_items: each GEMV tile takes its count as gemv_tile's ITEMS (its 16th template argument; 1, the
+    # default, left out), only where a warp of its tiles has at least persist_dot_items_min_share items; the kernel
+    # defines KIEC_DOT_ITEM_CHUNKS and builds (nvcc) with 4 at once; a count that is not 1, 2, 4 or 8, or no chunks, is
+    # refused by name (the model's and the field's) before anything is written
     import dataclasses
 
     from kiec.build import emit_sources
     from kiec.codegen import targets
     make_tiny_hf(tmp_path / "hf", "llama")
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
-    for items, chunks in ((1, 16), (4, 32)):
-        t = dataclasses.replace(targets.TARGETS["sm_90"], persist_dot_items=items, persist_dot_item_chunks=chunks)
+
+    def items(**fields):  # each GEMV case's ITEMS, in the order of the cases
+        t = dataclasses.replace(targets.TARGETS["sm_90"], **fields)
         text = emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
-        assert f"#define KIEC_DOT_ITEMS {items}" in text and f"#define KIEC_DOT_ITEM_CHUNKS {chunks}" in text
-    for items, chunks in ((3, 16), (16, 16), (0, 16), (2, 0)):
-        t = dataclasses.replace(targets.TARGETS["sm_90"], persist_dot_items=items, persist_dot_item_chunks=chunks)
-        with pytest.raises(kiec.KiecError, match=f"persist_dot_items {items}: 1, 2, 4 or 8"):
+        assert f"#define KIEC_DOT_ITEM_CHUNKS {t.persist_dot_item_chunks}" in text
+        args = [a.split(", ") for a in re.findall(r"gemv_tile<(T, [^>]*)>", text)]
+        return [int(a[15]) if len(a) > 15 else 1 for a in args]
+    assert items() == [1] * 5
+    assert items(persist_dot_items=4, persist_dot_item_chunks=32) == [4] * 5
+    assert items(persist_dot_items=4, persist_dot_items_min_share=1 << 20) == [1] * 5
+    for n, chunks in ((3, 16), (16, 16), (0, 16), (2, 0)):
+        t = dataclasses.replace(targets.TARGETS["sm_90"], persist_dot_items=n, persist_dot_item_chunks=chunks)
+        with pytest.raises(kiec.KiecError, match=f"persist_dot_items {n}: 1, 2, 4 or 8"):
             emit_sources(model, "persistent", "bf16", t, "x")
     monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_dot_items=4))
     kiec.compile(model, str(tmp_path / "art"), mode="persistent")

@@ -338,9 +338,10 @@ __device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const 
 #ifndef KIEC_PAGE_LOOK
 #define KIEC_PAGE_LOOK 0
 #endif
-// KIEC_DOT_ITEMS (persist_dot_items): a warp takes up to this many of its items at once (gemv_pages_items; 1: one
-// after another). Each GEMV takes the most its ring and registers allow (item_deal.cuh: items_at_once, at most
-// KIEC_DOT_ITEM_CHUNKS 16-byte chunks a lane a step).
+// KIEC_DOT_ITEMS: gemv_pages' ITEMS unless given (bench/gemv_compute.cu sets it; the kernel passes each GEMV's own,
+// persist_dot_items): a warp takes up to this many of its items at once (gemv_pages_items; 1: one after another),
+// the most its ring and registers allow (item_deal.cuh: items_at_once, at most KIEC_DOT_ITEM_CHUNKS 16-byte chunks a
+// lane a step).
 #ifndef KIEC_DOT_ITEMS
 #define KIEC_DOT_ITEMS 1
 #endif
@@ -410,12 +411,13 @@ __device__ __forceinline__ long long gemv_pages_items(R& ring, int items, const 
 }
 
 // TWICE (persist_probe_twice, a timing probe): bit 1: every item's dot products run twice. BATCH > 0: this GEMV's
-// batch instead of KIEC_REDUCE_BATCH (persist_reduce_batch_head: the LM head's). With KIEC_DOT_ITEMS above 1 (and
-// neither the probe nor a dry pass) the items go several at once (gemv_pages_items), their sums in their own batch.
-template <typename T, typename G, int WARPS, int SEGS, int TWICE = 0, int BATCH = 0, typename R>
+// batch instead of KIEC_REDUCE_BATCH (persist_reduce_batch_head: the LM head's). With ITEMS above 1 (and neither
+// the probe nor a dry pass) the items go several at once (gemv_pages_items), their sums in their own batch.
+template <typename T, typename G, int WARPS, int SEGS, int TWICE = 0, int BATCH = 0, int ITEMS = KIEC_DOT_ITEMS,
+          typename R>
 __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
                                                 bool timed, bool dry = false) {
-  constexpr int U = items_at_once(KIEC_DOT_ITEMS, G::PER_PAGE, WARPS, R::STAGES, G::ROUNDS, KIEC_DOT_ITEM_CHUNKS);
+  constexpr int U = items_at_once(ITEMS, G::PER_PAGE, WARPS, R::STAGES, G::ROUNDS, KIEC_DOT_ITEM_CHUNKS);
   if constexpr (U > 1 && TWICE == 0 && G::LANES == 32)
     if (!dry) return gemv_pages_items<T, G, WARPS, SEGS, U>(ring, items, xr, acc, timed);
   constexpr int B = BATCH > 0 ? BATCH : KIEC_REDUCE_BATCH;
@@ -569,9 +571,10 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // an item a half-warp (gemv_pages_half; other bits: the dots' and, with WNORM, the norm's sums go another order).
 // SUMS (persist_probe_mlp_local 2, a timing probe): after its epilogue the tile adds 1 to each of the n_out int64
 // words at `sums` (relaxed adds in L2, before its signal), the adds a down projection cut by its K would make.
+// ITEMS (persist_dot_items): a warp's items up to this many at once (gemv_pages_items; the same bits).
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
           bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, bool HALF = false, bool SUMS = false,
-          typename R>
+          int ITEMS = 1, typename R>
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
                                           float* y, int n_out, float* smem, unsigned long long* sums = nullptr) {
   static_assert(!(DIRECT && NORM), "a normed x is staged in shared memory (the norm needs all of it first)");
@@ -647,8 +650,9 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
     // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
     if constexpr (HALF) waited = gemv_pages_half<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
-    else waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH>(ring, dry ? min(outs * SEGS, G::PER_PAGE) : outs * SEGS,
-                                                             xr, acc, traced_step(u) && !dry, dry);
+    else waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(ring, dry ? min(outs * SEGS, G::PER_PAGE)
+                                                                           : outs * SEGS, xr, acc,
+                                                                    traced_step(u) && !dry, dry);
     return true;
   };
   if constexpr (KIEC_PROBE_WARM_CODE && !HALF) {
