@@ -25,6 +25,7 @@ from .targets import TargetParams
 PROBE_SUMS = "probe.mlp_local.sums"  # persist_probe_mlp_local 2: the int64 sums its down projections add to
 SMEM_LIMIT = 227 * 1024  # shared memory one H100/H200 block may take
 STATIC_SMEM = 1024  # room left for the kernel's own __shared__ variables (ptxas -v: 128 bytes)
+STAGE_SMEM = 1024  # more of it with persist_stage_instrs (persistent.cuh: InstrStage's slots, 952 bytes)
 
 
 def ring_head_bytes(stages: int) -> int:
@@ -342,13 +343,18 @@ class _PersistentEmitter(_Emitter):
         staged = self.combine_staged(k) if staged is None else staged
         return (-(-base // 16) * 16 + self.splits[k.name] * group * (k.head_dim + 2) * 4) if staged else base
 
+    @property
+    def static_smem(self) -> int:
+        """The shared memory the kernel's own __shared__ variables may take (beside the dynamic ring and scratch)."""
+        return STATIC_SMEM + (STAGE_SMEM if self.t.persist_stage_instrs else 0)
+
     def combine_staged(self, k: AttentionKernel) -> bool:
         """persist_combine_staged for this attention: where its partials fit beside a full ring (persist_stages
         pages) in the scratch, so that the ring keeps its depth; else the combine loads them into registers."""
         if not self.t.persist_combine_staged:
             return False
         stages = self.t.persist_stages
-        room = SMEM_LIMIT - STATIC_SMEM - ring_head_bytes(stages) - stages * self.t.persist_page_bytes
+        room = SMEM_LIMIT - self.static_smem - ring_head_bytes(stages) - stages * self.t.persist_page_bytes
         return self.attention_smem(k, staged=True) <= room
 
     def elementwise(self, k: ElementwiseKernel) -> None:
@@ -368,7 +374,7 @@ class _PersistentEmitter(_Emitter):
         # the ring's barriers and pages first, then the tiles' scratch: as many pages as fit, up to persist_stages
         # (the barriers' room counted for persist_stages: never less than the kernel's Ring takes)
         page, ring_head = self.t.persist_page_bytes, ring_head_bytes(self.t.persist_stages)
-        stages = min(self.t.persist_stages, (SMEM_LIMIT - STATIC_SMEM - self.smem - ring_head) // page)
+        stages = min(self.t.persist_stages, (SMEM_LIMIT - self.static_smem - self.smem - ring_head) // page)
         if stages < 2:
             raise ModeUnsupported(f"the persistent kernel's tiles need {self.smem} bytes of shared memory, which "
                                   f"leaves room for {max(stages, 0)} weight pages of {page} bytes (a block has "
@@ -395,7 +401,8 @@ class _PersistentEmitter(_Emitter):
             trace_attention=self.t.persist_trace_attention, trace_dots=self.t.persist_trace_dots,
             tagged=int(self.tags is not None), tag_parity=self.parity_table(), tag_waits=self.tag_waits,
             reduce_batch=self.t.persist_reduce_batch, copy_batch=self.t.persist_copy_batch,
-            dot_item_chunks=self.t.persist_dot_item_chunks,
+            dot_item_chunks=self.t.persist_dot_item_chunks, stage_instrs=int(bool(self.t.persist_stage_instrs)),
+            norm_w_raw=int(bool(self.t.persist_norm_w_raw)),
             evict_first=int(bool(self.t.persist_evict_first)),
             walk_kept=int(bool(self.t.persist_walk_kept and paced)), page_pace_ns=pace,
             page_pace_ahead_ns=self.t.persist_page_pace_ahead_ns if pace else 0,

@@ -90,6 +90,13 @@ class TargetParams:
     persist_dot_item_chunks: int
     # persistent: persist_dot_items only for the GEMVs where a warp of a tile has at least this many items (1: all)
     persist_dot_items_min_share: int
+    # persistent: 1: each tile's instruction and kernel descriptor copied into shared memory tiles ahead (cp.async), so
+    # that its first reads before its wait are on chip, not L2 round trips one after another (persistent.cuh:
+    # InstrStage; the same bits)
+    persist_stage_instrs: int
+    # persistent: 1: a GEMV's norm weights, loaded before its wait, stay bf16 until the norm, so that their conversion
+    # does not hold the polling warp back for their round trip (persistent_gemv.cuh: Prologue; the same bits)
+    persist_norm_w_raw: int
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
@@ -499,6 +506,7 @@ TARGETS: dict[str, TargetParams] = {
                           # / 0.496, at 8192 (with it) 0.719 vs 0.715. Off
                           persist_dot_half_warps=0,
                           persist_dot_items=1, persist_dot_item_chunks=16, persist_dot_items_min_share=1,
+                          persist_stage_instrs=0, persist_norm_w_raw=0,
                           # the narrow models (smollm2-135m, width 576: untagged, unpaced) are bound by the chain's
                           # hops, not bytes. 2026-12-01 eighteenth session (c0b7143 + persist_attn_newest_first, ms,
                           # two rounds each, graph mode in the same runs 0.475-0.479, at 8192 0.736-0.739): x direct 1

@@ -942,6 +942,26 @@ def test_several_items_a_warp_at_once_compile_and_bad_counts_are_refused(tmp_pat
     kiec.compile(model, str(tmp_path / "art"), mode="persistent")
 
 
+def test_staged_instructions_and_raw_norm_weights_compile_where_asked(tmp_path, monkeypatch):
+    # persist_stage_instrs, persist_norm_w_raw: the kernel defines KIEC_STAGE_INSTRS and KIEC_NORM_W_RAW (0 by
+    # default) and builds (nvcc) with both; the staged slots' shared memory is kept out of the ring's room
+    import dataclasses
+
+    from kiec.build import emit_sources
+    from kiec.codegen import persistent, targets
+    make_tiny_hf(tmp_path / "hf", "llama")
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    for on in (0, 1):
+        t = dataclasses.replace(targets.TARGETS["sm_90"], persist_stage_instrs=on, persist_norm_w_raw=on)
+        text = emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
+        assert f"#define KIEC_STAGE_INSTRS {on}" in text and f"#define KIEC_NORM_W_RAW {on}" in text
+        smem = int(re.search(r"SMEM_BYTES = (\d+)", text).group(1))
+        assert smem + persistent.STATIC_SMEM + (persistent.STAGE_SMEM if on else 0) <= persistent.SMEM_LIMIT
+    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(
+        targets.TARGETS["sm_90"], persist_stage_instrs=1, persist_norm_w_raw=1))
+    kiec.compile(model, str(tmp_path / "art"), mode="persistent")
+
+
 @pytest.mark.parametrize("change", [dict(), dict(persist_tagged=1, persist_x_direct=1)])
 def test_parity_tags_compile_with_their_table_and_reset(tmp_path, monkeypatch, change):
     # persist_tag_parity: the kernel defines KIEC_TAG_PARITY, holds each phase's parity bits and zeroes the tagged

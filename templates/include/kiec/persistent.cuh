@@ -142,7 +142,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
     attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, TAGGED, PIPE, SOFTCAP, U_SHORT,
                     KV_FIRST, EARLY_PASS, LEAN, MMA_KEYS, MMA_AHEAD, MMA_FIRST>(
         sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi,
-        TAGGED ? tag_of(u, u.a->kernels[u.ins->kernel].tag_x) : 0u, EARLY_ROPE ? &rope : nullptr, marks,
+        TAGGED ? tag_of(u, u.desc->tag_x) : 0u, EARLY_ROPE ? &rope : nullptr, marks,
 #if KIEC_TAG_WAITS
         TAGGED ? &pre : nullptr,
 #else
@@ -239,6 +239,66 @@ struct ComputeRegs {  // what the register file leaves the compute warps, in ste
   static constexpr int value = free > 248 ? 248 : free;
 };
 
+#ifndef KIEC_STAGE_INSTRS
+#define KIEC_STAGE_INSTRS 0
+#endif
+// KIEC_STAGE_INSTRS (persist_stage_instrs): each tile's instruction and kernel descriptor are copied into shared
+// memory tiles ahead (cp.async by warp 1), so that a tile's first reads are on chip. Why: every wait's acquire poll
+// invalidates the SM's L1 (CCTL.IVALL in the SASS), so a tile's instruction fields, its descriptor (which the
+// instruction names) and then its waits came from L2 one dependent round trip after another before its first poll.
+// The SM whose tile ended a phase last started its next tile 0.13 us later and saw its inputs 0.8-1.6 us after that
+// phase's end, where the phase's median tile saw them at 0.5-0.6 (llama-3.2-1b, position 64, the thirty-second
+// session's trace), and it was often the next phase's last too.
+// Tile k reads instruction slot k % 5 and descriptor slot k % 4. At tile k's start warp 1 waits for the copies it
+// issued at tile k - 1's (instruction k + 2, descriptor k + 1: long landed), then issues instruction k + 3 and the
+// descriptor of instruction k + 2 (whose copy it just waited for); the block barriers of tile k (every tile waits on
+// its inputs behind one) publish them before tile k + 1 reads them. Tile k - 1's slots are left alone (a thread may
+// still read them after that tile's last barrier, e.g. thread 0 its counter). The first tiles are staged before the
+// loop.
+struct InstrStage {
+  static constexpr int INS = 5, DESC = 4;
+  __device__ __forceinline__ static Instr* ins() {
+    __shared__ __align__(16) Instr slots[INS];
+    return slots;
+  }
+  __device__ __forceinline__ static KernelDesc* desc() {
+    __shared__ __align__(16) KernelDesc slots[DESC];
+    return slots;
+  }
+  // warp 1's lanes: tile k's instruction (a->instrs[begin + k % n]) into its slot, 11 copies of 8 bytes
+  __device__ __forceinline__ static void copy_instr(const PersistentArgs& a, int begin, int n, int k, int lane) {
+    static_assert(sizeof(Instr) % 8 == 0 && sizeof(Instr) / 8 <= 32, "an instruction in 8-byte copies, a lane each");
+    if (lane < (int)(sizeof(Instr) / 8))
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 8;"
+                   ::"r"(smem_addr(reinterpret_cast<char*>(ins() + k % INS) + 8 * lane)),
+                   "l"(reinterpret_cast<const char*>(a.instrs + begin + k % n) + 8 * lane) : "memory");
+  }
+  // the descriptor of tile k's instruction (its slot landed), 8 copies of 16 bytes
+  __device__ __forceinline__ static void copy_desc(const PersistentArgs& a, int k, int lane) {
+    static_assert(sizeof(KernelDesc) % 16 == 0 && sizeof(KernelDesc) / 16 <= 32, "a descriptor in 16-byte copies");
+    if (lane < (int)(sizeof(KernelDesc) / 16))
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 16;"
+                   ::"r"(smem_addr(reinterpret_cast<char*>(desc() + k % DESC) + 16 * lane)),
+                   "l"(reinterpret_cast<const char*>(a.kernels + ins()[k % INS].kernel) + 16 * lane) : "memory");
+  }
+  __device__ __forceinline__ static void landed() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+  // Before the loop, warp 1 (the block's barrier after it publishes): instructions 0 .. 2, descriptors 0 and 1.
+  __device__ __forceinline__ static void first(const PersistentArgs& a, int begin, int n, int lane) {
+    for (int k = 0; k < 3; ++k) copy_instr(a, begin, n, k, lane);
+    landed();
+    __syncwarp();
+    for (int k = 0; k < 2; ++k) copy_desc(a, k, lane);
+    landed();
+  }
+  // At tile k's start, warp 1.
+  __device__ __forceinline__ static void ahead(const PersistentArgs& a, int begin, int n, int k, int lane) {
+    landed();
+    __syncwarp();  // (instruction k + 2, copied by other lanes, read below)
+    copy_instr(a, begin, n, k + 3, lane);
+    copy_desc(a, k + 2, lane);
+  }
+};
+
 template <typename Model, typename R, int COMPUTE_WARPS, int L2_AHEAD>
 __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persistent_kernel(PersistentArgs a) {
   static_assert(COMPUTE_WARPS % 4 == 0, "the compute warps are whole warpgroups (setmaxnreg)");
@@ -267,6 +327,11 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(ComputeRegs<COMPUTE_WARPS>::value));
+#if KIEC_STAGE_INSTRS
+  const bool stager = (threadIdx.x >> 5) == 1 && end > begin;
+  if (stager) InstrStage::first(a, begin, end - begin, threadIdx.x & 31);
+  int k = 0;  // the tiles run so far (a launch runs fewer than 2^31)
+#endif
   for (int pos = a.p0, t = 0; pos < a.p_end; ++pos, ++t) {
     if (threadIdx.x == 0) stopped = *(volatile int*)a.stop_pos <= pos;
 #if KIEC_TAG_WAITS
@@ -277,12 +342,22 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
     const bool traced = a.trace && pos == a.trace_pos;
     int i = begin;
     for (; i < end; ++i) {
-      const Turn u{a.instrs + i, t, pos, &a, traced};
+#if KIEC_STAGE_INSTRS
+      if (stager) InstrStage::ahead(a, begin, end - begin, k, threadIdx.x & 31);
+      const Turn u{InstrStage::ins() + k % InstrStage::INS, t, pos, &a, traced, i,
+                   InstrStage::desc() + k % InstrStage::DESC};
+      ++k;
+#else
+      const Turn u{a.instrs + i, t, pos, &a, traced, i, a.kernels + a.instrs[i].kernel};
+#endif
       trace(u, TR_START);
       if (!Model::run(u, ring, smem)) break;
     }
     if (i < end) break;
   }
+#if KIEC_STAGE_INSTRS
+  if (stager) InstrStage::landed();  // (no copy still in flight when the block ends)
+#endif
   if (threadIdx.x == 0) quit = 1;
 }
 

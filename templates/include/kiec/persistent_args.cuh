@@ -52,12 +52,14 @@ __device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {  // (no L1 i
 
 // One instruction on one token.
 struct Turn {
-  const Instr* ins;
+  const Instr* ins;         // the instruction (a->instrs[index], or its copy in shared memory: persist_stage_instrs)
   int t, pos;  // token index in this launch, and its position
   const PersistentArgs* a;
   bool traced;  // the step kiec_trace records: read from `a` once a step, not again after a tile's stores (which
                 // may alias it); neutral on the GPU: a9dfdd7, which added it, 0.849 ms on llama-3.2-1b like the
                 // 0.848-0.850 of the commits before it in the same bisect (bench/RESULTS.md)
+  int index;                // the instruction's place in a->instrs (the trace's row)
+  const KernelDesc* desc;   // its kernel's descriptor (a->kernels[ins->kernel], or a copy like ins's)
 };
 
 // Whether the generation has passed this turn's position: the host's stop, or the end the select tile set, at or

@@ -1,6 +1,8 @@
 // The persistent kernel's GEMV tile (persistent.cuh): a norm or copy prologue, the dot products over weight pages
 // the ring (ring.cuh) streamed in, and the epilogue; each tile is one SM's share of a GEMV's rows.
 #pragma once
+#include <type_traits>
+
 #include "gemv.cuh"
 #include "item_deal.cuh"
 #include "persistent_tile.cuh"
@@ -15,19 +17,31 @@ namespace kiec {
 
 // The GEMV prologue (gemv_prologue's math, in its order) with the norm's weights loaded into registers before the
 // tile waits on its inputs: weights never depend on activations, and after the wait only x is left to fetch.
+// KIEC_NORM_W_RAW (persist_norm_w_raw): the held norm weights stay in their own type until the norm (the same
+// bits). Converted at their load, the conversion stood before the tile's wait in the SASS, so the polling warp
+// waited for the weights' round trip before its first poll.
+#ifndef KIEC_NORM_W_RAW
+#define KIEC_NORM_W_RAW 0
+#endif
 template <typename T, int K, bool NORM, int THREADS>
 struct Prologue {
   static constexpr int PER = (K + THREADS - 1) / THREADS;
   static constexpr bool HOLD = NORM && PER <= 16;  // a register budget chosen, not measured against others
-  float w[HOLD ? PER : 1];
+  using Held = std::conditional_t<KIEC_NORM_W_RAW != 0, T, float>;
+  Held w[HOLD ? PER : 1];
   __device__ __forceinline__ void prefetch(const T* norm_w) {
     if (HOLD) {
 #pragma unroll
       for (int e = 0; e < PER; ++e) {
         const int i = threadIdx.x + e * THREADS;
-        w[e] = i < K ? to_float<T>(norm_w[i]) : 0.f;
+        if constexpr (KIEC_NORM_W_RAW != 0) w[e] = i < K ? norm_w[i] : T(0.f);
+        else w[e] = i < K ? to_float<T>(norm_w[i]) : 0.f;
       }
     }
+  }
+  __device__ __forceinline__ float held(int e) const {
+    if constexpr (KIEC_NORM_W_RAW != 0) return to_float<T>(w[e]);
+    else return w[e];
   }
   __device__ __forceinline__ void run(const float* x, const T* norm_w, float eps, float* xs, float* red) {
     if (!NORM) {  // a copy, 4 16-byte loads in flight per thread (8 spilled 12 B on llama-3.1-8b; x is 16-byte
@@ -71,7 +85,7 @@ struct Prologue {
 #pragma unroll
     for (int e = 0; e < PER; ++e) {
       const int i = threadIdx.x + e * THREADS;
-      if (i < K) xs[i] = (HOLD ? v[e] : xs[i]) * scale * (HOLD ? w[e] : to_float<T>(norm_w[i]));
+      if (i < K) xs[i] = (HOLD ? v[e] : xs[i]) * scale * (HOLD ? held(e) : to_float<T>(norm_w[i]));
     }
     sync_block();
   }
@@ -621,7 +635,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
       } else if (res_mine) {
         y_mine = y[lo + threadIdx.x];
       }
-      d = &u.a->kernels[u.ins->kernel];
+      d = u.desc;
       auto stage_x = [&] {
         if constexpr (WNORM) wnorm.run(x, eps, threadIdx.x & 31, xr);
         else if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, d->tag_x), norm_w, eps, xs, red);

@@ -12,7 +12,7 @@ __device__ __forceinline__ bool traced_step(const Turn& u) { return u.traced; }
 __device__ __forceinline__ bool tracing(const Turn& u) { return traced_step(u) && threadIdx.x == 0; }
 
 __device__ __forceinline__ unsigned long long* trace_row(const Turn& u) {
-  return u.a->trace + (u.ins - u.a->instrs) * TRACE_SLOTS;
+  return u.a->trace + u.index * TRACE_SLOTS;
 }
 
 // A timestamp (TR_START, TR_READY, TR_X_READY, TR_SUMS_DONE, TR_STORED, TR_DONE: thread 0's view); the SM cycles

@@ -52,7 +52,7 @@ struct Ring {
   volatile int* at;
   int span;
   __device__ __forceinline__ void consuming(const Turn& u) const {
-    if (threadIdx.x == 0) *at = u.t * span + (int)(u.ins - u.a->instrs);
+    if (threadIdx.x == 0) *at = u.t * span + u.index;
   }
   // How many instructions the page at (pos, i) is past the one the compute warps consume.
   __device__ __forceinline__ int ahead(const PersistentArgs& a, int pos, int i) const {
