@@ -506,7 +506,16 @@ TARGETS: dict[str, TargetParams] = {
                           # / 0.496, at 8192 (with it) 0.719 vs 0.715. Off
                           persist_dot_half_warps=0,
                           persist_dot_items=1, persist_dot_item_chunks=16, persist_dot_items_min_share=1,
-                          persist_stage_instrs=0, persist_norm_w_raw=0,
+                          # every acquire poll invalidates the SM's L1 (CCTL.IVALL), so a tile's instruction fields,
+                          # its descriptor and its waits came from L2 one dependent round trip after another before
+                          # its first poll, and a GEMV's held norm weights were converted (waited for) before it: the
+                          # SM whose tile ended a phase last saw its next tile's inputs 0.8-1.6 us after that end
+                          # where the median tile saw them at 0.5-0.6 (thirty-second session's trace, position 64),
+                          # and was often the next phase's last too. Thirty-third session (4d7950a, ms, two rounds,
+                          # bench/RESULTS.md): staged 0.698 / 0.696, raw 0.717 / 0.715, both 0.693 / 0.694 vs 0.719 /
+                          # 0.719 on llama-3.2-1b; both: smollm2-135m 0.446 vs 0.472-0.474, qwen3-1.7b 1.039 vs
+                          # 1.095, llama-3.2-1b at 8192 0.813-0.815 vs 0.849, llama-3.1-8b 3.808 vs 3.828-3.830. So 1
+                          persist_stage_instrs=1, persist_norm_w_raw=1,
                           # the narrow models (smollm2-135m, width 576: untagged, unpaced) are bound by the chain's
                           # hops, not bytes. 2026-12-01 eighteenth session (c0b7143 + persist_attn_newest_first, ms,
                           # two rounds each, graph mode in the same runs 0.475-0.479, at 8192 0.736-0.739): x direct 1

@@ -629,10 +629,11 @@ TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
     pytest.param(dict(persist_dot_items=4, persist_stages=6, persist_page_bytes=1024), id="dot-items4-small-pages"),
     pytest.param(dict(persist_dot_items=4, persist_tagged=0, persist_trace_dots=1), id="dot-items4-untagged-traced"),
     pytest.param(dict(persist_dot_items=2, persist_dot_items_min_share=8), id="dot-items2-long-shares"),
-    pytest.param(dict(persist_stage_instrs=1), id="stage-instrs"),
-    pytest.param(dict(persist_stage_instrs=1, attn_min_keys=8, persist_trace_dots=1), id="stage-instrs-splits-traced"),
-    pytest.param(dict(persist_norm_w_raw=1), id="norm-w-raw"),
-    pytest.param(dict(persist_stage_instrs=1, persist_norm_w_raw=1, persist_tagged=0), id="stage-raw-untagged")]
+    pytest.param(dict(persist_stage_instrs=0), id="unstaged-instrs"),
+    pytest.param(dict(persist_stage_instrs=0, attn_min_keys=8, persist_trace_dots=1), id="unstaged-instrs-splits-traced"),
+    pytest.param(dict(persist_norm_w_raw=0), id="norm-w-converted"),
+    pytest.param(dict(persist_stage_instrs=0, persist_norm_w_raw=0, persist_tagged=0), id="unstaged-converted-untagged"),
+    pytest.param(dict(attn_min_keys=8, persist_trace_dots=1), id="staged-splits-traced")]
 
 
 @pytest.mark.parametrize("change", TABLE_VARIANTS)
@@ -669,9 +670,11 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # pages, so that most of a share's pages are waited on one by one after the look); a warp's items 2, 4 or 8 at
     # once (8 with room in the registers for them), 4 over six 1 KB pages (a step's items on several pages, waited for
     # while the ring is still filling), untagged with the dots' trace stamps, and 2 only in the GEMVs whose warps have 8
-    # items or more (the LM head's); each tile's instruction and descriptor copied into shared memory ahead (also
-    # with several splits and the dots' trace stamps, and untagged with the norm weights held raw); the norm weights
-    # held raw until the norm. Knobs that leave the math alone leave the bits alone
+    # items or more (the LM head's); each tile's instruction and descriptor read from global memory, not copied into
+    # shared memory ahead (the default before 2026-12-04's thirty-third session; also with several splits and the
+    # dots' trace stamps, and untagged with the norm weights converted at their load); the norm weights converted at
+    # their load; the staged default with several splits and the trace stamps. Knobs that leave the math alone leave
+    # the bits alone
     model = load_tiny(tmp_path, "qwen3", vocab_size=16384)
     base_fields = dict(WIDE_FIELDS, **{k: v for k, v in change.items() if k == "attn_min_keys"})
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **base_fields))
