@@ -463,7 +463,9 @@ TARGETS: dict[str, TargetParams] = {
                           # with owner merges 8 on llama-3.2-1b 0.733 / 0.733 vs 0.741 / 0.741, but at 8192 0.908 /
                           # 0.909 vs 0.902 / 0.901; nineteenth session (owner merges 8 with it): qwen3-1.7b 1.106 vs
                           # 1.122 (-1.4%), llama-3.2-1b 0.736 vs 0.740-0.741 and at 8192 0.909-0.910 vs 0.901-0.902,
-                          # llama-3.1-8b 3.923-3.926 vs 3.911-3.914: mixed. 0 here, 1 on narrow models
+                          # llama-3.1-8b 3.923-3.926 vs 3.911-3.914: mixed. Thirty-third session (cc23327, with owner
+                          # merges 8): llama-3.2-1b 0.727 / 0.725 vs 0.728 / 0.728, at 8192 0.862 / 0.862 vs 0.848 /
+                          # 0.850, qwen3-1.7b 1.108 / 1.107 vs 1.108 / 1.110. 0 here, 1 on narrow models
                           # (persist_attn_newest_first_narrow)
                           persist_attn_newest_first=0,
                           # at 8192 on smollm2-135m the last arrival takes 7.4 us from the last partial to the signal
@@ -505,6 +507,15 @@ TARGETS: dict[str, TargetParams] = {
                           # (2026-12-02, two rounds): 0.490 / 0.491 vs 0.488 / 0.489, with the norm in the warps 0.496
                           # / 0.496, at 8192 (with it) 0.719 vs 0.715. Off
                           persist_dot_half_warps=0,
+                          # a warp's items 2 or 4 at once (thirty-third session, cc23327 / 05ca6a4, ms, two rounds,
+                          # bench/RESULTS.md): every GEMV llama-3.2-1b 0.752 / 0.751 and 0.778 / 0.774 vs 0.729 /
+                          # 0.727, qwen3-1.7b (4) 1.187 / 1.188 vs 1.112 / 1.106, smollm2-135m (4) 0.516 / 0.517 vs
+                          # 0.468 / 0.469; only the long shares (min share 8: gate/up, down, the LM head) 1B 0.749 /
+                          # 0.750 and 0.759 / 0.761 vs 0.728 / 0.727, smollm2-135m 0.473 / 0.474 vs 0.468 / 0.467.
+                          # gemv_compute.cu: a 64-row share's rate 61.7 -> 67.0 GB/s (4), but the 24-row QKV tile
+                          # 1.70 -> 1.88 us warm and 1.79 -> 2.66 us with its code cold (a step's code, U items
+                          # unrolled, refetched each phase), and a stream-bound share waits for U pages before it
+                          # starts a step. Off
                           persist_dot_items=1, persist_dot_item_chunks=16, persist_dot_items_min_share=1,
                           # every acquire poll invalidates the SM's L1 (CCTL.IVALL), so a tile's instruction fields,
                           # its descriptor and its waits came from L2 one dependent round trip after another before
@@ -515,6 +526,7 @@ TARGETS: dict[str, TargetParams] = {
                           # bench/RESULTS.md): staged 0.698 / 0.696, raw 0.717 / 0.715, both 0.693 / 0.694 vs 0.719 /
                           # 0.719 on llama-3.2-1b; both: smollm2-135m 0.446 vs 0.472-0.474, qwen3-1.7b 1.039 vs
                           # 1.095, llama-3.2-1b at 8192 0.813-0.815 vs 0.849, llama-3.1-8b 3.808 vs 3.828-3.830. So 1
+                          # (not with persist_trace_dots: codegen/persistent.py's stage_instrs)
                           persist_stage_instrs=1, persist_norm_w_raw=1,
                           # the narrow models (smollm2-135m, width 576: untagged, unpaced) are bound by the chain's
                           # hops, not bytes. 2026-12-01 eighteenth session (c0b7143 + persist_attn_newest_first, ms,
@@ -564,6 +576,7 @@ TARGETS: dict[str, TargetParams] = {
                           # after the last write where one would do (the trace's hops: 0.3-0.6 us a phase, 4% of the
                           # chain on llama-3.2-1b: scripts/trace_summary.py on c581e19's trace). Built in the tenth
                           # session; the eleventh measured it slower (the field's comment above), so off
+                          # (again, thirty-third session at cc23327: llama-3.2-1b 0.748 / 0.749 vs 0.728 / 0.728)
                           persist_tag_waits=0, persist_tag_lead=100,
                           # without previous_first: 0.772-0.773 vs 0.826-0.829 on 1B, smollm2 0.527 vs 0.566
                           # (the twice probe, persist_probe_twice, ninth session at a8b8076, ms, two rounds: dots twice

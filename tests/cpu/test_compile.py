@@ -957,6 +957,9 @@ def test_staged_instructions_and_raw_norm_weights_compile_where_asked(tmp_path, 
         assert f"#define KIEC_STAGE_INSTRS {on}" in text and f"#define KIEC_NORM_W_RAW {on}" in text
         smem = int(re.search(r"SMEM_BYTES = (\d+)", text).group(1))
         assert smem + persistent.STATIC_SMEM + (persistent.STAGE_SMEM if on else 0) <= persistent.SMEM_LIMIT
+    # with the dots' trace stamps the instructions are not staged (codegen/persistent.py: stage_instrs)
+    t = dataclasses.replace(targets.TARGETS["sm_90"], persist_stage_instrs=1, persist_trace_dots=1)
+    assert "#define KIEC_STAGE_INSTRS 0" in emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
     monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(
         targets.TARGETS["sm_90"], persist_stage_instrs=1, persist_norm_w_raw=1))
     kiec.compile(model, str(tmp_path / "art"), mode="persistent")
