@@ -390,7 +390,10 @@ struct TimedPages {  // half_warp_steps' and warp_item_steps' ring: the tile's, 
 // multiply-adds side by side (dot_lanes, each item's own), their sums over the warp together (warp_sum_batch:
 // warp_sum's bits). So the same bits as one at a time. Why: on pages already landed a warp's items one after another
 // are a chain of latencies (a page wait, the loads, the FMA chain, 5 shuffles, the store, the release; ~530 SM cycles
-// an item in bench/gemv_compute.cu's 24-row QKV tile, 6 items a warp), which side by side overlap.
+// an item in bench/gemv_compute.cu's 24-row QKV tile, 6 items a warp), which side by side overlap. Measured 3-10%
+// slower on every model, 1-4% with only the long shares (thirty-third session, codegen/targets.py): a short share's
+// step code, fetched again each phase, costs more than the overlap wins, and a stream-bound share waits for U pages
+// before each step. Off.
 template <typename T, typename G, int WARPS, int SEGS, int U, typename R>
 __device__ __forceinline__ long long gemv_pages_items(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
                                                       bool timed) {
