@@ -44,6 +44,10 @@ using T = __nv_bfloat16;
 // gemv_pages): LOADS reads each item's 16-byte chunks and folds the bits (no math), DOTS also widens and multiplies
 // (dot_lanes) but keeps a running sum per lane instead of summing each item over the warp.
 enum Variant { TILE = 0, LOADS = 1, DOTS = 2, TILE_BUSY = 3, TILE_WARM = 4, TILE_COLD = 5, TILE_TIMED = 6 };
+// Whether a variant runs the kernel's tile loop (gemv_pages), not pages_without's parts of it.
+__host__ __device__ constexpr bool runs_tile(int variant) {
+  return variant == TILE || variant == TILE_BUSY || variant >= TILE_WARM;
+}
 constexpr int BUSY_INFLIGHT = 4;  // the busy copies' pages in flight (stream_pages, bench_common.cuh)
 
 // 16384 dependent FMAs (256 KB of code, more than the SM's instruction caches hold; nvcc inlines it anyway, which
@@ -141,7 +145,7 @@ __global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1) consume(
       kiec::sync_block();
       s0 = kiec::global_ns();
     }
-    if (VARIANT == TILE || VARIANT == TILE_BUSY || VARIANT >= TILE_WARM)  // TILE_TIMED: a traced step's page waits
+    if (runs_tile(VARIANT))  // TILE_TIMED: a traced step's page waits
       kiec::gemv_pages<T, G, WARPS, SEGS>(ring, items, xr, acc, VARIANT == TILE_TIMED);
     else
       keep += pages_without<G, SEGS, VARIANT>(ring, items, xr);
@@ -289,7 +293,7 @@ static void run(const char* name, int sms, int rows = 64, const char* busy = nul
   constexpr int U = kiec::items_at_once(KIEC_DOT_ITEMS, G::PER_PAGE, WARPS, STAGES, G::ROUNDS, KIEC_DOT_ITEM_CHUNKS);
   printf("%-26s %-14s K %5d  segs %d  rounds %d  rows %2d  B %2d  U %d  %7.1f GB/s an SM (slowest %6.1f)  %6.2f "
          "TB/s over %d SMs", name, what[VARIANT], K, SEGS, G::ROUNDS, rows, KIEC_REDUCE_BATCH,
-         VARIANT == TILE || VARIANT == TILE_BUSY || VARIANT >= TILE_WARM ? U : 1, med, slow, slow * sms / 1e3, sms);
+         runs_tile(VARIANT) ? U : 1, med, slow, slow * sms / 1e3, sms);
   if (VARIANT >= TILE_WARM) printf("; %.2f us a share (median SM)", h[sms / 2] / 1e3 / REPS);
   if (moved) printf("; the copies %.2f TB/s", copied / (ms * 1e-3) / 1e12);  // (over the launch, a bound from below)
   printf("\n");

@@ -28,6 +28,32 @@ def tiny(tmp_path_factory):
     return d, model, kiec.compile(model, str(d / "art"), mode="graph", dump_ir=True)
 
 
+def tiny_llama(tmp_path):
+    """A tiny llama (tests/tiny_hf.py) loaded in bf16."""
+    make_tiny_hf(tmp_path / "hf", "llama")
+    return kiec.load(str(tmp_path / "hf"), dtype="bf16")
+
+
+def persistent_cu(model, **fields) -> str:
+    """The generated model.cu of `model`'s persistent kernel with those fields of the sm_90 table replaced (nothing
+    written, no nvcc)."""
+    import dataclasses
+
+    from kiec.build import emit_sources
+    from kiec.codegen import targets
+    t = dataclasses.replace(targets.TARGETS["sm_90"], **fields)
+    return emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
+
+
+def compile_persistent(model, path, monkeypatch, **fields) -> str:
+    """kiec compile (nvcc) of `model`'s persistent kernel into `path` with those fields of the sm_90 table replaced."""
+    import dataclasses
+
+    from kiec.codegen import targets
+    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], **fields))
+    return kiec.compile(model, str(path), mode="persistent")
+
+
 def test_artifact_contents(tiny):
     _, model, art = tiny
     for f in ("libkiec_model.so", "kiec-run", "weights.bin", "manifest.json", "ir/00_loaded.kir"):
@@ -898,19 +924,11 @@ def test_the_twice_probe_picks_its_gemvs_and_compiles(tmp_path, monkeypatch):
 def test_the_warm_code_probe_and_the_page_look_compile_where_asked(tmp_path, monkeypatch):
     # persist_probe_warm_code, persist_page_look: the kernel defines KIEC_PROBE_WARM_CODE and KIEC_PAGE_LOOK (0 by
     # default) and builds (nvcc) with each GEMV's dry pass and its warps' look at their first pages
-    import dataclasses
-
-    from kiec.build import emit_sources
-    from kiec.codegen import targets
-    make_tiny_hf(tmp_path / "hf", "llama")
-    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    model = tiny_llama(tmp_path)
     for on in (0, 1):
-        t = dataclasses.replace(targets.TARGETS["sm_90"], persist_probe_warm_code=on, persist_page_look=on)
-        text = emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
+        text = persistent_cu(model, persist_probe_warm_code=on, persist_page_look=on)
         assert f"#define KIEC_PROBE_WARM_CODE {on}" in text and f"#define KIEC_PAGE_LOOK {on}" in text
-    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(
-        targets.TARGETS["sm_90"], persist_probe_warm_code=1, persist_page_look=1))
-    kiec.compile(model, str(tmp_path / "art"), mode="persistent")
+    compile_persistent(model, tmp_path / "art", monkeypatch, persist_probe_warm_code=1, persist_page_look=1)
 
 
 def test_several_items_a_warp_at_once_compile_and_bad_counts_are_refused(tmp_path, monkeypatch):
@@ -918,51 +936,37 @@ def test_several_items_a_warp_at_once_compile_and_bad_counts_are_refused(tmp_pat
     # default, left out), only where a warp of its tiles has at least persist_dot_items_min_share items; the kernel
     # defines KIEC_DOT_ITEM_CHUNKS and builds (nvcc) with 4 at once; a count that is not 1, 2, 4 or 8, or no chunks, is
     # refused by name (the model's and the field's) before anything is written
-    import dataclasses
-
-    from kiec.build import emit_sources
     from kiec.codegen import targets
-    make_tiny_hf(tmp_path / "hf", "llama")
-    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    model = tiny_llama(tmp_path)
 
     def items(**fields):  # each GEMV case's ITEMS, in the order of the cases
-        t = dataclasses.replace(targets.TARGETS["sm_90"], **fields)
-        text = emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
-        assert f"#define KIEC_DOT_ITEM_CHUNKS {t.persist_dot_item_chunks}" in text
+        text = persistent_cu(model, **fields)
+        chunks = fields.get("persist_dot_item_chunks", targets.TARGETS["sm_90"].persist_dot_item_chunks)
+        assert f"#define KIEC_DOT_ITEM_CHUNKS {chunks}" in text
         args = [a.split(", ") for a in re.findall(r"gemv_tile<(T, [^>]*)>", text)]
         return [int(a[15]) if len(a) > 15 else 1 for a in args]
     assert items() == [1] * 5
     assert items(persist_dot_items=4, persist_dot_item_chunks=32) == [4] * 5
     assert items(persist_dot_items=4, persist_dot_items_min_share=1 << 20) == [1] * 5
     for n, chunks in ((3, 16), (16, 16), (0, 16), (2, 0)):
-        t = dataclasses.replace(targets.TARGETS["sm_90"], persist_dot_items=n, persist_dot_item_chunks=chunks)
         with pytest.raises(kiec.KiecError, match=f"persist_dot_items {n}: 1, 2, 4 or 8"):
-            emit_sources(model, "persistent", "bf16", t, "x")
-    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_dot_items=4))
-    kiec.compile(model, str(tmp_path / "art"), mode="persistent")
+            persistent_cu(model, persist_dot_items=n, persist_dot_item_chunks=chunks)
+    compile_persistent(model, tmp_path / "art", monkeypatch, persist_dot_items=4)
 
 
 def test_staged_instructions_and_raw_norm_weights_compile_where_asked(tmp_path, monkeypatch):
-    # persist_stage_instrs, persist_norm_w_raw: the kernel defines KIEC_STAGE_INSTRS and KIEC_NORM_W_RAW (0 by
+    # persist_stage_instrs, persist_norm_w_raw: the kernel defines KIEC_STAGE_INSTRS and KIEC_NORM_W_RAW (1 by
     # default) and builds (nvcc) with both; the staged slots' shared memory is kept out of the ring's room
-    import dataclasses
-
-    from kiec.build import emit_sources
-    from kiec.codegen import persistent, targets
-    make_tiny_hf(tmp_path / "hf", "llama")
-    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    from kiec.codegen import persistent
+    model = tiny_llama(tmp_path)
     for on in (0, 1):
-        t = dataclasses.replace(targets.TARGETS["sm_90"], persist_stage_instrs=on, persist_norm_w_raw=on)
-        text = emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
+        text = persistent_cu(model, persist_stage_instrs=on, persist_norm_w_raw=on)
         assert f"#define KIEC_STAGE_INSTRS {on}" in text and f"#define KIEC_NORM_W_RAW {on}" in text
         smem = int(re.search(r"SMEM_BYTES = (\d+)", text).group(1))
         assert smem + persistent.STATIC_SMEM + (persistent.STAGE_SMEM if on else 0) <= persistent.SMEM_LIMIT
     # with the dots' trace stamps the instructions are not staged (codegen/persistent.py: stage_instrs)
-    t = dataclasses.replace(targets.TARGETS["sm_90"], persist_stage_instrs=1, persist_trace_dots=1)
-    assert "#define KIEC_STAGE_INSTRS 0" in emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
-    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(
-        targets.TARGETS["sm_90"], persist_stage_instrs=1, persist_norm_w_raw=1))
-    kiec.compile(model, str(tmp_path / "art"), mode="persistent")
+    assert "#define KIEC_STAGE_INSTRS 0" in persistent_cu(model, persist_stage_instrs=1, persist_trace_dots=1)
+    compile_persistent(model, tmp_path / "art", monkeypatch, persist_stage_instrs=1, persist_norm_w_raw=1)
 
 
 @pytest.mark.parametrize("change", [dict(), dict(persist_tagged=1, persist_x_direct=1)])

@@ -5,10 +5,19 @@
 
 namespace kiec {
 
+// Pages [released, upto) of a share let go, each waited for first (a release before the page has landed would let
+// the stream copy the next use of its stage over a copy still in flight); `released` ends at upto.
+template <typename Ring>
+__host__ __device__ __forceinline__ void release_upto(Ring& ring, int& released, int upto) {
+  for (; released < upto; ++released) {
+    ring.page_at(0);
+    ring.release();
+  }
+}
+
 // The half-warp deal of a share of `items` items, `per_page` a ring page: warp w's q-th step takes items k0 = 2 w +
 // 2 WARPS q (lanes 0-15, half 0) and k0 + 1 (lanes 16-31, half 1), which may lie on two pages. Every compute thread
-// goes through the share's pages in order, as the ring needs, each waited for before it is released (a release
-// before the page has landed would let the stream copy the next use of its stage over a copy still in flight):
+// goes through the share's pages in order, as the ring needs, each waited for before it is released (release_upto):
 // before a step it releases the pages before k0's, then takes its item from the page it lies on (the oldest one
 // not released, or the one after); after its last step it releases the rest. `ring.page_at(k)`: waits for the k-th
 // page past the released ones (0 or 1) and returns it; `ring.release()`: lets the oldest go. `step(mine, valid,
@@ -19,18 +28,12 @@ __host__ __device__ __forceinline__ void half_warp_steps(Ring& ring, int items, 
                                                          Step&& step) {
   int released = 0;  // pages of the share this thread let go
   for (int k0 = 2 * warp; k0 < items; k0 += 2 * WARPS) {
-    for (const int first = k0 / per_page; released < first; ++released) {
-      ring.page_at(0);
-      ring.release();
-    }
+    release_upto(ring, released, k0 / per_page);
     const bool valid = half == 0 || k0 + 1 < items;
     const int mine = valid ? k0 + half : k0;
     step(mine, valid, ring.page_at(mine / per_page - released), mine % per_page);
   }
-  for (const int pages = (items + per_page - 1) / per_page; released < pages; ++released) {
-    ring.page_at(0);
-    ring.release();
-  }
+  release_upto(ring, released, (items + per_page - 1) / per_page);
 }
 
 // How far past the oldest page it holds a warp looks when it takes U of its items at once (warp_item_steps), items
@@ -54,21 +57,18 @@ __host__ __device__ constexpr int items_at_once(int want, int per_page, int warp
 // The warp's own deal of a share of `items` items, `per_page` a ring page (gemv_pages': warp w's items w, w + WARPS,
 // ...), taken U at a time (persist_dot_items): step m0 takes the warp's items m0 .. m0 + U - 1, k0 = w + m0 WARPS and
 // the U - 1 after it WARPS apart, which may lie on several pages (item_steps_reach past k0's). Every compute thread
-// goes through the share's pages in order, each waited for before it is released: before a step it releases the
-// pages before k0's, then waits for each of its items' pages (`ring.page_at(k)`: the k-th past the released ones)
-// and calls `step(m0, page, at, n)`: item m0 + i of the warp at place at[i] of page[i], for i < n; past the share
-// (i >= n) page[i] and at[i] repeat item m0's (its lanes run the step anyway, the sums are dropped). After its last
-// step it releases the rest.
+// goes through the share's pages in order, each waited for before it is released (release_upto): before a step it
+// releases the pages before k0's, then waits for each of its items' pages (`ring.page_at(k)`: the k-th past the
+// released ones) and calls `step(m0, page, at, n)`: item m0 + i of the warp at place at[i] of page[i], for i < n;
+// past the share (i >= n) page[i] and at[i] repeat item m0's (its lanes run the step anyway, the sums are dropped).
+// After its last step it releases the rest.
 template <int WARPS, int U, typename Ring, typename Step>
 __host__ __device__ __forceinline__ void warp_item_steps(Ring& ring, int items, int per_page, int warp, Step&& step) {
   using Page = decltype(ring.page_at(0));
   int released = 0;  // pages of the share this thread let go
   for (int m0 = 0; warp + m0 * WARPS < items; m0 += U) {
     const int k0 = warp + m0 * WARPS;
-    for (const int first = k0 / per_page; released < first; ++released) {
-      ring.page_at(0);
-      ring.release();
-    }
+    release_upto(ring, released, k0 / per_page);
     Page page[U];
     int at[U], n = 0;
 #pragma unroll
@@ -80,10 +80,7 @@ __host__ __device__ __forceinline__ void warp_item_steps(Ring& ring, int items, 
     }
     step(m0, page, at, n);
   }
-  for (const int pages = (items + per_page - 1) / per_page; released < pages; ++released) {
-    ring.page_at(0);
-    ring.release();
-  }
+  release_upto(ring, released, (items + per_page - 1) / per_page);
 }
 
 }  // namespace kiec

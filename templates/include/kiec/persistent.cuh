@@ -246,9 +246,10 @@ struct ComputeRegs {  // what the register file leaves the compute warps, in ste
 // memory tiles ahead (cp.async by warp 1), so that a tile's first reads are on chip. Why: every wait's acquire poll
 // invalidates the SM's L1 (CCTL.IVALL in the SASS), so a tile's instruction fields, its descriptor (which the
 // instruction names) and then its waits came from L2 one dependent round trip after another before its first poll.
-// The SM whose tile ended a phase last started its next tile 0.13 us later and saw its inputs 0.8-1.6 us after that
-// phase's end, where the phase's median tile saw them at 0.5-0.6 (llama-3.2-1b, position 64, the thirty-second
-// session's trace), and it was often the next phase's last too.
+// The SM whose tile ended a phase last started its next tile 0.13-0.16 us later and saw its inputs 0.8-1.6 us after
+// that phase's end, where the next phase's median tile saw them at 0.45-0.64 (llama-3.2-1b, position 64, the
+// thirty-second session's trace: bench/results/2026-12-04/s33_last_sm_ready.py), and it was often the next phase's
+// last too.
 // Tile k reads instruction slot k % 5 and descriptor slot k % 4. At tile k's start warp 1 waits for the copies it
 // issued at tile k - 1's (instruction k + 2, descriptor k + 1: long landed), then issues instruction k + 3 and the
 // descriptor of instruction k + 2 (whose copy it just waited for); the block barriers of tile k (every tile waits on

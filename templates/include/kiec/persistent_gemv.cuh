@@ -371,6 +371,21 @@ __device__ __forceinline__ unsigned long long (&dot_stamps())[2][32] {
   return stamps;
 }
 #endif
+// A warp's batch of B items summed over its lanes (warp_sum_batch; b0: gate (or the only) rows' parts, b1: up rows')
+// into acc[(row * ROWS_PER_OUT + r) * SEGS + seg]: slot k < have is the warp's item first + k (its items are warp,
+// warp + WARPS, ...), the lane holding its sum stores it.
+template <typename G, int WARPS, int SEGS, int B>
+__device__ __forceinline__ void store_item_sums(float (&b0)[B], float (&b1)[B], float* acc, int warp, int lane,
+                                                int first, int have) {
+  const float s0 = warp_sum_batch<B>(b0, lane, WarpXor());
+  const float s1 = G::SILU ? warp_sum_batch<B>(b1, lane, WarpXor()) : 0.f;
+  const int k = lane / (32 / B), row = (warp + (first + k) * WARPS) / SEGS, seg = warp % SEGS;
+  if (lane % (32 / B) == 0 && k < have) {
+    acc[(G::ROWS_PER_OUT * row) * SEGS + seg] = s0;
+    if (G::SILU) acc[(2 * row + 1) * SEGS + seg] = s1;
+  }
+}
+
 template <typename R>
 struct TimedPages {  // half_warp_steps' and warp_item_steps' ring: the tile's, its waits timed in the traced step
   R& ring;
@@ -389,8 +404,8 @@ struct TimedPages {  // half_warp_steps' and warp_item_steps' ring: the tile's, 
 // taken U at a time (item_deal.cuh: warp_item_steps): their pages waited for first, then their loads and
 // multiply-adds side by side (dot_lanes, each item's own), their sums over the warp together (warp_sum_batch:
 // warp_sum's bits). So the same bits as one at a time. Why: on pages already landed a warp's items one after another
-// are a chain of latencies (a page wait, the loads, the FMA chain, 5 shuffles, the store, the release; ~530 SM cycles
-// an item in bench/gemv_compute.cu's 24-row QKV tile, 6 items a warp), which side by side overlap. Measured 3-10%
+// are a chain of latencies (a page wait, the loads, the FMA chain, 5 shuffles, the store, the release:
+// bench/gemv_compute.cu's 24-row QKV tile, 6 items a warp, takes 1.70 us), which side by side overlap. Measured 3-10%
 // slower on every model, 1-4% with only the long shares (thirty-third session, codegen/targets.py): a short share's
 // step code, fetched again each phase, costs more than the overlap wins, and a stream-bound share waits for U pages
 // before each step. Off.
@@ -399,7 +414,7 @@ __device__ __forceinline__ long long gemv_pages_items(R& ring, int items, const 
                                                       bool timed) {
   static_assert(G::LANES == 32 && U >= 2 && (U & (U - 1)) == 0, "a warp an item, a power of two of them at once");
   static_assert(item_steps_reach(U, G::PER_PAGE, WARPS) < R::STAGES, "a step's pages fit the ring beside the oldest");
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, seg = warp % SEGS;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   TimedPages<R> pages{ring, timed, 0};
   warp_item_steps<WARPS, U>(pages, items, G::PER_PAGE, warp,
                             [&](int m0, const char* const (&page)[U], const int (&at)[U], int n) {
@@ -407,13 +422,7 @@ __device__ __forceinline__ long long gemv_pages_items(R& ring, int items, const 
 #pragma unroll
     for (int i = 0; i < U; ++i)
       dot_lanes<T, G>(page[i] + at[i] * G::ITEM, page[i] + (G::PER_PAGE + at[i]) * G::ITEM, xr, lane, s0[i], s1[i]);
-    const float a0 = warp_sum_batch<U>(s0, lane, WarpXor());
-    const float a1 = G::SILU ? warp_sum_batch<U>(s1, lane, WarpXor()) : 0.f;
-    const int i = lane / (32 / U), row = (warp + (m0 + i) * WARPS) / SEGS;  // lane's sum: item m0 + i's
-    if (lane % (32 / U) == 0 && i < n) {
-      acc[(G::ROWS_PER_OUT * row) * SEGS + seg] = a0;
-      if (G::SILU) acc[(2 * row + 1) * SEGS + seg] = a1;
-    }
+    store_item_sums<G, WARPS, SEGS, U>(s0, s1, acc, warp, lane, m0, n);
 #if KIEC_TRACE_DOTS
     if (timed && m0 == 0 && lane == 0) dot_stamps()[0][warp] = global_ns();  // (its first step's)
 #endif
@@ -438,7 +447,7 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
   if constexpr (U > 1 && TWICE == 0 && G::LANES == 32)
     if (!dry) return gemv_pages_items<T, G, WARPS, SEGS, U>(ring, items, xr, acc, timed);
   constexpr int B = BATCH > 0 ? BATCH : KIEC_REDUCE_BATCH;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, seg = warp % SEGS;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int pages = (items + G::PER_PAGE - 1) / G::PER_PAGE;
   float b0[B], b1[B];  // the batch: gate (or the only) rows' parts, up rows'
   int mine = 0;        // this warp's items so far
@@ -452,13 +461,7 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
     b1[B - 1] = a1;
   };
   auto sums_out = [&](int have) {  // slot k < have: this warp's item mine - have + k
-    const float s0 = warp_sum_batch<B>(b0, lane, WarpXor());
-    const float s1 = G::SILU ? warp_sum_batch<B>(b1, lane, WarpXor()) : 0.f;
-    const int k = lane / (32 / B), row = (warp + (mine - have + k) * WARPS) / SEGS;
-    if (lane % (32 / B) == 0 && k < have) {
-      acc[(G::ROWS_PER_OUT * row) * SEGS + seg] = s0;
-      if (G::SILU) acc[(2 * row + 1) * SEGS + seg] = s1;
-    }
+    store_item_sums<G, WARPS, SEGS, B>(b0, b1, acc, warp, lane, mine - have, have);
   };
   long long waited = 0;
   unsigned looked = 0u;  // (KIEC_PAGE_LOOK) bit p: page p of the share had landed when the warp looked
