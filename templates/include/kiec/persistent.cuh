@@ -266,13 +266,13 @@ struct InstrStage {
     __shared__ __align__(16) KernelDesc slots[DESC];
     return slots;
   }
-  // warp 1's lanes: tile k's instruction (a->instrs[begin + k % n]) into its slot, 11 copies of 8 bytes
-  __device__ __forceinline__ static void copy_instr(const PersistentArgs& a, int begin, int n, int k, int lane) {
+  // warp 1's lanes: tile k's instruction (a->instrs[at], at = begin + k % n) into its slot, 11 copies of 8 bytes
+  __device__ __forceinline__ static void copy_instr(const PersistentArgs& a, int at, int k, int lane) {
     static_assert(sizeof(Instr) % 8 == 0 && sizeof(Instr) / 8 <= 32, "an instruction in 8-byte copies, a lane each");
     if (lane < (int)(sizeof(Instr) / 8))
       asm volatile("cp.async.ca.shared.global [%0], [%1], 8;"
                    ::"r"(smem_addr(reinterpret_cast<char*>(ins() + k % INS) + 8 * lane)),
-                   "l"(reinterpret_cast<const char*>(a.instrs + begin + k % n) + 8 * lane) : "memory");
+                   "l"(reinterpret_cast<const char*>(a.instrs + at) + 8 * lane) : "memory");
   }
   // the descriptor of tile k's instruction (its slot landed), 8 copies of 16 bytes
   __device__ __forceinline__ static void copy_desc(const PersistentArgs& a, int k, int lane) {
@@ -285,17 +285,20 @@ struct InstrStage {
   __device__ __forceinline__ static void landed() { asm volatile("cp.async.wait_all;" ::: "memory"); }
   // Before the loop, warp 1 (the block's barrier after it publishes): instructions 0 .. 2, descriptors 0 and 1.
   __device__ __forceinline__ static void first(const PersistentArgs& a, int begin, int n, int lane) {
-    for (int k = 0; k < 3; ++k) copy_instr(a, begin, n, k, lane);
+    for (int k = 0; k < 3; ++k) copy_instr(a, begin + k % n, k, lane);
     landed();
     __syncwarp();
     for (int k = 0; k < 2; ++k) copy_desc(a, k, lane);
     landed();
   }
-  // At tile k's start, warp 1.
-  __device__ __forceinline__ static void ahead(const PersistentArgs& a, int begin, int n, int k, int lane) {
+  // At tile k's start (instruction i of the block's begin .. end), warp 1. Instruction k + 3's place follows i
+  // with a wrap into the next step's (a loop for blocks of fewer than 3 instructions), not a division each tile.
+  __device__ __forceinline__ static void ahead(const PersistentArgs& a, int begin, int end, int i, int k, int lane) {
     landed();
     __syncwarp();  // (instruction k + 2, copied by other lanes, read below)
-    copy_instr(a, begin, n, k + 3, lane);
+    int at = i + 3;
+    while (at >= end) at -= end - begin;
+    copy_instr(a, at, k + 3, lane);
     copy_desc(a, k + 2, lane);
   }
 };
@@ -344,7 +347,7 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
     int i = begin;
     for (; i < end; ++i) {
 #if KIEC_STAGE_INSTRS
-      if (stager) InstrStage::ahead(a, begin, end - begin, k, threadIdx.x & 31);
+      if (stager) InstrStage::ahead(a, begin, end, i, k, threadIdx.x & 31);
       const Turn u{InstrStage::ins() + k % InstrStage::INS, t, pos, &a, traced, i,
                    InstrStage::desc() + k % InstrStage::DESC};
       ++k;
