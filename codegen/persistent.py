@@ -344,17 +344,9 @@ class _PersistentEmitter(_Emitter):
         return (-(-base // 16) * 16 + self.splits[k.name] * group * (k.head_dim + 2) * 4) if staged else base
 
     @property
-    def stage_instrs(self) -> bool:
-        """persist_stage_instrs, except with persist_trace_dots: the GPU test of the dots' trace stamps
-        (test_trace_stamps_the_dot_products_parts_when_asked) found every GEMV row of the recording empty with both
-        on (2026-12-04, thirty-third session, call 8; the tokens right, the cause not found), so a build with the
-        dots' stamps reads its instructions from global memory as before."""
-        return bool(self.t.persist_stage_instrs and not self.t.persist_trace_dots)
-
-    @property
     def static_smem(self) -> int:
         """The shared memory the kernel's own __shared__ variables may take (beside the dynamic ring and scratch)."""
-        return STATIC_SMEM + (STAGE_SMEM if self.stage_instrs else 0)
+        return STATIC_SMEM + (STAGE_SMEM if self.t.persist_stage_instrs else 0)
 
     def combine_staged(self, k: AttentionKernel) -> bool:
         """persist_combine_staged for this attention: where its partials fit beside a full ring (persist_stages
@@ -409,7 +401,7 @@ class _PersistentEmitter(_Emitter):
             trace_attention=self.t.persist_trace_attention, trace_dots=self.t.persist_trace_dots,
             tagged=int(self.tags is not None), tag_parity=self.parity_table(), tag_waits=self.tag_waits,
             reduce_batch=self.t.persist_reduce_batch, copy_batch=self.t.persist_copy_batch,
-            dot_item_chunks=self.t.persist_dot_item_chunks, stage_instrs=int(self.stage_instrs),
+            dot_item_chunks=self.t.persist_dot_item_chunks, stage_instrs=self.t.persist_stage_instrs,
             norm_w_raw=int(bool(self.t.persist_norm_w_raw)),
             evict_first=int(bool(self.t.persist_evict_first)),
             walk_kept=int(bool(self.t.persist_walk_kept and paced)), page_pace_ns=pace,

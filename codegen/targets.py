@@ -526,7 +526,6 @@ TARGETS: dict[str, TargetParams] = {
                           # bench/RESULTS.md): staged 0.698 / 0.696, raw 0.717 / 0.715, both 0.693 / 0.694 vs 0.719 /
                           # 0.719 on llama-3.2-1b; both: smollm2-135m 0.446 vs 0.472-0.474, qwen3-1.7b 1.039 vs
                           # 1.095, llama-3.2-1b at 8192 0.813-0.815 vs 0.849, llama-3.1-8b 3.808 vs 3.828-3.830. So 1
-                          # (not with persist_trace_dots: codegen/persistent.py's stage_instrs)
                           persist_stage_instrs=1, persist_norm_w_raw=1,
                           # the narrow models (smollm2-135m, width 576: untagged, unpaced) are bound by the chain's
                           # hops, not bytes. 2026-12-01 eighteenth session (c0b7143 + persist_attn_newest_first, ms,
