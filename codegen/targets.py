@@ -46,6 +46,9 @@ class TargetParams:
     # persistent, with a pace and L2 lookahead: 1: the pages asked of L2 past a full ring are paced too, on the ring
     # copies' clock (unpaced, they go out in a burst each time the ring fills)
     persist_l2_ahead_paced: int
+    # persistent, with a pace and L2 lookahead: 1: the ring's copy of a page already asked of L2 goes out at once, not on
+    # the pace (the pace is the memory's rate; a page waiting in L2 does not take its share of it again)
+    persist_l2_ahead_burst: int
     # persistent, with a pace: > 0: the pace while the stream's page is 2 or more instructions past the GEMV whose
     # pages the compute warps are on (the ring's refill during QKV, attention and the output projection)
     persist_page_pace_ahead_ns: int
@@ -338,6 +341,7 @@ TARGETS: dict[str, TargetParams] = {
                           # (wider models, persist_l2_ahead_max_width). With the table's widths no model now has both
                           # the lookahead (up to 1023) and the pace (from 1024). Off
                           persist_l2_ahead_paced=0,
+                          persist_l2_ahead_burst=0,
                           # the paces above are H200's. Its driver's attributes give a peak of 4,814 GB/s (kiec bench's
                           # line, sixteenth session; nvidia-smi's 3,201 MHz x 6144 bits would be 4,916); an H100's
                           # published 3,352 would want 460 -> 661 (arithmetic). N > 0 scales the paces by N over the

@@ -351,11 +351,11 @@ def test_narrow_models_stream_unpaced_with_the_walk_read_each_page(tmp_path):
     make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
     program = pipeline.run(kiec.load(str(tmp_path / "hf"), dtype="bf16").graph)
     paced = ["#define KIEC_WALK_KEPT 1", "#define KIEC_PAGE_PACE_NS 460", "#define KIEC_PAGE_PACE_AHEAD_NS 900",
-             "#define KIEC_L2_AHEAD_PACED 1", "#define KIEC_PACE_REF_GBPS 4814"]
+             "#define KIEC_L2_AHEAD_PACED 1", "#define KIEC_L2_AHEAD_BURST 1", "#define KIEC_PACE_REF_GBPS 4814"]
     for width, want in [(257, False), (256, True), (0, True)]:
         t = dataclasses.replace(target("sm_90"), persist_walk_kept=1, persist_page_pace_ns=460,
-                                persist_page_pace_ahead_ns=900, persist_l2_ahead_paced=1, persist_pace_ref_gbps=4814,
-                                persist_paced_min_width=width)
+                                persist_page_pace_ahead_ns=900, persist_l2_ahead_paced=1, persist_l2_ahead_burst=1,
+                                persist_pace_ref_gbps=4814, persist_paced_min_width=width)
         text = emit_persistent(program, "bf16", 64, t, "x").files["model.cu"]
         assert [line in text for line in paced] == [want] * len(paced), width
     narrow = emit_persistent(program, "bf16", 64, dataclasses.replace(t, persist_paced_min_width=257), "x")

@@ -19,6 +19,9 @@
 #ifndef KIEC_L2_AHEAD_PACED
 #define KIEC_L2_AHEAD_PACED 0  // 1: pages asked of L2 past a full ring take the pace too (persist_l2_ahead_paced)
 #endif
+#ifndef KIEC_L2_AHEAD_BURST
+#define KIEC_L2_AHEAD_BURST 0  // 1: a page already asked of L2 is copied into the ring off the pace (persist_l2_ahead_burst)
+#endif
 #ifndef KIEC_PAGE_PACE_AHEAD_NS
 #define KIEC_PAGE_PACE_AHEAD_NS 0  // > 0: its pace 2+ instructions past the compute warps (persist_page_pace_ahead_ns)
 #endif
@@ -261,7 +264,9 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
       }
     }
     const unsigned bytes = copy.up ? 2 * copy.bytes : copy.bytes;
-    if constexpr (KIEC_PAGE_PACE_NS > 0) {
+    // (KIEC_L2_AHEAD_BURST: page seq was asked of L2 at the pace while the ring was full; its copy reads L2, so
+    // the ring refills at once after the compute warps' wait, and the asks keep the memory's clock)
+    if (KIEC_PAGE_PACE_NS > 0 && !(KIEC_L2_AHEAD_BURST && AHEAD > 0 && seq < asked)) {
       unsigned long long now;
       while ((now = global_ns()) < next_at) {}
 #if KIEC_PAGE_PACE_AHEAD_NS
