@@ -386,7 +386,7 @@ class _PersistentEmitter(_Emitter):
         # the instruction table's order, for reading kiec_trace's timestamps: [sm, opcode, kernel, phase] each
         instructions = sum(len(x) for x in self.sched.lists)
         src.manifest = dict(sms=self.sched.sms, instructions=instructions,
-                            trace_slots=trace_slots(bool(self.t.persist_trace_dots)),
+                            trace_slots=trace_slots(bool(self.t.persist_trace_dots), bool(self.t.persist_trace_stream)),
                             schedule=[[sm, ins.opcode, ins.kernel, ins.counter]
                                       for sm, lst in enumerate(self.sched.lists) for ins in lst])
         paced = paced_stream(self.p, self.t)
@@ -399,6 +399,7 @@ class _PersistentEmitter(_Emitter):
             probe_relaxed_signal=self.t.persist_probe_relaxed_signal, probe_warm_code=self.t.persist_probe_warm_code,
             page_look=self.t.persist_page_look,
             trace_attention=self.t.persist_trace_attention, trace_dots=self.t.persist_trace_dots,
+            trace_stream=self.t.persist_trace_stream,
             tagged=int(self.tags is not None), tag_parity=self.parity_table(), tag_waits=self.tag_waits,
             reduce_batch=self.t.persist_reduce_batch, copy_batch=self.t.persist_copy_batch,
             dot_item_chunks=self.t.persist_dot_item_chunks, stage_instrs=self.t.persist_stage_instrs,

@@ -25,11 +25,16 @@ TRACE_SLOTS = ("start", "ready", "x_ready", "sums_done", "done", "page_wait_cycl
 # (first_item_warp: an index, not a time); 0 elsewhere. Without it the rows keep their width, so the default kernel
 # is unchanged.
 TRACE_DOT_SLOTS = ("x_sliced", "first_item", "warp_done_min", "warp_done_max", "first_item_min", "first_item_warp")
+# With persist_trace_stream (KIEC_TRACE_STREAM) four slots more, after the dots' where a row has them, written by the
+# streaming thread for a GEMV's share of the traced step: when it came to the share's first page (before waiting
+# for a free page) and when it issued the last page's copy, and the ns it waited, over the share's pages, for a free
+# page of the ring (the compute warps behind: the memory's time lost to this SM) and on the pace. 0 elsewhere.
+TRACE_STREAM_SLOTS = ("stream_first", "stream_last", "stream_full_ns", "stream_pace_ns")
 
 
-def trace_slots(dots: bool) -> list[str]:
+def trace_slots(dots: bool, stream: bool = False) -> list[str]:
     """A recording's slots, in row order: the artifact's manifest names them (trace_slots)."""
-    return list(TRACE_SLOTS + (TRACE_DOT_SLOTS if dots else ()))
+    return list(TRACE_SLOTS + (TRACE_DOT_SLOTS if dots else ()) + (TRACE_STREAM_SLOTS if stream else ()))
 
 
 # (name, C type, struct code): a Wait is (counter, target per token, previous?) packed in 8 bytes; with tag waits
@@ -63,10 +68,13 @@ def header() -> str:
     lines += [f"constexpr int OP_{name.upper()} = {code};" for name, code in OPCODES.items()]
     lines += [f"constexpr int MAX_WAITS = {MAX_WAITS};", f"constexpr int SAMPLE_CANDIDATES = {SAMPLE_CANDIDATES};",
               "#ifndef KIEC_TRACE_DOTS", "#define KIEC_TRACE_DOTS 0", "#endif",
-              f"constexpr int TRACE_SLOTS = KIEC_TRACE_DOTS ? {len(TRACE_SLOTS + TRACE_DOT_SLOTS)} : "
-              f"{len(TRACE_SLOTS)};",
+              "#ifndef KIEC_TRACE_STREAM", "#define KIEC_TRACE_STREAM 0", "#endif",
+              f"constexpr int TRACE_STREAM_AT = {len(TRACE_SLOTS)} + (KIEC_TRACE_DOTS ? {len(TRACE_DOT_SLOTS)} : 0);",
+              f"constexpr int TRACE_SLOTS = TRACE_STREAM_AT + (KIEC_TRACE_STREAM ? {len(TRACE_STREAM_SLOTS)} : 0);",
               "enum TraceSlot { " + ", ".join(f"TR_{n.upper()} = {i}"
-                                              for i, n in enumerate(TRACE_SLOTS + TRACE_DOT_SLOTS)) + " };", "",
+                                              for i, n in enumerate(TRACE_SLOTS + TRACE_DOT_SLOTS)) + " };",
+              *(f"constexpr int TR_{n.upper()} = TRACE_STREAM_AT + {i};" for i, n in enumerate(TRACE_STREAM_SLOTS)),
+              "",
               "struct Wait {"]
     lines += [f"  {ctype} {name};" for name, ctype, _ in WAIT_FIELDS]
     lines += ["};", "", "struct Instr {"]

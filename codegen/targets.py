@@ -159,6 +159,11 @@ class TargetParams:
     # (persistent_abi.py's TRACE_DOT_SLOTS); trace_summary.py cuts the dot products' span at them. Off, the kernel
     # has none of their code
     persist_trace_dots: int
+    # persistent, a timing aid: 1: in a traced step the weight stream also stamps, per GEMV instruction, when it came
+    # to its first page and issued its last, and the ns it waited for a free page of the ring (full: the compute
+    # warps behind) and on the pace (persistent_abi.py's TRACE_STREAM_SLOTS); trace_summary.py's stream view. The
+    # stream's page loop tests the traced position each page, which slows every step (measured: bench/RESULTS.md)
+    persist_trace_stream: int
     # persistent, a timing probe, never for use (tokens wrong): what a down projection cut by its K would cost and
     # save. Cut so, each SM would multiply its own gate/up tile's SiLU-mul outputs by those columns of the down
     # weights and add its part of every output into the residual stream (int64 fixed-point adds in L2, so that the
@@ -594,7 +599,7 @@ TARGETS: dict[str, TargetParams] = {
                           persist_page_look=0,
                           persist_probe_relaxed_signal=0, persist_probe_warm_code=0, persist_probe_twice=0,
                           persist_trace_attention=0,
-                          persist_trace_dots=0,
+                          persist_trace_dots=0, persist_trace_stream=0,
                           persist_probe_mlp_local=0, persist_probe_attention_idle=0,
                           # 2026-12-02 twenty-fourth session (1880734, ms, two rounds each): smollm2-135m at 8192
                           # 0.662 vs 0.697 (-5.0%), llama-3.2-1b at 8192 0.892 vs 0.897-0.898 (-0.7%), short context

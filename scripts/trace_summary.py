@@ -330,6 +330,41 @@ def dot_parts(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> l
     return lines
 
 
+def stream_parts(ts: np.ndarray, slots: list[str], sched: list, kernels: list, sms: int) -> list[str]:
+    """With persist_trace_stream: the weight stream's side of the traced step. Per GEMV kind, mean us over its
+    tiles: the stream's wait for a free page of the ring over the tile's pages (full: the compute warps were behind,
+    and the SM's share of the memory went unread), its wait on the pace, how long before the tile's x was ready the
+    stream came to its first page (negative: after) and after it the last page's copy went out. Then the SMs' full
+    waits summed over the step (the memory time the ring lost, per SM: mean, min, max) against the token span.
+    Nothing when the recording has no such stamps."""
+    if "stream_full_ns" not in slots:
+        return []
+    col = columns(ts, slots)
+    out: dict[str, list[list[float]]] = collections.defaultdict(list)
+    full_per_sm = np.zeros(sms)
+    for i, (sm, opcode, k, *_) in enumerate(sched):
+        if opcode != "gemv" or col["stream_first"][i] <= 0 or col["x_ready"][i] <= 0:
+            continue
+        full_per_sm[sm] += col["stream_full_ns"][i] / 1e3
+        out[kind(opcode, kernels[k])].append([col["stream_full_ns"][i] / 1e3, col["stream_pace_ns"][i] / 1e3,
+                                              (col["x_ready"][i] - col["stream_first"][i]) / 1e3,
+                                              (col["stream_last"][i] - col["x_ready"][i]) / 1e3])
+    if not out:
+        return []
+    lines = ["the weight stream in the traced step, us (mean over a kind's tiles; lead: its first page before the "
+             "tile's x ready, last: its last copy after):",
+             f"{'kind':<24}{'tiles':>6}{'ring full':>11}{'paced':>8}{'lead':>8}{'last':>8}{'full, all tiles':>17}"]
+    for name, d in sorted(out.items(), key=lambda kv: -np.sum(kv[1], axis=0)[0]):
+        d = np.array(d)
+        m = d.mean(axis=0)
+        lines.append(f"{name:<24}{len(d):>6}{m[0]:>11.2f}{m[1]:>8.2f}{m[2]:>8.2f}{m[3]:>8.2f}{d[:, 0].sum():>17.1f}")
+    span = token_span(col)
+    lines.append(f"the ring full, summed over an SM's tiles: mean {full_per_sm.mean():.1f} us (min "
+                 f"{full_per_sm.min():.1f}, max {full_per_sm.max():.1f}) of the {span:.1f} us token span "
+                 f"({100 * full_per_sm.mean() / span:.0f}%)")
+    return lines
+
+
 def summary_of(ts: np.ndarray, m: dict, pos: int) -> str:
     slots, sched, kernels, sms = m["trace_slots"], m["schedule"], m["kernels"], m["sms"]
     lines = per_kind(ts, slots, sched, kernels, sms)
@@ -339,7 +374,7 @@ def summary_of(ts: np.ndarray, m: dict, pos: int) -> str:
     lines += ["", *tail_lines(*tails(ts, slots, sched, kernels))]
     lines += ["", *slowest_lines(slowest_parts(ts, slots, sched, kernels))]
     for view in (attention_critical(ts, slots, sched), attention_parts(ts, slots, sched),
-                 dot_parts(ts, slots, sched, kernels)):
+                 dot_parts(ts, slots, sched, kernels), stream_parts(ts, slots, sched, kernels, sms)):
         lines += ["", *view] if view else []
     lines += ["", "pages in the ring when a GEMV tile's x was ready (min, p10, median, p90, max over its tiles):"]
     lines += [f"  {name:<22} {' '.join(f'{v:>3}' for v in q)}" for name, q in ready_pages(ts, slots, sched, kernels).items()]

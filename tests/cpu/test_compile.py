@@ -487,25 +487,29 @@ def test_early_rope_and_kv_first_set_their_flags_after_the_short_pass(tmp_path):
 
 
 def test_trace_stamps_compile_when_asked(tmp_path, monkeypatch):
-    # persist_trace_attention, persist_trace_dots: the kernel defines KIEC_TRACE_ATTENTION and KIEC_TRACE_DOTS and
-    # builds (nvcc) with the stamps; the recording's slots name the dot products' four (without: 9 slots, as before)
+    # persist_trace_attention, persist_trace_dots, persist_trace_stream: the kernel defines KIEC_TRACE_ATTENTION,
+    # KIEC_TRACE_DOTS and KIEC_TRACE_STREAM and builds (nvcc) with the stamps; the recording's slots name the dot
+    # products' six, then the stream's four (without: 9 slots, as before; the stream's alone follow the 9)
     import dataclasses
 
     from kiec.codegen import targets
     make_tiny_hf(tmp_path / "hf", "qwen3")
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
-    for on in (0, 1):
+    dots = ["x_sliced", "first_item", "warp_done_min", "warp_done_max", "first_item_min", "first_item_warp"]
+    stream = ["stream_first", "stream_last", "stream_full_ns", "stream_pace_ns"]
+    for on, with_stream in [(0, 0), (1, 1), (0, 1)]:
         monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(
-            targets.TARGETS["sm_90"], persist_trace_attention=on, persist_trace_dots=on))
-        art = kiec.compile(model, str(tmp_path / f"art{on}"), mode="persistent")
+            targets.TARGETS["sm_90"], persist_trace_attention=on, persist_trace_dots=on,
+            persist_trace_stream=with_stream))
+        art = kiec.compile(model, str(tmp_path / f"art{on}{with_stream}"), mode="persistent")
         with open(os.path.join(art, "src", "model.cu")) as fh:
             text = fh.read()
         assert f"#define KIEC_TRACE_ATTENTION {on}" in text and f"#define KIEC_TRACE_DOTS {on}" in text
+        assert f"#define KIEC_TRACE_STREAM {with_stream}" in text
         with open(os.path.join(art, "manifest.json")) as fh:
             slots = json.load(fh)["trace_slots"]
-        assert slots[9:] == (["x_sliced", "first_item", "warp_done_min", "warp_done_max", "first_item_min",
-                              "first_item_warp"] if on else [])
-        assert len(slots) == 9 + 6 * on and slots[8] == "stored"
+        assert slots[9:] == (dots if on else []) + (stream if with_stream else [])
+        assert slots[8] == "stored"
 
 
 @pytest.mark.parametrize("tagged", [0, 2])

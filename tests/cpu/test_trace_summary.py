@@ -240,6 +240,26 @@ def test_dot_parts_cut_a_tiles_dots_at_its_stamps():
     assert lines[2].split()[2:] == ["0.20", "1.00", "3.80", "1.00", "6.00", "1.50", "0.25", "7", "(100%)"]
 
 
+def test_stream_parts_give_the_rings_full_waits_per_kind_and_per_sm():
+    # persist_trace_stream: three GEMV tiles of one kind on two SMs, the stream's first page, last copy, full and
+    # paced waits stamped; SM 0's two tiles waited 1.0 + 0.5 us on a full ring, SM 1's 0.2 (mean 0.85 of 12 us); an
+    # attention row and a recording without these slots give nothing
+    slots = SLOTS + ["stream_first", "stream_last", "stream_full_ns", "stream_pace_ns"]
+    sched = [[0, "gemv", 0, 0], [1, "gemv", 0, 0], [0, "gemv", 0, 1], [0, "attention", 1, 1]]
+    base = recording([(500, 1000, 2000, 9000, 9500, 0), (500, 1000, 2000, 7000, 7500, 0),
+                      (9500, 10000, 11000, 12000, 12500, 0), (500, 1000, 2000, 0, 2500, 0)])
+    stamps = np.array([[1000, 4000, 1000, 300], [1500, 2500, 200, 100], [10000, 11500, 500, 0], [0, 0, 0, 0]])
+    ts = np.concatenate([base, stamps], axis=1)
+    kernels = [{"family": "gemv", "name": "qkv"}, {"name": "attn"}]
+    lines = trace_summary.stream_parts(ts, slots, sched, kernels, 2)
+    assert lines[2].split()[:2] == ["gemv:qkv", "3"]
+    # means: full (1.0 + 0.2 + 0.5) / 3, paced 0.4 / 3, lead (1.0 + 0.5 + 1.0) / 3, last (2.0 + 0.5 + 0.5) / 3; 1.7
+    assert [float(v) for v in lines[2].split()[2:]] == pytest.approx([0.57, 0.13, 0.83, 1.0, 1.7], abs=0.005)
+    assert lines[3] == ("the ring full, summed over an SM's tiles: mean 0.8 us (min 0.2, max 1.5) of the 12.0 us "
+                        "token span (7%)")
+    assert trace_summary.stream_parts(base, SLOTS, sched, kernels, 2) == []
+
+
 def test_attention_critical_takes_each_phases_last_split():
     # two attention phases of two splits: the slice of the split whose partial came last (2 and 4 us), the tail of
     # the one that signalled last (1 and 6 us) and the last partial to that signal (1 and 3 us: in the second phase

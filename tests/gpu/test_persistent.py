@@ -507,18 +507,23 @@ def test_trace_stamps_attentions_parts_when_asked(tmp_path, monkeypatch, owner):
     assert summary.attention_parts(ts, slots, sched)[0].startswith(f"attention splits with rows ({stamped.sum()})")
 
 
+def traced_variant(tmp_path, monkeypatch, **change):
+    """A tiny llama's persistent engine with those table fields, its 12 greedy tokens checked against the default's,
+    and its recording of the step at position 20: (engine, recording, slots, schedule)."""
+    model, _ = compile_tiny(tmp_path, "llama")
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base"))
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, **change))
+    assert eng.generate([1, 2, 3, 4], 12) == base.generate([1, 2, 3, 4], 12)
+    return eng, eng.trace(20).astype(np.int64), eng.manifest["trace_slots"], eng.manifest["schedule"]
+
+
 def test_trace_stamps_the_dot_products_parts_when_asked(tmp_path, monkeypatch):
     # persist_trace_dots: every GEMV tile of the traced step stamps its x slice loaded, the latest warp's first item
     # and the latest warp's last, in that order between its x ready and its sums done, and the earliest warp's last
     # between x ready and the latest's (a warp may end before another's first), the earliest warp's first item
     # between x ready and the latest's, and the latest's warp (one of 8); other instructions none; the tokens are the
     # default's; trace_summary.py cuts them
-    model, _ = compile_tiny(tmp_path, "llama")
-    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base"))
-    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_trace_dots=1))
-    assert eng.generate([1, 2, 3, 4], 12) == base.generate([1, 2, 3, 4], 12)
-    ts = eng.trace(20).astype(np.int64)
-    slots, sched = eng.manifest["trace_slots"], eng.manifest["schedule"]
+    eng, ts, slots, sched = traced_variant(tmp_path, monkeypatch, persist_trace_dots=1)
     names = ("x_ready", "x_sliced", "first_item", "warp_done_max", "sums_done", "warp_done_min")
     moments = np.stack([ts[:, slots.index(n)] for n in names])
     gemv = np.array([op == "gemv" for _, op, *_ in sched])
@@ -530,6 +535,21 @@ def test_trace_stamps_the_dot_products_parts_when_asked(tmp_path, monkeypatch):
     summary = trace_summary()
     lines = summary.dot_parts(ts, slots, sched, eng.manifest["kernels"])
     assert lines[0].startswith("a GEMV tile's dot products") and len(lines) > 2
+
+
+def test_trace_stamps_the_weight_streams_pages_when_asked(tmp_path, monkeypatch):
+    # persist_trace_stream: the streaming thread stamps every GEMV share of the traced step: it came to the first
+    # page before the tile's dots were done and issued the last page's copy at or after that and before them, its
+    # full-ring and pace waits within that stretch; other instructions none; the tokens are the default's;
+    # trace_summary.py gives the stream's view
+    eng, ts, slots, sched = traced_variant(tmp_path, monkeypatch, persist_trace_stream=1)
+    first, last, full, paced, sums = (ts[:, slots.index(n)] for n in ("stream_first", "stream_last", "stream_full_ns",
+                                                                       "stream_pace_ns", "sums_done"))
+    gemv = np.array([op == "gemv" for _, op, *_ in sched])
+    assert (first[gemv] > 0).all() and (np.stack([first, last, full, paced])[:, ~gemv] == 0).all()
+    assert ((first <= last) & (last <= sums) & (full >= 0) & (paced >= 0) & (full + paced <= last - first))[gemv].all()
+    lines = trace_summary().stream_parts(ts, slots, sched, eng.manifest["kernels"], eng.manifest["sms"])
+    assert lines[0].startswith("the weight stream in the traced step") and lines[-1].startswith("the ring full")
 
 
 @pytest.mark.parametrize("level,tag_waits", [(1, 0), (2, 0), pytest.param(2, 1, id="2-tag_waits"),

@@ -218,6 +218,23 @@ __device__ __forceinline__ unsigned long long paced_after(unsigned long long now
   return now + (unsigned long long)pace * bytes / PAGE;
 }
 
+#if KIEC_TRACE_STREAM
+// (persist_trace_stream) a page of the traced step's GEMV share `row` (its recording's row): the stream came to it at
+// `came`, found a free page of the ring at `freed`, and issues its copy now, after the pace. The share's first page
+// starts the row's sums over again (a recording may be made several times: Engine.trace's warm launches).
+__device__ __forceinline__ void stamp_stream(unsigned long long* row, bool first_page, unsigned long long came,
+                                             unsigned long long freed) {
+  const unsigned long long now = global_ns();
+  if (first_page) {
+    row[TR_STREAM_FIRST] = came;
+    row[TR_STREAM_FULL_NS] = row[TR_STREAM_PACE_NS] = 0;
+  }
+  row[TR_STREAM_FULL_NS] += freed - came;
+  row[TR_STREAM_PACE_NS] += now - freed;
+  row[TR_STREAM_LAST] = now;
+}
+#endif
+
 // The producer: thread 0 of the streaming warpgroup. Copies every GEMV share of positions [p0, p_end) into the ring
 // in instruction order, until the compute warps set `quit` (the generation ended early). Every SM's bytes in flight
 // are a queue that all other loads and the counters' round trips wait behind (bench/hop_latency.cu: a hop of 1.7 us
@@ -241,6 +258,10 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
   const unsigned pace = page_pace<KIEC_PAGE_PACE_NS>(a), pace_ahead = page_pace<KIEC_PAGE_PACE_AHEAD_NS>(a);
   for (; copy.next(KIEC_ATTN_L2_HINT == 2); ++seq) {
     const unsigned stage = seq % R::STAGES, use = seq / R::STAGES;
+#if KIEC_TRACE_STREAM
+    const bool rec = a.trace != nullptr && copy.pos == a.trace_pos;  // (a page of the traced step)
+    const unsigned long long came = rec ? global_ns() : 0ull;
+#endif
     if (use > 0) {
       while (!mbar_test(ring.empty + stage, (use - 1) & 1)) {
         if (*quit) goto drain;
@@ -264,6 +285,9 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
       }
     }
     const unsigned bytes = copy.up ? 2 * copy.bytes : copy.bytes;
+#if KIEC_TRACE_STREAM
+    const unsigned long long freed = rec ? global_ns() : 0ull;
+#endif
     // (KIEC_L2_AHEAD_BURST: page seq was asked of L2 at the pace while the ring was full; its copy reads L2, so
     // the ring refills at once after the compute warps' wait, and the asks keep the memory's clock)
     if (KIEC_PAGE_PACE_NS > 0 && !(KIEC_L2_AHEAD_BURST && AHEAD > 0 && seq < asked)) {
@@ -276,6 +300,9 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
       next_at = paced_after<R::PAGE>(now, pace, bytes);
 #endif
     }
+#if KIEC_TRACE_STREAM
+    if (rec) stamp_stream(a.trace + (size_t)copy.i * TRACE_SLOTS, copy.first == copy.per_page, came, freed);
+#endif
     mbar_expect(ring.full + stage, bytes);
     char* dst = ring.page(seq);
     bulk_copy(dst, copy.gate, copy.bytes, ring.full + stage, policy);
