@@ -185,7 +185,9 @@ void* kiec_create(const char* weights_path, int device) {
   TRY(cudaMalloc(&c->arena, KIEC_ARENA_FLOATS * sizeof(float)));
   TRY(cudaMalloc(&c->kv, KIEC_KV_BYTES));
   TRY(cudaMalloc(&c->counters, 1024 * sizeof(unsigned int)));
-  TRY(cudaMemset(c->counters, 0, 1024 * sizeof(unsigned int)));
+  // every memset on c->stream, which is non-blocking: the legacy stream's work is not ordered before its kernels, so
+  // a memset there may land after them (session 34: a trace recording zeroed after its kernel wrote it)
+  TRY(cudaMemsetAsync(c->counters, 0, 1024 * sizeof(unsigned int), c->stream));
   TRY(cudaMalloc(&c->st, sizeof(StepState)));
   TRY(cudaMalloc(&c->tokens, (KIEC_MAX_SEQ + 1) * sizeof(int)));
   TRY(cudaHostAlloc(&c->host_tokens, (KIEC_MAX_SEQ + 1) * sizeof(int), cudaHostAllocMapped));
@@ -195,8 +197,8 @@ void* kiec_create(const char* weights_path, int device) {
   *c->host_stop = 0;
   if (bad(load_weights(c, weights_path))) return nullptr;
   // Poison: NaN activations and KV cache, so that a read of anything not yet written shows.
-  TRY(cudaMemset(c->arena, 0xff, KIEC_ARENA_FLOATS * sizeof(float)));
-  TRY(cudaMemset(c->kv, 0xff, KIEC_KV_BYTES));
+  TRY(cudaMemsetAsync(c->arena, 0xff, KIEC_ARENA_FLOATS * sizeof(float), c->stream));
+  TRY(cudaMemsetAsync(c->kv, 0xff, KIEC_KV_BYTES, c->stream));
   if (bad(mode_setup(c))) return nullptr;
 #undef TRY
   return c;
