@@ -14,8 +14,9 @@ SAMPLE_CANDIDATES = 1024  # tokens the select tile can sort in shared memory to 
 # and when it is done (signalled: the barrier and thread 0's release, which waits until the stores are acknowledged);
 # the SM cycles it spent waiting for weight pages, and all its SM cycles (their ratio to the ns converts the
 # others); and a GEMV's pages already landed in the ring when its x was ready (up to the ring's, at most its own).
-# No slot times the streaming thread: counting its stalls in the traced step (the test in its page loop alone)
-# made llama-3.2-1b 3.5% slower in every step (0.848 vs 0.819 ms at 48f2904, bench/RESULTS.md).
+# The default build times nothing in the streaming thread: counting its stalls in the traced step (the test in its
+# page loop alone) made llama-3.2-1b 3.5% slower in every step at 48f2904 (0.848 vs 0.819 ms, bench/RESULTS.md);
+# persist_trace_stream's build does (TRACE_STREAM_SLOTS below), at no cost seen in the thirty-fourth session.
 TRACE_SLOTS = ("start", "ready", "x_ready", "sums_done", "done", "page_wait_cycles", "cycles", "pages_ready",
                "stored")
 # With persist_trace_dots (KIEC_TRACE_DOTS) a row has six slots more: a GEMV cuts its dot products (x_ready to

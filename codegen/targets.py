@@ -162,7 +162,8 @@ class TargetParams:
     # persistent, a timing aid: 1: in a traced step the weight stream also stamps, per GEMV instruction, when it came
     # to its first page and issued its last, and the ns it waited for a free page of the ring (full: the compute
     # warps behind) and on the pace (persistent_abi.py's TRACE_STREAM_SLOTS); trace_summary.py's stream view. The
-    # stream's page loop tests the traced position each page, which slows every step (measured: bench/RESULTS.md)
+    # stream's page loop then tests the traced position each page: no cost seen (thirty-fourth session, llama-3.2-1b
+    # 0.696 ms with and without; bench/RESULTS.md). Off, the kernel has none of its code
     persist_trace_stream: int
     # persistent, a timing probe, never for use (tokens wrong): what a down projection cut by its K would cost and
     # save. Cut so, each SM would multiply its own gate/up tile's SiLU-mul outputs by those columns of the down
@@ -346,6 +347,11 @@ TARGETS: dict[str, TargetParams] = {
                           # (wider models, persist_l2_ahead_max_width). With the table's widths no model now has both
                           # the lookahead (up to 1023) and the pace (from 1024). Off
                           persist_l2_ahead_paced=0,
+                          # the ring's copies of pages already asked of L2 off the pace (with L2 lookahead on, paced):
+                          # the stream waits on a full ring 7.7 us a layer before gate/up (persist_trace_stream), so the
+                          # asks could refill it faster after. Thirty-fourth session (205a778, ms, two rounds): llama-
+                          # 3.2-1b 0.696 / 0.697 all ways (256 or 512 KB), qwen3-1.7b 1.072 / 1.071 vs 1.040 / 1.042;
+                          # traced, gate/up's page waits 7,700-7,859 SM-us vs 7,386: no faster from L2. Off
                           persist_l2_ahead_burst=0,
                           # the paces above are H200's. Its driver's attributes give a peak of 4,814 GB/s (kiec bench's
                           # line, sixteenth session; nvidia-smi's 3,201 MHz x 6144 bits would be 4,916); an H100's

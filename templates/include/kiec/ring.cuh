@@ -246,8 +246,9 @@ __device__ __forceinline__ void stamp_stream(unsigned long long* row, bool first
 // beyond it (a second walk over the same pages), so that the memory keeps streaming through waits longer than the
 // ring covers (noise on llama-3.2-1b at 94a9075 and 9cd28d0; bench/l2_prefetch.cu: a region waiting in L2 copies
 // only 15-35% faster than one from HBM). Before returning it waits for its copies in flight, so that none lands
-// after the block is gone. Nothing in its page loop may depend on the traced step: one test a page there (48f2904,
-// timing its stalls) cost every step 3.5% on llama-3.2-1b.
+// after the block is gone. In the default build nothing in its page loop depends on the traced step: one test a page
+// there (48f2904, timing its stalls) cost every step 3.5% on llama-3.2-1b; persist_trace_stream's (KIEC_TRACE_STREAM)
+// stamps cost none seen (thirty-fourth session: 0.696 ms with and without, bench/RESULTS.md).
 template <typename R, int AHEAD>
 __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int end, const volatile int* quit) {
   // weights are read once a token: first out of L2 (KIEC_WEIGHT_EVICT_FIRST 0: L2's default; bench/stream_rate.cu)
