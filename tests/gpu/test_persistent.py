@@ -596,6 +596,9 @@ TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
     pytest.param(dict(persist_page_bytes=1024, persist_stages=2,
                       persist_l2_ahead_bytes=8192, persist_page_pace_ns=200,
                       persist_l2_ahead_paced=1), id="l2-ahead-paced-1k"),
+    pytest.param(dict(persist_page_bytes=1024, persist_stages=2,
+                      persist_l2_ahead_bytes=8192, persist_page_pace_ns=200,
+                      persist_l2_ahead_paced=1, persist_l2_ahead_burst=1), id="l2-ahead-burst-1k"),
     pytest.param(dict(persist_pace_ref_gbps=4916), id="pace-scaled"),
     pytest.param(dict(persist_attn_spare_splits=0, attn_min_keys=8),
                  id="spare-none"),
@@ -653,7 +656,8 @@ TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
     pytest.param(dict(persist_stage_instrs=0, attn_min_keys=8, persist_trace_dots=1), id="unstaged-instrs-splits-traced"),
     pytest.param(dict(persist_norm_w_raw=0), id="norm-w-converted"),
     pytest.param(dict(persist_stage_instrs=0, persist_norm_w_raw=0, persist_tagged=0), id="unstaged-converted-untagged"),
-    pytest.param(dict(attn_min_keys=8, persist_trace_attention=1), id="staged-splits-traced")]
+    pytest.param(dict(attn_min_keys=8, persist_trace_attention=1), id="staged-splits-traced"),
+    pytest.param(dict(attn_min_keys=8, persist_trace_dots=1, persist_trace_stream=1), id="staged-dots-stream-traced")]
 
 
 @pytest.mark.parametrize("change", TABLE_VARIANTS)
@@ -664,7 +668,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # the ring meanwhile); the weight copies with L2's default policy; the weight stream's page walk read again each
     # page (the default before 2026-12-01's fifteenth session), the kept walk unpaced, paced 200 ns a page with the two
     # 1 KB pages, paced 900 ns while 2+ instructions past the compute warps, with the 8 pages asked of L2 past the two 1
-    # KB pages paced too, and the paces scaled to the GPU's peak bandwidth; the output projection's rows kept off the
+    # KB pages paced too (and also their copies into the ring off the pace), and the paces scaled to the GPU's peak
+    # bandwidth; the output projection's rows kept off the
     # SMs of each KV head's first split (with 8 keys a split, so that more than one is in use); a vocabulary of 16384
     # gives each SM's LM-head share about 124 rows; attention's rows asked of L2 by the split before its wait or by the
     # weight stream, with 8 keys a split (the base too) so that several splits ask; x slices loaded straight from memory
@@ -693,8 +698,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # items or more (the LM head's); each tile's instruction and descriptor read from global memory, not copied into
     # shared memory ahead (the default before 2026-12-04's thirty-third session; also with several splits and the
     # dots' trace stamps, and untagged with the norm weights converted at their load); the norm weights converted at
-    # their load; the staged default with several splits and attention's trace stamps (the dots' stamps build
-    # unstaged: codegen/persistent.py's stage_instrs). Knobs that leave the math alone leave the bits alone
+    # their load; the staged default with several splits and attention's trace stamps, and with the dots' and the
+    # weight stream's. Knobs that leave the math alone leave the bits alone
     model = load_tiny(tmp_path, "qwen3", vocab_size=16384)
     base_fields = dict(WIDE_FIELDS, **{k: v for k, v in change.items() if k == "attn_min_keys"})
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **base_fields))
