@@ -113,3 +113,12 @@ def test_the_pace_keeps_each_sms_share_of_another_gpus_memory(tmp_path, ref):
     peaks = [4916, 3352, 9833, 0, 0]
     paces = [460, 674, 229, 460, 460] if ref else [460] * 5
     assert got == [(int(cases[2 * i]), int(cases[2 * i + 1]), peaks[i], paces[i]) for i in range(5)]
+
+
+def test_the_staged_instructions_place_wraps_as_the_division_would(tmp_path):
+    # instr_ahead (persistent_args.cuh), which InstrStage uses for the instruction 3 tiles ahead: the list's place
+    # by subtraction equals begin + (i - begin + ahead) % n for lists of 1-8 instructions (shorter than the distance
+    # too: the loop wraps more than once), every i and distances 0-9
+    exe = nvcc_build(tmp_path, os.path.join(HERE, "instr_ahead.cu"), "-std=c++17")
+    r = subprocess.run([exe], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "1440 cases, 0 wrong", r.stdout[-2000:]

@@ -292,13 +292,11 @@ struct InstrStage {
     landed();
   }
   // At tile k's start (instruction i of the block's begin .. end), warp 1. Instruction k + 3's place follows i
-  // with a wrap into the next step's (a loop for blocks of fewer than 3 instructions), not a division each tile.
+  // (instr_ahead: a wrap into the next step's list, not a division each tile).
   __device__ __forceinline__ static void ahead(const PersistentArgs& a, int begin, int end, int i, int k, int lane) {
     landed();
     __syncwarp();  // (instruction k + 2, copied by other lanes, read below)
-    int at = i + 3;
-    while (at >= end) at -= end - begin;
-    copy_instr(a, at, k + 3, lane);
+    copy_instr(a, instr_ahead(begin, end, i, 3), k + 3, lane);
     copy_desc(a, k + 2, lane);
   }
 };

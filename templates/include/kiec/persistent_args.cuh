@@ -62,6 +62,15 @@ struct Turn {
   const KernelDesc* desc;   // its kernel's descriptor (a->kernels[ins->kernel], or a copy like ins's)
 };
 
+// The place in a->instrs of the instruction `ahead` tiles after instruction i of an SM's list begin .. end, which
+// repeats every step: begin + (i - begin + ahead) % (end - begin), by subtraction, not a runtime division (a loop for
+// lists shorter than `ahead`; persistent.cuh's InstrStage, tests/cpu/instr_ahead.cu).
+__host__ __device__ __forceinline__ int instr_ahead(int begin, int end, int i, int ahead) {
+  int at = i + ahead;
+  while (at >= end) at -= end - begin;
+  return at;
+}
+
 // Whether the generation has passed this turn's position: the host's stop, or the end the select tile set, at or
 // before it (a volatile load: the host writes it through mapped memory, the select tile from another SM).
 __device__ __forceinline__ bool stop_reached(const Turn& u) { return *(volatile const int*)u.a->stop_pos <= u.pos; }
