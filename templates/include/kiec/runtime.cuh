@@ -199,6 +199,7 @@ void* kiec_create(const char* weights_path, int device) {
   // Poison: NaN activations and KV cache, so that a read of anything not yet written shows.
   TRY(cudaMemsetAsync(c->arena, 0xff, KIEC_ARENA_FLOATS * sizeof(float), c->stream));
   TRY(cudaMemsetAsync(c->kv, 0xff, KIEC_KV_BYTES, c->stream));
+  TRY(cudaStreamSynchronize(c->stream));  // (done before graph mode's capture on the stream, and their errors here)
   if (bad(mode_setup(c))) return nullptr;
 #undef TRY
   return c;
