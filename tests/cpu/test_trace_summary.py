@@ -25,6 +25,12 @@ def recording(rows, extra=None):
                      for (a, b, x, s, d, w), (r, so) in zip(rows, extra)], dtype=np.int64)
 
 
+def stamped(rows, stamps):
+    """A recording of `rows` (recording's) and the same with `stamps`, a row's extra slots each, appended."""
+    base = recording(rows)
+    return base, np.concatenate([base, np.array(stamps)], axis=1)
+
+
 # two SMs; phase 0 (QKV) ends at 5 us, phase 1 (attention) starts being ready at 7 us and ends at 9 us, phase 2 (O)
 # is ready at 12 us on one SM and 13 us on the other and ends at 15 us (times in ns)
 CHAIN_SCHED = [[0, "gemv", 0, 0], [1, "gemv", 0, 0], [0, "attention", 1, 1], [1, "attention", 1, 1],
@@ -223,10 +229,9 @@ def test_dot_parts_cut_a_tiles_dots_at_its_stamps():
     # the stamps, an attention row and a recording from before these slots give nothing
     slots = SLOTS + ["x_sliced", "first_item", "warp_done_min", "warp_done_max"]
     sched = [[0, "gemv", 0, 0], [1, "gemv", 0, 0], [2, "gemv", 0, 0], [0, "attention", 1, 1]]
-    base = recording([(500, 1000, 2000, 9000, 9500, 0), (500, 1000, 2000, 7000, 7500, 0),
-                      (500, 1000, 2000, 3000, 3500, 0), (500, 1000, 2000, 0, 2500, 0)])
-    stamps = np.array([[2100, 3100, 6000, 8000], [2300, 3300, 5000, 6000], [0, 0, 0, 0], [0, 0, 0, 0]])
-    ts = np.concatenate([base, stamps], axis=1)
+    base, ts = stamped([(500, 1000, 2000, 9000, 9500, 0), (500, 1000, 2000, 7000, 7500, 0),
+                        (500, 1000, 2000, 3000, 3500, 0), (500, 1000, 2000, 0, 2500, 0)],
+                       [[2100, 3100, 6000, 8000], [2300, 3300, 5000, 6000], [0, 0, 0, 0], [0, 0, 0, 0]])
     lines = trace_summary.dot_parts(ts, slots, sched, [{"family": "gemv", "name": "qkv"}, {"name": "attn"}])
     assert lines[0] == "a GEMV tile's dot products cut at its stamps, us (mean over its tiles):"
     assert lines[2].split()[:2] == ["gemv:qkv", "2"]
@@ -246,18 +251,16 @@ def test_stream_parts_give_the_rings_full_waits_per_kind_and_per_sm():
     # attention row and a recording without these slots give nothing
     slots = SLOTS + ["stream_first", "stream_last", "stream_full_ns", "stream_pace_ns"]
     sched = [[0, "gemv", 0, 0], [1, "gemv", 0, 0], [0, "gemv", 0, 1], [0, "attention", 1, 1]]
-    base = recording([(500, 1000, 2000, 9000, 9500, 0), (500, 1000, 2000, 7000, 7500, 0),
-                      (9500, 10000, 11000, 12000, 12500, 0), (500, 1000, 2000, 0, 2500, 0)])
-    stamps = np.array([[1000, 4000, 1000, 300], [1500, 2500, 200, 100], [10000, 11500, 500, 0], [0, 0, 0, 0]])
-    ts = np.concatenate([base, stamps], axis=1)
-    kernels = [{"family": "gemv", "name": "qkv"}, {"name": "attn"}]
-    lines = trace_summary.stream_parts(ts, slots, sched, kernels, 2)
+    base, ts = stamped([(500, 1000, 2000, 9000, 9500, 0), (500, 1000, 2000, 7000, 7500, 0),
+                        (9500, 10000, 11000, 12000, 12500, 0), (500, 1000, 2000, 0, 2500, 0)],
+                       [[1000, 4000, 1000, 300], [1500, 2500, 200, 100], [10000, 11500, 500, 0], [0, 0, 0, 0]])
+    lines = trace_summary.stream_parts(ts, slots, sched, KERNELS, 2)
     assert lines[2].split()[:2] == ["gemv:qkv", "3"]
     # means: full (1.0 + 0.2 + 0.5) / 3, paced 0.4 / 3, lead (1.0 + 0.5 + 1.0) / 3, last (2.0 + 0.5 + 0.5) / 3; 1.7
     assert [float(v) for v in lines[2].split()[2:]] == pytest.approx([0.57, 0.13, 0.83, 1.0, 1.7], abs=0.005)
     assert lines[3] == ("the ring full, summed over an SM's tiles: mean 0.8 us (min 0.2, max 1.5) of the 12.0 us "
                         "token span (7%)")
-    assert trace_summary.stream_parts(base, SLOTS, sched, kernels, 2) == []
+    assert trace_summary.stream_parts(base, SLOTS, sched, KERNELS, 2) == []
 
 
 def test_attention_critical_takes_each_phases_last_split():

@@ -619,7 +619,6 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   const bool res_mine = EPI == EPI_RESIDUAL && (int)threadIdx.x < outs;
   float y_mine = 0.f;
   unsigned long long y_word = 0ull;
-  const KernelDesc* d = nullptr;
   float xr[G::ROUNDS][8];  // this warp's segment of x
   long long waited;
   // The tile from its wait to its sums: false if the generation ended first. `dry` (persist_probe_warm_code, a
@@ -641,10 +640,9 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
       } else if (res_mine) {
         y_mine = y[lo + threadIdx.x];
       }
-      d = u.desc;
       auto stage_x = [&] {
         if constexpr (WNORM) wnorm.run(x, eps, threadIdx.x & 31, xr);
-        else if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, d->tag_x), norm_w, eps, xs, red);
+        else if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, u.desc->tag_x), norm_w, eps, xs, red);
         else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
       };
       if constexpr ((TWICE & 2) != 0) stage_x();  // the probe: the same x written once more before
@@ -660,7 +658,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
         if (threadIdx.x == 0) trace_row(u)[TR_PAGES_READY] = landed;
       }
       if constexpr (TX && DIRECT)
-        load_x_slice_tagged<G>(x, tag_of(u, d->tag_x), (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
+        load_x_slice_tagged<G>(x, tag_of(u, u.desc->tag_x), (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
       else if (!WNORM) load_x_slice<G>(DIRECT ? x : xs, (HALF ? 2 * (threadIdx.x >> 5) + ((threadIdx.x >> 4) & 1)
                                                               : threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
 #if KIEC_TRACE_DOTS
@@ -709,7 +707,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
 #if KIEC_TAG_WAITS >= 2
   if (!wait_writes(u, late_seen)) return false;  // the waits that guard only this tile's writes
 #endif
-  const unsigned res_tag = TY && EPI == EPI_RESIDUAL ? tag_of(u, d->tag_res) : 0u;
+  const unsigned res_tag = TY && EPI == EPI_RESIDUAL ? tag_of(u, u.desc->tag_res) : 0u;
   if (TY && res_mine) y_mine = tagged_value(y_word, y, lo + threadIdx.x, res_tag);
   gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY>(u, acc, bias, y, lo, outs, n_out, y_mine,
                                                     TY ? tag_of(u, u.ins->counter) : 0u, res_tag);

@@ -186,7 +186,8 @@ void* kiec_create(const char* weights_path, int device) {
   TRY(cudaMalloc(&c->kv, KIEC_KV_BYTES));
   TRY(cudaMalloc(&c->counters, 1024 * sizeof(unsigned int)));
   // every memset on c->stream, which is non-blocking: the legacy stream's work is not ordered before its kernels, so
-  // a memset there may land after them (the thirty-fourth session: a trace recording zeroed after its kernel wrote it)
+  // a memset there may land after them (the likely cause, not confirmed, of a trace recording found empty under ten
+  // test processes sharing the GPU: persistent.cu.j2's kiec_trace)
   TRY(cudaMemsetAsync(c->counters, 0, 1024 * sizeof(unsigned int), c->stream));
   TRY(cudaMalloc(&c->st, sizeof(StepState)));
   TRY(cudaMalloc(&c->tokens, (KIEC_MAX_SEQ + 1) * sizeof(int)));
