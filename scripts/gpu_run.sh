@@ -3,9 +3,9 @@
 # Logs and JSON land in $OUT (or ./out). Usage: scripts/gpu_run.sh [tests|notests|stage] [MODEL[:CONTEXT] ...]
 #
 # Before the calls, on the CPU machine: scripts/gpu_prep.sh (commit id, the gguf wheel, the real model in parts,
-# the TVM source cache). The 98 MB model exceeds one call's 64 MB: call `stage` carrying .carry/smol.partaa,
-# then at once (the machine stays warm 30 s) the real run carrying .carry/smol.partab, .carry/smol.partac,
-# .carry/kiec_cache, .whl and .kiec_commit.
+# the TVM source cache). The 98 MB model exceeds one call's 64 MB: call `stage` carrying .carry/smol.partaa, then
+# .carry/smol.partab, then .carry/smol.partac, each at once after the last (the machine stays warm 30 s), then the
+# real run carrying .carry/smol.partad, .carry/kiec_cache, .whl and .kiec_commit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -35,7 +35,8 @@ fi
 mkdir -p /tmp/smol && cp .carry/smol.part* /tmp/smol/ 2> /dev/null
 mode=${1:-tests}; shift || true
 [ "$mode" = stage ] && { ls -la /tmp/smol; exit 0; }
-if [ -f /tmp/smol/smol.partaa ] && [ -f /tmp/smol/smol.partab ] && [ -f /tmp/smol/smol.partac ]; then
+if [ -f /tmp/smol/smol.partaa ] && [ -f /tmp/smol/smol.partab ] && [ -f /tmp/smol/smol.partac ] \
+  && [ -f /tmp/smol/smol.partad ]; then
   cat /tmp/smol/smol.parta? > /tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf
   export KIEC_SMOLLM2_GGUF=/tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf
 fi
