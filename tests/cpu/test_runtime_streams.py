@@ -27,3 +27,20 @@ def test_no_memset_on_the_legacy_stream_beside_the_context_stream():
     # the trace recording's zeroing and the creation's poison go on the stream
     assert "cudaMemsetAsync(ps->trace, 0, bytes, c->stream)" in found["persistent.cu.j2"]
     assert "cudaMemsetAsync(c->kv, 0xff, KIEC_KV_BYTES, c->stream)" in found["include/kiec/runtime.cuh"]
+
+
+def test_creation_writes_every_device_allocation_before_the_first_kernel():
+    """kiec_create fills each buffer it allocates on the device (weights loaded, the rest set on the stream): a
+    kernel launched before any step (kiec_time_launches on a new engine) read a position left in a reused
+    allocation and faulted."""
+    text = sources_on_the_context_stream()["include/kiec/runtime.cuh"]
+    create = text[text.index("void* kiec_create("):text.index("void kiec_destroy(void* h) {")]
+    allocated = re.findall(r"cudaMalloc\(&c->(\w+)", create)
+    assert {"weights", "arena", "kv", "counters", "st", "tokens"} <= set(allocated), allocated
+    written = set(re.findall(r"cudaMemsetAsync\(c->(\w+), .*, c->stream\)", create))
+    assert "load_weights(c, weights_path)" in create
+    assert set(allocated) - {"weights"} <= written, set(allocated) - written
+    # all of it before the mode's setup, which in graph mode captures the step on the stream
+    assert create.index("cudaStreamSynchronize(c->stream)") < create.index("mode_setup(c)")
+    assert max(create.index(f"cudaMemsetAsync(c->{name},") for name in written) < create.index(
+        "cudaStreamSynchronize(c->stream)")

@@ -200,6 +200,11 @@ void* kiec_create(const char* weights_path, int device) {
   // Poison: NaN activations and KV cache, so that a read of anything not yet written shows.
   TRY(cudaMemsetAsync(c->arena, 0xff, KIEC_ARENA_FLOATS * sizeof(float), c->stream));
   TRY(cudaMemsetAsync(c->kv, 0xff, KIEC_KV_BYTES, c->stream));
+  // The step state and the token list start at position 0 with token 0 (n_prompt 0: each step feeds its token back),
+  // so that kernels launched before any step (kiec_time_launches on a new engine) read a valid position, not what a
+  // freed allocation left there (a position far past the KV cache: an illegal address under ten test processes)
+  TRY(cudaMemsetAsync(c->st, 0, sizeof(StepState), c->stream));
+  TRY(cudaMemsetAsync(c->tokens, 0, (KIEC_MAX_SEQ + 1) * sizeof(int), c->stream));
   TRY(cudaStreamSynchronize(c->stream));  // (done before graph mode's capture on the stream, and their errors here)
   if (bad(mode_setup(c))) return nullptr;
 #undef TRY
