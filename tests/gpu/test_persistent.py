@@ -1,6 +1,7 @@
 """Persistent mode (one kernel runs whole generations) on the GPU: logits within DESIGN.md's error budget of
 the interpreter, the same greedy tokens as graph mode, the device's draw equal to kiec.sampling's over its own
 logits, and generations that end at EOS or when the host stops them."""
+import ctypes
 import re
 import time
 
@@ -475,6 +476,12 @@ def test_trace_times_every_instruction_of_one_step(tmp_path, warm):
     ready_pages = ts[:, slots.index("pages_ready")]
     assert (ready_pages[~gemv] == 0).all() and (ready_pages[gemv] <= 32).all() and (ready_pages[gemv] > 0).any()
     assert (ready_pages >= 0).all()  # (warp 0's count: never the -1 of a ballot's first unset bit gone wrong)
+    # read out, the recording is disarmed: a generation through position 10 stamps nothing over it
+    last = plain if warm else ts
+    eng.generate([1, 2, 3], 16)
+    again = np.zeros(last.shape, dtype=np.uint64)
+    assert eng._lib.kiec_trace(eng._h, -1, again.ctypes.data_as(ctypes.POINTER(ctypes.c_ulonglong))) == 0
+    assert (again.astype(np.int64) == last).all()
 
 
 def trace_summary():
