@@ -53,8 +53,10 @@ def main(out: str, name: str, mode: str = "graph", *changes: str) -> None:
         write_sources(src, d)
         for fname in sorted(f for f in src.files if f.endswith(".cu")):
             cubin = os.path.join(d, "unit.cubin")
-            subprocess.run([nvcc, *nvcc_flags(tp.gencode), "-I", d, "-cubin", os.path.join(d, fname), "-o", cubin],
-                           check=True, capture_output=True)
+            r = subprocess.run([nvcc, *nvcc_flags(tp.gencode), "-I", d, "-cubin", os.path.join(d, fname), "-o", cubin],
+                               capture_output=True, text=True)
+            if r.returncode:  # (nvcc's own errors, not only its exit status)
+                sys.exit(f"{fname}: nvcc failed:\n{r.stderr[-6000:]}")
             sass = subprocess.run([dump, "-sass", cubin], check=True, capture_output=True, text=True).stdout
             path = os.path.join(out, f"{os.path.basename(name)}_{mode}_{fname}.sass")
             before = open(path).read() if os.path.exists(path) else None
