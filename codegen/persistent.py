@@ -144,7 +144,6 @@ class _PersistentEmitter(_Emitter):
         self.descs: list[bytes] = []  # one per kernel
         self.smem = (32 + 2 * SAMPLE_CANDIDATES) * 4  # select: its block scratch, candidate weights and ids
         self.arrivals = 0  # attention arrival counters so far (one per layer and KV head)
-        self.o_regs = False  # whether some GEMV's tiles load their weights into registers (persist_o_regs)
 
     def attention_splits(self, k: AttentionKernel) -> int:
         return attention_splits(k, self.t.sms)  # the schedule's (KV head, split) tiles
@@ -252,16 +251,6 @@ class _PersistentEmitter(_Emitter):
         dots = bool(probe & 1 or (probe & 4 and beside) or (probe & 8 and not beside))
         return int(dots) | (2 if probe & 2 else 0)
 
-    def takes_regs(self, k: GemvKernel, per_warp: int, segs: int, half: bool, dot_items: int) -> bool:
-        """Whether k's tiles load their weights into registers (persist_o_regs): an output projection (its x an
-        attention's output, no SiLU-mul) whose warp's items, per_warp at most, give a lane at most persist_o_regs
-        16-byte chunks; not with half-warp items, items several at once or the twice probe's dots."""
-        limit = self.t.persist_o_regs
-        if not limit or k.epilogue == "silu_mul" or half or dot_items > 1 or self.twice(k) & 1:
-            return False
-        rounds = -(-(k.k // 8 // segs) // 32)
-        return any(k.x == a.attention.out for a in self.attn) and per_warp * rounds <= limit
-
     def gemv(self, k: GemvKernel) -> None:
         if k.k % 8:
             raise ModeUnsupported(f"{k.name}: K = {k.k} is not a multiple of 8 (the GEMV reads 16-byte vectors)")
@@ -294,11 +283,8 @@ class _PersistentEmitter(_Emitter):
         # persist_dot_items_min_share of them (the long shares: gate/up, down, the LM head on llama-3.2-1b)
         per_warp = -(-items // self.warps)
         dot_items = self.t.persist_dot_items if per_warp >= self.t.persist_dot_items_min_share and not half else 1
-        # an output projection's weights in registers (persist_o_regs): where a lane's chunks of its warp's items fit
-        regs = per_warp if self.takes_regs(k, per_warp, segs, half, dot_items) else 0
-        self.o_regs = self.o_regs or bool(regs)
-        tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums, dot_items, regs],
-                             [False, False, False, 0, False, 0, False, False, 1, 0])  # DIRECT .. SUMS, ITEMS, WREGS
+        tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums, dot_items],
+                             [False, False, False, 0, False, 0, False, False, 1])  # DIRECT .. HALF, SUMS, ITEMS
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
                 f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem"
@@ -307,8 +293,7 @@ class _PersistentEmitter(_Emitter):
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
         self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, row_bytes=k.k * self.esize,
                    item_bytes=k.k // 8 // segs * 16, silu=silu, tag_x=self.tag_writer(k.x),
-                   tag_res=self.tag_writer(k.residual), regs=(2 if self.t.persist_o_regs_l2 else 1) if regs else 0,
-                   w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
+                   tag_res=self.tag_writer(k.residual), w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
                    a=(self.arena[k.x], self.arena[k.out]) + ((self.arena[PROBE_SUMS],) if sums else ()))
         staged = not direct and not wnorm  # x in the scratch
         self.smem = max(self.smem, ((k.k if staged else 0) + (2 if silu else 1) * rows * segs + self.warps) * 4)
@@ -412,7 +397,7 @@ class _PersistentEmitter(_Emitter):
             l2_ahead=l2_ahead_bytes(self.p, self.t) // page, stop_poll_every=self.t.persist_stop_poll_every,
             poll_sleep_ns=self.t.persist_poll_sleep_ns, waits_together=int(bool(self.t.persist_waits_together)),
             probe_relaxed_signal=self.t.persist_probe_relaxed_signal, probe_warm_code=self.t.persist_probe_warm_code,
-            page_look=self.t.persist_page_look, o_regs=self.o_regs,
+            page_look=self.t.persist_page_look,
             trace_attention=self.t.persist_trace_attention, trace_dots=self.t.persist_trace_dots,
             trace_stream=self.t.persist_trace_stream,
             tagged=int(self.tags is not None), tag_parity=self.parity_table(), tag_waits=self.tag_waits,

@@ -100,14 +100,6 @@ class TargetParams:
     # persistent: 1: a GEMV's norm weights, loaded before its wait, stay bf16 until the norm, so that their conversion
     # does not hold the polling warp back for their round trip (persistent_gemv.cuh: Prologue; the same bits)
     persist_norm_w_raw: int
-    # persistent: > 0: an output projection (a GEMV whose x an attention writes) whose tile gives a lane at most this
-    # many 16-byte chunks of weights (its warp's items x their rounds) loads them into registers before its wait,
-    # straight from memory, instead of through the ring: its pages, in the ring through attention today, leave that
-    # room to the gate/up pages behind them (persistent_gemv.cuh: ItemRegs; the same bits)
-    persist_o_regs: int
-    # persistent: with persist_o_regs, 1: the weight stream asks L2 for those shares as it walks past them (a phase or
-    # two before their tiles' loads)
-    persist_o_regs_l2: int
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
@@ -550,7 +542,14 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.719 on llama-3.2-1b; both: smollm2-135m 0.446 vs 0.472-0.474, qwen3-1.7b 1.039 vs
                           # 1.095, llama-3.2-1b at 8192 0.813-0.815 vs 0.849, llama-3.1-8b 3.808 vs 3.828-3.830. So 1
                           persist_stage_instrs=1, persist_norm_w_raw=1,
-                          persist_o_regs=0, persist_o_regs_l2=0,
+                          # (the output projection's weights loaded into registers before its wait instead of through
+                          # the ring, persist_o_regs at 76981c4, taken out after its first run: its 4 pages an SM sat
+                          # in the ring through attention, but they are consumed before gate/up's x is ready and the
+                          # ring refills behind them, so gate/up found 12 pages waiting either way, and the loads of
+                          # the 116 SMs without an attention split, 8 MB at once while attention ran, slowed its last
+                          # split's slice from 2.62 to 3.8-5.2 us. Thirty-fifth session, ms, two rounds: llama-3.2-1b
+                          # 0.745 / 0.744 vs 0.695 / 0.695, with L2 asked ahead 0.746, no spared splits 0.729:
+                          # bench/RESULTS.md)
                           # the narrow models (smollm2-135m, width 576: untagged, unpaced) are bound by the chain's
                           # hops, not bytes. 2026-12-01 eighteenth session (c0b7143 + persist_attn_newest_first, ms,
                           # two rounds each, graph mode in the same runs 0.475-0.479, at 8192 0.736-0.739): x direct 1

@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <vector>
 
-#define KIEC_O_REGS 1  // (the walk past shares whose tiles load their weights into registers: persist_o_regs)
 #include "persistent_abi.h"
 #include "kiec/ring.cuh"
 

@@ -994,29 +994,3 @@ def test_parity_tags_compile_with_their_table_and_reset(tmp_path, monkeypatch, c
     with pytest.raises(kiec.KiecError, match=r"parity tags: .* on \d+ of 132 SMs"):
         kiec.compile(kiec.load(str(tmp_path / "narrow"), dtype="bf16"), str(tmp_path / "art2"), mode="persistent")
     assert not os.path.exists(tmp_path / "art2")
-
-
-def test_o_regs_takes_the_output_projection_where_its_chunks_fit(tmp_path):
-    # persist_o_regs: the output projection (K 256: 32 chunks, one round of a warp's lanes an item) gets its warp's
-    # items as gemv_tile's WREGS and the source KIEC_O_REGS (the walk skips its shares), the other GEMVs none; a
-    # limit below its chunks a lane takes nothing, and the default neither
-    import dataclasses
-    import re
-
-    from kiec.codegen.persistent import emit_persistent
-    from kiec.codegen.targets import target
-    from kiec.ir.passes import pipeline
-    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256)
-    program = pipeline.run(kiec.load(str(tmp_path / "hf"), dtype="bf16").graph)
-
-    def wregs(limit):  # each GEMV case's (K, epilogue, WREGS) and whether the source defines KIEC_O_REGS
-        t = dataclasses.replace(target("sm_90"), persist_o_regs=limit)
-        text = emit_persistent(program, "bf16", 64, t, "x").files["model.cu"]
-        cases = [(int(k), epi, int(a.split(", ")[16]) if len(a.split(", ")) > 16 else 0)
-                 for a, k, epi in re.findall(r"gemv_tile<(T, (\d+), \d+, \w+, kiec::(EPI_\w+)[^>]*)>", text)]
-        return sorted(cases), "#define KIEC_O_REGS 1 " in text
-    cases, defined = wregs(64)
-    taken = [c for c in cases if c[2]]
-    assert defined and len(taken) == 1 and taken[0][:2] == (256, "EPI_RESIDUAL") and 1 <= taken[0][2] <= 8
-    assert wregs(taken[0][2] - 1 if taken[0][2] > 1 else 0) == (sorted((k, e, 0) for k, e, _ in cases), False)
-    assert wregs(0) == (sorted((k, e, 0) for k, e, _ in cases), False)

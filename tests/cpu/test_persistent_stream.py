@@ -10,7 +10,7 @@ import pytest
 
 import kiec
 from kiec.codegen.persistent import _PersistentEmitter, row_segments, walk
-from kiec.codegen.persistent_abi import KERNEL_FIELDS, KERNEL_FORMAT, pack_schedule
+from kiec.codegen.persistent_abi import pack_schedule
 from kiec.codegen.targets import target
 from kiec.ir.passes import pipeline
 from kiec.ir.passes.program import GemvKernel
@@ -21,22 +21,15 @@ from tests.tiny_hf import make_tiny_hf
 HERE = os.path.dirname(__file__)
 
 
-def in_registers(e: _PersistentEmitter) -> set[int]:
-    """The kernels whose descriptor says their tiles load their weights into registers (regs: persist_o_regs)."""
-    at = [name for name, _, _ in KERNEL_FIELDS].index("regs")
-    return {i for i, d in enumerate(e.descs) if struct.unpack(KERNEL_FORMAT, d)[at]}
-
-
 def expected_pages(e: _PersistentEmitter, p0: int, p_end: int, page: int) -> list[tuple[int, ...]]:
     """(sm, gate offset, up offset or -1, bytes, up_at) per page: the GEMV tile's view (gemv_tile: SEGS from
-    row_segments, items of K / 8 / SEGS chunks, PER_PAGE items (SiLU: gate items then up items) a page); none for a
-    GEMV whose tiles take their weights into registers."""
-    out, regs = [], in_registers(e)
+    row_segments, items of K / 8 / SEGS chunks, PER_PAGE items (SiLU: gate items then up items) a page)."""
+    out = []
     for sm, lst in enumerate(e.sched.lists):
         for pos in range(p0, p_end):
             for ins in lst:
                 k = e.p.kernels[ins.kernel]
-                if ins.opcode != "gemv" or not isinstance(k, GemvKernel) or ins.kernel in regs:
+                if ins.opcode != "gemv" or not isinstance(k, GemvKernel):
                     continue
                 silu = k.epilogue == "silu_mul"
                 segs = row_segments(k.k, e.warps, page, silu)
@@ -82,23 +75,6 @@ def test_the_streaming_thread_copies_the_pages_the_gemv_tiles_read(tmp_path, fam
     want = expected_pages(e, p0, p_end, page)
     assert len(got) == len(want) and got == want
     assert any(g[2] >= 0 for g in got) and len({g[3] for g in got}) > 1  # SiLU pages and short last pages seen
-
-
-@pytest.mark.parametrize("kept", [False, True])
-def test_the_streaming_thread_copies_no_page_of_an_output_projection_in_registers(tmp_path, kept):
-    # persist_o_regs: the output projections (x an attention's output) take their weights into registers, so the
-    # walk goes past their shares and copies every other GEMV's pages as before; persist_o_regs_l2 marks them 2
-    # (asked of L2 as the walk passes: on the GPU only)
-    e, got, _ = run_walk(tmp_path, "llama", 16384, 132, 3, 5, kept, persist_o_regs=64, persist_o_regs_l2=1)
-    outs = {a.attention.out for a in e.attn}
-    o_proj = {i for i, k in enumerate(e.p.kernels) if isinstance(k, GemvKernel) and k.x in outs}
-    assert o_proj and in_registers(e) == o_proj
-    at = [name for name, _, _ in KERNEL_FIELDS].index("regs")
-    assert {struct.unpack(KERNEL_FORMAT, e.descs[i])[at] for i in o_proj} == {2}
-    want = expected_pages(e, 3, 5, 16384)
-    assert got == want
-    base, every, _ = run_walk(tmp_path / "base", "llama", 16384, 132, 3, 5, kept)
-    assert len(every) > len(got) and set(got) < set(every)  # (the same pages less the output projections')
 
 
 @pytest.mark.parametrize("family,sms", [("llama", 7), ("mistral", 11)])

@@ -28,9 +28,6 @@
 #ifndef KIEC_PAGE_PACE_AHEAD_FROM
 #define KIEC_PAGE_PACE_AHEAD_FROM 0  // > 0: the ahead pace from this position on (persist_page_pace_ahead_from_pos)
 #endif
-#ifndef KIEC_O_REGS
-#define KIEC_O_REGS 0  // 1: some GEMV's tiles load their weights into registers: the walk skips them (persist_o_regs)
-#endif
 #ifndef KIEC_ATTN_L2_HINT
 #define KIEC_ATTN_L2_HINT 0  // 2: the weight stream asks L2 for attention's cache rows (PageWalk::next)
 #endif
@@ -147,9 +144,7 @@ struct PageWalk {
   unsigned bytes, up_at;
   __host__ __device__ __forceinline__ PageWalk(const PersistentArgs* a_, int begin_, int end_)
       : a(a_), begin(begin_), end(end_), pos(a_->p0), i(begin_), first(0) {}
-  // (host too: tests/cpu/page_walk.cu) With KIEC_O_REGS a GEMV whose tiles load their weights into registers (its
-  // descriptor's regs, persist_o_regs) has no pages; with ask_regs and regs 2 the walk asks L2 for its share instead.
-  __host__ __device__ __forceinline__ bool next(bool hint_kv = false, bool ask_regs = false) {
+  __host__ __device__ __forceinline__ bool next(bool hint_kv = false) {  // host too: tests/cpu/page_walk.cu
     if constexpr (KEPT) {
       if (first > 0 && first < items) {  // the share's next page
         page();
@@ -164,10 +159,6 @@ struct PageWalk {
           continue;
         }
         const KernelDesc& d = a->kernels[ins.kernel];
-        if (KIEC_O_REGS && d.regs) {
-          if (ask_regs && d.regs == 2) ask_l2_for_share(ins, d);
-          continue;
-        }
         if (KEPT && first > 0) continue;  // (its pages are done: the test above walked them)
         per_page = items_per_page(PAGE, d.item_bytes, d.silu);
         items = (ins.hi - ins.lo) * (d.row_bytes / d.item_bytes);
@@ -188,18 +179,6 @@ struct PageWalk {
     bytes = (unsigned)min(per_page, items - first) * item_bytes;
     up_at = per_page * item_bytes;
     first += per_page;
-  }
-  // A GEMV share's weights (rows [ins.lo, ins.hi), gate rows only: not SiLU-mul), asked of L2 a page at a time.
-  __host__ __device__ __forceinline__ void ask_l2_for_share(const Instr& ins, const KernelDesc& d) const {
-#ifdef __CUDA_ARCH__
-    const char* at = a->weights + d.w[0] + (size_t)ins.lo * d.row_bytes;
-    for (unsigned left = (unsigned)(ins.hi - ins.lo) * d.row_bytes; left > 0;) {
-      const unsigned bytes = left < PAGE ? left : PAGE;
-      prefetch_bulk_l2(at, bytes);
-      at += bytes;
-      left -= bytes;
-    }
-#endif
   }
   // Attention split ins.tile % splits of KV head ins.lo at `pos`: its rows of earlier steps are [lo, lo + the
   // count returned) (split_range_of with the descriptor's splits and min_keys; 0 rows: none).
@@ -278,7 +257,7 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
   unsigned seq = 0, asked = 0;  // pages copied into the ring; pages asked of L2 (the walk `ahead` is past them)
   unsigned long long next_at = 0;  // (KIEC_PAGE_PACE_NS: the next page's copy not before, %globaltimer ns)
   const unsigned pace = page_pace<KIEC_PAGE_PACE_NS>(a), pace_ahead = page_pace<KIEC_PAGE_PACE_AHEAD_NS>(a);
-  for (; copy.next(KIEC_ATTN_L2_HINT == 2, true); ++seq) {
+  for (; copy.next(KIEC_ATTN_L2_HINT == 2); ++seq) {
     const unsigned stage = seq % R::STAGES, use = seq / R::STAGES;
 #if KIEC_TRACE_STREAM
     const bool rec = a.trace != nullptr && copy.pos == a.trace_pos;  // (a page of the traced step)
