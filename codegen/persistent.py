@@ -251,6 +251,19 @@ class _PersistentEmitter(_Emitter):
         dots = bool(probe & 1 or (probe & 4 and beside) or (probe & 8 and not beside))
         return int(dots) | (2 if probe & 2 else 0)
 
+    def holds_items(self, k: GemvKernel, per_warp: int, segs: int, half: bool, dot_items: int) -> bool:
+        """Whether k's tiles copy their weights from the ring into registers before their wait (persist_o_held): an
+        output projection (its x an attention's output, no SiLU-mul) whose warp's items, per_warp at most, give a
+        lane at most persist_o_held 16-byte chunks and whose share fits half the ring; not with half-warp items, items
+        several at once or the twice probe's dots."""
+        limit, silu = self.t.persist_o_held, k.epilogue == "silu_mul"
+        if not limit or silu or half or dot_items > 1 or self.twice(k) & 1:
+            return False
+        chunks = k.k // 8 // segs
+        per_page = self.t.persist_page_bytes // (chunks * 16)
+        fits = -(-per_warp * self.warps // per_page) <= self.t.persist_stages // 2  # (the ring's depth is set later)
+        return (any(k.x == a.attention.out for a in self.attn) and per_warp * -(-chunks // 32) <= limit and fits)
+
     def gemv(self, k: GemvKernel) -> None:
         if k.k % 8:
             raise ModeUnsupported(f"{k.name}: K = {k.k} is not a multiple of 8 (the GEMV reads 16-byte vectors)")
@@ -283,8 +296,10 @@ class _PersistentEmitter(_Emitter):
         # persist_dot_items_min_share of them (the long shares: gate/up, down, the LM head on llama-3.2-1b)
         per_warp = -(-items // self.warps)
         dot_items = self.t.persist_dot_items if per_warp >= self.t.persist_dot_items_min_share and not half else 1
-        tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums, dot_items],
-                             [False, False, False, 0, False, 0, False, False, 1])  # DIRECT .. HALF, SUMS, ITEMS
+        # an output projection's weights held in registers (persist_o_held): where its warp's items' chunks fit a lane
+        held = per_warp if self.holds_items(k, per_warp, segs, half, dot_items) else 0
+        tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums, dot_items, held],
+                             [False, False, False, 0, False, 0, False, False, 1, 0])  # DIRECT .. SUMS, ITEMS, WREGS
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
                 f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem"

@@ -994,3 +994,29 @@ def test_parity_tags_compile_with_their_table_and_reset(tmp_path, monkeypatch, c
     with pytest.raises(kiec.KiecError, match=r"parity tags: .* on \d+ of 132 SMs"):
         kiec.compile(kiec.load(str(tmp_path / "narrow"), dtype="bf16"), str(tmp_path / "art2"), mode="persistent")
     assert not os.path.exists(tmp_path / "art2")
+
+
+def test_o_held_takes_the_output_projection_where_its_chunks_fit(tmp_path):
+    # persist_o_held: the output projection (K 256: 32 chunks, one round of a warp's lanes an item) gets its warp's
+    # items as gemv_tile's WREGS, the other GEMVs none; a limit below its chunks a lane takes nothing, the default
+    # neither, and nor does a ring whose half its share's pages would pass
+    import dataclasses
+    import re
+
+    from kiec.codegen.persistent import emit_persistent
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256)
+    program = pipeline.run(kiec.load(str(tmp_path / "hf"), dtype="bf16").graph)
+
+    def held(limit, **fields):  # each GEMV case's (K, epilogue, WREGS)
+        t = dataclasses.replace(target("sm_90"), persist_o_held=limit, **fields)
+        text = emit_persistent(program, "bf16", 64, t, "x").files["model.cu"]
+        return sorted((int(k), epi, int(a.split(", ")[16]) if len(a.split(", ")) > 16 else 0)
+                      for a, k, epi in re.findall(r"gemv_tile<(T, (\d+), \d+, \w+, kiec::(EPI_\w+)[^>]*)>", text))
+    cases = held(64)
+    taken = [c for c in cases if c[2]]
+    none = sorted((k, e, 0) for k, e, _ in cases)
+    assert len(taken) == 1 and taken[0][:2] == (256, "EPI_RESIDUAL") and 1 <= taken[0][2] <= 8
+    assert held(taken[0][2] - 1) == none and held(0) == none
+    assert held(64, persist_page_bytes=1024, persist_stages=2) == none  # (a 512-byte item a page over 1 page)
