@@ -144,6 +144,7 @@ class _PersistentEmitter(_Emitter):
         self.descs: list[bytes] = []  # one per kernel
         self.smem = (32 + 2 * SAMPLE_CANDIDATES) * 4  # select: its block scratch, candidate weights and ids
         self.arrivals = 0  # attention arrival counters so far (one per layer and KV head)
+        self.stream_hold = False  # whether some GEMV's pages wait (persist_stream_hold)
 
     def attention_splits(self, k: AttentionKernel) -> int:
         return attention_splits(k, self.t.sms)  # the schedule's (KV head, split) tiles
@@ -251,6 +252,16 @@ class _PersistentEmitter(_Emitter):
         dots = bool(probe & 1 or (probe & 4 and beside) or (probe & 8 and not beside))
         return int(dots) | (2 if probe & 2 else 0)
 
+    def held_stream(self, k: GemvKernel) -> bool:
+        """Whether the weight stream holds k's pages until the SM's instruction before k has its inputs
+        (persist_stream_hold): a GEMV whose x an output projection (a GEMV reading an attention's output) writes."""
+        if not self.t.persist_stream_hold:
+            return False
+        outs = {a.attention.out for a in self.attn}
+        o_outs = {g.out for g in self.p.kernels if isinstance(g, GemvKernel) and g.x in outs}
+        self.stream_hold = self.stream_hold or k.x in o_outs
+        return k.x in o_outs
+
     def holds_items(self, k: GemvKernel, per_warp: int, segs: int, half: bool, dot_items: int) -> bool:
         """Whether k's tiles copy their weights from the ring into registers before their wait (persist_o_held): an
         output projection (its x an attention's output, no SiLU-mul) whose warp's items, per_warp at most, give a
@@ -308,7 +319,8 @@ class _PersistentEmitter(_Emitter):
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
         self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, row_bytes=k.k * self.esize,
                    item_bytes=k.k // 8 // segs * 16, silu=silu, tag_x=self.tag_writer(k.x),
-                   tag_res=self.tag_writer(k.residual), w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
+                   tag_res=self.tag_writer(k.residual), hold=self.held_stream(k),
+                   w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
                    a=(self.arena[k.x], self.arena[k.out]) + ((self.arena[PROBE_SUMS],) if sums else ()))
         staged = not direct and not wnorm  # x in the scratch
         self.smem = max(self.smem, ((k.k if staged else 0) + (2 if silu else 1) * rows * segs + self.warps) * 4)
@@ -412,7 +424,7 @@ class _PersistentEmitter(_Emitter):
             l2_ahead=l2_ahead_bytes(self.p, self.t) // page, stop_poll_every=self.t.persist_stop_poll_every,
             poll_sleep_ns=self.t.persist_poll_sleep_ns, waits_together=int(bool(self.t.persist_waits_together)),
             probe_relaxed_signal=self.t.persist_probe_relaxed_signal, probe_warm_code=self.t.persist_probe_warm_code,
-            page_look=self.t.persist_page_look,
+            page_look=self.t.persist_page_look, stream_hold=self.stream_hold,
             trace_attention=self.t.persist_trace_attention, trace_dots=self.t.persist_trace_dots,
             trace_stream=self.t.persist_trace_stream,
             tagged=int(self.tags is not None), tag_parity=self.parity_table(), tag_waits=self.tag_waits,

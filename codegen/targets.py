@@ -105,6 +105,10 @@ class TargetParams:
     # registers before its wait and releases the pages, so that after the wait its dot products run from registers
     # (persistent_gemv.cuh: ItemRegs; the same bits)
     persist_o_held: int
+    # persistent: 1: the weight stream copies gate/up's pages (a GEMV whose x an output projection writes) only once the
+    # SM's instruction before it (the output projection) has its inputs, so that none go out while attention runs
+    # (ring.cuh: stream_weights; the same bits)
+    persist_stream_hold: int
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
@@ -546,7 +550,7 @@ TARGETS: dict[str, TargetParams] = {
                           # bench/RESULTS.md): staged 0.698 / 0.696, raw 0.717 / 0.715, both 0.693 / 0.694 vs 0.719 /
                           # 0.719 on llama-3.2-1b; both: smollm2-135m 0.446 vs 0.472-0.474, qwen3-1.7b 1.039 vs
                           # 1.095, llama-3.2-1b at 8192 0.813-0.815 vs 0.849, llama-3.1-8b 3.808 vs 3.828-3.830. So 1
-                          persist_stage_instrs=1, persist_norm_w_raw=1, persist_o_held=0,
+                          persist_stage_instrs=1, persist_norm_w_raw=1, persist_o_held=0, persist_stream_hold=0,
                           # (the output projection's weights loaded into registers before its wait instead of through
                           # the ring, persist_o_regs at 76981c4, taken out after its first run: its 4 pages an SM sat
                           # in the ring through attention, but they are consumed before gate/up's x is ready and the

@@ -1020,3 +1020,32 @@ def test_o_held_takes_the_output_projection_where_its_chunks_fit(tmp_path):
     assert len(taken) == 1 and taken[0][:2] == (256, "EPI_RESIDUAL") and 1 <= taken[0][2] <= 8
     assert held(taken[0][2] - 1) == none and held(0) == none
     assert held(64, persist_page_bytes=1024, persist_stages=2) == none  # (a 512-byte item a page over 1 page)
+
+
+def test_stream_hold_marks_the_gemvs_after_the_output_projection(tmp_path):
+    # persist_stream_hold: the descriptors of the GEMVs whose x an output projection writes (gate/up) say hold, and the
+    # source defines KIEC_STREAM_HOLD; no other descriptor, and nothing by default
+    import dataclasses
+    import struct
+
+    from kiec.codegen.persistent import _PersistentEmitter, walk
+    from kiec.codegen.persistent_abi import KERNEL_FIELDS, KERNEL_FORMAT
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    from kiec.ir.passes.program import AttentionKernel, GemvKernel
+    make_tiny_hf(tmp_path / "hf", "llama")
+    program = pipeline.run(kiec.load(str(tmp_path / "hf"), dtype="bf16").graph)
+    at = [name for name, _, _ in KERNEL_FIELDS].index("hold")
+    attn_outs = {k.attention.out for k in program.kernels if isinstance(k, AttentionKernel)}
+    o_outs = {k.out for k in program.kernels if isinstance(k, GemvKernel) and k.x in attn_outs}
+    gate_up = {i for i, k in enumerate(program.kernels) if isinstance(k, GemvKernel) and k.x in o_outs}
+    assert gate_up and all(program.kernels[i].epilogue == "silu_mul" for i in gate_up)
+
+    def held(on):  # the descriptors saying hold, and the define
+        t = dataclasses.replace(target("sm_90"), persist_stream_hold=on)
+        e = _PersistentEmitter(program, "bf16", 64, t)
+        text = walk(e, program, "x").files["model.cu"]
+        return {i for i, d in enumerate(e.descs) if struct.unpack(KERNEL_FORMAT, d)[at]}, \
+            "#define KIEC_STREAM_HOLD 1 " in text
+    assert held(1) == (gate_up, True)
+    assert held(0) == (set(), False)
