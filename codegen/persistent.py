@@ -144,7 +144,6 @@ class _PersistentEmitter(_Emitter):
         self.descs: list[bytes] = []  # one per kernel
         self.smem = (32 + 2 * SAMPLE_CANDIDATES) * 4  # select: its block scratch, candidate weights and ids
         self.arrivals = 0  # attention arrival counters so far (one per layer and KV head)
-        self.stream_hold = False  # whether some GEMV's pages wait (persist_stream_hold)
 
     def attention_splits(self, k: AttentionKernel) -> int:
         return attention_splits(k, self.t.sms)  # the schedule's (KV head, split) tiles
@@ -252,29 +251,6 @@ class _PersistentEmitter(_Emitter):
         dots = bool(probe & 1 or (probe & 4 and beside) or (probe & 8 and not beside))
         return int(dots) | (2 if probe & 2 else 0)
 
-    def held_stream(self, k: GemvKernel) -> bool:
-        """Whether the weight stream holds k's pages until the SM's instruction before k has its inputs
-        (persist_stream_hold): a GEMV whose x an output projection (a GEMV reading an attention's output) writes."""
-        if not self.t.persist_stream_hold:
-            return False
-        outs = {a.attention.out for a in self.attn}
-        o_outs = {g.out for g in self.p.kernels if isinstance(g, GemvKernel) and g.x in outs}
-        self.stream_hold = self.stream_hold or k.x in o_outs
-        return k.x in o_outs
-
-    def holds_items(self, k: GemvKernel, per_warp: int, segs: int, half: bool, dot_items: int) -> bool:
-        """Whether k's tiles copy their weights from the ring into registers before their wait (persist_o_held): an
-        output projection (its x an attention's output, no SiLU-mul) whose warp's items, per_warp at most, give a
-        lane at most persist_o_held 16-byte chunks and whose share fits half the ring; not with half-warp items, items
-        several at once or the twice probe's dots."""
-        limit, silu = self.t.persist_o_held, k.epilogue == "silu_mul"
-        if not limit or silu or half or dot_items > 1 or self.twice(k) & 1:
-            return False
-        chunks = k.k // 8 // segs
-        per_page = self.t.persist_page_bytes // (chunks * 16)
-        fits = -(-per_warp * self.warps // per_page) <= self.t.persist_stages // 2  # (the ring's depth is set later)
-        return (any(k.x == a.attention.out for a in self.attn) and per_warp * -(-chunks // 32) <= limit and fits)
-
     def gemv(self, k: GemvKernel) -> None:
         if k.k % 8:
             raise ModeUnsupported(f"{k.name}: K = {k.k} is not a multiple of 8 (the GEMV reads 16-byte vectors)")
@@ -307,10 +283,8 @@ class _PersistentEmitter(_Emitter):
         # persist_dot_items_min_share of them (the long shares: gate/up, down, the LM head on llama-3.2-1b)
         per_warp = -(-items // self.warps)
         dot_items = self.t.persist_dot_items if per_warp >= self.t.persist_dot_items_min_share and not half else 1
-        # an output projection's weights held in registers (persist_o_held): where its warp's items' chunks fit a lane
-        held = per_warp if self.holds_items(k, per_warp, segs, half, dot_items) else 0
-        tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums, dot_items, held],
-                             [False, False, False, 0, False, 0, False, False, 1, 0])  # DIRECT .. SUMS, ITEMS, WREGS
+        tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums, dot_items],
+                             [False, False, False, 0, False, 0, False, False, 1])  # DIRECT .. HALF, SUMS, ITEMS
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
                 f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem"
@@ -319,8 +293,7 @@ class _PersistentEmitter(_Emitter):
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
         self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, row_bytes=k.k * self.esize,
                    item_bytes=k.k // 8 // segs * 16, silu=silu, tag_x=self.tag_writer(k.x),
-                   tag_res=self.tag_writer(k.residual), hold=self.held_stream(k),
-                   w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
+                   tag_res=self.tag_writer(k.residual), w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
                    a=(self.arena[k.x], self.arena[k.out]) + ((self.arena[PROBE_SUMS],) if sums else ()))
         staged = not direct and not wnorm  # x in the scratch
         self.smem = max(self.smem, ((k.k if staged else 0) + (2 if silu else 1) * rows * segs + self.warps) * 4)
@@ -424,7 +397,7 @@ class _PersistentEmitter(_Emitter):
             l2_ahead=l2_ahead_bytes(self.p, self.t) // page, stop_poll_every=self.t.persist_stop_poll_every,
             poll_sleep_ns=self.t.persist_poll_sleep_ns, waits_together=int(bool(self.t.persist_waits_together)),
             probe_relaxed_signal=self.t.persist_probe_relaxed_signal, probe_warm_code=self.t.persist_probe_warm_code,
-            page_look=self.t.persist_page_look, stream_hold=self.stream_hold,
+            page_look=self.t.persist_page_look,
             trace_attention=self.t.persist_trace_attention, trace_dots=self.t.persist_trace_dots,
             trace_stream=self.t.persist_trace_stream,
             tagged=int(self.tags is not None), tag_parity=self.parity_table(), tag_waits=self.tag_waits,

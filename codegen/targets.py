@@ -100,15 +100,6 @@ class TargetParams:
     # persistent: 1: a GEMV's norm weights, loaded before its wait, stay bf16 until the norm, so that their conversion
     # does not hold the polling warp back for their round trip (persistent_gemv.cuh: Prologue; the same bits)
     persist_norm_w_raw: int
-    # persistent: > 0: an output projection (a GEMV whose x an attention writes) whose tile gives a lane at most this
-    # many 16-byte chunks of weights (its warp's items x their rounds) copies them from its landed ring pages into
-    # registers before its wait and releases the pages, so that after the wait its dot products run from registers
-    # (persistent_gemv.cuh: ItemRegs; the same bits)
-    persist_o_held: int
-    # persistent: 1: the weight stream copies gate/up's pages (a GEMV whose x an output projection writes) only once the
-    # SM's instruction before it (the output projection) has its inputs, so that none go out while attention runs
-    # (ring.cuh: stream_weights; the same bits)
-    persist_stream_hold: int
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
@@ -550,7 +541,7 @@ TARGETS: dict[str, TargetParams] = {
                           # bench/RESULTS.md): staged 0.698 / 0.696, raw 0.717 / 0.715, both 0.693 / 0.694 vs 0.719 /
                           # 0.719 on llama-3.2-1b; both: smollm2-135m 0.446 vs 0.472-0.474, qwen3-1.7b 1.039 vs
                           # 1.095, llama-3.2-1b at 8192 0.813-0.815 vs 0.849, llama-3.1-8b 3.808 vs 3.828-3.830. So 1
-                          persist_stage_instrs=1, persist_norm_w_raw=1, persist_o_held=0, persist_stream_hold=0,
+                          persist_stage_instrs=1, persist_norm_w_raw=1,
                           # (the output projection's weights loaded into registers before its wait instead of through
                           # the ring, persist_o_regs at 76981c4, taken out after its first run: its 4 pages an SM sat
                           # in the ring through attention, but they are consumed before gate/up's x is ready and the
@@ -558,7 +549,14 @@ TARGETS: dict[str, TargetParams] = {
                           # the 116 SMs without an attention split, 8 MB at once while attention ran, slowed its last
                           # split's slice from 2.62 to 3.8-5.2 us. Thirty-fifth session, ms, two rounds: llama-3.2-1b
                           # 0.745 / 0.744 vs 0.695 / 0.695, with L2 asked ahead 0.746, no spared splits 0.729:
-                          # bench/RESULTS.md)
+                          # bench/RESULTS.md). Nor, the same session, their items copied from the landed ring pages
+                          # into registers before the wait, the pages released then (persist_o_held at 8ff94b8: its
+                          # dots 1.5 -> 0.8 us, but the refill behind them slowed attention; llama-3.2-1b 0.702 vs
+                          # 0.693-0.694, 0.691 without spared splits, qwen3-1.7b 1.031-1.032 vs 1.037, at 8192 0.819
+                          # vs 0.812), nor gate/up's pages held back by the weight stream until the output projection
+                          # had its inputs (persist_stream_hold at d479ad0: attention 0.4 us faster a layer, gate/up
+                          # starting on 10 pages, not 12; llama-3.2-1b 0.699-0.700 vs 0.698, qwen3-1.7b 1.064-1.065
+                          # vs 1.042). Taken out after their runs: `git show 8ff94b8 d479ad0`)
                           # the narrow models (smollm2-135m, width 576: untagged, unpaced) are bound by the chain's
                           # hops, not bytes. 2026-12-01 eighteenth session (c0b7143 + persist_attn_newest_first, ms,
                           # two rounds each, graph mode in the same runs 0.475-0.479, at 8192 0.736-0.739): x direct 1

@@ -664,14 +664,7 @@ TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
     pytest.param(dict(persist_norm_w_raw=0), id="norm-w-converted"),
     pytest.param(dict(persist_stage_instrs=0, persist_norm_w_raw=0, persist_tagged=0), id="unstaged-converted-untagged"),
     pytest.param(dict(attn_min_keys=8, persist_trace_attention=1), id="staged-splits-traced"),
-    pytest.param(dict(attn_min_keys=8, persist_trace_dots=1, persist_trace_stream=1), id="staged-dots-stream-traced"),
-    pytest.param(dict(persist_o_held=64), id="o-held"),
-    pytest.param(dict(persist_o_held=64, attn_min_keys=8), id="o-held-splits"),
-    pytest.param(dict(persist_o_held=64, persist_page_bytes=256, persist_stages=16, sms=16), id="o-held-256b-16sms"),
-    pytest.param(dict(persist_o_held=64, persist_trace_dots=1, persist_trace_stream=1), id="o-held-traced"),
-    pytest.param(dict(persist_stream_hold=1), id="stream-hold"),
-    pytest.param(dict(persist_stream_hold=1, attn_min_keys=8), id="stream-hold-splits"),
-    pytest.param(dict(persist_stream_hold=1, persist_page_bytes=1024, persist_stages=2), id="stream-hold-1k")]
+    pytest.param(dict(attn_min_keys=8, persist_trace_dots=1, persist_trace_stream=1), id="staged-dots-stream-traced")]
 
 
 @pytest.mark.parametrize("change", TABLE_VARIANTS)
@@ -713,10 +706,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # shared memory ahead (the default before 2026-12-04's thirty-third session; also with several splits and the
     # dots' trace stamps, and untagged with the norm weights converted at their load); the norm weights converted at
     # their load; the staged default with several splits and attention's trace stamps, and with the dots' and the
-    # weight stream's; the output projection's items copied from the ring into registers before its wait (also with
-    # several splits; on 16 SMs over sixteen 256-byte pages, a tile's items each on a page; with the dots' and the
-    # stream's trace stamps); gate/up's pages held back by the weight stream until the output projection has its
-    # inputs (also with several splits, and over two 1 KB pages). Knobs that leave the math alone leave the bits alone
+    # weight stream's. Knobs that leave the math alone leave the bits alone
     model = load_tiny(tmp_path, "qwen3", vocab_size=16384)
     base_fields = dict(WIDE_FIELDS, **{k: v for k, v in change.items() if k == "attn_min_keys"})
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **base_fields))
@@ -735,7 +725,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "persist_attn_lean", "persist_probe_warm_code", "persist_page_look",
                          "persist_dot_items", "persist_dot_item_chunks", "persist_dot_items_min_share",
                          "persist_trace_dots", "persist_stage_instrs", "persist_norm_w_raw",
-                         "persist_trace_attention", "persist_o_held", "persist_stream_hold"}:
+                         "persist_trace_attention"}:
         assert np.array_equal(ours, stepped_logits(base, tokens))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)

@@ -71,18 +71,6 @@ __host__ __device__ __forceinline__ int instr_ahead(int begin, int end, int i, i
   return at;
 }
 
-// A wait's target this token: tiles * (t + 1), or tiles * t on the previous token's run. With tag waits
-// (KIEC_TAG_WAITS) a Wait's `previous` field holds previous in bit 0, late in bit 1 (KIEC_TAG_WAITS 2: the wait
-// guards only the tile's writes; wait_inputs leaves it to wait_writes) and its lead above (persistent_abi.py).
-__device__ __forceinline__ unsigned wait_target(const Wait& w, int t) {
-#if KIEC_TAG_WAITS
-  return w.tiles * (unsigned)(t + 1 - (w.previous & 1)) - (w.previous >> 2);
-#else
-  return w.tiles * (unsigned)(t + 1 - w.previous);
-#endif
-}
-__device__ __forceinline__ bool wait_late(const Wait& w) { return KIEC_TAG_WAITS >= 2 && (w.previous & 2); }
-
 // Whether the generation has passed this turn's position: the host's stop, or the end the select tile set, at or
 // before it (a volatile load: the host writes it through mapped memory, the select tile from another SM).
 __device__ __forceinline__ bool stop_reached(const Turn& u) { return *(volatile const int*)u.a->stop_pos <= u.pos; }

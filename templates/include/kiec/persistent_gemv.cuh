@@ -304,16 +304,6 @@ struct WarpNorm {
   }
 };
 
-// One 16-byte chunk of weights times its 8 floats of x, multiply-added in order from 0.
-template <typename T>
-__device__ __forceinline__ float chunk_dot(const uint4& raw, const float (&x)[8]) {
-  float w[8], p = 0.f;
-  widen8<T>(raw, w);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) p = fmaf(w[i], x[i], p);
-  return p;
-}
-
 // One item's dot products (w0: the row segment in the page; w1: its up row's, SiLU only): this lane's part.
 template <typename T, typename G>
 __device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const float (&xr)[G::ROUNDS][8], int lane,
@@ -324,8 +314,15 @@ __device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const 
     const int c = v * G::LANES + lane % G::LANES;
     p0[v] = p1[v] = 0.f;
     if (G::SEGC % G::LANES == 0 || c < G::SEGC) {
-      p0[v] = chunk_dot<T>(lds128(w0 + c * 16), xr[v]);
-      if (G::SILU) p1[v] = chunk_dot<T>(lds128(w1 + c * 16), xr[v]);
+      float w[8];
+      widen8<T>(lds128(w0 + c * 16), w);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) p0[v] = fmaf(w[i], xr[v][i], p0[v]);
+      if (G::SILU) {
+        widen8<T>(lds128(w1 + c * 16), w);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) p1[v] = fmaf(w[i], xr[v][i], p1[v]);
+      }
     }
   }
   a0 = p0[0], a1 = p1[0];
@@ -388,60 +385,6 @@ __device__ __forceinline__ void store_item_sums(float (&b0)[B], float (&b1)[B], 
     if (G::SILU) acc[(2 * row + 1) * SEGS + seg] = s1;
   }
 }
-
-// An output projection's weights held in registers (persist_o_held): this warp's items of a tile's share (the ring's
-// deal: items warp, warp + WARPS, ..., at most MAXI of them), each lane's chunks of each, copied out of the ring
-// before the tile's wait (weights depend on nothing), so that after it the dots run from registers: on the ring's
-// pages an output projection tile of llama-3.2-1b summed its 4 pages in 1.5 us, from registers loaded straight from
-// memory in 0.8 (thirty-fifth session's traces, persist_o_regs at 76981c4). dots() sums them as gemv_pages sums a
-// batch of one from the ring (the same bits).
-template <typename T, typename G, int WARPS, int SEGS, int MAXI>
-struct ItemRegs {
-  static_assert(MAXI == 0 || (G::LANES == 32 && !G::SILU), "a warp an item, one row an output");
-  uint4 w[MAXI > 0 ? MAXI : 1][G::ROUNDS];  // (MAXI 0: none used)
-  // From the tile's pages, all landed first (a share of at most STAGES pages: its pages came 9 us ahead on
-  // llama-3.2-1b), then released at once, so that the ring refills behind them while the tile waits.
-  template <typename R>
-  __device__ __forceinline__ void load(R& ring, int items, int warp, int lane) {
-    static_assert((MAXI * WARPS + G::PER_PAGE - 1) / G::PER_PAGE <= R::STAGES, "the share's pages fit the ring");
-    const int pages = (items + G::PER_PAGE - 1) / G::PER_PAGE;
-    for (int p = 0; p < pages; ++p) ring.page_ahead(p);
-#pragma unroll
-    for (int k = 0; k < MAXI; ++k) {
-      const int m = min(warp + k * WARPS, max(items, 1) - 1);  // (past the share: its last item again, not summed)
-      const char* item = ring.page(ring.seq + m / G::PER_PAGE) + (m % G::PER_PAGE) * G::ITEM;
-#pragma unroll
-      for (int v = 0; v < G::ROUNDS; ++v)  // (past the segment: its last chunk, never summed)
-        w[k][v] = lds128(item + min(v * G::LANES + lane, G::SEGC - 1) * 16);
-    }
-    for (int p = 0; p < pages; ++p) ring.release();  // (an arrive releases this thread's reads before it)
-  }
-  __device__ __forceinline__ void dots(int items, const float (&xr)[G::ROUNDS][8], float* acc, int warp, int lane,
-                                       bool timed) const {
-#pragma unroll
-    for (int k = 0; k < MAXI; ++k) {
-      float p[G::ROUNDS];  // (an item past the share summed too, not stored: no branch between the loads and here)
-#pragma unroll
-      for (int v = 0; v < G::ROUNDS; ++v) {
-        const int c = v * G::LANES + lane;
-        p[v] = G::SEGC % G::LANES == 0 || c < G::SEGC ? chunk_dot<T>(w[k][v], xr[v]) : 0.f;
-      }
-      float b0[1] = {p[0]}, b1[1] = {0.f};
-#pragma unroll
-      for (int v = 1; v < G::ROUNDS; ++v) b0[0] += p[v];
-      store_item_sums<G, WARPS, SEGS, 1>(b0, b1, acc, warp, lane, k, warp + k * WARPS < items ? 1 : 0);
-#if KIEC_TRACE_DOTS
-      if (timed && k == 0 && lane == 0) dot_stamps()[0][warp] = global_ns();
-#endif
-    }
-#if KIEC_TRACE_DOTS
-    if (timed && lane == 0) {
-      dot_stamps()[1][warp] = global_ns();
-      if (warp >= items) dot_stamps()[0][warp] = dot_stamps()[1][warp];
-    }
-#endif
-  }
-};
 
 template <typename R>
 struct TimedPages {  // half_warp_steps' and warp_item_steps' ring: the tile's, its waits timed in the traced step
@@ -649,18 +592,15 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // SUMS (persist_probe_mlp_local 2, a timing probe): after its epilogue the tile adds 1 to each of the n_out int64
 // words at `sums` (relaxed adds in L2, before its signal), the adds a down projection cut by its K would make.
 // ITEMS (persist_dot_items): a warp's items up to this many at once (gemv_pages_items; the same bits).
-// WREGS > 0 (persist_o_held): a warp's items, at most WREGS, copied from the ring's pages into registers before the
-// wait (ItemRegs), the pages released then.
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
           bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, bool HALF = false, bool SUMS = false,
-          int ITEMS = 1, int WREGS = 0, typename R>
+          int ITEMS = 1, typename R>
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
                                           float* y, int n_out, float* smem, unsigned long long* sums = nullptr) {
   static_assert(!(DIRECT && NORM), "a normed x is staged in shared memory (the norm needs all of it first)");
   static_assert(!WNORM || (NORM && SEGS == 1 && !TX), "a norm in the warps: a GEMV with a norm, one segment, plain x");
 
   static_assert(!HALF || (!TX && TWICE == 0 && BATCH == 0), "half-warp items: plain x, their own sums, no probe");
-  static_assert(WREGS == 0 || (!HALF && (TWICE & 1) == 0 && ITEMS == 1), "held items: a warp's one by one");
   using G = GemvShape<T, K, WARPS, EPI, SEGS, R::PAGE, HALF ? 16 : 32>;
   constexpr bool STAGED = !DIRECT && !WNORM;      // x goes through the scratch
   const int lo = u.ins->lo, outs = u.ins->hi - lo;
@@ -672,8 +612,6 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   WarpNorm<T, G, K, WARPS * 32> wnorm;
   if constexpr (WNORM) wnorm.prefetch(norm_w, threadIdx.x & 31);
   else prologue.prefetch(norm_w);
-  ItemRegs<T, G, WARPS, SEGS, WREGS> wregs;  // (only with WREGS: unused registers otherwise)
-  if constexpr (WREGS > 0) wregs.load(ring, outs * SEGS, threadIdx.x >> 5, threadIdx.x & 31);
 #if KIEC_TAG_WAITS
   if (TX && !DIRECT) prologue.preload(x);
 #endif
@@ -688,7 +626,6 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   // (their sums overwritten after, the ring untouched), run before the wait so that their code is fetched before x
   // is ready: what a tile's first item costs without its code to fetch. Both passes run this one inlined copy.
   auto pass = [&](bool dry) {
-    if (WREGS > 0 && dry) return true;  // (its pages already released)
     if (dry) {
       if (!ring.landed_at(0)) return true;
 #pragma unroll
@@ -716,7 +653,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
 #endif
       // (the traced step's count of the share's pages landed, by warp 0 at once: thread 0 counting alone, a look a
       // page, held its warp's dots back ~0.13 us a page, thirty-second session)
-      if (WREGS == 0 && traced_step(u) && threadIdx.x < 32) {
+      if (traced_step(u) && threadIdx.x < 32) {
         const int landed = ring.landed_warp((outs * SEGS + G::PER_PAGE - 1) / G::PER_PAGE, threadIdx.x);
         if (threadIdx.x == 0) trace_row(u)[TR_PAGES_READY] = landed;
       }
@@ -730,16 +667,10 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     }
     // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
     // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
-    if constexpr (WREGS > 0) {
-      wregs.dots(outs * SEGS, xr, acc, threadIdx.x >> 5, threadIdx.x & 31, traced_step(u));
-      waited = 0;
-    } else if constexpr (HALF) {
-      waited = gemv_pages_half<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
-    } else {
-      waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(ring, dry ? min(outs * SEGS, G::PER_PAGE)
-                                                                        : outs * SEGS, xr, acc,
-                                                                 traced_step(u) && !dry, dry);
-    }
+    if constexpr (HALF) waited = gemv_pages_half<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
+    else waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(ring, dry ? min(outs * SEGS, G::PER_PAGE)
+                                                                           : outs * SEGS, xr, acc,
+                                                                    traced_step(u) && !dry, dry);
     return true;
   };
   if constexpr (KIEC_PROBE_WARM_CODE && !HALF) {

@@ -70,6 +70,17 @@ __device__ __forceinline__ void trace(const Turn& u, TraceSlot what) {
 #ifndef KIEC_TAGGED  // 1: some values travel as tagged words (persist_tagged)
 #define KIEC_TAGGED 0
 #endif
+// A wait's target this token: tiles * (t + 1), or tiles * t on the previous token's run. With tag waits
+// (KIEC_TAG_WAITS) a Wait's `previous` field holds previous in bit 0, late in bit 1 (KIEC_TAG_WAITS 2: the wait
+// guards only the tile's writes; wait_inputs leaves it to wait_writes) and its lead above (persistent_abi.py).
+__device__ __forceinline__ unsigned wait_target(const Wait& w, int t) {
+#if KIEC_TAG_WAITS
+  return w.tiles * (unsigned)(t + 1 - (w.previous & 1)) - (w.previous >> 2);
+#else
+  return w.tiles * (unsigned)(t + 1 - w.previous);
+#endif
+}
+__device__ __forceinline__ bool wait_late(const Wait& w) { return KIEC_TAG_WAITS >= 2 && (w.previous & 2); }
 
 // Thread 0 spins until *counter reaches target: false when the generation ended first (its stop position looked at
 // every KIEC_STOP_POLL_EVERY polls).

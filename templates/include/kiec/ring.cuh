@@ -28,9 +28,6 @@
 #ifndef KIEC_PAGE_PACE_AHEAD_FROM
 #define KIEC_PAGE_PACE_AHEAD_FROM 0  // > 0: the ahead pace from this position on (persist_page_pace_ahead_from_pos)
 #endif
-#ifndef KIEC_STREAM_HOLD
-#define KIEC_STREAM_HOLD 0  // 1: a held GEMV's pages wait for its previous instruction's inputs (persist_stream_hold)
-#endif
 #ifndef KIEC_ATTN_L2_HINT
 #define KIEC_ATTN_L2_HINT 0  // 2: the weight stream asks L2 for attention's cache rows (PageWalk::next)
 #endif
@@ -286,18 +283,6 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
           if constexpr (KIEC_L2_AHEAD_PACED && KIEC_PAGE_PACE_NS > 0)  // (one clock: the SM's share of the memory)
             next_at = paced_after<R::PAGE>(now, pace, (ahead.up ? 2 : 1) * ahead.bytes);
         }
-      }
-    }
-    // (KIEC_STREAM_HOLD: a held share's first page, gate/up's, waits until the SM's instruction before it, the output
-    // projection, has its inputs, so that its pages do not go out while attention runs: relaxed polls, no ordering)
-    if (KIEC_STREAM_HOLD && copy.first == copy.per_page && copy.i > begin && a.kernels[a.instrs[copy.i].kernel].hold) {
-      const Instr& before = a.instrs[copy.i - 1];
-      for (int w = 0; w < before.n_waits; ++w) {
-        if (wait_late(before.waits[w])) continue;
-        const unsigned* counter = a.counters + before.waits[w].counter * a.counter_stride;
-        const unsigned target = wait_target(before.waits[w], copy.pos - a.p0);
-        while (ld_relaxed(counter) < target)
-          if (*quit) goto drain;
       }
     }
     const unsigned bytes = copy.up ? 2 * copy.bytes : copy.bytes;
