@@ -100,13 +100,9 @@ fi
 if [ -n "${HOPS:-}${COMPUTE:-}${L2:-}${STREAM:-}${CLUSTER:-}${ACQUIRE:-}${KVSLICE:-}" ]; then
   mkdir -p /tmp/abi && python3 -c "from kiec.codegen.persistent_abi import header; print(header())" > /tmp/abi/persistent_abi.h
 fi
-# (.carry/bench/OUT, built on the CPU machine with the same flags and carried: used as it is, no nvcc here)
-bench_build() {
-  local src=$1 out=$2; shift 2
-  [ -x ".carry/bench/$out" ] && { cp ".carry/bench/$out" "/tmp/$out"; echo "($out: carried, built on the CPU machine)"; return 0; }
-  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I /tmp/abi "$@" \
-    "bench/$src.cu" -o "/tmp/$out"
-}
+# (scripts/bench_build.sh: a build carried as .carry/bench/OUT, made on the CPU machine by scripts/bench_carry.sh, is
+# used without nvcc while its stamp says it is of this tree's sources and flags)
+bench_build() { bash scripts/bench_build.sh "$@"; }
 # HOPS=1: the latency of one phase hop six ways, and two of them with HBM streaming meanwhile, then the hop that adds
 # every SM's part of every output (bench/hop_latency.cu); HOPS=accum: that last table alone
 if [ -n "${HOPS:-}" ]; then
