@@ -1,6 +1,6 @@
 """Persistent mode (one kernel runs whole generations) on the GPU: logits within DESIGN.md's error budget of
-the interpreter, the same greedy tokens as graph mode, the device's draw equal to kiec.sampling's over its own
-logits, and generations that end at EOS or when the host stops them."""
+the interpreter, the same greedy tokens as graph mode (up to a near-tie: test_engine.py's greedy_alike), the device's
+draw equal to kiec.sampling's over its own logits, and generations that end at EOS or when the host stops them."""
 import ctypes
 import re
 import time
