@@ -81,8 +81,8 @@ if [ "$mode" = tests ]; then
   # time nvcc on a tiny model) took 420 s for its first 38 in one process (2026-12-02), past one call's 600 s: the
   # tests are dealt round-robin over TEST_JOBS (8) pytest processes at once, which share the GPU (their
   # kernels time-slice) and the machine's 16 cores; their logs one after the other in $OUT/gpu_tests.log
-  # TEST_IDS=FILE: the node ids listed there, a line each, instead (e.g. what an earlier call's failing processes
-  # left unrun: scripts/test_jobs.sh deals ids round-robin, and -x stops a process at its first failure)
+  # TEST_IDS=FILE: the node ids listed there, a line each, instead (e.g. an earlier call's rerun_ids.txt: the ids of
+  # its processes that did not end clean, since -x stops a process at its first failure; scripts/test_jobs.sh)
   if [ -n "${TEST_IDS:-}" ]; then
     grep "::" "$TEST_IDS" > /tmp/gpu_ids.txt
   else

@@ -46,10 +46,16 @@ def test_every_test_runs_once_over_the_processes(tmp_path):
 
 def test_a_failure_in_one_process_fails_the_whole(tmp_path):
     write_tests(tmp_path, fail="case4")
-    r, marks, _ = run(tmp_path, 2)
+    r, marks, out = run(tmp_path, 2)
     assert r.returncode != 0
     assert "1 of them not clean" in r.stdout and "case4" in r.stdout
     assert len(list(marks.iterdir())) == 7  # the other process still ran its tests
+    # the failed process's ids (cases 0, 2, 4, 6: dealt round-robin) for the next call's TEST_IDS, and only them
+    rerun = (out / "rerun_ids.txt").read_text().split()
+    assert rerun == [f"{tmp_path}/test_sample.py::test_case[{i}]" for i in (0, 2, 4, 6)]
+    write_tests(tmp_path)
+    r, _, out = run(tmp_path, 2)
+    assert r.returncode == 0 and not (out / "rerun_ids.txt").exists()  # (a clean run leaves none behind)
 
 
 def test_a_timeout_fails_and_says_so(tmp_path):
