@@ -1,6 +1,6 @@
 """The runtime's device work is ordered on the context's stream (c->stream, created non-blocking): the legacy
 stream's work is not ordered before a non-blocking stream's, so a memset there may land after the kernels that
-follow it (a trace recording was zeroed after its kernel wrote it, under ten test processes sharing one GPU)."""
+follow it (the likely cause of a trace recording found zeroed under ten test processes sharing one GPU)."""
 import os
 import re
 

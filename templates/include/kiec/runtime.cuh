@@ -186,8 +186,8 @@ void* kiec_create(const char* weights_path, int device) {
   TRY(cudaMalloc(&c->kv, KIEC_KV_BYTES));
   TRY(cudaMalloc(&c->counters, 1024 * sizeof(unsigned int)));
   // every memset on c->stream, which is non-blocking: the legacy stream's work is not ordered before its kernels, so
-  // a memset there may land after them (the likely cause, not confirmed, of a trace recording found empty under ten
-  // test processes sharing the GPU: persistent.cu.j2's kiec_trace)
+  // a memset there may land after them (the likely cause of a trace recording found empty under ten test processes
+  // sharing the GPU: persistent.cu.j2's kiec_trace)
   TRY(cudaMemsetAsync(c->counters, 0, 1024 * sizeof(unsigned int), c->stream));
   TRY(cudaMalloc(&c->st, sizeof(StepState)));
   TRY(cudaMalloc(&c->tokens, (KIEC_MAX_SEQ + 1) * sizeof(int)));
@@ -202,7 +202,7 @@ void* kiec_create(const char* weights_path, int device) {
   TRY(cudaMemsetAsync(c->kv, 0xff, KIEC_KV_BYTES, c->stream));
   // The step state and the token list start at position 0 with token 0 (n_prompt 0: each step feeds its token back),
   // so that kernels launched before any step (kiec_time_launches on a new engine) read a valid position, not what a
-  // freed allocation left there (a position far past the KV cache: an illegal address under ten test processes)
+  // freed allocation left there (test_time_launches_covers_every_kernel: an illegal address under ten test processes)
   TRY(cudaMemsetAsync(c->st, 0, sizeof(StepState), c->stream));
   TRY(cudaMemsetAsync(c->tokens, 0, (KIEC_MAX_SEQ + 1) * sizeof(int), c->stream));
   TRY(cudaStreamSynchronize(c->stream));  // (done before graph mode's capture on the stream, and their errors here)
