@@ -935,6 +935,15 @@ def test_the_warm_code_probe_and_the_page_look_compile_where_asked(tmp_path, mon
     compile_persistent(model, tmp_path / "art", monkeypatch, persist_probe_warm_code=1, persist_page_look=1)
 
 
+def test_select_host_late_compiles_where_asked(tmp_path, monkeypatch):
+    # persist_select_host_late: the kernel defines KIEC_SELECT_HOST_LATE (0 by default) and builds (nvcc) with select's
+    # host read before its wait and its host write after its signal
+    model = tiny_llama(tmp_path)
+    for on in (0, 1):
+        assert f"#define KIEC_SELECT_HOST_LATE {on}" in persistent_cu(model, persist_select_host_late=on)
+    compile_persistent(model, tmp_path / "art", monkeypatch, persist_select_host_late=1)
+
+
 def test_several_items_a_warp_at_once_compile_and_bad_counts_are_refused(tmp_path, monkeypatch):
     # persist_dot_items: each GEMV tile takes its count as gemv_tile's ITEMS (its 16th template argument; 1, the
     # default, left out), only where a warp of its tiles has at least persist_dot_items_min_share items; the kernel

@@ -201,29 +201,50 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
 
 // The token after the step at `pos`: the prompt's next token, or the argmax / the draw; EOS and the host's stop
 // end the generation. Publishes the token to the host.
+#ifndef KIEC_SELECT_HOST_LATE
+#define KIEC_SELECT_HOST_LATE 0
+#endif
+// KIEC_SELECT_HOST_LATE (persist_select_host_late): the host's stop flag is read before the wait (a stop the host asks
+// for is seen at some step either way), and the host's copy of the token is written after the signal, with no system
+// fence but the stop's (a GPU's writes to mapped memory go out in order and need none to arrive); by default both
+// round trips over the host's bus, and the fence after the write, come before the signal that the next token's
+// embedding waits on.
 __device__ __forceinline__ bool select_tile(Turn u, const float* logits, int vocab, float* smem) {
-  if (!wait_inputs(u)) return false;
   const PersistentArgs& a = *u.a;
+  int host_stop = 0;
+  if (KIEC_SELECT_HOST_LATE && threadIdx.x == 0) host_stop = *a.host_stop;  // (its round trip under the wait)
+  if (!wait_inputs(u)) return false;
   const unsigned long long key = *(volatile unsigned long long*)(a.argmax + u.pos);
   int chosen = argmax_index(key);
   if (a.gen.temperature > 0.f && u.pos + 1 >= a.n_prompt)
     chosen = sample_block(logits, vocab, argmax_value(key), a.gen, u.pos, smem);
+  const int next = u.pos + 1;
+  bool ends = false;  // (thread 0's) the generation ends after this token, before its last position
   if (threadIdx.x == 0) {
-    const int next = u.pos + 1;
-    a.host_tokens[u.pos] = chosen;
+    if (!KIEC_SELECT_HOST_LATE) a.host_tokens[u.pos] = chosen;
     if (next >= a.n_prompt) {
       a.tokens[next] = chosen;
-      bool stop = *a.host_stop != 0;
+      bool stop = (KIEC_SELECT_HOST_LATE ? host_stop : *a.host_stop) != 0;
       for (int i = 0; i < a.gen.n_eos; ++i) stop |= chosen == a.gen.eos[i];
       if (stop && next < a.p_end) {
         *(volatile int*)a.stop_pos = next;
-        __threadfence_system();
-        a.host_tokens[next] = -2;
+        ends = true;
+        if (!KIEC_SELECT_HOST_LATE) {
+          __threadfence_system();
+          a.host_tokens[next] = -2;
+        }
       }
     }
-    __threadfence_system();
+    if (!KIEC_SELECT_HOST_LATE) __threadfence_system();
   }
   signal_done(u);
+  if (KIEC_SELECT_HOST_LATE && threadIdx.x == 0) {
+    a.host_tokens[u.pos] = chosen;
+    if (ends) {  // (the stop position before the end mark, as by default)
+      __threadfence_system();
+      a.host_tokens[next] = -2;
+    }
+  }
   return true;
 }
 
