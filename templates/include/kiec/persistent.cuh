@@ -208,19 +208,24 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
 // for is seen at some step either way), and the host's copy of the token is written after the signal, with no system
 // fence but the stop's (a GPU's writes to mapped memory go out in order and need none to arrive); by default both
 // round trips over the host's bus, and the fence after the write, come before the signal that the next token's
-// embedding waits on.
+// embedding waits on. Thread 32 (warp 1), not thread 0, reads the flag and publishes: with thread 0 reading it, the
+// flag's load in flight held warp 0's polls back (the wait's hop 0.54 -> 1.38 us on llama-3.2-1b, 0.35 -> 0.96 on
+// smollm2-135m, 2026-12-04 thirty-sixth session's trace at position 64); the barrier before thread 0's release orders
+// thread 32's device writes before the signal, as every tile's.
 __device__ __forceinline__ bool select_tile(Turn u, const float* logits, int vocab, float* smem) {
   const PersistentArgs& a = *u.a;
+  constexpr int PUBLISHER = KIEC_SELECT_HOST_LATE ? 32 : 0;  // the thread that decides and publishes
+  static_assert(PUBLISHER < KIEC_COMPUTE_THREADS, "select's publisher is a compute thread");
   int host_stop = 0;
-  if (KIEC_SELECT_HOST_LATE && threadIdx.x == 0) host_stop = *a.host_stop;  // (its round trip under the wait)
+  if (KIEC_SELECT_HOST_LATE && threadIdx.x == PUBLISHER) host_stop = *a.host_stop;  // (its round trip under the wait)
   if (!wait_inputs(u)) return false;
   const unsigned long long key = *(volatile unsigned long long*)(a.argmax + u.pos);
   int chosen = argmax_index(key);
   if (a.gen.temperature > 0.f && u.pos + 1 >= a.n_prompt)
     chosen = sample_block(logits, vocab, argmax_value(key), a.gen, u.pos, smem);
   const int next = u.pos + 1;
-  bool ends = false;  // (thread 0's) the generation ends after this token, before its last position
-  if (threadIdx.x == 0) {
+  bool ends = false;  // (the publisher's) the generation ends after this token, before its last position
+  if (threadIdx.x == PUBLISHER) {
     if (!KIEC_SELECT_HOST_LATE) a.host_tokens[u.pos] = chosen;
     if (next >= a.n_prompt) {
       a.tokens[next] = chosen;
@@ -238,7 +243,7 @@ __device__ __forceinline__ bool select_tile(Turn u, const float* logits, int voc
     if (!KIEC_SELECT_HOST_LATE) __threadfence_system();
   }
   signal_done(u);
-  if (KIEC_SELECT_HOST_LATE && threadIdx.x == 0) {
+  if (KIEC_SELECT_HOST_LATE && threadIdx.x == PUBLISHER) {
     a.host_tokens[u.pos] = chosen;
     if (ends) {  // (the stop position before the end mark, as by default)
       __threadfence_system();
