@@ -293,7 +293,8 @@ class _PersistentEmitter(_Emitter):
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
         self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, row_bytes=k.k * self.esize,
                    item_bytes=k.k // 8 // segs * 16, silu=silu, tag_x=self.tag_writer(k.x),
-                   tag_res=self.tag_writer(k.residual), w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
+                   tag_res=self.tag_writer(k.residual), head=k.epilogue == "argmax",
+                   w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
                    a=(self.arena[k.x], self.arena[k.out]) + ((self.arena[PROBE_SUMS],) if sums else ()))
         staged = not direct and not wnorm  # x in the scratch
         self.smem = max(self.smem, ((k.k if staged else 0) + (2 if silu else 1) * rows * segs + self.warps) * 4)
@@ -408,6 +409,7 @@ class _PersistentEmitter(_Emitter):
             evict_first=int(bool(self.t.persist_evict_first)),
             walk_kept=int(bool(self.t.persist_walk_kept and paced)), page_pace_ns=pace,
             page_pace_ahead_ns=self.t.persist_page_pace_ahead_ns if pace else 0,
+            page_pace_head_ns=self.t.persist_page_pace_head_ns if pace else 0,
             page_pace_ahead_from=self.t.persist_page_pace_ahead_from_pos,
             l2_ahead_paced=int(bool(self.t.persist_l2_ahead_paced and pace)),
             l2_ahead_burst=int(bool(self.t.persist_l2_ahead_burst and pace)),

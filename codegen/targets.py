@@ -104,6 +104,9 @@ class TargetParams:
     # signal, so that neither round trip over the host's bus (a mapped pinned read, a write and its system fence) is
     # on the chain from the LM head to the next token's embedding (persistent.cuh: select_tile; the same tokens)
     persist_select_host_late: int
+    # persistent: > 0: the LM head's pages take this pace instead of persist_page_pace_ns (ring.cuh: stream_weights;
+    # the descriptor's `head` marks its GEMV); 0: the same pace as every GEMV's
+    persist_page_pace_head_ns: int
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
@@ -546,7 +549,7 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.719 on llama-3.2-1b; both: smollm2-135m 0.446 vs 0.472-0.474, qwen3-1.7b 1.039 vs
                           # 1.095, llama-3.2-1b at 8192 0.813-0.815 vs 0.849, llama-3.1-8b 3.808 vs 3.828-3.830. So 1
                           persist_stage_instrs=1, persist_norm_w_raw=1,
-                          persist_select_host_late=0,
+                          persist_select_host_late=0, persist_page_pace_head_ns=0,
                           # (the output projection's weights loaded into registers before its wait instead of through
                           # the ring, persist_o_regs at 76981c4, taken out after its first run: its 4 pages an SM sat
                           # in the ring through attention, but they are consumed before gate/up's x is ready and the

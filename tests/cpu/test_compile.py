@@ -944,6 +944,18 @@ def test_select_host_late_compiles_where_asked(tmp_path, monkeypatch):
     compile_persistent(model, tmp_path / "art", monkeypatch, persist_select_host_late=1)
 
 
+def test_the_lm_heads_own_pace_is_defined_where_asked_and_paced(tmp_path, monkeypatch):
+    # persist_page_pace_head_ns: the kernel defines KIEC_PAGE_PACE_HEAD_NS where the stream is paced and the field is
+    # set (none by default: the LM head's pages take the layers' pace), and builds (nvcc) with it
+    model = tiny_llama(tmp_path)
+    assert "KIEC_PAGE_PACE_HEAD_NS" not in persistent_cu(model)
+    assert "#define KIEC_PAGE_PACE_HEAD_NS 400" in persistent_cu(model, persist_page_pace_head_ns=400,
+                                                                 persist_paced_min_width=0)
+    assert "KIEC_PAGE_PACE_HEAD_NS" not in persistent_cu(model, persist_page_pace_head_ns=400,
+                                                         persist_paced_min_width=0, persist_page_pace_ns=0)
+    compile_persistent(model, tmp_path / "art", monkeypatch, persist_page_pace_head_ns=400, persist_paced_min_width=0)
+
+
 def test_several_items_a_warp_at_once_compile_and_bad_counts_are_refused(tmp_path, monkeypatch):
     # persist_dot_items: each GEMV tile takes its count as gemv_tile's ITEMS (its 16th template argument; 1, the
     # default, left out), only where a warp of its tiles has at least persist_dot_items_min_share items; the kernel
