@@ -293,8 +293,7 @@ class _PersistentEmitter(_Emitter):
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
         self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, row_bytes=k.k * self.esize,
                    item_bytes=k.k // 8 // segs * 16, silu=silu, tag_x=self.tag_writer(k.x),
-                   tag_res=self.tag_writer(k.residual), head=k.epilogue == "argmax",
-                   w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
+                   tag_res=self.tag_writer(k.residual), w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
                    a=(self.arena[k.x], self.arena[k.out]) + ((self.arena[PROBE_SUMS],) if sums else ()))
         staged = not direct and not wnorm  # x in the scratch
         self.smem = max(self.smem, ((k.k if staged else 0) + (2 if silu else 1) * rows * segs + self.warps) * 4)
@@ -349,6 +348,12 @@ class _PersistentEmitter(_Emitter):
         """The shared memory the kernel's own __shared__ variables may take (beside the dynamic ring and scratch)."""
         return STATIC_SMEM + (STAGE_SMEM if self.t.persist_stage_instrs else 0)
 
+    def page_pace(self) -> int:
+        """The paced stream's pace: persist_page_pace_ns, or persist_page_pace_fma_ns where some attention keeps its
+        FMA passes (targets.py says what was measured)."""
+        fma = self.t.persist_page_pace_fma_ns > 0 and any(self.mma_keys(k) == 0 for k in self.attn)
+        return self.t.persist_page_pace_fma_ns if fma else self.t.persist_page_pace_ns
+
     def combine_staged(self, k: AttentionKernel) -> bool:
         """persist_combine_staged for this attention: where its partials fit beside a full ring (persist_stages
         pages) in the scratch, so that the ring keeps its depth; else the combine loads them into registers."""
@@ -391,7 +396,7 @@ class _PersistentEmitter(_Emitter):
                             schedule=[[sm, ins.opcode, ins.kernel, ins.counter]
                                       for sm, lst in enumerate(self.sched.lists) for ins in lst])
         paced = paced_stream(self.p, self.t)
-        pace = self.t.persist_page_pace_ns if paced else 0
+        pace = self.page_pace() if paced else 0
         src.files["model.cu"] = self.env.get_template("persistent.cu.j2").render(
             ctype=self.ctype, cases=self.cases, sms=self.sched.sms, phases=len(self.sched.phases),
             warps=self.warps, smem=smem, stages=stages, page=page, arrivals=max(self.arrivals, 1),
@@ -409,7 +414,6 @@ class _PersistentEmitter(_Emitter):
             evict_first=int(bool(self.t.persist_evict_first)),
             walk_kept=int(bool(self.t.persist_walk_kept and paced)), page_pace_ns=pace,
             page_pace_ahead_ns=self.t.persist_page_pace_ahead_ns if pace else 0,
-            page_pace_head_ns=self.t.persist_page_pace_head_ns if pace else 0,
             page_pace_ahead_from=self.t.persist_page_pace_ahead_from_pos,
             l2_ahead_paced=int(bool(self.t.persist_l2_ahead_paced and pace)),
             l2_ahead_burst=int(bool(self.t.persist_l2_ahead_burst and pace)),

@@ -36,6 +36,9 @@ class TargetParams:
     persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
     persist_walk_kept: int  # persistent: 1: the weight stream keeps a share's page walk (ring.cuh: PageWalk's KEPT)
     persist_page_pace_ns: int  # persistent: > 0: the weight stream copies a page at most every this many ns
+    # persistent: > 0: that pace instead where some attention keeps its FMA passes (no tensor-core passes:
+    # codegen/persistent.py's mma_keys 0)
+    persist_page_pace_fma_ns: int
     # persistent: a model narrower than this (its embedding's row) streams with neither (the walk read each page,
     # unpaced), whatever persist_walk_kept and persist_page_pace_ns say
     persist_paced_min_width: int
@@ -104,9 +107,6 @@ class TargetParams:
     # signal, so that neither round trip over the host's bus (a mapped pinned read, a write and its system fence) is
     # on the chain from the LM head to the next token's embedding (persistent.cuh: select_tile; the same tokens)
     persist_select_host_late: int
-    # persistent: > 0: the LM head's pages take this pace instead of persist_page_pace_ns (ring.cuh: stream_weights;
-    # the descriptor's `head` marks its GEMV); 0: the same pace as every GEMV's
-    persist_page_pace_head_ns: int
     persist_tagged: int  # persistent: 1: GEMV-to-GEMV values as tagged words, their writers' counters relaxed;
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
@@ -325,7 +325,19 @@ TARGETS: dict[str, TargetParams] = {
                           # 1.129-1.135 vs 1.126-1.128 (a later call: 1.130-1.131 vs the old walk's 1.134-1.137; 550:
                           # 1.162). The pace is a page's share of H200's bandwidth (an H100 would want ~661 ns:
                           # persist_pace_ref_gbps below; not measured)
-                          persist_walk_kept=1, persist_page_pace_ns=460,
+                          # 2026-12-04 thirty-sixth session (8e33fc2, ms, two rounds, scripts/variants.py, read ceiling
+                          # 4.50-4.60 TB/s; bench/RESULTS.md): the kernel of the staged tiles wants a faster pace on the
+                          # models whose attention runs on the tensor cores: llama-3.2-1b 0.686 (440), 0.685-0.686
+                          # (430), 0.686-0.688 (420), 0.699-0.700 (400), 0.723 (380), 0.732-0.734 (350) vs 0.693-0.697
+                          # (460); at 8192 0.799-0.800 (440), 0.802 (420), 0.818 (380) vs 0.815-0.817; llama-3.1-8b
+                          # 3.774-3.777 (440), 3.758 (420) vs 3.810-3.813. qwen3-1.7b, whose attention keeps its FMA
+                          # passes (2 query heads a KV head), does not: 1.049-1.051 (440), 1.052-1.056 (420), 1.040-1.042
+                          # (480), 1.053-1.055 (510) vs 1.039-1.040 (460); its trace at 430 (position 64): the LM head
+                          # 5.5 us faster, the down projection 0.36 us and attention 0.3 us slower a layer. So 440 (the
+                          # cliff below 420 is 400's), and qwen3-1.7b's kind keeps 460 (persist_page_pace_fma_ns: one
+                          # model of that kind measured). The LM head's pages alone at 400 or 360 (a knob built and
+                          # taken out, `git show 301c7de`): qwen3-1.7b +0.1% / +0.8%, llama-3.2-1b at 430 +0.2% / +0.5%
+                          persist_walk_kept=1, persist_page_pace_ns=440, persist_page_pace_fma_ns=460,
                           # smollm2-135m (width 576, latency-bound: its weights are 5-27 KB an SM a GEMV) with the
                           # walk read each page, unpaced (ms, two rounds): 0.500 / 0.501 vs 0.504 / 0.504 (sixteenth
                           # session), 0.498-0.499 vs 0.502 (fifteenth); the kept walk unpaced 0.503 / 0.502. So the
@@ -549,7 +561,7 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.719 on llama-3.2-1b; both: smollm2-135m 0.446 vs 0.472-0.474, qwen3-1.7b 1.039 vs
                           # 1.095, llama-3.2-1b at 8192 0.813-0.815 vs 0.849, llama-3.1-8b 3.808 vs 3.828-3.830. So 1
                           persist_stage_instrs=1, persist_norm_w_raw=1,
-                          persist_select_host_late=0, persist_page_pace_head_ns=0,
+                          persist_select_host_late=0,
                           # (the output projection's weights loaded into registers before its wait instead of through
                           # the ring, persist_o_regs at 76981c4, taken out after its first run: its 4 pages an SM sat
                           # in the ring through attention, but they are consumed before gate/up's x is ready and the

@@ -364,6 +364,24 @@ def test_narrow_models_stream_unpaced_with_the_walk_read_each_page(tmp_path):
     assert narrow.files["model.cu"] == unpaced.files["model.cu"]  # (the measured variant's kernel, exactly)
 
 
+@pytest.mark.parametrize("name, tensor_cores", [("llama-3.2-1b", True), ("llama-3.1-8b", True), ("qwen3-1.7b", False)])
+def test_the_pace_is_the_fma_attentions_where_some_attention_keeps_its_fma_passes(name, tensor_cores):
+    # persist_page_pace_fma_ns: a model whose attention keeps its FMA passes (qwen3-1.7b: 2 query heads a KV head, 128
+    # wide) streams at that pace, the others at persist_page_pace_ns; 0 leaves every model at persist_page_pace_ns
+    import dataclasses
+
+    from kiec.codegen.persistent import _PersistentEmitter
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    program = pipeline.run(kiec.load(name, max_seq_len=256).graph)
+    t = dataclasses.replace(target("sm_90"), persist_page_pace_ns=440, persist_page_pace_fma_ns=460)
+    e = _PersistentEmitter(program, "bf16", 256, t)
+    assert all((e.mma_keys(k) > 0) == tensor_cores for k in e.attn)
+    assert e.page_pace() == (440 if tensor_cores else 460)
+    e = _PersistentEmitter(program, "bf16", 256, dataclasses.replace(t, persist_page_pace_fma_ns=0))
+    assert e.page_pace() == 440
+
+
 def test_the_ahead_pace_from_a_position_is_compiled_only_with_the_ahead_pace(tmp_path):
     # persist_page_pace_ahead_from_pos: the ring's check of the page's position is there with the ahead pace and a
     # position; the ahead pace alone (every position) and the position alone (no ahead pace) compile as before
@@ -942,18 +960,6 @@ def test_select_host_late_compiles_where_asked(tmp_path, monkeypatch):
     for on in (0, 1):
         assert f"#define KIEC_SELECT_HOST_LATE {on}" in persistent_cu(model, persist_select_host_late=on)
     compile_persistent(model, tmp_path / "art", monkeypatch, persist_select_host_late=1)
-
-
-def test_the_lm_heads_own_pace_is_defined_where_asked_and_paced(tmp_path, monkeypatch):
-    # persist_page_pace_head_ns: the kernel defines KIEC_PAGE_PACE_HEAD_NS where the stream is paced and the field is
-    # set (none by default: the LM head's pages take the layers' pace), and builds (nvcc) with it
-    model = tiny_llama(tmp_path)
-    assert "KIEC_PAGE_PACE_HEAD_NS" not in persistent_cu(model)
-    assert "#define KIEC_PAGE_PACE_HEAD_NS 400" in persistent_cu(model, persist_page_pace_head_ns=400,
-                                                                 persist_paced_min_width=0)
-    assert "KIEC_PAGE_PACE_HEAD_NS" not in persistent_cu(model, persist_page_pace_head_ns=400,
-                                                         persist_paced_min_width=0, persist_page_pace_ns=0)
-    compile_persistent(model, tmp_path / "art", monkeypatch, persist_page_pace_head_ns=400, persist_paced_min_width=0)
 
 
 def test_several_items_a_warp_at_once_compile_and_bad_counts_are_refused(tmp_path, monkeypatch):
