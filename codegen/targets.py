@@ -561,7 +561,11 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.719 on llama-3.2-1b; both: smollm2-135m 0.446 vs 0.472-0.474, qwen3-1.7b 1.039 vs
                           # 1.095, llama-3.2-1b at 8192 0.813-0.815 vs 0.849, llama-3.1-8b 3.808 vs 3.828-3.830. So 1
                           persist_stage_instrs=1, persist_norm_w_raw=1,
-                          persist_select_host_late=0,
+                          # select's read of the host's stop flag before its wait and its write of the host's token
+                          # after its signal: its span 3.33-3.55 -> 1.15-1.60 us in the thirty-sixth session's traces at
+                          # position 64 (llama-3.2-1b, calls 1-2; smollm2-135m 2.37 -> 0.80), a token 0.695-0.696 ms
+                          # either way (the 2 us is 0.3%, under two rounds' spread). So 1
+                          persist_select_host_late=1,
                           # (the output projection's weights loaded into registers before its wait instead of through
                           # the ring, persist_o_regs at 76981c4, taken out after its first run: its 4 pages an SM sat
                           # in the ring through attention, but they are consumed before gate/up's x is ready and the

@@ -366,12 +366,13 @@ def test_device_draw_is_kiec_sampling_over_its_own_logits(tmp_path, temperature,
                                                       attn_min_keys=8), id="owner_merges"),
                                     pytest.param(dict(persist_attn_owner_merges=64, attn_min_keys=8),
                                                  id="owner_merges_untagged"),
-                                    pytest.param(dict(persist_select_host_late=1), id="select_host_late")])
+                                    pytest.param(dict(persist_select_host_late=0), id="select_host_early")])
 def test_generation_ends_at_eos_and_when_the_host_stops_it(tmp_path, monkeypatch, change):
     # also with waits polled one after the other and attention's arrivals as an `extra` wait (tags 2, several
     # splits a head), and with tag waits (tiles spin on their words' tags, not on counters): a stop must end every
-    # spin, or an SM waits for a producer that stopped first; and with select's host read and write off the chain
-    # (the stop flag read before its wait, the token and the end mark written after its signal)
+    # spin, or an SM waits for a producer that stopped first; and with select's host read and write on the chain (the
+    # stop flag read after its wait, the token and the end mark written before its signal: the default before the
+    # thirty-sixth session)
     model, art = compile_tiny(tmp_path, "qwen3", max_position_embeddings=4096)
     if change:
         art = compile_variant(model, tmp_path, monkeypatch, **change)
@@ -663,7 +664,7 @@ TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
     pytest.param(dict(persist_stage_instrs=0), id="unstaged-instrs"),
     pytest.param(dict(persist_stage_instrs=0, attn_min_keys=8, persist_trace_dots=1), id="unstaged-instrs-splits-traced"),
     pytest.param(dict(persist_norm_w_raw=0), id="norm-w-converted"),
-    pytest.param(dict(persist_select_host_late=1), id="select-host-late"),
+    pytest.param(dict(persist_select_host_late=0), id="select-host-early"),
     pytest.param(dict(persist_stage_instrs=0, persist_norm_w_raw=0, persist_tagged=0), id="unstaged-converted-untagged"),
     pytest.param(dict(attn_min_keys=8, persist_trace_attention=1), id="staged-splits-traced"),
     pytest.param(dict(attn_min_keys=8, persist_trace_dots=1, persist_trace_stream=1), id="staged-dots-stream-traced")]
@@ -708,8 +709,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # shared memory ahead (the default before 2026-12-04's thirty-third session; also with several splits and the
     # dots' trace stamps, and untagged with the norm weights converted at their load); the norm weights converted at
     # their load; the staged default with several splits and attention's trace stamps, and with the dots' and the
-    # weight stream's; select's read of the host's stop flag before its wait and its write of the host's token after
-    # its signal. Knobs that leave the math alone leave the bits alone
+    # weight stream's; select's read of the host's stop flag after its wait and its write of the host's token before
+    # its signal (the default before the thirty-sixth session). Knobs that leave the math alone leave the bits alone
     model = load_tiny(tmp_path, "qwen3", vocab_size=16384)
     base_fields = dict(WIDE_FIELDS, **{k: v for k, v in change.items() if k == "attn_min_keys"})
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **base_fields))
