@@ -22,9 +22,6 @@
 #ifndef KIEC_L2_AHEAD_BURST
 #define KIEC_L2_AHEAD_BURST 0  // 1: a page already asked of L2 is copied into the ring off the pace (persist_l2_ahead_burst)
 #endif
-#ifndef KIEC_PAGE_PACE_HEAD_NS
-#define KIEC_PAGE_PACE_HEAD_NS 0  // > 0: the LM head's pages take this pace instead (persist_page_pace_head_ns)
-#endif
 #ifndef KIEC_PAGE_PACE_AHEAD_NS
 #define KIEC_PAGE_PACE_AHEAD_NS 0  // > 0: its pace 2+ instructions past the compute warps (persist_page_pace_ahead_ns)
 #endif
@@ -139,7 +136,6 @@ struct PageWalk {
   const PersistentArgs* a;
   int begin, end, pos, i, first;  // the next page: position, instruction, first item
   int items, per_page;            // the current share's (KEPT: valid while first > 0)
-  int head;                       // its GEMV is the LM head (the descriptor's head)
   unsigned item_bytes;
   const char* share;              // its first item's first byte
   size_t up_off;                  // from a gate item to its up item (0: not SiLU-mul)
@@ -168,7 +164,6 @@ struct PageWalk {
         items = (ins.hi - ins.lo) * (d.row_bytes / d.item_bytes);
         if (items <= (KEPT ? 0 : first)) continue;  // (KEPT: first is 0 here)
         item_bytes = d.item_bytes;
-        head = d.head;
         share = a->weights + d.w[0] + (size_t)ins.lo * d.row_bytes;
         up_off = d.silu ? (size_t)d.n * d.row_bytes : 0;
         page();
@@ -262,9 +257,6 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
   unsigned seq = 0, asked = 0;  // pages copied into the ring; pages asked of L2 (the walk `ahead` is past them)
   unsigned long long next_at = 0;  // (KIEC_PAGE_PACE_NS: the next page's copy not before, %globaltimer ns)
   const unsigned pace = page_pace<KIEC_PAGE_PACE_NS>(a), pace_ahead = page_pace<KIEC_PAGE_PACE_AHEAD_NS>(a);
-  // (KIEC_PAGE_PACE_HEAD_NS: the LM head's pages at their own pace. Nothing else reads memory meanwhile, and with the
-  // layers' pace the stream waited on it 50 us of the LM head's 120 on llama-3.2-1b, thirty-fourth session's trace)
-  const unsigned pace_head = KIEC_PAGE_PACE_HEAD_NS > 0 ? page_pace<KIEC_PAGE_PACE_HEAD_NS>(a) : pace;
   for (; copy.next(KIEC_ATTN_L2_HINT == 2); ++seq) {
     const unsigned stage = seq % R::STAGES, use = seq / R::STAGES;
 #if KIEC_TRACE_STREAM
@@ -304,9 +296,9 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
       while ((now = global_ns()) < next_at) {}
 #if KIEC_PAGE_PACE_AHEAD_NS
       const bool ahead_paced = copy.pos >= KIEC_PAGE_PACE_AHEAD_FROM && ring.ahead(a, copy.pos, copy.i) >= 2;
-      next_at = paced_after<R::PAGE>(now, ahead_paced ? pace_ahead : copy.head ? pace_head : pace, bytes);
+      next_at = paced_after<R::PAGE>(now, ahead_paced ? pace_ahead : pace, bytes);
 #else
-      next_at = paced_after<R::PAGE>(now, copy.head ? pace_head : pace, bytes);
+      next_at = paced_after<R::PAGE>(now, pace, bytes);
 #endif
     }
 #if KIEC_TRACE_STREAM
