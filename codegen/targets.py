@@ -37,7 +37,8 @@ class TargetParams:
     persist_walk_kept: int  # persistent: 1: the weight stream keeps a share's page walk (ring.cuh: PageWalk's KEPT)
     persist_page_pace_ns: int  # persistent: > 0: the weight stream copies a page at most every this many ns
     # persistent: > 0: that pace instead where some attention keeps its FMA passes (no tensor-core passes:
-    # codegen/persistent.py's mma_keys 0)
+    # codegen/persistent.py's mma_keys 0): a stand-in that tells qwen3-1.7b from the llama models, not a cause (the
+    # table's comment says what was measured)
     persist_page_pace_fma_ns: int
     # persistent: a model narrower than this (its embedding's row) streams with neither (the walk read each page,
     # unpaced), whatever persist_walk_kept and persist_page_pace_ns say
@@ -334,8 +335,10 @@ TARGETS: dict[str, TargetParams] = {
                           # passes (2 query heads a KV head), does not: 1.049-1.051 (440), 1.052-1.056 (420), 1.040-1.042
                           # (480), 1.053-1.055 (510) vs 1.039-1.040 (460); its trace at 430 (position 64): the LM head
                           # 5.5 us faster, the down projection 0.36 us and attention 0.3 us slower a layer. So 440 (the
-                          # cliff below 420 is 400's), and qwen3-1.7b's kind keeps 460 (persist_page_pace_fma_ns: one
-                          # model of that kind measured). The LM head's pages alone at 400 or 360 (a knob built and
+                          # cliff below 420 is 400's), and qwen3-1.7b keeps 460 through persist_page_pace_fma_ns. The
+                          # attention kind only tells the models measured apart, it is not the cause: qwen3-1.7b with
+                          # its attention on the tensor cores (persist_attn_mma_wide_min_group=2) also ran slower at
+                          # 440, 1.045 / 1.045 vs 1.041 / 1.041 (call 10); what makes its optimum 460 is not known. The LM head's pages alone at 400 or 360 (a knob built and
                           # taken out, `git show 301c7de`): qwen3-1.7b +0.1% / +0.8%, llama-3.2-1b at 430 +0.2% / +0.5%
                           persist_walk_kept=1, persist_page_pace_ns=440, persist_page_pace_fma_ns=460,
                           # smollm2-135m (width 576, latency-bound: its weights are 5-27 KB an SM a GEMV) with the
