@@ -293,7 +293,8 @@ class _PersistentEmitter(_Emitter):
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
         self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, row_bytes=k.k * self.esize,
                    item_bytes=k.k // 8 // segs * 16, silu=silu, tag_x=self.tag_writer(k.x),
-                   tag_res=self.tag_writer(k.residual), w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
+                   tag_res=self.tag_writer(k.residual), pace=self.kind_paces.get(self.gemv_kind(k), 0),
+                   w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
                    a=(self.arena[k.x], self.arena[k.out]) + ((self.arena[PROBE_SUMS],) if sums else ()))
         staged = not direct and not wnorm  # x in the scratch
         self.smem = max(self.smem, ((k.k if staged else 0) + (2 if silu else 1) * rows * segs + self.warps) * 4)
@@ -348,11 +349,37 @@ class _PersistentEmitter(_Emitter):
         """The shared memory the kernel's own __shared__ variables may take (beside the dynamic ring and scratch)."""
         return STATIC_SMEM + (STAGE_SMEM if self.t.persist_stage_instrs else 0)
 
+    def gemv_kind(self, k) -> str:
+        """A GEMV's kind for persist_page_pace_kinds: qkv, o, gate_up, down or head."""
+        if k.epilogue == "argmax":
+            return "head"
+        if k.epilogue == "silu_mul":
+            return "gate_up"
+        if k.epilogue == "residual":
+            return "down" if self.after_silu(k) else "o"
+        return "qkv"
+
+    @functools.cached_property
+    def kind_paces(self) -> dict[str, int]:
+        """persist_page_pace_kinds as {kind: ns}, on a paced stream only (none unpaced)."""
+        text, kinds, out = self.t.persist_page_pace_kinds.strip(), ("qkv", "o", "gate_up", "down", "head"), {}
+        for item in filter(None, (x.strip() for x in text.split("+"))):
+            name, _, ns = item.partition(":")
+            if name.strip() not in kinds or not ns.strip().isdigit() or int(ns) <= 0:
+                raise ValueError(f"persist_page_pace_kinds {text!r}: {item!r} is not kind:ns with a kind of "
+                                 f"{', '.join(kinds)} and ns > 0")
+            out[name.strip()] = int(ns)
+        if out and self.t.persist_page_pace_ahead_ns:
+            raise ValueError("persist_page_pace_kinds and persist_page_pace_ahead_ns: a page takes one or the other "
+                             "(ring.cuh: stream_weights), not both")
+        return out if paced_stream(self.p, self.t) and self.page_pace() else {}
+
     def page_pace(self) -> int:
-        """The paced stream's pace: persist_page_pace_ns, or persist_page_pace_fma_ns where some attention keeps its
-        FMA passes (targets.py says what was measured)."""
-        fma = self.t.persist_page_pace_fma_ns > 0 and any(self.mma_keys(k) == 0 for k in self.attn)
-        return self.t.persist_page_pace_fma_ns if fma else self.t.persist_page_pace_ns
+        """The paced stream's pace: persist_page_pace_ns (0: unpaced), or persist_page_pace_fma_ns instead where some
+        attention keeps its FMA passes (targets.py says what was measured)."""
+        pace = self.t.persist_page_pace_ns
+        fma = pace > 0 and self.t.persist_page_pace_fma_ns > 0 and any(self.mma_keys(k) == 0 for k in self.attn)
+        return self.t.persist_page_pace_fma_ns if fma else pace
 
     def combine_staged(self, k: AttentionKernel) -> bool:
         """persist_combine_staged for this attention: where its partials fit beside a full ring (persist_stages
@@ -414,6 +441,7 @@ class _PersistentEmitter(_Emitter):
             evict_first=int(bool(self.t.persist_evict_first)),
             walk_kept=int(bool(self.t.persist_walk_kept and paced)), page_pace_ns=pace,
             page_pace_ahead_ns=self.t.persist_page_pace_ahead_ns if pace else 0,
+            page_pace_kinds=int(bool(self.kind_paces)),
             page_pace_ahead_from=self.t.persist_page_pace_ahead_from_pos,
             l2_ahead_paced=int(bool(self.t.persist_l2_ahead_paced and pace)),
             l2_ahead_burst=int(bool(self.t.persist_l2_ahead_burst and pace)),

@@ -56,7 +56,7 @@ KERNEL_FIELDS = [("spec", "int32_t", "i"), ("n", "int32_t", "i"), ("m", "int32_t
                  ("eps", "float", "f"), ("scale", "float", "f"), ("softcap", "float", "f"),
                  ("row_bytes", "int32_t", "i"), ("item_bytes", "int32_t", "i"), ("silu", "int32_t", "i"),
                  ("arrive", "int32_t", "i"), ("splits", "int32_t", "i"), ("min_keys", "int32_t", "i"),
-                 ("tag_x", "int32_t", "i"), ("tag_res", "int32_t", "i"), ("pad", "int32_t", "i"),
+                 ("tag_x", "int32_t", "i"), ("tag_res", "int32_t", "i"), ("pace", "int32_t", "i"),
                  ("w", "int64_t", "4q"), ("a", "int64_t", "4q")]
 KERNEL_FORMAT = "<" + "".join(c for _, _, c in KERNEL_FIELDS)
 WAIT_FORMAT = "<" + "".join(c for _, _, c in WAIT_FIELDS)
@@ -113,8 +113,8 @@ def pack_schedule(sched: Schedule) -> tuple[bytes, list[int]]:
 
 def pack_kernel(spec: int, n: int = 0, m: int = 0, window: int = 0, eps: float = 0.0, scale: float = 0.0,
                 softcap: float = 0.0, row_bytes: int = 0, item_bytes: int = 0, silu: bool = False, arrive: int = 0,
-                splits: int = 0, min_keys: int = 0, tag_x: int = -1, tag_res: int = -1, w: tuple[int, ...] = (),
-                a: tuple[int, ...] = ()) -> bytes:
+                splits: int = 0, min_keys: int = 0, tag_x: int = -1, tag_res: int = -1, pace: int = 0,
+                w: tuple[int, ...] = (), a: tuple[int, ...] = ()) -> bytes:
     w, a = tuple(w) + (-1,) * (4 - len(w)), tuple(a) + (-1,) * (4 - len(a))
     return struct.pack(KERNEL_FORMAT, spec, n, m, window, eps, scale, softcap, row_bytes, item_bytes, int(silu), arrive,
-                       splits, min_keys, tag_x, tag_res, 0, *w, *a)
+                       splits, min_keys, tag_x, tag_res, pace, *w, *a)

@@ -36,10 +36,14 @@ class TargetParams:
     persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
     persist_walk_kept: int  # persistent: 1: the weight stream keeps a share's page walk (ring.cuh: PageWalk's KEPT)
     persist_page_pace_ns: int  # persistent: > 0: the weight stream copies a page at most every this many ns
-    # persistent: > 0: that pace instead where some attention keeps its FMA passes (no tensor-core passes:
-    # codegen/persistent.py's mma_keys 0): a stand-in that tells qwen3-1.7b from the llama models, not a cause (the
-    # table's comment says what was measured)
+    # persistent: > 0: that pace instead of a nonzero persist_page_pace_ns where some attention keeps its FMA passes
+    # (no tensor-core passes: codegen/persistent.py's mma_keys 0): a stand-in that tells qwen3-1.7b from the llama
+    # models, not a cause (the table's comment says what was measured)
     persist_page_pace_fma_ns: int
+    # persistent: paces of their own for some kinds of GEMV's pages, "kind:ns+kind:ns..." (no "=" or ",": a field's
+    # value in scripts/variants.py's lists) with kinds qkv, o (the output projection), gate_up, down and head (the LM
+    # head); "" (or a kind left out): the paced stream's pace
+    persist_page_pace_kinds: str
     # persistent: a model narrower than this (its embedding's row) streams with neither (the walk read each page,
     # unpaced), whatever persist_walk_kept and persist_page_pace_ns say
     persist_paced_min_width: int
@@ -341,6 +345,7 @@ TARGETS: dict[str, TargetParams] = {
                           # 440, 1.045 / 1.045 vs 1.041 / 1.041 (call 10); what makes its optimum 460 is not known. The LM head's pages alone at 400 or 360 (a knob built and
                           # taken out, `git show 301c7de`): qwen3-1.7b +0.1% / +0.8%, llama-3.2-1b at 430 +0.2% / +0.5%
                           persist_walk_kept=1, persist_page_pace_ns=440, persist_page_pace_fma_ns=460,
+                          persist_page_pace_kinds="",
                           # smollm2-135m (width 576, latency-bound: its weights are 5-27 KB an SM a GEMV) with the
                           # walk read each page, unpaced (ms, two rounds): 0.500 / 0.501 vs 0.504 / 0.504 (sixteenth
                           # session), 0.498-0.499 vs 0.502 (fifteenth); the kept walk unpaced 0.503 / 0.502. So the

@@ -14,7 +14,7 @@ from kiec.codegen import targets
 
 
 def main(name: str, mode: str = "graph", *changes: str) -> None:
-    tp = targets.with_fields(targets.TARGETS["sm_90"], dict(c.split("=") for c in changes))
+    tp = targets.with_fields(targets.TARGETS["sm_90"], dict(c.split("=", 1) for c in changes))
     src = emit_sources(kiec.load(name, dtype="bf16", max_seq_len=512), mode, "bf16", tp, "ptxas")
     nvcc = check_toolchain("cuda", "sm_90")
     with tempfile.TemporaryDirectory() as d:

@@ -45,7 +45,7 @@ def moved(before: str, after: str, tmp: str) -> int:
 
 
 def main(out: str, name: str, mode: str = "graph", *changes: str) -> None:
-    tp = targets.with_fields(targets.TARGETS["sm_90"], dict(c.split("=") for c in changes))
+    tp = targets.with_fields(targets.TARGETS["sm_90"], dict(c.split("=", 1) for c in changes))
     src = emit_sources(kiec.load(name, dtype="bf16", max_seq_len=512), mode, "bf16", tp, "sass")
     nvcc, dump = check_toolchain("cuda", "sm_90"), cuobjdump()
     os.makedirs(out, exist_ok=True)

@@ -18,7 +18,7 @@ if __name__ == "__main__":
     # the tag level and weight stream the large models get (persist_tagged, the paced kept walk), not the ones a
     # 2-layer model's width gives
     fields = {"persist_tagged_min_width": "0", "persist_paced_min_width": "0", "persist_narrow_width": "0",
-              **dict(c.split("=") for c in sys.argv[3:])}
+              **dict(c.split("=", 1) for c in sys.argv[3:])}
     # parity tags need every SM to read the residual stream: a width above the SMs' count (tag_parity)
     shapes = {"wide": dict(hidden_size=256, intermediate_size=384, num_attention_heads=4, num_key_value_heads=2,
                            vocab_size=300),

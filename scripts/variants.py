@@ -98,7 +98,7 @@ def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
         if full:
             print(full)
             break
-        changes = dict(kv.split("=") for kv in v.split(",") if "=" in kv)
+        changes = dict(kv.split("=", 1) for kv in v.split(",") if "=" in kv)
         mode = changes.pop("mode", "graph")
         seq = int(changes.pop("seq", context + 512))
         need = positions_needed(context, 32, 256)  # (kiec bench's count for the same timing)

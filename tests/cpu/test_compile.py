@@ -367,7 +367,8 @@ def test_narrow_models_stream_unpaced_with_the_walk_read_each_page(tmp_path):
 @pytest.mark.parametrize("name, tensor_cores", [("llama-3.2-1b", True), ("llama-3.1-8b", True), ("qwen3-1.7b", False)])
 def test_the_pace_is_the_fma_attentions_where_some_attention_keeps_its_fma_passes(name, tensor_cores):
     # persist_page_pace_fma_ns: a model whose attention keeps its FMA passes (qwen3-1.7b: 2 query heads a KV head, 128
-    # wide) streams at that pace, the others at persist_page_pace_ns; 0 leaves every model at persist_page_pace_ns
+    # wide) streams at that pace, the others at persist_page_pace_ns; 0 leaves every model at persist_page_pace_ns, and
+    # persist_page_pace_ns 0 leaves every model unpaced
     import dataclasses
 
     from kiec.codegen.persistent import _PersistentEmitter
@@ -380,6 +381,7 @@ def test_the_pace_is_the_fma_attentions_where_some_attention_keeps_its_fma_passe
     assert e.page_pace() == (440 if tensor_cores else 460)
     e = _PersistentEmitter(program, "bf16", 256, dataclasses.replace(t, persist_page_pace_fma_ns=0))
     assert e.page_pace() == 440
+    assert _PersistentEmitter(program, "bf16", 256, dataclasses.replace(t, persist_page_pace_ns=0)).page_pace() == 0
 
 
 def test_the_ahead_pace_from_a_position_is_compiled_only_with_the_ahead_pace(tmp_path):
@@ -960,6 +962,18 @@ def test_select_host_late_compiles_where_asked(tmp_path, monkeypatch):
     for on in (0, 1):
         assert f"#define KIEC_SELECT_HOST_LATE {on}" in persistent_cu(model, persist_select_host_late=on)
     compile_persistent(model, tmp_path / "art", monkeypatch, persist_select_host_late=1)
+
+
+def test_paces_of_their_own_compile_where_asked_and_paced(tmp_path, monkeypatch):
+    # persist_page_pace_kinds: the kernel defines KIEC_PAGE_PACE_KINDS where the stream is paced and some kind has a
+    # pace (none by default, none with persist_page_pace_ns 0: unpaced), and builds (nvcc) with it
+    model = tiny_llama(tmp_path)
+    paced = dict(persist_paced_min_width=0)
+    assert "KIEC_PAGE_PACE_KINDS" not in persistent_cu(model, **paced)
+    assert "#define KIEC_PAGE_PACE_KINDS 1" in persistent_cu(model, persist_page_pace_kinds="down:460", **paced)
+    assert "KIEC_PAGE_PACE_KINDS" not in persistent_cu(model, persist_page_pace_kinds="down:460",
+                                                       persist_page_pace_ns=0, **paced)  # (unpaced)
+    compile_persistent(model, tmp_path / "art", monkeypatch, persist_page_pace_kinds="down:460+head:300", **paced)
 
 
 def test_several_items_a_warp_at_once_compile_and_bad_counts_are_refused(tmp_path, monkeypatch):

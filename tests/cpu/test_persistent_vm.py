@@ -388,6 +388,37 @@ def test_the_weight_stream_and_the_gemv_tiles_page_each_share_alike(name):
     assert streamed == sum(type(k).__name__ == "GemvKernel" for k in prog.kernels)
 
 
+def test_each_kind_of_gemv_carries_its_own_pace_where_asked():
+    # persist_page_pace_kinds: each GEMV's descriptor carries its kind's pace (qkv, o, gate_up, down, head; 0 where the
+    # kind is left out, and on every other kernel); none on an unpaced stream; a malformed list is refused by name
+    import dataclasses
+    import struct
+
+    from kiec.codegen.persistent import _PersistentEmitter, walk
+    from kiec.codegen.persistent_abi import KERNEL_FIELDS, KERNEL_FORMAT
+    from kiec.codegen.targets import target
+    prog = pipeline.run(kiec.load("llama-3.2-1b", max_seq_len=256).graph)
+    names = [n for n, _, _ in KERNEL_FIELDS]
+
+    def paces(kinds: str, **fields) -> list[tuple[str, int]]:
+        e = _PersistentEmitter(prog, "bf16", 256,
+                               dataclasses.replace(target("sm_90"), persist_page_pace_kinds=kinds, **fields))
+        walk(e, prog, "test")
+        return [(k.name.split(".")[-1], dict(zip(names, struct.unpack(KERNEL_FORMAT, blob)))["pace"])
+                for k, blob in zip(prog.kernels, e.descs)]
+
+    want = dict(qkv=401, x_attn=402, act=403, x_mlp=404, logits=405)
+    got = paces("qkv:401+ o:402+gate_up:403+down:404+head:405")
+    assert {want.get(n, 0) for n, _ in got} >= {0, 401, 405} and all(p == want.get(n, 0) for n, p in got)
+    assert all(p == (460 if n == "x_mlp" else 0) for n, p in paces("down:460"))
+    assert all(p == 0 for _, p in paces("")) and all(p == 0 for _, p in paces("down:460", persist_page_pace_ns=0))
+    for bad in ("down:0", "mlp:400", "down:fast", "down", "down=460"):
+        with pytest.raises(ValueError, match="persist_page_pace_kinds"):
+            paces(bad)
+    with pytest.raises(ValueError, match="persist_page_pace_ahead_ns"):
+        paces("down:460", persist_page_pace_ahead_ns=900)
+
+
 def test_tag_plan_tags_the_gemv_to_gemv_values_and_relaxes_their_writers(tmp_path):
     # llama: the embedding's x, and per layer the output projection's and the down projection's residual stream and
     # the SiLU-mul's h are read only by GEMVs after their writers; QKV's output, attention's and the logits are not

@@ -665,6 +665,7 @@ TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
     pytest.param(dict(persist_stage_instrs=0, attn_min_keys=8, persist_trace_dots=1), id="unstaged-instrs-splits-traced"),
     pytest.param(dict(persist_norm_w_raw=0), id="norm-w-converted"),
     pytest.param(dict(persist_select_host_late=0), id="select-host-early"),
+    pytest.param(dict(persist_page_pace_kinds="down:460+head:300+qkv:500"), id="pace-kinds"),
     pytest.param(dict(persist_stage_instrs=0, persist_norm_w_raw=0, persist_tagged=0), id="unstaged-converted-untagged"),
     pytest.param(dict(attn_min_keys=8, persist_trace_attention=1), id="staged-splits-traced"),
     pytest.param(dict(attn_min_keys=8, persist_trace_dots=1, persist_trace_stream=1), id="staged-dots-stream-traced")]
@@ -710,7 +711,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # dots' trace stamps, and untagged with the norm weights converted at their load); the norm weights converted at
     # their load; the staged default with several splits and attention's trace stamps, and with the dots' and the
     # weight stream's; select's read of the host's stop flag after its wait and its write of the host's token before
-    # its signal (the default before the thirty-sixth session). Knobs that leave the math alone leave the bits alone
+    # its signal (the default before the thirty-sixth session); some kinds of GEMV's pages at paces of their own. Knobs
+    # that leave the math alone leave the bits alone
     model = load_tiny(tmp_path, "qwen3", vocab_size=16384)
     base_fields = dict(WIDE_FIELDS, **{k: v for k, v in change.items() if k == "attn_min_keys"})
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **base_fields))
@@ -729,7 +731,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "persist_attn_lean", "persist_probe_warm_code", "persist_page_look",
                          "persist_dot_items", "persist_dot_item_chunks", "persist_dot_items_min_share",
                          "persist_trace_dots", "persist_stage_instrs", "persist_norm_w_raw",
-                         "persist_trace_attention", "persist_select_host_late"}:
+                         "persist_trace_attention", "persist_select_host_late", "persist_page_pace_kinds"}:
         assert np.array_equal(ours, stepped_logits(base, tokens))
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)
