@@ -350,7 +350,9 @@ class _PersistentEmitter(_Emitter):
         return STATIC_SMEM + (STAGE_SMEM if self.t.persist_stage_instrs else 0)
 
     def gemv_kind(self, k) -> str:
-        """A GEMV's kind for persist_page_pace_kinds: qkv, o, gate_up, down or head."""
+        """A GEMV's kind for persist_page_pace_kinds, by its epilogue: head (argmax: the LM head), gate_up (SiLU-mul),
+        down (a residual add after a SiLU-mul), o (another residual add: the output projection), qkv (a plain store:
+        the QKV projection, the only such GEMV of the families persistent mode compiles)."""
         if k.epilogue == "argmax":
             return "head"
         if k.epilogue == "silu_mul":
