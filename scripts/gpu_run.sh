@@ -163,10 +163,11 @@ fi
 # VARIANTS="model v1 v2 ... [/ model v1 ...]": A/B of target-table variants (scripts/variants.py); VARIANTS_TRACE=POS:
 # each persistent variant's step at POS traced too, side by side (a position within each model's context), each
 # recording kept, all of them going home in $OUT/variants_traces.tar (the device tool brings back a few files a call, not
-# one a variant; tar xf it, then scripts/trace_summary.py FILE.npz reads one)
+# one a variant; tar xf it, then scripts/trace_summary.py FILE.npz reads one); VARIANTS_ROUNDS=N: N rounds, not two
 if [ -n "${VARIANTS:-}" ]; then
   rm -rf /tmp/variants_traces  # (a warm machine's last call may have left some)
-  VARIANTS_TRACE_DIR=/tmp/variants_traces timeout 450 python3 scripts/variants.py ${VARIANTS_TRACE:+--trace=$VARIANTS_TRACE} $VARIANTS 2>&1 \
+  VARIANTS_TRACE_DIR=/tmp/variants_traces timeout 450 python3 scripts/variants.py ${VARIANTS_TRACE:+--trace=$VARIANTS_TRACE} \
+    ${VARIANTS_ROUNDS:+--rounds=$VARIANTS_ROUNDS} $VARIANTS 2>&1 \
     | grep --line-buffered -v "^\[kiec\]" | stamp | tee "$OUT/variants.log"
   if ls /tmp/variants_traces/*.npz > /dev/null 2>&1; then
     (cd /tmp/variants_traces && tar cf - ./*.npz) > "$OUT/variants_traces.tar" && rm -rf /tmp/variants_traces

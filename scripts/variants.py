@@ -4,7 +4,8 @@
     python3 scripts/variants.py llama-3.2-1b:8192 mode=persistent mode=persistent,attn_min_keys=256
     python3 scripts/variants.py smollm2-135m mode=persistent / llama-3.2-1b:8192 mode=persistent
     python3 scripts/variants.py --trace=8192 llama-3.2-1b:8192 mode=persistent mode=persistent,persist_tagged=1
-(MODEL:N: timed from N tokens of context; a lone / starts the next model's list, so one call runs several.) Each
+(MODEL:N: timed from N tokens of context; a lone / starts the next model's list, so one call runs several;
+--rounds=N: N rounds of every variant instead of two, where a difference is within two rounds' spread.) Each
 variant is the sm_90 table entry with the given fields replaced (mode= picks graph or persistent; seq=N builds it
 for N positions, max_seq_len, instead of the context + 512); prints ms/token and MBU per variant. Each model's
 artifacts are deleted after its timing (the lent machine's disk holds 64 GB: three llama-3.1-8b variants fit, five
@@ -81,7 +82,7 @@ def no_room(model_name: str, left: int, each: int, free: int) -> str | None:
             f"weights, the disk has {free / 1e9:.0f} GB free")
 
 
-def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
+def main(spec: str, variants: list[str], trace_pos: int | None = None, rounds: int = 2) -> None:
     model_name, _, ctx = spec.partition(":")
     context = int(ctx or 0)
     models = {context + 512: kiec.load(model_name, dtype="bf16", max_seq_len=context + 512)}
@@ -121,7 +122,7 @@ def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
     print(f"{spec}: {nbytes / 1e9:.3f} GB/token, read ceiling {ceil:.2f} TB/s, floor {nbytes / ceil / 1e9:.3f} ms"
           + (f" (peak {ceilings['peak_gbps'] / 1e3:.2f} TB/s)" if ceilings.get("peak_gbps") else ""))
     times: dict[str, list[float]] = {v: [] for v in arts}
-    for rnd in range(2):  # two rounds, to see the spread between repeats of the same variant
+    for rnd in range(rounds):  # (two by default), to see the spread between repeats of the same variant
         for v, art in arts.items():
             s, _ = time_kiec(art, 32, 256, context)
             times[v].append(s.median_ms)
@@ -134,10 +135,24 @@ def main(spec: str, variants: list[str], trace_pos: int | None = None) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
-if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if not a.startswith("--trace=")]
-    pos = next((int(a.split("=", 1)[1]) for a in sys.argv[1:] if a.startswith("--trace=")), None)
+def parse(argv: list[str]) -> tuple[list[tuple[str, list[str]]], int | None, int]:
+    """The command line: each model's list (a lone / between them), --trace=POS and --rounds=N (2 unless given)."""
+    opts = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in argv if a.startswith("--") and "=" in a}
+    unknown = [a for a in argv if a.startswith("--") and a.split("=", 1)[0] not in ("--trace", "--rounds")]
+    if unknown:
+        raise SystemExit(f"variants.py: unknown option {unknown[0]!r} (--trace=POS, --rounds=N)")
+    rounds = int(opts.get("--rounds", 2))
+    if rounds < 1:
+        raise SystemExit(f"variants.py: --rounds={rounds}: at least 1")
+    args, lists = [a for a in argv if not a.startswith("--")], []
     while args:
         cut = args.index("/") if "/" in args else len(args)
-        main(args[0], args[1:cut], pos)
+        lists.append((args[0], args[1:cut]))
         args = args[cut + 1:]
+    return lists, int(opts["--trace"]) if "--trace" in opts else None, rounds
+
+
+if __name__ == "__main__":
+    lists, pos, rounds = parse(sys.argv[1:])
+    for spec, variants in lists:
+        main(spec, variants, pos, rounds)

@@ -173,6 +173,21 @@ def load_variants(monkeypatch):
     return variants
 
 
+def test_variants_reads_its_lists_trace_and_rounds(monkeypatch):
+    # scripts/variants.py's command line: each model's list between lone slashes, --trace=POS and --rounds=N (two
+    # rounds unless given: gpu_run.sh's VARIANTS_ROUNDS), anything else refused by name before a kernel is built
+    variants = load_variants(monkeypatch)
+    lists, pos, rounds = variants.parse(["--rounds=4", "smollm2-135m", "mode=persistent", "/", "llama-3.2-1b:8192",
+                                         "mode=persistent", "mode=persistent,persist_page_pace_ns=440", "--trace=64"])
+    assert lists == [("smollm2-135m", ["mode=persistent"]),
+                     ("llama-3.2-1b:8192", ["mode=persistent", "mode=persistent,persist_page_pace_ns=440"])]
+    assert (pos, rounds) == (64, 4)
+    assert variants.parse(["llama-3.2-1b", "base"]) == ([("llama-3.2-1b", ["base"])], None, 2)
+    for bad, said in ((["--round=3", "x"], "--round=3"), (["--rounds=0", "x"], "at least 1")):
+        with pytest.raises(SystemExit, match=said):
+            variants.parse(bad)
+
+
 def test_variants_trace_puts_the_persistent_variants_side_by_side(monkeypatch, capsys, tmp_path):
     # scripts/variants.py --trace: two persistent variants' recordings (the second's attention 1 us longer) and a
     # graph-mode one, which has no in-kernel trace and is left out
