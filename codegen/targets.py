@@ -336,14 +336,16 @@ TARGETS: dict[str, TargetParams] = {
                           # (430), 0.686-0.688 (420), 0.699-0.700 (400), 0.723 (380), 0.732-0.734 (350) vs 0.693-0.697
                           # (460); at 8192 0.799-0.800 (440), 0.802 (420), 0.818 (380) vs 0.815-0.817; llama-3.1-8b
                           # 3.774-3.777 (440), 3.758 (420) vs 3.810-3.813. qwen3-1.7b, whose attention keeps its FMA
-                          # passes (2 query heads a KV head), does not: 1.049-1.051 (440), 1.052-1.056 (420), 1.040-1.042
-                          # (480), 1.053-1.055 (510) vs 1.039-1.040 (460); its trace at 430 (position 64): the LM head
-                          # 5.5 us faster, the down projection 0.36 us and attention 0.3 us slower a layer. So 440 (the
-                          # cliff below 420 is 400's), and qwen3-1.7b keeps 460 through persist_page_pace_fma_ns. The
-                          # attention kind only tells the models measured apart, it is not the cause: qwen3-1.7b with
-                          # its attention on the tensor cores (persist_attn_mma_wide_min_group=2) also ran slower at
-                          # 440, 1.045 / 1.045 vs 1.041 / 1.041 (call 10); what makes its optimum 460 is not known. The LM head's pages alone at 400 or 360 (a knob built and
-                          # taken out, `git show 301c7de`): qwen3-1.7b +0.1% / +0.8%, llama-3.2-1b at 430 +0.2% / +0.5%
+                          # passes (2 query heads a KV head), does not: 1.049-1.051 (440), 1.052-1.056 (420),
+                          # 1.040-1.042 (480), 1.053-1.055 (510) vs 1.039-1.040 (460); its trace at 430 (position
+                          # 64): the LM head 5.5 us faster, the down projection 0.36 us and attention 0.3 us slower a
+                          # layer. So 440 (the cliff below 420 is 400's), and qwen3-1.7b keeps 460 through
+                          # persist_page_pace_fma_ns. The attention kind only tells the models measured apart, it is
+                          # not the cause: qwen3-1.7b with its attention on the tensor cores
+                          # (persist_attn_mma_wide_min_group=2) also ran slower at 440, 1.045 / 1.045 vs 1.041 / 1.041
+                          # (call 10); what makes its optimum 460 is not known.
+                          # The LM head's pages alone at 400 or 360 (a knob built and taken out, `git show 301c7de`):
+                          # qwen3-1.7b +0.1% / +0.8%, llama-3.2-1b at 430 +0.2% / +0.5%
                           persist_walk_kept=1, persist_page_pace_ns=440, persist_page_pace_fma_ns=460,
                           persist_page_pace_kinds="",
                           # smollm2-135m (width 576, latency-bound: its weights are 5-27 KB an SM a GEMV) with the

@@ -23,7 +23,7 @@
 #define KIEC_L2_AHEAD_BURST 0  // 1: a page already asked of L2 is copied into the ring off the pace (persist_l2_ahead_burst)
 #endif
 #ifndef KIEC_PAGE_PACE_KINDS
-#define KIEC_PAGE_PACE_KINDS 0  // 1: a GEMV's pages take its descriptor's pace where it has one (persist_page_pace_kinds)
+#define KIEC_PAGE_PACE_KINDS 0  // 1: a GEMV's pages take its descriptor's pace, if any (persist_page_pace_kinds)
 #endif
 #ifndef KIEC_PAGE_PACE_AHEAD_NS
 #define KIEC_PAGE_PACE_AHEAD_NS 0  // > 0: its pace 2+ instructions past the compute warps (persist_page_pace_ahead_ns)
