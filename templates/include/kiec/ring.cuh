@@ -205,19 +205,15 @@ struct PageWalk {
   }
 };
 
-// A pace of PACE ns a full page on this GPU: with KIEC_PACE_REF_GBPS (the peak bandwidth where PACE was measured best,
-// persist_pace_ref_gbps) scaled by that over this GPU's peak (a.mem_gbps; unknown: unscaled), so that each SM still
-// takes its share of the memory's rate; without, PACE as compiled.
-// (page_pace_of: a pace known at run time, a GEMV's own with KIEC_PAGE_PACE_KINDS)
-__host__ __device__ __forceinline__ unsigned page_pace_of(const PersistentArgs& a, unsigned ns) {
+// A pace of `ns` ns a full page on this GPU (the stream's paces, and a GEMV's own with KIEC_PAGE_PACE_KINDS): with
+// KIEC_PACE_REF_GBPS (the peak bandwidth where the pace was measured best, persist_pace_ref_gbps) scaled by that over
+// this GPU's peak (a.mem_gbps; unknown: unscaled), so that each SM still takes its share of the memory's rate;
+// without, `ns` as given.
+__host__ __device__ __forceinline__ unsigned page_pace(const PersistentArgs& a, unsigned ns) {
   if constexpr (KIEC_PACE_REF_GBPS > 0)
     return a.mem_gbps > 0 ? (unsigned)((unsigned long long)ns * KIEC_PACE_REF_GBPS / a.mem_gbps) : ns;
   else
     return ns;
-}
-template <unsigned PACE>
-__host__ __device__ __forceinline__ unsigned page_pace(const PersistentArgs& a) {
-  return page_pace_of(a, PACE);
 }
 
 // When the next copy may go out after one of `bytes` at `now`: a full page waits the whole pace, a shorter one its
@@ -265,7 +261,7 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
   PageWalk<R::PAGE> copy(&a, begin, end), ahead(&a, begin, end);
   unsigned seq = 0, asked = 0;  // pages copied into the ring; pages asked of L2 (the walk `ahead` is past them)
   unsigned long long next_at = 0;  // (KIEC_PAGE_PACE_NS: the next page's copy not before, %globaltimer ns)
-  const unsigned pace = page_pace<KIEC_PAGE_PACE_NS>(a), pace_ahead = page_pace<KIEC_PAGE_PACE_AHEAD_NS>(a);
+  const unsigned pace = page_pace(a, KIEC_PAGE_PACE_NS), pace_ahead = page_pace(a, KIEC_PAGE_PACE_AHEAD_NS);
   for (; copy.next(KIEC_ATTN_L2_HINT == 2); ++seq) {
     const unsigned stage = seq % R::STAGES, use = seq / R::STAGES;
 #if KIEC_TRACE_STREAM
@@ -309,7 +305,7 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
 #elif KIEC_PAGE_PACE_KINDS
       // (persist_page_pace_kinds: the call 7 trace of the thirty-sixth session, 460 -> 430 ns for every page, made the
       // LM head and gate/up faster and the down projection 0.3 us a layer slower on both models traced)
-      next_at = paced_after<R::PAGE>(now, copy.pace > 0 ? page_pace_of(a, copy.pace) : pace, bytes);
+      next_at = paced_after<R::PAGE>(now, copy.pace > 0 ? page_pace(a, copy.pace) : pace, bytes);
 #else
       next_at = paced_after<R::PAGE>(now, pace, bytes);
 #endif
