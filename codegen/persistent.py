@@ -263,6 +263,8 @@ class _PersistentEmitter(_Emitter):
         # x straight from memory, none in the scratch: every GEMV without a norm (1), or only those whose warps each
         # hold a segment of x of their own (2: none loads a slice another warp loads too)
         direct = not k.norm and (self.t.persist_x_direct == 1 or (self.t.persist_x_direct == 2 and segs == self.warps))
+        # each warp's own copy of its segment of x through 1 KB of the scratch (persist_x_warp_copy), the same cases
+        warp_copy = bool(self.t.persist_x_warp_copy and not k.norm and segs == self.warps and not direct)
         # the norm in each warp's registers (persist_norm_in_warps): where every warp holds all of x, read untagged
         wnorm = bool(self.t.persist_norm_in_warps and k.norm and segs == 1 and self.warps == 8 and not tx)
         # an item a half-warp (persist_dot_half_warps): where a tile gives some warp more than one item, x is untagged
@@ -271,7 +273,7 @@ class _PersistentEmitter(_Emitter):
         items = rows * segs
         half_rounds = -(-(k.k // 8 // segs) // 16)
         half = bool(self.t.persist_dot_half_warps and not tx and items > self.warps and half_rounds <= 6
-                    and not self.twice(k))
+                    and not self.twice(k) and not warp_copy)
         # the LM head's warp sums in their own batch (persist_reduce_batch_head; 0: the table's persist_reduce_batch)
         batch = self.t.persist_reduce_batch_head if k.epilogue == "argmax" else 0
         if batch not in (0, 1, 2, 4, 8, 16, 32):
@@ -283,8 +285,8 @@ class _PersistentEmitter(_Emitter):
         # persist_dot_items_min_share of them (the long shares: gate/up, down, the LM head on llama-3.2-1b)
         per_warp = -(-items // self.warps)
         dot_items = self.t.persist_dot_items if per_warp >= self.t.persist_dot_items_min_share and not half else 1
-        tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums, dot_items],
-                             [False, False, False, 0, False, 0, False, False, 1])  # DIRECT .. HALF, SUMS, ITEMS
+        tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums, dot_items, warp_copy],
+                             [False, False, False, 0, False, 0, False, False, 1, False])  # DIRECT .. ITEMS, WCOPY
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
                 f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem"
@@ -296,8 +298,9 @@ class _PersistentEmitter(_Emitter):
                    tag_res=self.tag_writer(k.residual), pace=self.kind_paces.get(self.gemv_kind(k), 0),
                    w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
                    a=(self.arena[k.x], self.arena[k.out]) + ((self.arena[PROBE_SUMS],) if sums else ()))
-        staged = not direct and not wnorm  # x in the scratch
-        self.smem = max(self.smem, ((k.k if staged else 0) + (2 if silu else 1) * rows * segs + self.warps) * 4)
+        staged = not direct and not wnorm  # x in the scratch: all of it, or 256 floats a warp (warp_copy)
+        x_floats = (self.warps * 256 if warp_copy else k.k) if staged else 0
+        self.smem = max(self.smem, (x_floats + (2 if silu else 1) * rows * segs + self.warps) * 4)
         self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * (2 if silu else 1) * k.k * self.esize))
 
     def attention(self, k: AttentionKernel) -> None:

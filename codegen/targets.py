@@ -65,6 +65,11 @@ class TargetParams:
     persist_page_pace_ahead_from_pos: int
     persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch);
     # 2: only those whose warps hold a segment each (the down projection, K 8192, on llama-3.2-1b)
+    # persistent: 1: a GEMV without a norm whose warps hold a segment each, x not loaded straight from memory, has
+    # each warp copy its own segment through 1 KB of the scratch (persistent_gemv.cuh: load_x_slice_warp_copy; the
+    # same bits): no block barrier after the copy, and its scratch 8 KB, not K floats (a deeper ring where the down
+    # projection's x set the scratch)
+    persist_x_warp_copy: int
     persist_waits_previous_first: int  # persistent: 1: an instruction polls the previous token's waits first
     persist_waits_together: int  # persistent: 1: warp 0's lanes poll an instruction's waits at once, a lane each
     persist_attn_pipeline: int  # persistent: 1: attention loads its next K/V pass while it computes this one
@@ -407,6 +412,7 @@ TARGETS: dict[str, TargetParams] = {
                           # 64 bytes apart (a lane takes a chunk of 8 words), so each load uses half of the 32-byte
                           # sectors it touches: twice the copy's L2 traffic, a guess at the loss not measured. Off
                           persist_x_direct=0,
+                          persist_x_warp_copy=0,
                           # every instruction waits on this token's producer, then on a phase of the previous token
                           # (a write-after-read on a shared slot), reached long before: polled second, its round trip
                           # came after the producer's signal, on every hop. Polled first, 2026-11-30 sixth session

@@ -760,6 +760,35 @@ def test_x_direct_2_takes_only_the_gemvs_whose_warps_hold_a_segment_each(tmp_pat
         direct(3)
 
 
+def test_x_warp_copy_takes_the_gemvs_whose_warps_hold_a_segment_each_and_frees_their_scratch(tmp_path):
+    # persist_x_warp_copy: the down projection (K 8192: 8 segments, one a warp) copies x a warp at a time through 1 KB
+    # of the scratch each, the output projection (K 256: one segment all 8 warps read) keeps the block's copy; the
+    # scratch then 8 KB where x took 32 KB, so a 13th page fits. With x direct, direct wins (no scratch at all)
+    import dataclasses
+    import re
+
+    from kiec.codegen.persistent import emit_persistent
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=8192)
+    program = pipeline.run(kiec.load(str(tmp_path / "hf"), dtype="bf16").graph)
+
+    def cases(**change):  # each norm-less GEMV case's (K, DIRECT, WCOPY), the ring's pages and the scratch's bytes
+        t = dataclasses.replace(target("sm_90"), persist_stages=13, **change)
+        text = emit_persistent(program, "bf16", 64, t, "x").files["model.cu"]
+        found = []
+        for k, tail in re.findall(r"gemv_tile<T, (\d+), \d+, false, kiec::EPI_\w+, \w+, \d+((?:, \w+)*)>", text):
+            args = tail.split(", ")[1:]
+            found.append((int(k), args[:1] == ["true"], len(args) == 10 and args[9] == "true"))
+        return (sorted(found), int(re.search(r"Ring<(\d+), \d+>", text).group(1)),
+                int(re.search(r"KIEC_SCRATCH_BYTES (\d+)", text).group(1)))
+    assert cases(persist_x_warp_copy=0)[:2] == ([(256, False, False), (8192, False, False)], 12)
+    got, pages, scratch = cases(persist_x_warp_copy=1)
+    assert (got, pages) == ([(256, False, False), (8192, False, True)], 13)
+    assert scratch < 8192 * 4 and scratch >= 8 * 256 * 4
+    assert cases(persist_x_warp_copy=1, persist_x_direct=2)[0] == [(256, False, False), (8192, True, False)]
+
+
 @pytest.mark.table_tags
 def test_norm_in_warps_takes_the_gemvs_with_a_norm_whose_warps_hold_all_of_x(tmp_path, monkeypatch):
     # persist_norm_in_warps: QKV, gate/up and the LM head (K 576: one segment of 3 rounds a lane, untagged as a narrow

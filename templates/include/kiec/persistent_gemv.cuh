@@ -259,6 +259,67 @@ __device__ __forceinline__ void load_x_slice_tagged(const float* x2, unsigned ta
   }
 }
 
+// WCOPY (persist_x_warp_copy): a copied x whose warps each hold a segment of their own (SEGS == WARPS) is copied by
+// each warp for itself, a round (32 chunks, 256 floats) at a time through its own 1 KB `xw` of the scratch: the
+// loads as coalesced as the block's copy (consecutive pairs of words a lane), no block barrier after them, and the
+// scratch 8 KB instead of K floats (room for another ring page). The same floats as load_x_slice after the copy.
+// TX: x as tagged words carrying `tag`; two rounds' loads in flight (8 pairs a lane, the block copy's batch).
+template <typename G, bool TX>
+__device__ __forceinline__ void load_x_slice_warp_copy(const float* x, unsigned tag, int seg, int lane, float* xw,
+                                                       float (&xr)[G::ROUNDS][8]) {
+  static_assert(G::LANES == 32, "a warp's own copy: a warp an item");
+  constexpr int PR = 4, GR = G::ROUNDS < 2 ? G::ROUNDS : 2;  // pairs a lane a round; rounds loaded together
+#pragma unroll
+  for (int v0 = 0; v0 < G::ROUNDS; v0 += GR) {
+    unsigned long long wa[GR][PR], wb[GR][PR];
+    // pair p * 32 + lane of round v: words 2 j, 2 j + 1 of x, chunk (p * 32 + lane) / 4 of the round's 32
+    auto pair = [&](int v, int p) { return (seg * G::SEGC + v * 32) * 4 + p * 32 + lane; };
+    auto in = [&](int v, int p) {
+      return v < G::ROUNDS && (G::SEGC % 32 == 0 || v * 32 + (p * 32 + lane) / 4 < G::SEGC);
+    };
+#pragma unroll
+    for (int g = 0; g < GR; ++g)
+#pragma unroll
+      for (int p = 0; p < PR; ++p) {
+        if (!in(v0 + g, p)) continue;
+        if constexpr (TX) {
+          ld_tagged2(x, pair(v0 + g, p), wa[g][p], wb[g][p]);
+        } else {
+          const float2 f = reinterpret_cast<const float2*>(x)[pair(v0 + g, p)];
+          wa[g][p] = __float_as_uint(f.x);
+          wb[g][p] = __float_as_uint(f.y);
+        }
+      }
+    if constexpr (TX) {
+      settle_tags<GR * PR>(  // (the stale pairs again, together)
+          [&](int e) {
+            const int g = e / PR, p = e % PR;
+            return in(v0 + g, p) && !(carries(wa[g][p], tag) && carries(wb[g][p], tag));
+          },
+          [&](int e) { ld_tagged2(x, pair(v0 + e / PR, e % PR), wa[e / PR][e % PR], wb[e / PR][e % PR]); });
+    }
+#pragma unroll
+    for (int g = 0; g < GR; ++g) {
+      if (v0 + g >= G::ROUNDS) continue;
+      __syncwarp();  // (the last round's reads of xw are done)
+#pragma unroll
+      for (int p = 0; p < PR; ++p) {
+        if (!in(v0 + g, p)) continue;
+        const float a = TX ? settled_value(wa[g][p], tag) : __uint_as_float((unsigned)wa[g][p]);
+        const float b = TX ? settled_value(wb[g][p], tag) : __uint_as_float((unsigned)wb[g][p]);
+        reinterpret_cast<float2*>(xw)[p * 32 + lane] = make_float2(a, b);
+      }
+      __syncwarp();
+      const bool mine = G::SEGC % 32 == 0 || (v0 + g) * 32 + lane < G::SEGC;
+      const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+      const float4 xa = mine ? reinterpret_cast<const float4*>(xw)[2 * lane] : zero;
+      const float4 xb = mine ? reinterpret_cast<const float4*>(xw)[2 * lane + 1] : zero;
+      xr[v0 + g][0] = xa.x; xr[v0 + g][1] = xa.y; xr[v0 + g][2] = xa.z; xr[v0 + g][3] = xa.w;
+      xr[v0 + g][4] = xb.x; xr[v0 + g][5] = xb.y; xr[v0 + g][6] = xb.z; xr[v0 + g][7] = xb.w;
+    }
+  }
+}
+
 // The norm of a GEMV whose every warp holds all of x (WNORM, persist_norm_in_warps: one segment, 8 warps, x as plain
 // floats): each warp loads x straight from memory into its slice's registers, sums their squares over its own lanes
 // in block_sum's order (warp_batch.cuh: block_order_sum_squares) and scales them as Prologue does, so no x goes
@@ -592,20 +653,23 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // SUMS (persist_probe_mlp_local 2, a timing probe): after its epilogue the tile adds 1 to each of the n_out int64
 // words at `sums` (relaxed adds in L2, before its signal), the adds a down projection cut by its K would make.
 // ITEMS (persist_dot_items): a warp's items up to this many at once (gemv_pages_items; the same bits).
+// WCOPY (persist_x_warp_copy, a GEMV without a norm whose warps each hold a segment of their own): each warp copies its
+// segment of x for itself through 1 KB of the scratch (load_x_slice_warp_copy; the same bits).
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
           bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, bool HALF = false, bool SUMS = false,
-          int ITEMS = 1, typename R>
+          int ITEMS = 1, bool WCOPY = false, typename R>
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
                                           float* y, int n_out, float* smem, unsigned long long* sums = nullptr) {
   static_assert(!(DIRECT && NORM), "a normed x is staged in shared memory (the norm needs all of it first)");
   static_assert(!WNORM || (NORM && SEGS == 1 && !TX), "a norm in the warps: a GEMV with a norm, one segment, plain x");
 
   static_assert(!HALF || (!TX && TWICE == 0 && BATCH == 0), "half-warp items: plain x, their own sums, no probe");
+  static_assert(!WCOPY || (!NORM && !DIRECT && !HALF && SEGS == WARPS), "a warp's own copy: a segment a warp, no norm");
   using G = GemvShape<T, K, WARPS, EPI, SEGS, R::PAGE, HALF ? 16 : 32>;
-  constexpr bool STAGED = !DIRECT && !WNORM;      // x goes through the scratch
+  constexpr bool STAGED = !DIRECT && !WNORM && !WCOPY;  // x goes through the scratch, all of it at once
   const int lo = u.ins->lo, outs = u.ins->hi - lo;
-  float* xs = smem;                               // K: the prologue's output (STAGED only)
-  float* acc = smem + (STAGED ? K : 0);           // [ROWS_PER_OUT * outs][SEGS]: each row's segment sums
+  float* xs = smem;  // K: the prologue's output (STAGED), or 256 a warp (WCOPY: each warp's round of its segment)
+  float* acc = smem + (STAGED ? K : WCOPY ? WARPS * 256 : 0);  // [ROWS_PER_OUT * outs][SEGS]: each row's segment sums
   float* red = acc + G::ROWS_PER_OUT * outs * SEGS;  // WARPS
 
   Prologue<T, K, NORM && !WNORM, WARPS * 32> prologue;
@@ -613,7 +677,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   if constexpr (WNORM) wnorm.prefetch(norm_w, threadIdx.x & 31);
   else prologue.prefetch(norm_w);
 #if KIEC_TAG_WAITS
-  if (TX && !DIRECT) prologue.preload(x);
+  if (TX && STAGED) prologue.preload(x);
 #endif
   unsigned late_seen = 0u;  // (KIEC_TAG_WAITS 2: wait_writes')
   const bool res_mine = EPI == EPI_RESIDUAL && (int)threadIdx.x < outs;
@@ -642,6 +706,9 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
       }
       auto stage_x = [&] {
         if constexpr (WNORM) wnorm.run(x, eps, threadIdx.x & 31, xr);
+        else if constexpr (WCOPY)
+          load_x_slice_warp_copy<G, TX>(x, TX ? tag_of(u, u.desc->tag_x) : 0u, (threadIdx.x >> 5) % SEGS,
+                                        threadIdx.x & 31, xs + (threadIdx.x >> 5) * 256, xr);
         else if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, u.desc->tag_x), norm_w, eps, xs, red);
         else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
       };
@@ -659,7 +726,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
       }
       if constexpr (TX && DIRECT)
         load_x_slice_tagged<G>(x, tag_of(u, u.desc->tag_x), (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
-      else if (!WNORM) load_x_slice<G>(DIRECT ? x : xs, (HALF ? 2 * (threadIdx.x >> 5) + ((threadIdx.x >> 4) & 1)
+      else if (!WNORM && !WCOPY) load_x_slice<G>(DIRECT ? x : xs, (HALF ? 2 * (threadIdx.x >> 5) + ((threadIdx.x >> 4) & 1)
                                                               : threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
 #if KIEC_TRACE_DOTS
       trace(u, TR_X_SLICED);
