@@ -263,8 +263,10 @@ class _PersistentEmitter(_Emitter):
         # x straight from memory, none in the scratch: every GEMV without a norm (1), or only those whose warps each
         # hold a segment of x of their own (2: none loads a slice another warp loads too)
         direct = not k.norm and (self.t.persist_x_direct == 1 or (self.t.persist_x_direct == 2 and segs == self.warps))
-        # each warp's own copy of its segment of x through 1 KB of the scratch (persist_x_warp_copy), the same cases
-        warp_copy = bool(self.t.persist_x_warp_copy and not k.norm and segs == self.warps and not direct)
+        # each warp's own copy of its segment of x through 1 KB of the scratch (persist_x_warp_copy_min_k), the same
+        # cases from a K
+        min_k = self.t.persist_x_warp_copy_min_k
+        warp_copy = bool(min_k and k.k >= min_k and not k.norm and segs == self.warps and not direct)
         # the norm in each warp's registers (persist_norm_in_warps): where every warp holds all of x, read untagged
         wnorm = bool(self.t.persist_norm_in_warps and k.norm and segs == 1 and self.warps == 8 and not tx)
         # an item a half-warp (persist_dot_half_warps): where a tile gives some warp more than one item, x is untagged

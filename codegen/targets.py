@@ -65,11 +65,11 @@ class TargetParams:
     persist_page_pace_ahead_from_pos: int
     persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch);
     # 2: only those whose warps hold a segment each (the down projection, K 8192, on llama-3.2-1b)
-    # persistent: 1: a GEMV without a norm whose warps hold a segment each, x not loaded straight from memory, has
-    # each warp copy its own segment through 1 KB of the scratch (persistent_gemv.cuh: load_x_slice_warp_copy; the
-    # same bits): no block barrier after the copy, and its scratch 8 KB, not K floats (a deeper ring where the down
-    # projection's x set the scratch)
-    persist_x_warp_copy: int
+    # persistent: > 0: a GEMV without a norm whose warps hold a segment each, K at least this, x not loaded straight
+    # from memory, has each warp copy its own segment through 1 KB of the scratch (persistent_gemv.cuh:
+    # load_x_slice_warp_copy; the same bits): no block barrier after the copy, and its scratch 8 KB, not K floats (a
+    # deeper ring where the down projection's x set the scratch); 0: never
+    persist_x_warp_copy_min_k: int
     persist_waits_previous_first: int  # persistent: 1: an instruction polls the previous token's waits first
     persist_waits_together: int  # persistent: 1: warp 0's lanes poll an instruction's waits at once, a lane each
     persist_attn_pipeline: int  # persistent: 1: attention loads its next K/V pass while it computes this one
@@ -412,7 +412,15 @@ TARGETS: dict[str, TargetParams] = {
                           # 64 bytes apart (a lane takes a chunk of 8 words), so each load uses half of the 32-byte
                           # sectors it touches: twice the copy's L2 traffic, a guess at the loss not measured. Off
                           persist_x_direct=0,
-                          persist_x_warp_copy=0,
+                          # each warp's own copy of the down projection's x (thirty-seventh session, c49ded6, ms,
+                          # two rounds, bench/RESULTS.md): llama-3.1-8b (K 14336) 3.793 / 3.792 vs 3.832 / 3.830 and
+                          # 3.741 / 3.739 vs 3.774 / 3.774 (-1.0%, -0.9%), the same with its ring held at the block
+                          # copy's 10 pages (3.736 / 3.737: the copy, not the 12 pages, is the gain); llama-3.2-1b (K
+                          # 8192) 0.688 / 0.688 vs 0.685 / 0.685 (+0.5%; with a 13th page 0.690 / 0.691, and 0.684 /
+                          # 0.684 vs 0.681 / 0.681), qwen3-1.7b (K 6144) 1.044 / 1.044 vs 1.038 / 1.034 (+0.8%).
+                          # Traced, its x comes later on all three (0.2-0.7 us); why the longest K gains is not known,
+                          # so the threshold only splits the Ks measured
+                          persist_x_warp_copy_min_k=12288,
                           # every instruction waits on this token's producer, then on a phase of the previous token
                           # (a write-after-read on a shared slot), reached long before: polled second, its round trip
                           # came after the producer's signal, on every hop. Polled first, 2026-11-30 sixth session

@@ -761,9 +761,10 @@ def test_x_direct_2_takes_only_the_gemvs_whose_warps_hold_a_segment_each(tmp_pat
 
 
 def test_x_warp_copy_takes_the_gemvs_whose_warps_hold_a_segment_each_and_frees_their_scratch(tmp_path):
-    # persist_x_warp_copy: the down projection (K 8192: 8 segments, one a warp) copies x a warp at a time through 1 KB
-    # of the scratch each, the output projection (K 256: one segment all 8 warps read) keeps the block's copy; the
-    # scratch then 8 KB where x took 32 KB, so a 13th page fits. With x direct, direct wins (no scratch at all)
+    # persist_x_warp_copy_min_k: the down projection (K 8192: 8 segments, one a warp) copies x a warp at a time through
+    # 1 KB of the scratch each from a min K of 8192, not past it; the output projection (K 256: one segment all 8 warps
+    # read) keeps the block's copy; the scratch then 8 KB where x took 32 KB, so a 13th page fits. With x direct,
+    # direct wins (no scratch at all)
     import dataclasses
     import re
 
@@ -782,11 +783,12 @@ def test_x_warp_copy_takes_the_gemvs_whose_warps_hold_a_segment_each_and_frees_t
             found.append((int(k), args[:1] == ["true"], len(args) == 10 and args[9] == "true"))
         return (sorted(found), int(re.search(r"Ring<(\d+), \d+>", text).group(1)),
                 int(re.search(r"KIEC_SCRATCH_BYTES (\d+)", text).group(1)))
-    assert cases(persist_x_warp_copy=0)[:2] == ([(256, False, False), (8192, False, False)], 12)
-    got, pages, scratch = cases(persist_x_warp_copy=1)
+    assert cases(persist_x_warp_copy_min_k=0)[:2] == ([(256, False, False), (8192, False, False)], 12)
+    assert cases(persist_x_warp_copy_min_k=8200)[:2] == ([(256, False, False), (8192, False, False)], 12)
+    got, pages, scratch = cases(persist_x_warp_copy_min_k=8192)
     assert (got, pages) == ([(256, False, False), (8192, False, True)], 13)
     assert scratch < 8192 * 4 and scratch >= 8 * 256 * 4
-    assert cases(persist_x_warp_copy=1, persist_x_direct=2)[0] == [(256, False, False), (8192, True, False)]
+    assert cases(persist_x_warp_copy_min_k=1, persist_x_direct=2)[0] == [(256, False, False), (8192, True, False)]
 
 
 @pytest.mark.table_tags

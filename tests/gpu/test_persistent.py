@@ -91,13 +91,13 @@ def test_persistent_wide_rows_within_budget(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("inter,change", [(6144, {}), (4352, dict(persist_tagged=0))], ids=["tagged", "untagged-68"])
 def test_warp_copy_of_x_computes_the_same_bits(tmp_path, monkeypatch, inter, change):
-    # persist_x_warp_copy: the down projection (K 6144: 8 segments of 96 chunks, 3 full rounds a lane; K 4352: 68
-    # chunks, the third round 4 chunks of 32) copies x a warp at a time through 1 KB of the scratch each, as tagged
-    # words and as plain floats, with a 13-page ring: within the budget and the same bits as the block's copy
+    # persist_x_warp_copy_min_k (1): the down projection (K 6144: 8 segments of 96 chunks, 3 full rounds a lane; K
+    # 4352: 68 chunks, the third round 4 chunks of 32) copies x a warp at a time through 1 KB of the scratch each, as
+    # tagged words and as plain floats, with a 13-page ring: within the budget and the same bits as the block's copy
     model = load_tiny(tmp_path, "llama", hidden_size=1536, intermediate_size=inter, num_attention_heads=12,
                       num_key_value_heads=4, vocab_size=1024)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **change))
-    art = compile_variant(model, tmp_path, monkeypatch, persist_x_warp_copy=1, persist_stages=13)
+    art = compile_variant(model, tmp_path, monkeypatch, persist_x_warp_copy_min_k=1, persist_stages=13)
     src = open(os.path.join(art, "src", "model.cu")).read()
     assert f"gemv_tile<T, {inter}, 8, false, kiec::EPI_RESIDUAL" in src and re.search(r", 1, true>\(u, ring", src)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)

@@ -259,10 +259,11 @@ __device__ __forceinline__ void load_x_slice_tagged(const float* x2, unsigned ta
   }
 }
 
-// WCOPY (persist_x_warp_copy): a copied x whose warps each hold a segment of their own (SEGS == WARPS) is copied by
-// each warp for itself, a round (32 chunks, 256 floats) at a time through its own 1 KB `xw` of the scratch: the
-// loads as coalesced as the block's copy (consecutive pairs of words a lane), no block barrier after them, and the
-// scratch 8 KB instead of K floats (room for another ring page). The same floats as load_x_slice after the copy.
+// WCOPY (persist_x_warp_copy_min_k): a copied x whose warps each hold a segment of their own (SEGS == WARPS) is
+// copied by each warp for itself, a round (32 chunks, 256 floats) at a time through its own 1 KB `xw` of the
+// scratch: the loads as coalesced as the block's copy (consecutive pairs of words a lane), no block barrier after
+// them, and the scratch 8 KB instead of K floats (room for another ring page). The same floats as load_x_slice after
+// the block's copy.
 // TX: x as tagged words carrying `tag`; two rounds' loads in flight (8 pairs a lane, the block copy's batch).
 template <typename G, bool TX>
 __device__ __forceinline__ void load_x_slice_warp_copy(const float* x, unsigned tag, int seg, int lane, float* xw,
@@ -653,8 +654,8 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // SUMS (persist_probe_mlp_local 2, a timing probe): after its epilogue the tile adds 1 to each of the n_out int64
 // words at `sums` (relaxed adds in L2, before its signal), the adds a down projection cut by its K would make.
 // ITEMS (persist_dot_items): a warp's items up to this many at once (gemv_pages_items; the same bits).
-// WCOPY (persist_x_warp_copy, a GEMV without a norm whose warps each hold a segment of their own): each warp copies its
-// segment of x for itself through 1 KB of the scratch (load_x_slice_warp_copy; the same bits).
+// WCOPY (persist_x_warp_copy_min_k, a GEMV without a norm whose warps each hold a segment of their own): each warp
+// copies its segment of x for itself through 1 KB of the scratch (load_x_slice_warp_copy; the same bits).
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
           bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, bool HALF = false, bool SUMS = false,
           int ITEMS = 1, bool WCOPY = false, typename R>
