@@ -68,7 +68,7 @@ class TargetParams:
     # persistent: > 0: a GEMV without a norm whose warps hold a segment each, K at least this, x not loaded straight
     # from memory, has each warp copy its own segment through 1 KB of the scratch (persistent_gemv.cuh:
     # load_x_slice_warp_copy; the same bits): no block barrier after the copy, and its scratch 8 KB, not K floats (a
-    # deeper ring where the down projection's x set the scratch); 0: never
+    # deeper ring where the down projection's x set the scratch, which gained nothing measured); 0: never
     persist_x_warp_copy_min_k: int
     persist_waits_previous_first: int  # persistent: 1: an instruction polls the previous token's waits first
     persist_waits_together: int  # persistent: 1: warp 0's lanes poll an instruction's waits at once, a lane each

@@ -727,8 +727,9 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
       }
       if constexpr (TX && DIRECT)
         load_x_slice_tagged<G>(x, tag_of(u, u.desc->tag_x), (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
-      else if (!WNORM && !WCOPY) load_x_slice<G>(DIRECT ? x : xs, (HALF ? 2 * (threadIdx.x >> 5) + ((threadIdx.x >> 4) & 1)
-                                                              : threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
+      else if (!WNORM && !WCOPY)
+        load_x_slice<G>(DIRECT ? x : xs, (HALF ? 2 * (threadIdx.x >> 5) + ((threadIdx.x >> 4) & 1) : threadIdx.x >> 5)
+                                             % SEGS, threadIdx.x & 31, xr);
 #if KIEC_TRACE_DOTS
       trace(u, TR_X_SLICED);
 #endif
