@@ -118,6 +118,9 @@ class _PersistentEmitter(_Emitter):
         if t.persist_x_direct not in (0, 1, 2):
             raise ValueError(f"persist_x_direct {t.persist_x_direct}: 0, 1 (every GEMV without a norm) or 2 (those "
                              f"whose warps hold a segment of x each)")
+        if t.persist_x_warp_copy_min_k < 0:
+            raise ValueError(f"persist_x_warp_copy_min_k {t.persist_x_warp_copy_min_k}: 0 (never) or the least K of "
+                             f"a GEMV whose warps copy their own segments of x")
         if t.persist_dot_items not in (1, 2, 4, 8) or t.persist_dot_item_chunks < 1:
             raise ValueError(f"persist_dot_items {t.persist_dot_items}: 1, 2, 4 or 8 items a warp at once, with "
                              f"persist_dot_item_chunks ({t.persist_dot_item_chunks}) at least 1")

@@ -789,6 +789,8 @@ def test_x_warp_copy_takes_the_gemvs_whose_warps_hold_a_segment_each_and_frees_t
     assert (got, pages) == ([(256, False, False), (8192, False, True)], 13)
     assert scratch < 8192 * 4 and scratch >= 8 * 256 * 4
     assert cases(persist_x_warp_copy_min_k=1, persist_x_direct=2)[0] == [(256, False, False), (8192, True, False)]
+    with pytest.raises(ValueError, match="persist_x_warp_copy_min_k -1: 0 .never."):
+        cases(persist_x_warp_copy_min_k=-1)
 
 
 @pytest.mark.table_tags
