@@ -26,6 +26,7 @@ PROBE_SUMS = "probe.mlp_local.sums"  # persist_probe_mlp_local 2: the int64 sums
 SMEM_LIMIT = 227 * 1024  # shared memory one H100/H200 block may take
 STATIC_SMEM = 1024  # room left for the kernel's own __shared__ variables (ptxas -v: 128 bytes)
 STAGE_SMEM = 1024  # more of it with persist_stage_instrs (persistent.cuh: InstrStage's slots, 952 bytes)
+WARP_COPY_FLOATS = 32 * 8  # a warp's round of x with persist_x_warp_copy_min_k (persistent_gemv.cuh's, the same name)
 
 
 def ring_head_bytes(stages: int) -> int:
@@ -303,8 +304,8 @@ class _PersistentEmitter(_Emitter):
                    tag_res=self.tag_writer(k.residual), pace=self.kind_paces.get(self.gemv_kind(k), 0),
                    w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
                    a=(self.arena[k.x], self.arena[k.out]) + ((self.arena[PROBE_SUMS],) if sums else ()))
-        staged = not direct and not wnorm  # x in the scratch: all of it, or 256 floats a warp (warp_copy)
-        x_floats = (self.warps * 256 if warp_copy else k.k) if staged else 0
+        staged = not direct and not wnorm  # x in the scratch: all of it, or a round of its segment a warp (warp_copy)
+        x_floats = (self.warps * WARP_COPY_FLOATS if warp_copy else k.k) if staged else 0
         self.smem = max(self.smem, (x_floats + (2 if silu else 1) * rows * segs + self.warps) * 4)
         self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * (2 if silu else 1) * k.k * self.esize))
 

@@ -352,6 +352,10 @@ TARGETS: dict[str, TargetParams] = {
                           # The LM head's pages alone at 400 or 360 (a knob built and taken out, `git show 301c7de`):
                           # qwen3-1.7b +0.1% / +0.8%, llama-3.2-1b at 430 +0.2% / +0.5%
                           persist_walk_kept=1, persist_page_pace_ns=440, persist_page_pace_fma_ns=460,
+                          # some kinds at a pace of their own (thirty-seventh session, 9a3752d, ms, three rounds): the
+                          # down projection at 460 or 480 on llama-3.2-1b 0.682-0.683 every way; qwen3-1.7b at 440
+                          # with the down projection at 460 1.043-1.044 vs 1.046-1.049 (440) and 1.035-1.038 (460):
+                          # a third of its loss at 440, not the rest. Off
                           persist_page_pace_kinds="",
                           # smollm2-135m (width 576, latency-bound: its weights are 5-27 KB an SM a GEMV) with the
                           # walk read each page, unpaced (ms, two rounds): 0.500 / 0.501 vs 0.504 / 0.504 (sixteenth

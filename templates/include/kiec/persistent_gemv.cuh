@@ -208,17 +208,21 @@ struct GemvShape {
 
 // This lane's chunks of segment `seg` of the prologue's output: xr[v] = x[(seg * SEGC + v * LANES + lane % LANES) *
 // 8 ..] (LANES 32: lane's own).
+// One chunk's 8 floats of x at `p` (16-byte aligned: the scratch, or x itself with DIRECT), zeros where `in` is false.
+__device__ __forceinline__ void load_chunk8(const float* p, bool in, float (&r)[8]) {
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  const float4 xa = in ? *reinterpret_cast<const float4*>(p) : zero;
+  const float4 xb = in ? *reinterpret_cast<const float4*>(p + 4) : zero;
+  r[0] = xa.x; r[1] = xa.y; r[2] = xa.z; r[3] = xa.w;
+  r[4] = xb.x; r[5] = xb.y; r[6] = xb.z; r[7] = xb.w;
+}
+
 template <typename G>
 __device__ __forceinline__ void load_x_slice(const float* xs, int seg, int lane, float (&xr)[G::ROUNDS][8]) {
 #pragma unroll
   for (int v = 0; v < G::ROUNDS; ++v) {
     const int c = v * G::LANES + lane % G::LANES;
-    const bool in = G::SEGC % G::LANES == 0 || c < G::SEGC;
-    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-    const float4 xa = in ? *reinterpret_cast<const float4*>(xs + (seg * G::SEGC + c) * 8) : zero;
-    const float4 xb = in ? *reinterpret_cast<const float4*>(xs + (seg * G::SEGC + c) * 8 + 4) : zero;
-    xr[v][0] = xa.x; xr[v][1] = xa.y; xr[v][2] = xa.z; xr[v][3] = xa.w;
-    xr[v][4] = xb.x; xr[v][5] = xb.y; xr[v][6] = xb.z; xr[v][7] = xb.w;
+    load_chunk8(xs + (seg * G::SEGC + c) * 8, G::SEGC % G::LANES == 0 || c < G::SEGC, xr[v]);
   }
 }
 
@@ -265,6 +269,7 @@ __device__ __forceinline__ void load_x_slice_tagged(const float* x2, unsigned ta
 // them, and the scratch 8 KB instead of K floats (room for another ring page). The same floats as load_x_slice after
 // the block's copy.
 // TX: x as tagged words carrying `tag`; two rounds' loads in flight (8 pairs a lane, the block copy's batch).
+constexpr int WARP_COPY_FLOATS = 32 * 8;  // a warp's `xw`: a round of 32 chunks (codegen/persistent.py sizes it)
 template <typename G, bool TX>
 __device__ __forceinline__ void load_x_slice_warp_copy(const float* x, unsigned tag, int seg, int lane, float* xw,
                                                        float (&xr)[G::ROUNDS][8]) {
@@ -311,12 +316,7 @@ __device__ __forceinline__ void load_x_slice_warp_copy(const float* x, unsigned 
         reinterpret_cast<float2*>(xw)[p * 32 + lane] = make_float2(a, b);
       }
       __syncwarp();
-      const bool mine = G::SEGC % 32 == 0 || (v0 + g) * 32 + lane < G::SEGC;
-      const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-      const float4 xa = mine ? reinterpret_cast<const float4*>(xw)[2 * lane] : zero;
-      const float4 xb = mine ? reinterpret_cast<const float4*>(xw)[2 * lane + 1] : zero;
-      xr[v0 + g][0] = xa.x; xr[v0 + g][1] = xa.y; xr[v0 + g][2] = xa.z; xr[v0 + g][3] = xa.w;
-      xr[v0 + g][4] = xb.x; xr[v0 + g][5] = xb.y; xr[v0 + g][6] = xb.z; xr[v0 + g][7] = xb.w;
+      load_chunk8(xw + lane * 8, G::SEGC % 32 == 0 || (v0 + g) * 32 + lane < G::SEGC, xr[v0 + g]);
     }
   }
 }
@@ -669,8 +669,8 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   using G = GemvShape<T, K, WARPS, EPI, SEGS, R::PAGE, HALF ? 16 : 32>;
   constexpr bool STAGED = !DIRECT && !WNORM && !WCOPY;  // x goes through the scratch, all of it at once
   const int lo = u.ins->lo, outs = u.ins->hi - lo;
-  float* xs = smem;  // K: the prologue's output (STAGED), or 256 a warp (WCOPY: each warp's round of its segment)
-  float* acc = smem + (STAGED ? K : WCOPY ? WARPS * 256 : 0);  // [ROWS_PER_OUT * outs][SEGS]: each row's segment sums
+  float* xs = smem;  // K: the prologue's output (STAGED), or WARP_COPY_FLOATS a warp (WCOPY: a round of its segment)
+  float* acc = smem + (STAGED ? K : WCOPY ? WARPS * WARP_COPY_FLOATS : 0);  // [ROWS_PER_OUT * outs][SEGS]: row sums
   float* red = acc + G::ROWS_PER_OUT * outs * SEGS;  // WARPS
 
   Prologue<T, K, NORM && !WNORM, WARPS * 32> prologue;
@@ -709,7 +709,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
         if constexpr (WNORM) wnorm.run(x, eps, threadIdx.x & 31, xr);
         else if constexpr (WCOPY)
           load_x_slice_warp_copy<G, TX>(x, TX ? tag_of(u, u.desc->tag_x) : 0u, (threadIdx.x >> 5) % SEGS,
-                                        threadIdx.x & 31, xs + (threadIdx.x >> 5) * 256, xr);
+                                        threadIdx.x & 31, xs + (threadIdx.x >> 5) * WARP_COPY_FLOATS, xr);
         else if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, u.desc->tag_x), norm_w, eps, xs, red);
         else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
       };
