@@ -122,6 +122,9 @@ class _PersistentEmitter(_Emitter):
         if t.persist_x_warp_copy_min_k < 0:
             raise ValueError(f"persist_x_warp_copy_min_k {t.persist_x_warp_copy_min_k}: 0 (never) or the least K of "
                              f"a GEMV whose warps copy their own segments of x")
+        if t.persist_attn_mma_first not in (0, 1, 2):
+            raise ValueError(f"persist_attn_mma_first {t.persist_attn_mma_first}: 0, 1 (the first passes' rows "
+                             f"loaded beside q's words) or 2 (before the tile's wait)")
         if t.persist_dot_items not in (1, 2, 4, 8) or t.persist_dot_item_chunks < 1:
             raise ValueError(f"persist_dot_items {t.persist_dot_items}: 1, 2, 4 or 8 items a warp at once, with "
                              f"persist_dot_item_chunks ({t.persist_dot_item_chunks}) at least 1")
@@ -326,9 +329,9 @@ class _PersistentEmitter(_Emitter):
                                bool(t.persist_probe_attention_idle), self.combine_staged(k),
                                bool(t.persist_attn_early_pass), bool(t.persist_attn_lean), mma,
                                t.persist_attn_mma_ahead if mma and k.head_dim == 64 else 1,
-                               bool(t.persist_attn_mma_first and mma and k.head_dim == 64)],
+                               t.persist_attn_mma_first if mma and k.head_dim == 64 else 0],
                               # TAGGED .. LEAN, MMA_KEYS, MMA_AHEAD, MMA_FIRST
-                              [False, False, True, 0, False, False, 0, False, False, False, False, False, 0, 1, False])
+                              [False, False, True, 0, False, False, 0, False, False, False, False, False, 0, 1, 0])
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",

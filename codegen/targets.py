@@ -225,7 +225,8 @@ class TargetParams:
     persist_attn_mma_ahead: int
     # persistent: 1: where the tensor cores take heads 64 wide, a split loads its first passes' rows (those in
     # flight, persist_attn_mma_ahead) beside q's words, not after q is rotated and the new row written; the new row
-    # put in from shared memory (attention.cuh: attention_slice's MMA_FIRST). The same bits
+    # put in from shared memory (attention.cuh: attention_slice's MMA_FIRST); 2: those rows but row pos - 1 loaded by
+    # the tile before it waits for its inputs (persistent.cuh: attention_tile), row pos - 1 beside q's. The same bits
     persist_attn_mma_first: int
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:

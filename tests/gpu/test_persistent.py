@@ -340,25 +340,30 @@ def test_attention_on_tensor_cores_ahead_computes_the_same_bits(tmp_path, monkey
     assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
 
 
-@pytest.mark.parametrize("family,window,min_keys,ahead", [
-    ("llama", None, 512, 2), ("mistral", 200, 128, 2), ("llama", None, 8, 2), ("llama", None, 8, 1),
-    pytest.param("llama", None, 8, 1, marks=NARROW, id="narrow")])
+@pytest.mark.parametrize("family,window,min_keys,ahead,first", [
+    ("llama", None, 512, 2, 1), ("mistral", 200, 128, 2, 1), ("llama", None, 8, 2, 1), ("llama", None, 8, 1, 1),
+    pytest.param("llama", None, 8, 1, 1, marks=NARROW, id="narrow"),
+    pytest.param("llama", None, 512, 2, 2, id="before-wait"),
+    pytest.param("mistral", 200, 128, 2, 2, id="before-wait-window"),
+    pytest.param("llama", None, 8, 2, 2, id="before-wait-splits"),
+    pytest.param("llama", None, 8, 1, 2, marks=NARROW, id="before-wait-narrow")])
 def test_attention_on_tensor_cores_first_rows_beside_q_compute_the_same_bits(tmp_path, monkeypatch, family, window,
-                                                                             min_keys, ahead):
-    # persist_attn_mma_first: the tensor cores' first passes' rows (those in flight) loaded beside q's words, the new
-    # row put in from shared memory as the cache has it, against the rows loaded after the new row's write: the same
-    # rows, so every logit the same bits, step by step over 600 positions (up to 4 passes a warp; a moving window;
-    # 8 keys a split: many splits, the one holding the new row and warps with no rows), one launch's greedy tokens;
-    # also a narrow model's fields (untagged, the owner merges)
+                                                                             min_keys, ahead, first):
+    # persist_attn_mma_first: the tensor cores' first passes' rows (those in flight) loaded beside q's words (1), or
+    # before the tile's wait but row pos - 1, which is loaded beside q's (2), the new row put in from shared memory as
+    # the cache has it, against the rows loaded after the new row's write: the same rows, so every logit the same
+    # bits, step by step over 600 positions (up to 4 passes a warp; a moving window; 8 keys a split: many splits,
+    # the one holding the new row, the one holding row pos - 1 alone and warps with no rows), one launch's greedy
+    # tokens; also a narrow model's fields (untagged, the owner merges)
     extra = {"sliding_window": window} if window else {}
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384, **extra)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=min_keys,
                                        persist_attn_mma=16, persist_attn_mma_ahead=ahead,
                                        persist_attn_mma_ahead_narrow=ahead, persist_attn_mma_first=0))
-    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_mma_first=1))
-    for name, first in [("base", False), ("variant", True)]:  # (MMA_FIRST, the 25th; false left out)
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_mma_first=first))
+    for name, want in [("base", []), ("variant", [str(first)])]:  # (MMA_FIRST, the 25th; 0 left out)
         tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / name / "src" / "model.cu").read()).group(1)
-        assert tail.split(", ")[22] == "16" and (tail.split(", ")[24:] == ["true"]) == first, name
+        assert tail.split(", ")[22] == "16" and tail.split(", ")[24:] == want, name
     tokens = np.random.default_rng(13).integers(0, model.config.vocab_size, size=600).tolist()
     assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
     assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)

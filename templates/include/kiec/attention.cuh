@@ -262,7 +262,30 @@ struct MmaPass {
 #pragma unroll
           for (int w = 0; w < VW; ++w) v[c][r][w] = pack8<T>(vn + grp * (HEAD_DIM / 8) + 8 * w);
   }
+  // Row `row` of the pass from j0, where this lane holds it and it lies below `hi`, loaded over what its slots hold
+  // (persist_attn_mma_first 2: the row the tile's loads before its wait left out).
+  __device__ __forceinline__ void load_row(const T* kc, const T* vc, int j0, int row, int hi) {
+    if (row < 0 || row >= hi) return;
+    const int lane = threadIdx.x & 31, quad = lane & 3, grp = lane >> 2;
+#pragma unroll
+    for (int b = 0; b < 2 * C; ++b)
+      if (j0 + 8 * b + grp == row)
+#pragma unroll
+        for (int w = 0; w < KW; ++w)
+          k[b][w] = *reinterpret_cast<const uint4*>(kc + (size_t)row * HEAD_DIM + quad * (HEAD_DIM / 4) + 8 * w);
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        if (j0 + 16 * c + 2 * quad + (r & 1) + 8 * (r >> 1) == row)
+#pragma unroll
+          for (int w = 0; w < VW; ++w)
+            v[c][r][w] = *reinterpret_cast<const uint4*>(vc + (size_t)row * HEAD_DIM + grp * (HEAD_DIM / 8) + 8 * w);
+  }
 };
+// The tensor cores' first passes a split loads early (persist_attn_mma_first), or nothing where there are none.
+template <typename T, int HEAD_DIM, int KEYS, int FIRST>
+using FirstPasses = std::conditional_t<(FIRST > 0), MmaPass<T, HEAD_DIM, KEYS>, NoMmaPass>;
 
 // Rows [lo, hi) of a slice on the tensor cores (persist_attn_mma), q (normed, rotated) in sm.qs: each warp's (m, l,
 // o) into sm as attention_slice's FMA passes leave them (the same merge follows). Warp w's passes take KEYS rows from
@@ -380,10 +403,12 @@ __device__ __forceinline__ void mma_passes(AttentionSmem<HEAD_DIM, GROUP, WARPS>
 // with widen8, and each score's weight taken without a test of the score (the step's m0)
 // MMA_KEYS (persist_attn_mma): the passes on the tensor cores, MMA_KEYS rows a warp a pass (mma_passes; not the FMA
 // passes' bits); MMA_AHEAD (persist_attn_mma_ahead): their passes in flight while one computes (64 wide; the same bits)
-// MMA_FIRST (persist_attn_mma_first, 64 wide): those first passes' rows loaded beside q's (mfirst; the same bits)
+// MMA_FIRST (persist_attn_mma_first, 64 wide): 1: those first passes' rows loaded beside q's (mfirst; the same
+// bits); 2: their rows before pos - 1 loaded by the tile before its wait (`mearly`: early_rows_end), row pos - 1
+// beside q's (MmaPass::load_row; the same bits)
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
           bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0, bool KV_FIRST = false,
-          bool EARLY = false, bool LEAN = false, int MMA_KEYS = 0, int MMA_AHEAD = 1, bool MMA_FIRST = false,
+          bool EARLY = false, bool LEAN = false, int MMA_KEYS = 0, int MMA_AHEAD = 1, int MMA_FIRST = 0,
           typename Marks = NoMarks>
 __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,
                                                 int kv_heads, int max_seq, const float* inv_freq, const T* q_norm_w,
@@ -391,7 +416,10 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
                                                 int pos, int lo, int hi, unsigned tag = 0,
                                                 const RopeCoeffs<ROTARY, GROUP, WARPS * 32>* rope = nullptr,
                                                 Marks mark = {}, const QkvWords<HEAD_DIM, GROUP, WARPS>* pre = nullptr,
-                                                const KvPass<T, HEAD_DIM, WARPS, U>* early = nullptr) {
+                                                const KvPass<T, HEAD_DIM, WARPS, U>* early = nullptr,
+                                                const FirstPasses<T, HEAD_DIM, MMA_KEYS,
+                                                                  (MMA_KEYS > 0 && MMA_FIRST ? MMA_AHEAD : 0)>* mearly =
+                                                    nullptr) {
   using Pass = KvPass<T, HEAD_DIM, WARPS, U>;
   constexpr int LPK = Pass::LPK, KPW = Pass::KPW;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nq = kv_heads * GROUP;
@@ -411,15 +439,22 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
     head.load_between(kc, vc, lo + warp * KPW, early_rows_end(hi, pos), hi, pos);
   }
   // MMA_FIRST: the tensor cores' first passes (as many as they keep in flight), their rows before pos loaded now,
-  // beside q's words, so that their round trip passes under q's, the rotation and the new row's write; row pos is
-  // put in from shared memory once written (MmaPass::put_row)
+  // beside q's words, so that their round trip passes under q's, the rotation and the new row's write (2: only row
+  // pos - 1 now, the others in `mearly` since before the wait); row pos is put in from shared memory once written
+  // (MmaPass::put_row)
   constexpr int FIRST = MMA_KEYS > 0 && MMA_FIRST ? MMA_AHEAD : 0;
-  std::conditional_t<(FIRST > 0), MmaPass<T, HEAD_DIM, MMA_KEYS>, NoMmaPass> mfirst[FIRST > 0 ? FIRST : 1];
+  FirstPasses<T, HEAD_DIM, MMA_KEYS, FIRST> mfirst[FIRST > 0 ? FIRST : 1];
   auto first_row = [&](int a) { return lo + warp * MMA_KEYS + a * (WARPS * MMA_KEYS); };  // (mma_passes' j0)
   if constexpr (FIRST > 0) {
 #pragma unroll
-    for (int a = 0; a < FIRST; ++a)
-      if (first_row(a) < hi) mfirst[a].load(kc, vc, first_row(a), owns_pos ? pos : hi);
+    for (int a = 0; a < FIRST; ++a) {
+      if (MMA_FIRST == 2) {
+        mfirst[a] = mearly[a];
+        if (first_row(a) < hi) mfirst[a].load_row(kc, vc, first_row(a), pos - 1, hi);
+      } else if (first_row(a) < hi) {
+        mfirst[a].load(kc, vc, first_row(a), owns_pos ? pos : hi);
+      }
+    }
   }
   if constexpr (TAGGED) {  // every word loaded at once, then each stale one again
     constexpr int THREADS = WARPS * 32, QPER = (GROUP * HEAD_DIM + THREADS - 1) / THREADS;

@@ -72,12 +72,14 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // LEAN (persist_attn_lean): attention_slice's LEAN, fewer instructions a key (the same bits).
 // MMA_KEYS (persist_attn_mma): attention_slice's passes on the tensor cores, MMA_KEYS rows a warp a pass.
 // MMA_AHEAD (persist_attn_mma_ahead): those passes' rows in flight while one computes (the same bits).
-// MMA_FIRST (persist_attn_mma_first): those passes' rows loaded beside q's words (attention_slice; the same bits).
+// MMA_FIRST (persist_attn_mma_first): 1: those passes' first rows loaded beside q's words (attention_slice; the same
+// bits); 2: their rows before pos - 1 loaded here before the wait (early_rows_end: the same SM's wait of the previous
+// step acquired them, as EARLY_PASS's), row pos - 1 beside q's words (the same bits).
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0,
           bool EARLY_ROPE = false, bool KV_FIRST = false, int OWNER_MAX = 0, bool NEWEST_FIRST = false,
           bool IDLE = false, bool STAGED = false, bool EARLY_PASS = false, bool LEAN = false,
-          int MMA_KEYS = 0, int MMA_AHEAD = 1, bool MMA_FIRST = false>
+          int MMA_KEYS = 0, int MMA_AHEAD = 1, int MMA_FIRST = 0>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
@@ -99,6 +101,20 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   if (EARLY_PASS && !IDLE && split < active)
     early.load(k_rows<T, HEAD_DIM>(cache, max_seq, g), v_rows<T, HEAD_DIM>(cache, kv_heads, max_seq, g),
                lo + (int)(threadIdx.x >> 5) * Pass::KPW, early_rows_end(hi, u.pos));
+  constexpr int FIRST = MMA_KEYS > 0 && MMA_FIRST ? MMA_AHEAD : 0;  // (attention_slice's)
+  FirstPasses<T, HEAD_DIM, MMA_KEYS, FIRST> mearly[FIRST > 0 ? FIRST : 1];  // (only with MMA_FIRST 2)
+  if constexpr (FIRST > 0 && MMA_FIRST == 2) {
+    if (!IDLE && split < active) {
+      const int warp = threadIdx.x >> 5;
+#pragma unroll
+      for (int a = 0; a < FIRST; ++a) {
+        const int j0 = lo + warp * MMA_KEYS + a * (WARPS * MMA_KEYS);  // (mma_passes' first rows)
+        if (j0 < hi)
+          mearly[a].load(k_rows<T, HEAD_DIM>(cache, max_seq, g), v_rows<T, HEAD_DIM>(cache, kv_heads, max_seq, g),
+                         j0, early_rows_end(hi, u.pos));
+      }
+    }
+  }
   RopeCoeffs<ROTARY, GROUP, WARPS * 32> rope;  // (only with EARLY_ROPE: unused registers otherwise)
   if (EARLY_ROPE && split < active) rope.compute(inv_freq, u.pos);
   // With tagged words (KIEC_TAGGED) the counters this tile waits through no longer carry the cache rows the
@@ -148,7 +164,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
 #else
         nullptr,
 #endif
-        EARLY_PASS ? &early : nullptr);
+        EARLY_PASS ? &early : nullptr, MMA_FIRST == 2 ? mearly : nullptr);
     if (merges_others) {
       trace(u, TR_X_READY);  // (its slice done: what follows, the wait for the others' partials and the merge, is
       // the tail trace_summary.py's attention views time, as the last arrival's merge without the owner)
