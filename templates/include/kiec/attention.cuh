@@ -145,12 +145,6 @@ struct KvPass {
 // step's wait on the head's arrivals acquires it (arrivals_waited); rows before it the same SM's wait of the
 // previous step did. Row pos is this step's (the split holding it writes it after the wait).
 __device__ __forceinline__ int early_rows_end(int hi, int pos) { return min(hi, pos - 1); }
-// persist_attn_mma_first 2: whether a split's tile loads its first passes' rows before its wait, that is whether those
-// passes (ROWS rows) cover its slice [lo, hi). A longer slice loads them after the new row's write, as the passes'
-// own loads would: on llama-3.2-1b at 8192 (512 rows a split) loading two passes of them before the wait on every
-// split ran 2.2% slower (bench/RESULTS.md, 2026-12-04, thirty-eighth session).
-template <int ROWS>
-__device__ __forceinline__ bool early_passes_cover(int lo, int hi) { return hi - lo <= ROWS; }
 
 // KV head g's K rows and V rows in the cache.
 template <typename T, int HEAD_DIM>
@@ -451,12 +445,10 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   constexpr int FIRST = MMA_KEYS > 0 && MMA_FIRST ? MMA_AHEAD : 0;
   FirstPasses<T, HEAD_DIM, MMA_KEYS, FIRST> mfirst[FIRST > 0 ? FIRST : 1];
   auto first_row = [&](int a) { return lo + warp * MMA_KEYS + a * (WARPS * MMA_KEYS); };  // (mma_passes' j0)
-  const bool ahead_of_wait = early_passes_cover<FIRST * WARPS * MMA_KEYS>(lo, hi);  // (MMA_FIRST 2: in mearly)
   if constexpr (FIRST > 0) {
 #pragma unroll
     for (int a = 0; a < FIRST; ++a) {
       if (MMA_FIRST == 2) {
-        if (!ahead_of_wait) continue;  // (loaded after the new row's write below, as the passes' own loads are)
         mfirst[a] = mearly[a];
         if (first_row(a) < hi) mfirst[a].load_row(kc, vc, first_row(a), pos - 1, hi);
       } else if (first_row(a) < hi) {
@@ -525,11 +517,7 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   sync_block();  // the new row is visible to this block (plain loads below, not the read-only path)
   if (EARLY && owns_pos) head.put_row(lo + warp * KPW, pos, sm.kn, sm.vn);
   if constexpr (FIRST > 0) {
-    if (MMA_FIRST == 2 && !ahead_of_wait) {
-#pragma unroll
-      for (int a = 0; a < FIRST; ++a)
-        if (first_row(a) < hi) mfirst[a].load(kc, vc, first_row(a), hi);
-    } else if (owns_pos) {
+    if (owns_pos) {
 #pragma unroll
       for (int a = 0; a < FIRST; ++a) mfirst[a].put_row(first_row(a), pos, sm.kn, sm.vn);
     }

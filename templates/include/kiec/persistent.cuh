@@ -73,9 +73,8 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // MMA_KEYS (persist_attn_mma): attention_slice's passes on the tensor cores, MMA_KEYS rows a warp a pass.
 // MMA_AHEAD (persist_attn_mma_ahead): those passes' rows in flight while one computes (the same bits).
 // MMA_FIRST (persist_attn_mma_first): 1: those passes' first rows loaded beside q's words (attention_slice; the same
-// bits); 2: where those passes cover the split's slice (early_passes_cover), their rows before pos - 1 loaded here
-// before the wait (early_rows_end: the same SM's wait of the previous step acquired them, as EARLY_PASS's), row
-// pos - 1 beside q's words (the same bits).
+// bits); 2: their rows before pos - 1 loaded here before the wait (early_rows_end: the same SM's wait of the previous
+// step acquired them, as EARLY_PASS's), row pos - 1 beside q's words (the same bits).
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0,
           bool EARLY_ROPE = false, bool KV_FIRST = false, int OWNER_MAX = 0, bool NEWEST_FIRST = false,
@@ -105,7 +104,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   constexpr int FIRST = MMA_KEYS > 0 && MMA_FIRST ? MMA_AHEAD : 0;  // (attention_slice's)
   FirstPasses<T, HEAD_DIM, MMA_KEYS, FIRST> mearly[FIRST > 0 ? FIRST : 1];  // (only with MMA_FIRST 2)
   if constexpr (FIRST > 0 && MMA_FIRST == 2) {
-    if (!IDLE && split < active && early_passes_cover<FIRST * WARPS * MMA_KEYS>(lo, hi)) {
+    if (!IDLE && split < active) {
       const int warp = threadIdx.x >> 5;
 #pragma unroll
       for (int a = 0; a < FIRST; ++a) {
