@@ -122,8 +122,8 @@ class TargetParams:
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
     # persistent: a model narrower than persist_narrow_width (its embedding's row) runs persist_x_direct,
     # persist_attn_owner_merges, persist_attn_newest_first, persist_combine_batch, persist_stages and
-    # persist_attn_mma_ahead with these values instead (codegen/persistent.py: for_model); 0: every model the fields
-    # above
+    # persist_attn_mma_ahead and persist_attn_mma_first with these values instead (codegen/persistent.py: for_model); 0:
+    # every model the fields above
     persist_narrow_width: int
     persist_x_direct_narrow: int
     persist_attn_owner_merges_narrow: int
@@ -131,6 +131,7 @@ class TargetParams:
     persist_combine_batch_narrow: int
     persist_stages_narrow: int
     persist_attn_mma_ahead_narrow: int
+    persist_attn_mma_first_narrow: int
     # persistent: 1: a tagged value takes 4 bytes an element instead of 8, its tag the parity of its write in the
     # lowest mantissa bit (values to 23 bits); its slot its own, zeroed before each launch (ir/passes/persistent.py:
     # tag_parity)
@@ -716,8 +717,14 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.734 vs 0.729 / 0.728 (+0.7%), at 8192 0.867 / 0.868 vs 0.850 / 0.853 (+1.9%),
                           # smollm2-135m 0.473 vs 0.471 (+0.4%). Its keys take 0.77 us against 1.13 at position 64,
                           # but q's words come later (q, rotation and new row 2.05 vs 1.31 us): read as the rows'
-                          # loads queueing ahead of them (not measured apart). Off
-                          persist_attn_mma_first=0),
+                          # loads queueing ahead of them (not measured apart). Off. Thirty-eighth session (655b6dc,
+                          # variants.py, ms): 2 (the rows loaded before the tile's wait) on smollm2-135m 0.432 / 0.432
+                          # vs 0.438 / 0.439, 0.434-0.435 vs 0.439-0.441 (three rounds), 0.433 / 0.433 vs 0.439 / 0.440
+                          # (-1.3 to -1.5%, calls 2-4), at 8192 0.585 vs 0.601 (-2.7%, three rounds); llama-3.2-1b
+                          # +0.2%, -0.5% (traced builds), +0.6%, at 8192 +2.2% (calls 2-4): traced at position 64 its
+                          # keys took 0.81 us against 1.20, q's words 1.33 against 0.97, as with 1. So 2 on narrow
+                          # models (persist_attn_mma_first_narrow), 0 on the others
+                          persist_attn_mma_first=0, persist_attn_mma_first_narrow=2),
 }
 
 

@@ -408,8 +408,9 @@ def test_the_ahead_pace_from_a_position_is_compiled_only_with_the_ahead_pace(tmp
 
 def test_narrow_models_run_x_direct_owner_merges_and_newest_first(tmp_path):
     # persist_narrow_width: a model whose embedding row is narrower than it runs the *_narrow fields' x direct, owner
-    # merges, newest first, combine batch, ring depth and attention passes in flight (smollm2-135m's 576 timed faster
-    # so), exactly the kernel those fields give a wide model; a wider one the table's own
+    # merges, newest first, combine batch, ring depth, attention passes in flight and their first rows loaded before
+    # the wait (smollm2-135m's 576 timed faster so), exactly the kernel those fields give a wide model; a wider one
+    # the table's own
     import dataclasses
     import re
 
@@ -422,18 +423,20 @@ def test_narrow_models_run_x_direct_owner_merges_and_newest_first(tmp_path):
                             persist_attn_newest_first=0, persist_combine_batch=0, persist_x_direct_narrow=1,
                             persist_attn_owner_merges_narrow=8, persist_attn_newest_first_narrow=1,
                             persist_combine_batch_narrow=16, persist_stages=12, persist_stages_narrow=4,
-                            persist_attn_mma_ahead=2, persist_attn_mma_ahead_narrow=1)
-    for width, want in [(257, (1, 8, 1, 16, 4, 1)), (256, (0, 0, 0, 0, 12, 2)), (0, (0, 0, 0, 0, 12, 2))]:
+                            persist_attn_mma_ahead=2, persist_attn_mma_ahead_narrow=1, persist_attn_mma_first=0,
+                            persist_attn_mma_first_narrow=2)
+    for width, want in [(257, (1, 8, 1, 16, 4, 1, 2)), (256, (0, 0, 0, 0, 12, 2, 0)), (0, (0, 0, 0, 0, 12, 2, 0))]:
         got = for_model(program, dataclasses.replace(t, persist_narrow_width=width))
         assert (got.persist_x_direct, got.persist_attn_owner_merges, got.persist_attn_newest_first,
-                got.persist_combine_batch, got.persist_stages, got.persist_attn_mma_ahead) == want, width
+                got.persist_combine_batch, got.persist_stages, got.persist_attn_mma_ahead,
+                got.persist_attn_mma_first) == want, width
     narrow = emit_persistent(program, "bf16", 64, dataclasses.replace(t, persist_narrow_width=257), "x")
     fields = dataclasses.replace(t, persist_narrow_width=0, persist_x_direct=1, persist_attn_owner_merges=8,
                                  persist_attn_newest_first=1, persist_combine_batch=16, persist_stages=4,
-                                 persist_attn_mma_ahead=1)
+                                 persist_attn_mma_ahead=1, persist_attn_mma_first=2)
     assert narrow.files == emit_persistent(program, "bf16", 64, fields, "x").files
     attention = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", narrow.files["model.cu"]).group(1).split(",")]
-    assert attention[16:18] == ["8", "true"]  # OWNER_MAX, NEWEST_FIRST
+    assert attention[16:18] == ["8", "true"] and attention[24:] == ["2"]  # OWNER_MAX, NEWEST_FIRST; MMA_FIRST
     assert "#define KIEC_COMBINE_BATCH 16" in narrow.files["model.cu"]
     wide = emit_persistent(program, "bf16", 64, dataclasses.replace(t, persist_narrow_width=256), "x")
     assert "attention_tile" in wide.files["model.cu"] and wide.files != narrow.files

@@ -359,8 +359,10 @@ def test_attention_on_tensor_cores_first_rows_beside_q_compute_the_same_bits(tmp
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384, **extra)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=min_keys,
                                        persist_attn_mma=16, persist_attn_mma_ahead=ahead,
-                                       persist_attn_mma_ahead_narrow=ahead, persist_attn_mma_first=0))
-    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_mma_first=first))
+                                       persist_attn_mma_ahead_narrow=ahead, persist_attn_mma_first=0,
+                                       persist_attn_mma_first_narrow=0))
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_mma_first=first,
+                                      persist_attn_mma_first_narrow=first))
     for name, want in [("base", []), ("variant", [str(first)])]:  # (MMA_FIRST, the 25th; 0 left out)
         tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / name / "src" / "model.cu").read()).group(1)
         assert tail.split(", ")[22] == "16" and tail.split(", ")[24:] == want, name
