@@ -57,6 +57,10 @@ class TargetParams:
     # persistent, with a pace and L2 lookahead: 1: the ring's copy of a page already asked of L2 goes out at once, not on
     # the pace (the pace is the memory's rate; a page waiting in L2 does not take its share of it again)
     persist_l2_ahead_burst: int
+    # persistent: 1: while an SM runs an attention split with rows, its weight stream issues no copy (copies in
+    # flight land), so that the split's loads do not share the SM's reads with the ring's refill (a timing question:
+    # the same tokens)
+    persist_attn_holds_stream: int
     # persistent, with a pace: > 0: the pace while the stream's page is 2 or more instructions past the GEMV whose
     # pages the compute warps are on (the ring's refill during QKV, attention and the output projection)
     persist_page_pace_ahead_ns: int
@@ -393,6 +397,7 @@ TARGETS: dict[str, TargetParams] = {
                           # 3.2-1b 0.696 / 0.697 all ways (256 or 512 KB), qwen3-1.7b 1.072 / 1.071 vs 1.040 / 1.042;
                           # traced, gate/up's page waits 7,700-7,859 SM-us vs 7,386: no faster from L2. Off
                           persist_l2_ahead_burst=0,
+                          persist_attn_holds_stream=0,
                           # the paces above are H200's. Its driver's attributes give a peak of 4,814 GB/s (kiec bench's
                           # line, sixteenth session; nvidia-smi's 3,201 MHz x 6144 bits would be 4,916); an H100's
                           # published 3,352 would want 460 -> 661 (arithmetic). N > 0 scales the paces by N over the
