@@ -460,7 +460,6 @@ class _PersistentEmitter(_Emitter):
             page_pace_ahead_from=self.t.persist_page_pace_ahead_from_pos,
             l2_ahead_paced=int(bool(self.t.persist_l2_ahead_paced and pace)),
             l2_ahead_burst=int(bool(self.t.persist_l2_ahead_burst and pace)),
-            attn_holds_stream=int(bool(self.t.persist_attn_holds_stream)),
             pace_ref_gbps=self.t.persist_pace_ref_gbps if pace else 0,
             attn_l2_hint=self.t.attn_l2_prefetch, combine_batch=self.t.persist_combine_batch,
             scratch=self.smem,

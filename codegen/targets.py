@@ -57,10 +57,6 @@ class TargetParams:
     # persistent, with a pace and L2 lookahead: 1: the ring's copy of a page already asked of L2 goes out at once, not on
     # the pace (the pace is the memory's rate; a page waiting in L2 does not take its share of it again)
     persist_l2_ahead_burst: int
-    # persistent: 1: while an SM runs an attention split with rows, its weight stream issues no copy (copies in
-    # flight land), so that the split's loads do not share the SM's reads with the ring's refill (a timing question:
-    # the same tokens)
-    persist_attn_holds_stream: int
     # persistent, with a pace: > 0: the pace while the stream's page is 2 or more instructions past the GEMV whose
     # pages the compute warps are on (the ring's refill during QKV, attention and the output projection)
     persist_page_pace_ahead_ns: int
@@ -397,7 +393,6 @@ TARGETS: dict[str, TargetParams] = {
                           # 3.2-1b 0.696 / 0.697 all ways (256 or 512 KB), qwen3-1.7b 1.072 / 1.071 vs 1.040 / 1.042;
                           # traced, gate/up's page waits 7,700-7,859 SM-us vs 7,386: no faster from L2. Off
                           persist_l2_ahead_burst=0,
-                          persist_attn_holds_stream=0,
                           # the paces above are H200's. Its driver's attributes give a peak of 4,814 GB/s (kiec bench's
                           # line, sixteenth session; nvidia-smi's 3,201 MHz x 6144 bits would be 4,916); an H100's
                           # published 3,352 would want 460 -> 661 (arithmetic). N > 0 scales the paces by N over the
@@ -728,7 +723,9 @@ TARGETS: dict[str, TargetParams] = {
                           # (-1.3 to -1.5%, calls 2-4), at 8192 0.585 vs 0.601 (-2.7%, three rounds); llama-3.2-1b
                           # +0.2%, -0.5% (traced builds), +0.6%, at 8192 +2.2% (calls 2-4): traced at position 64 its
                           # keys took 0.81 us against 1.20, q's words 1.33 against 0.97, as with 1. So 2 on narrow
-                          # models (persist_attn_mma_first_narrow), 0 on the others
+                          # models (persist_attn_mma_first_narrow), 0 on the others. The weight stream held while an
+                          # SM runs an attention split with rows (persist_attn_holds_stream, 408d291, taken out; call
+                          # 7): llama-3.2-1b +0.1% (the last split's slice 2.98 vs 3.27 us), qwen3-1.7b +0.8%
                           persist_attn_mma_first=0, persist_attn_mma_first_narrow=2),
 }
 

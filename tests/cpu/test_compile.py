@@ -364,23 +364,6 @@ def test_narrow_models_stream_unpaced_with_the_walk_read_each_page(tmp_path):
     assert narrow.files["model.cu"] == unpaced.files["model.cu"]  # (the measured variant's kernel, exactly)
 
 
-def test_attention_holds_the_stream_only_when_asked(tmp_path):
-    # persist_attn_holds_stream: the kernel defines KIEC_ATTN_HOLDS_STREAM (the stream's copies held while the SM runs
-    # an attention split) with the field at 1 and not at all at 0, which leaves the kernel as it was
-    import dataclasses
-
-    from kiec.codegen.persistent import emit_persistent
-    from kiec.codegen.targets import target
-    from kiec.ir.passes import pipeline
-    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
-    program = pipeline.run(kiec.load(str(tmp_path / "hf"), dtype="bf16").graph)
-    text = [emit_persistent(program, "bf16", 64, dataclasses.replace(target("sm_90"), persist_attn_holds_stream=v),
-                            "x").files["model.cu"] for v in (0, 1)]
-    assert "KIEC_ATTN_HOLDS_STREAM" not in text[0]
-    assert "#define KIEC_ATTN_HOLDS_STREAM 1" in text[1]
-    assert [line for line in text[1].splitlines() if "KIEC_ATTN_HOLDS_STREAM" not in line] == text[0].splitlines()
-
-
 @pytest.mark.parametrize("name, tensor_cores", [("llama-3.2-1b", True), ("llama-3.1-8b", True), ("qwen3-1.7b", False)])
 def test_the_pace_is_the_fma_attentions_where_some_attention_keeps_its_fma_passes(name, tensor_cores):
     # persist_page_pace_fma_ns: a model whose attention keeps its FMA passes (qwen3-1.7b: 2 query heads a KV head, 128

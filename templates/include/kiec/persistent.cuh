@@ -75,18 +75,6 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // MMA_FIRST (persist_attn_mma_first): 1: those passes' first rows loaded beside q's words (attention_slice; the same
 // bits); 2: their rows before pos - 1 loaded here before the wait (early_rows_end: the same SM's wait of the previous
 // step acquired them, as EARLY_PASS's), row pos - 1 beside q's words (the same bits).
-// KIEC_ATTN_HOLDS_STREAM (persist_attn_holds_stream): the weight stream held from an attention tile's start to its
-// end where its split has rows (HoldsStream: thread 0 clears the hold as the tile returns, whichever way).
-struct HoldsStream {
-  bool on;
-  __device__ __forceinline__ explicit HoldsStream(bool on_) : on(on_) {
-    if (on && threadIdx.x == 0) stream_held() = 1;
-  }
-  __device__ __forceinline__ ~HoldsStream() {
-    if (on && threadIdx.x == 0) stream_held() = 0;
-  }
-};
-
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0,
           bool EARLY_ROPE = false, bool KV_FIRST = false, int OWNER_MAX = 0, bool NEWEST_FIRST = false,
@@ -106,9 +94,6 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   // (persist_attn_newest_first): the splits in use take the chunks from the last, so tile split 0 holds row pos
   const int split = NEWEST_FIRST && tile_split < active ? active - 1 - tile_split : tile_split;
   if (NEWEST_FIRST && split != tile_split) split_range<SPLITS, MIN_KEYS>(u.pos, window, split, lo, hi, active);
-#if KIEC_ATTN_HOLDS_STREAM
-  const HoldsStream holds(!IDLE && split < active);
-#endif
   if (KIEC_ATTN_L2_HINT == 1 && split < active)  // its rows of earlier steps, asked of L2 before the wait
     prefetch_split_l2<T, HEAD_DIM>(cache, kv_heads, max_seq, g, lo, hi, u.pos);
   using Pass = KvPass<T, HEAD_DIM, WARPS, U>;
@@ -376,9 +361,6 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
   if (threadIdx.x == 0) {
     ring.init(COMPUTE_WARPS * 32);
     quit = 0;
-#if KIEC_ATTN_HOLDS_STREAM
-    stream_held() = 0;
-#endif
 #if KIEC_PAGE_PACE_AHEAD_NS
     consumed_at = begin;  // (t 0, the first instruction)
 #endif

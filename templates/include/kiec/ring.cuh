@@ -4,16 +4,6 @@
 #include "mbarrier.cuh"
 #include "persistent_args.cuh"
 
-#ifndef KIEC_ATTN_HOLDS_STREAM
-#define KIEC_ATTN_HOLDS_STREAM 0
-#endif
-// persist_attn_holds_stream: set (by thread 0) while this SM runs an attention split with rows (persistent.cuh:
-// attention_tile), during which the weight stream issues no copy.
-__device__ __forceinline__ volatile int& stream_held() {
-  __shared__ volatile int held;
-  return held;
-}
-
 #ifndef KIEC_WEIGHT_EVICT_FIRST
 #define KIEC_WEIGHT_EVICT_FIRST 1
 #endif
@@ -301,10 +291,6 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
       }
     }
     const unsigned bytes = copy.up ? 2 * copy.bytes : copy.bytes;
-#if KIEC_ATTN_HOLDS_STREAM
-    while (stream_held())
-      if (*quit) goto drain;
-#endif
 #if KIEC_TRACE_STREAM
     const unsigned long long freed = rec ? global_ns() : 0ull;
 #endif
