@@ -121,9 +121,9 @@ class TargetParams:
     # 2: attention's input (QKV's output) and output too
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
     # persistent: a model narrower than persist_narrow_width (its embedding's row) runs persist_x_direct,
-    # persist_attn_owner_merges, persist_attn_newest_first, persist_combine_batch, persist_stages and
-    # persist_attn_mma_ahead and persist_attn_mma_first with these values instead (codegen/persistent.py: for_model); 0:
-    # every model the fields above
+    # persist_attn_owner_merges, persist_attn_newest_first, persist_combine_batch, persist_stages,
+    # persist_attn_mma_ahead and persist_attn_mma_first with these values instead (codegen/persistent.py: for_model);
+    # 0: every model the fields above
     persist_narrow_width: int
     persist_x_direct_narrow: int
     persist_attn_owner_merges_narrow: int
