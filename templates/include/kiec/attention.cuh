@@ -283,9 +283,20 @@ struct MmaPass {
             v[c][r][w] = *reinterpret_cast<const uint4*>(vc + (size_t)row * HEAD_DIM + grp * (HEAD_DIM / 8) + 8 * w);
   }
 };
-// The tensor cores' first passes a split loads early (persist_attn_mma_first), or nothing where there are none.
+// How many of the tensor cores' passes a split loads early with persist_attn_mma_first (MMA_FIRST): those in flight
+// (MMA_AHEAD), or none without the tensor cores or MMA_FIRST.
+template <int MMA_KEYS, int MMA_FIRST, int MMA_AHEAD>
+struct FirstPassCount {  // (a struct: as a variable template, attention_slice's parameter failed to match)
+  static constexpr int value = MMA_KEYS > 0 && MMA_FIRST ? MMA_AHEAD : 0;
+};
+// Those passes' registers, or nothing where there are none.
 template <typename T, int HEAD_DIM, int KEYS, int FIRST>
 using FirstPasses = std::conditional_t<(FIRST > 0), MmaPass<T, HEAD_DIM, KEYS>, NoMmaPass>;
+// The first row of warp `warp`'s pass `a` of a slice from `lo` (mma_passes' j0 for its first passes).
+template <int WARPS, int KEYS>
+__device__ __forceinline__ int first_pass_row(int lo, int warp, int a) {
+  return lo + warp * KEYS + a * (WARPS * KEYS);
+}
 
 // Rows [lo, hi) of a slice on the tensor cores (persist_attn_mma), q (normed, rotated) in sm.qs: each warp's (m, l,
 // o) into sm as attention_slice's FMA passes leave them (the same merge follows). Warp w's passes take KEYS rows from
@@ -418,8 +429,8 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
                                                 Marks mark = {}, const QkvWords<HEAD_DIM, GROUP, WARPS>* pre = nullptr,
                                                 const KvPass<T, HEAD_DIM, WARPS, U>* early = nullptr,
                                                 const FirstPasses<T, HEAD_DIM, MMA_KEYS,
-                                                                  (MMA_KEYS > 0 && MMA_FIRST ? MMA_AHEAD : 0)>* mearly =
-                                                    nullptr) {
+                                                                  FirstPassCount<MMA_KEYS, MMA_FIRST,
+                                                                                 MMA_AHEAD>::value>* mearly = nullptr) {
   using Pass = KvPass<T, HEAD_DIM, WARPS, U>;
   constexpr int LPK = Pass::LPK, KPW = Pass::KPW;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nq = kv_heads * GROUP;
@@ -442,9 +453,9 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
   // beside q's words, so that their round trip passes under q's, the rotation and the new row's write (2: only row
   // pos - 1 now, the others in `mearly` since before the wait); row pos is put in from shared memory once written
   // (MmaPass::put_row)
-  constexpr int FIRST = MMA_KEYS > 0 && MMA_FIRST ? MMA_AHEAD : 0;
+  constexpr int FIRST = FirstPassCount<MMA_KEYS, MMA_FIRST, MMA_AHEAD>::value;
   FirstPasses<T, HEAD_DIM, MMA_KEYS, FIRST> mfirst[FIRST > 0 ? FIRST : 1];
-  auto first_row = [&](int a) { return lo + warp * MMA_KEYS + a * (WARPS * MMA_KEYS); };  // (mma_passes' j0)
+  auto first_row = [&](int a) { return first_pass_row<WARPS, MMA_KEYS>(lo, warp, a); };
   if constexpr (FIRST > 0) {
 #pragma unroll
     for (int a = 0; a < FIRST; ++a) {

@@ -101,14 +101,13 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   if (EARLY_PASS && !IDLE && split < active)
     early.load(k_rows<T, HEAD_DIM>(cache, max_seq, g), v_rows<T, HEAD_DIM>(cache, kv_heads, max_seq, g),
                lo + (int)(threadIdx.x >> 5) * Pass::KPW, early_rows_end(hi, u.pos));
-  constexpr int FIRST = MMA_KEYS > 0 && MMA_FIRST ? MMA_AHEAD : 0;  // (attention_slice's)
+  constexpr int FIRST = FirstPassCount<MMA_KEYS, MMA_FIRST, MMA_AHEAD>::value;  // (attention_slice's)
   FirstPasses<T, HEAD_DIM, MMA_KEYS, FIRST> mearly[FIRST > 0 ? FIRST : 1];  // (only with MMA_FIRST 2)
   if constexpr (FIRST > 0 && MMA_FIRST == 2) {
     if (!IDLE && split < active) {
-      const int warp = threadIdx.x >> 5;
 #pragma unroll
       for (int a = 0; a < FIRST; ++a) {
-        const int j0 = lo + warp * MMA_KEYS + a * (WARPS * MMA_KEYS);  // (mma_passes' first rows)
+        const int j0 = first_pass_row<WARPS, MMA_KEYS>(lo, (int)(threadIdx.x >> 5), a);
         if (j0 < hi)
           mearly[a].load(k_rows<T, HEAD_DIM>(cache, max_seq, g), v_rows<T, HEAD_DIM>(cache, kv_heads, max_seq, g),
                          j0, early_rows_end(hi, u.pos));
