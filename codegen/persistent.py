@@ -12,8 +12,8 @@ import functools
 import struct
 
 from kiec.errors import ModeUnsupported  # a model this mode cannot build (graph mode may): kiec.compile falls back
-from kiec.ir.passes.persistent import (Schedule, attention_splits, down_projections, partials, schedule,
-                                      tag_parity, tag_plan)
+from kiec.ir.passes.persistent import (Schedule, attention_splits, down_projections, output_projections, partials,
+                                      schedule, tag_parity, tag_plan)
 from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program
 
 from .buffers import TAGGED_REGION
@@ -131,6 +131,11 @@ class _PersistentEmitter(_Emitter):
                              f"persist_dot_item_chunks ({t.persist_dot_item_chunks}) at least 1")
         if not 0 <= t.persist_tag_lead <= 100:
             raise ValueError(f"persist_tag_lead {t.persist_tag_lead}: a percentage of the writer's tiles, 0 to 100")
+        if t.persist_probe_o_local and self.tags and any(
+                program.kernels[i].x in self.tags.writer for i in output_projections(program)):
+            raise ValueError("persist_probe_o_local with attention's output as tagged words (persist_tagged 2): the "
+                             "output projection would wait on their tags whatever it waits for; time it with "
+                             "persist_tagged 0 or 1")
         if self.tag_waits and t.persist_x_direct:
             raise ValueError("persist_tag_waits with persist_x_direct: not supported (x slices read straight from "
                              "memory have never run with words loaded before their writer's counter was met)")
@@ -143,6 +148,7 @@ class _PersistentEmitter(_Emitter):
                                         spare_splits=0 if self.parity_tags() else t.persist_attn_spare_splits,
                                         newest_first=bool(t.persist_attn_newest_first),
                                         mlp_local=bool(t.persist_probe_mlp_local),
+                                        o_local=bool(t.persist_probe_o_local),
                                         early_pass=bool(t.persist_attn_early_pass))
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):

@@ -192,6 +192,14 @@ class TargetParams:
     # to every one of its GEMV's outputs in a scratch vector of int64 (red.add) before its signal, as the cut
     # projection's tiles would add their parts
     persist_probe_mlp_local: int
+    # persistent, a timing probe, never for use (tokens wrong): what fusing attention with the output projection by KV
+    # head would save at most. Fused so, each of a KV head's split SMs would merge its head's partials itself and
+    # multiply them by its slice of the projection's columns for that head, adding into the residual stream, and the
+    # hand-over between attention and the output projection would go. 1: the output projection (a GEMV whose x an
+    # attention kernel writes) waits for none of attention's tiles: each SM's output-projection tile starts once its
+    # own attention tile is done, and reads an x partly stale. Its x must be untagged (persist_tagged 0 or 1: tagged
+    # words would hold the tile until they are written, whatever it waits for)
+    persist_probe_o_local: int
     # persistent, a timing probe, never for use (tokens wrong): 1: attention does no work. Once its inputs are ready,
     # each head's first split stores zeros as the head's output and signals (persistent.cuh: attention_tile's IDLE);
     # the hops before and after attention stay. An untraced token's time without it, less with it, is what
@@ -675,7 +683,7 @@ TARGETS: dict[str, TargetParams] = {
                           persist_probe_relaxed_signal=0, persist_probe_warm_code=0, persist_probe_twice=0,
                           persist_trace_attention=0,
                           persist_trace_dots=0, persist_trace_stream=0,
-                          persist_probe_mlp_local=0, persist_probe_attention_idle=0,
+                          persist_probe_mlp_local=0, persist_probe_o_local=0, persist_probe_attention_idle=0,
                           # 2026-12-02 twenty-fourth session (1880734, ms, two rounds each): smollm2-135m at 8192
                           # 0.662 vs 0.697 (-5.0%), llama-3.2-1b at 8192 0.892 vs 0.897-0.898 (-0.7%), short context
                           # 0.483 vs 0.485 and 0.737-0.738 vs 0.737-0.738; llama-3.1-8b's partials do not fit

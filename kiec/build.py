@@ -249,6 +249,8 @@ def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90
             _progress("warning: persist_probe_twice is a timing probe: this artifact is slower on purpose")
         if mode == "persistent" and tp_.persist_probe_mlp_local:
             _progress("warning: persist_probe_mlp_local is a timing probe: this artifact's tokens are wrong")
+        if mode == "persistent" and tp_.persist_probe_o_local:
+            _progress("warning: persist_probe_o_local is a timing probe: this artifact's tokens are wrong")
         if mode == "persistent" and tp_.persist_probe_attention_idle:
             _progress("warning: persist_probe_attention_idle is a timing probe: this artifact's tokens are wrong")
         write_sources(src, os.path.join(tmp, "src"))

@@ -316,17 +316,26 @@ def down_projections(program: Program) -> frozenset[int]:
     return frozenset(i for i, k in enumerate(ks) if isinstance(k, GemvKernel) and k.x in silu_out)
 
 
-def mlp_local_waits(program: Program, deps: list[list[Wait]]) -> list[list[Wait]]:
-    """persist_probe_mlp_local: each down projection (down_projections) without its waits on its gate/up phase in
-    the same token, before the reductions (so that what gate/up's wait implied is waited on directly). A timing
-    probe: each SM's down tile then starts once its own gate/up tile is done and reads an x the other SMs may not
-    have written yet, as a down projection cut by its K would start (without the stale reads)."""
-    ph, kernels, down = phases(program), program.kernels, down_projections(program)
+def output_projections(program: Program) -> frozenset[int]:
+    """The kernels that are GEMVs whose x an attention kernel writes (the output projections), by index."""
+    ks = program.kernels
+    attn_out = {v for k in ks if isinstance(k, AttentionKernel) for v, _, _ in kernel_io(k)[1]}
+    return frozenset(i for i, k in enumerate(ks) if isinstance(k, GemvKernel) and k.x in attn_out)
+
+
+def local_waits(program: Program, deps: list[list[Wait]], readers: frozenset[int]) -> list[list[Wait]]:
+    """The timing probes' schedules (wrong on purpose): each GEMV kernel in `readers` without its waits on the
+    phase that writes its x in the same token, before the reductions (so that what that wait implied is waited on
+    directly). Each SM's tile of such a GEMV then starts once its own tile of the writer is done and reads an x
+    the other SMs may not have written yet. persist_probe_mlp_local: the down projections (down_projections), as
+    a down projection cut by its K would start; persist_probe_o_local: the output projections
+    (output_projections), as one fused with attention by KV head would."""
+    ph, kernels = phases(program), program.kernels
     writer = {v: c for c, (i, op) in enumerate(ph) if op != "select" for v, _, _ in kernel_io(kernels[i])[1]}
     out = []
     for (i, op), waits in zip(ph, deps):
-        gate_up = writer[kernels[i].x] if op == "gemv" and i in down else -1
-        out.append([w for w in waits if w.previous or w.counter != gate_up])
+        source = writer[kernels[i].x] if op == "gemv" and i in readers else -1
+        out.append([w for w in waits if w.previous or w.counter != source])
     return out
 
 
@@ -386,7 +395,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
              min_keys: int = 64, max_splits: int = 64, previous_first: bool = False,
              tags: TagPlan | None = None, tag_waits: int = 0, tag_lead: int = 100,
              owner_merges: int = 0, spare_splits: int = 0, newest_first: bool = False,
-             mlp_local: bool = False, early_pass: bool = False) -> Schedule:
+             mlp_local: bool = False, early_pass: bool = False, o_local: bool = False) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
@@ -405,8 +414,9 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     spared where they would be more than half the SMs (a GPU with few SMs for its KV heads). newest_first: see
     Schedule (split 0 then holds the token's row, so that the owner's SM is the one spared). mlp_local
     (persist_probe_mlp_local, a timing probe: the schedule is wrong on purpose): a GEMV whose x a SiLU-mul GEMV
-    writes (the down projection) waits for none of that phase's tiles of its token (mlp_local_waits). early_pass: see
-    Schedule."""
+    writes (the down projection) waits for none of that phase's tiles of its token (local_waits). o_local
+    (persist_probe_o_local, a timing probe, wrong likewise): a GEMV whose x an attention kernel writes (the output
+    projection) waits for none of attention's tiles of its token. early_pass: see Schedule."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
@@ -414,7 +424,9 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
                      newest_first, early_pass)
     deps = dependencies(program, slot_of)
     if mlp_local:
-        deps = mlp_local_waits(program, deps)
+        deps = local_waits(program, deps, down_projections(program))
+    if o_local:
+        deps = local_waits(program, deps, output_projections(program))
     covered = tag_covered(program, tags, slot_of) if tag_waits else set()
     if tag_waits:
         deps = [[w for w in waits if w.previous or (c, w.counter) not in covered] for c, waits in enumerate(deps)]

@@ -647,6 +647,28 @@ def test_the_mlp_local_probe_adds_into_sums_from_the_down_projections_only(tmp_p
                                                                           base).arena
 
 
+def test_the_o_local_probe_changes_only_the_schedule_and_refuses_a_tagged_attention_output(tmp_path):
+    import dataclasses
+
+    from kiec.codegen.persistent import _PersistentEmitter, emit_persistent
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    program = pipeline.run(model.graph)
+    wide = dataclasses.replace(target("sm_90"), persist_tagged_min_width=0)  # (the tiny model takes the tags)
+    for level in (0, 1):  # attention's output untagged: the same code, the output projection's waits gone
+        base = dataclasses.replace(wide, persist_tagged=level)
+        probe = dataclasses.replace(base, persist_probe_o_local=1)
+        assert (emit_persistent(program, "bf16", model.max_seq_len, probe, "x").files["model.cu"]
+                == emit_persistent(program, "bf16", model.max_seq_len, base, "x").files["model.cu"])
+        e, ep = (_PersistentEmitter(program, "bf16", model.max_seq_len, t) for t in (base, probe))
+        assert e.sched.lists != ep.sched.lists
+    with pytest.raises(ValueError, match=r"persist_probe_o_local with attention's output as tagged words"):
+        _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(wide, persist_tagged=2,
+                                                                                    persist_probe_o_local=1))
+
+
 def test_the_attention_idle_probe_sets_only_attentions_last_template_argument(tmp_path):
     import dataclasses
 

@@ -603,3 +603,27 @@ def test_the_mlp_local_probe_drops_only_the_down_projections_gate_up_waits_and_t
     down0 = prog.kernels[ph[min(down)][0]]
     with pytest.raises(ScheduleError, match=rf"gemv kernel {ph[min(down)][0]} tile \d+ \(token 0\) read %{down0.x}\["):
         VM(probe, weights, offsets, floats).run([5, 17, 99], 3, "random", 0)
+
+
+def test_the_o_local_probe_drops_only_the_output_projections_attention_waits_and_the_vm_catches_it(tmp_path):
+    # persist_probe_o_local times an output projection that waits for none of attention's tiles: a wrong schedule on
+    # purpose (each SM's output-projection tile reads the attention output other SMs' splits may not have merged yet)
+    _, prog, sched, weights, offsets, floats = setup(tmp_path)
+    probe = schedule(prog, 7, tile_rows=32, slot_of=dict(offsets), min_keys=2, o_local=True)
+    ph = phases(prog)
+    attention = {c for c, (i, op) in enumerate(ph) if op == "attention"}
+    o_proj = {c + 1 for c in attention}
+    assert attention and all(ph[c][1] == "gemv" and prog.kernels[ph[c][0]].x
+                             in {v for v, _, _ in kernel_io(prog.kernels[ph[c - 1][0]])[1]} for c in o_proj)
+    assert {ph[c][0] for c in o_proj} == persistent.output_projections(prog)
+    for lst, lst_probe in zip(sched.lists, probe.lists):
+        for ins, ins_probe in zip(lst, lst_probe):
+            if ins.counter in o_proj:  # waits on QKV (attention's own wait, once implied) instead of on attention
+                assert any(w.counter == ins.counter - 1 and not w.previous for w in ins.waits)
+                assert not any(w.counter == ins.counter - 1 and not w.previous for w in ins_probe.waits)
+                assert any(w.counter == ins.counter - 2 and not w.previous for w in ins_probe.waits)
+            else:  # none lost (a later phase may now wait on attention itself, which its wait on the projection implied)
+                assert {w for w in ins.waits if not w.previous} <= {w for w in ins_probe.waits if not w.previous}
+    o0 = prog.kernels[ph[min(o_proj)][0]]
+    with pytest.raises(ScheduleError, match=rf"gemv kernel {ph[min(o_proj)][0]} tile \d+ \(token 0\) read %{o0.x}\["):
+        VM(probe, weights, offsets, floats).run([5, 17, 99], 3, "random", 0)
