@@ -423,16 +423,20 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys, spin, owner_merges,
                      newest_first, early_pass)
     deps = dependencies(program, slot_of)
-    if mlp_local:
-        deps = local_waits(program, deps, down_projections(program))
-    if o_local:
-        deps = local_waits(program, deps, output_projections(program))
+    # the probes' readers: before the reductions, and again after direct_waits (which would wait on an untagged x's
+    # writer once more)
+    probed = (down_projections(program) if mlp_local else frozenset()) | (
+        output_projections(program) if o_local else frozenset())
+    if probed:
+        deps = local_waits(program, deps, probed)
     covered = tag_covered(program, tags, slot_of) if tag_waits else set()
     if tag_waits:
         deps = [[w for w in waits if w.previous or (c, w.counter) not in covered] for c, waits in enumerate(deps)]
     deps = reduce_waits(deps)
     if tags is not None:
         deps = direct_waits(program, deps, tags)
+        if probed:
+            deps = local_waits(program, deps, probed)
     if tag_lead < 100:  # after the reductions: such a wait implies nothing (its lead is set below, from the tiles)
         deps = [waits + [Wait(j, 0, False, -1) for j in sorted(j for cc, j in covered if cc == c)
                          if not any(w.counter == j and not w.previous for w in waits)]

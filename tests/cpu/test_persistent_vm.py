@@ -627,3 +627,14 @@ def test_the_o_local_probe_drops_only_the_output_projections_attention_waits_and
     o0 = prog.kernels[ph[min(o_proj)][0]]
     with pytest.raises(ScheduleError, match=rf"gemv kernel {ph[min(o_proj)][0]} tile \d+ \(token 0\) read %{o0.x}\["):
         VM(probe, weights, offsets, floats).run([5, 17, 99], 3, "random", 0)
+    # with tags (persist_tagged 1: attention's output untagged) the wait direct_waits gives an untagged x's writer is
+    # dropped too
+    plan = tag_plan(prog)
+    assert o0.x not in plan.writer
+    tagged, tagged_probe = (schedule(prog, 7, tile_rows=32, slot_of=dict(offsets), min_keys=2, tags=plan, o_local=o)
+                            for o in (False, True))
+    for lst, lst_probe in zip(tagged.lists, tagged_probe.lists):
+        for ins, ins_probe in zip(lst, lst_probe):
+            if ins.counter in o_proj:
+                assert any(w.counter == ins.counter - 1 and not w.previous for w in ins.waits)
+                assert not any(w.counter == ins.counter - 1 and not w.previous for w in ins_probe.waits)
