@@ -14,7 +14,7 @@ import struct
 from kiec.errors import ModeUnsupported  # a model this mode cannot build (graph mode may): kiec.compile falls back
 from kiec.ir.passes.persistent import (Schedule, attention_splits, down_projections, output_projections, partials,
                                       schedule, tag_parity, tag_plan)
-from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program
+from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program, kernel_io
 
 from .buffers import TAGGED_REGION
 from .emit import EPILOGUES, Sources, _Emitter, walk
@@ -139,6 +139,8 @@ class _PersistentEmitter(_Emitter):
         if self.tag_waits and t.persist_x_direct:
             raise ValueError("persist_tag_waits with persist_x_direct: not supported (x slices read straight from "
                              "memory have never run with words loaded before their writer's counter was met)")
+        self.warps = t.persist_warps
+        self.paired = self.paired_values()  # (persist_tagged_pairs)
         # parity tags need every SM to read each write of the residual stream (tag_parity), which a spared SM
         # skips at the output projection: they take no spared splits
         self.sched: Schedule = schedule(program, t.sms, slot_of=dict(self.arena), min_keys=t.attn_min_keys,
@@ -149,11 +151,12 @@ class _PersistentEmitter(_Emitter):
                                         newest_first=bool(t.persist_attn_newest_first),
                                         mlp_local=bool(t.persist_probe_mlp_local),
                                         o_local=bool(t.persist_probe_o_local),
-                                        early_pass=bool(t.persist_attn_early_pass))
+                                        early_pass=bool(t.persist_attn_early_pass),
+                                        pair_rows=frozenset(i for i, k in enumerate(program.kernels)
+                                                            if isinstance(k, GemvKernel) and k.out in self.paired))
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):
             self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)
-        self.warps = t.persist_warps
         self.cases: list[str] = []  # one per distinct tile function (spec)
         self.descs: list[bytes] = []  # one per kernel
         self.smem = (32 + 2 * SAMPLE_CANDIDATES) * 4  # select: its block scratch, candidate weights and ids
@@ -265,6 +268,39 @@ class _PersistentEmitter(_Emitter):
         dots = bool(probe & 1 or (probe & 4 and beside) or (probe & 8 and not beside))
         return int(dots) | (2 if probe & 2 else 0)
 
+    def segments(self, k: GemvKernel) -> int:
+        return row_segments(k.k, self.warps, self.t.persist_page_bytes, k.epilogue == "silu_mul")
+
+    def x_direct(self, k: GemvKernel) -> bool:
+        """x straight from memory, none in the scratch: every GEMV without a norm (persist_x_direct 1), or only those
+        whose warps each hold a segment of x of their own (2: none loads a slice another warp loads too)."""
+        d = self.t.persist_x_direct
+        return not k.norm and (d == 1 or (d == 2 and self.segments(k) == self.warps))
+
+    def x_warp_copy(self, k: GemvKernel) -> bool:
+        """Each warp's own copy of its segment of x through 1 KB of the scratch (persist_x_warp_copy_min_k), the same
+        cases from a K."""
+        min_k = self.t.persist_x_warp_copy_min_k
+        return bool(min_k and k.k >= min_k and not k.norm and self.segments(k) == self.warps and not self.x_direct(k))
+
+    def paired_values(self) -> frozenset[str]:
+        """persist_tagged_pairs: the tagged values handed over as tagged pairs (common.cuh: st_tagged_pair, two
+        elements rounded to bf16 a word), where that is the SiLU-mul's output (an even count) and every reader is a
+        GEMV that copies it into the scratch (no norm, not direct, not a warp's copy), without tag waits or parity
+        tags. Their writers' shares are whole pairs (schedule's pair_rows)."""
+        if not (self.t.persist_tagged_pairs and self.tags) or self.t.persist_tag_waits or self.t.persist_tag_parity:
+            return frozenset()
+        ks = self.p.kernels
+        readers: dict[str, list] = {}
+        for k in ks:
+            for v in kernel_io(k)[0]:
+                readers.setdefault(v, []).append(k)
+        return frozenset(
+            k.out for k in ks if isinstance(k, GemvKernel) and k.epilogue == "silu_mul" and k.n_out % 2 == 0
+            and self.tagged(k.out) and k.out not in self.p.graph.outputs and readers.get(k.out)
+            and all(isinstance(r, GemvKernel) and r.x == k.out and not r.norm and r.k % 4 == 0
+                    and not self.x_direct(r) and not self.x_warp_copy(r) for r in readers[k.out]))
+
     def gemv(self, k: GemvKernel) -> None:
         if k.k % 8:
             raise ModeUnsupported(f"{k.name}: K = {k.k} is not a multiple of 8 (the GEMV reads 16-byte vectors)")
@@ -272,15 +308,9 @@ class _PersistentEmitter(_Emitter):
         w_off = self.lay.add(packed, k.weights)
         b_off = self.lay.add(packed + ".bias", k.biases) if k.biases else -1
         silu = k.epilogue == "silu_mul"
-        segs = row_segments(k.k, self.warps, self.t.persist_page_bytes, silu)
+        segs = self.segments(k)
         tx, ty = self.tagged(k.x), self.tagged(k.out)
-        # x straight from memory, none in the scratch: every GEMV without a norm (1), or only those whose warps each
-        # hold a segment of x of their own (2: none loads a slice another warp loads too)
-        direct = not k.norm and (self.t.persist_x_direct == 1 or (self.t.persist_x_direct == 2 and segs == self.warps))
-        # each warp's own copy of its segment of x through 1 KB of the scratch (persist_x_warp_copy_min_k), the same
-        # cases from a K
-        min_k = self.t.persist_x_warp_copy_min_k
-        warp_copy = bool(min_k and k.k >= min_k and not k.norm and segs == self.warps and not direct)
+        direct, warp_copy = self.x_direct(k), self.x_warp_copy(k)
         # the norm in each warp's registers (persist_norm_in_warps): where every warp holds all of x, read untagged
         wnorm = bool(self.t.persist_norm_in_warps and k.norm and segs == 1 and self.warps == 8 and not tx)
         # an item a half-warp (persist_dot_half_warps): where a tile gives some warp more than one item, x is untagged
@@ -301,8 +331,9 @@ class _PersistentEmitter(_Emitter):
         # persist_dot_items_min_share of them (the long shares: gate/up, down, the LM head on llama-3.2-1b)
         per_warp = -(-items // self.warps)
         dot_items = self.t.persist_dot_items if per_warp >= self.t.persist_dot_items_min_share and not half else 1
-        tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums, dot_items, warp_copy],
-                             [False, False, False, 0, False, 0, False, False, 1, False])  # DIRECT .. ITEMS, WCOPY
+        tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums, dot_items, warp_copy,
+                              k.x in self.paired, k.out in self.paired],
+                             [False, False, False, 0, False, 0, False, False, 1, False, False, False])  # DIRECT .. PY
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
                 f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem"

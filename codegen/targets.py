@@ -200,6 +200,11 @@ class TargetParams:
     # own attention tile is done, and reads an x partly stale. Its x must be untagged (persist_tagged 0 or 1: tagged
     # words would hold the tile until they are written, whatever it waits for)
     persist_probe_o_local: int
+    # persistent, tagged: 1: the SiLU-mul's output (the down projection's x) as tagged pairs, two elements rounded to
+    # bf16 in a tagged word's float (common.cuh: st_tagged_pair), where every reader copies it into the scratch:
+    # half the bytes, and one 16-byte load four elements; the SiLU-mul's shares whole pairs of rows. The rounding is
+    # what a bf16 model's own activations get (torch's reference rounds them so too)
+    persist_tagged_pairs: int
     # persistent, a timing probe, never for use (tokens wrong): 1: attention does no work. Once its inputs are ready,
     # each head's first split stores zeros as the head's output and signals (persistent.cuh: attention_tile's IDLE);
     # the hops before and after attention stay. An untraced token's time without it, less with it, is what
@@ -684,6 +689,7 @@ TARGETS: dict[str, TargetParams] = {
                           persist_trace_attention=0,
                           persist_trace_dots=0, persist_trace_stream=0,
                           persist_probe_mlp_local=0, persist_probe_o_local=0, persist_probe_attention_idle=0,
+                          persist_tagged_pairs=0,
                           # 2026-12-02 twenty-fourth session (1880734, ms, two rounds each): smollm2-135m at 8192
                           # 0.662 vs 0.697 (-5.0%), llama-3.2-1b at 8192 0.892 vs 0.897-0.898 (-0.7%), short context
                           # 0.483 vs 0.485 and 0.737-0.738 vs 0.737-0.738; llama-3.1-8b's partials do not fit

@@ -395,7 +395,8 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
              min_keys: int = 64, max_splits: int = 64, previous_first: bool = False,
              tags: TagPlan | None = None, tag_waits: int = 0, tag_lead: int = 100,
              owner_merges: int = 0, spare_splits: int = 0, newest_first: bool = False,
-             mlp_local: bool = False, early_pass: bool = False, o_local: bool = False) -> Schedule:
+             mlp_local: bool = False, early_pass: bool = False, o_local: bool = False,
+             pair_rows: frozenset[int] = frozenset()) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
@@ -416,7 +417,9 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     (persist_probe_mlp_local, a timing probe: the schedule is wrong on purpose): a GEMV whose x a SiLU-mul GEMV
     writes (the down projection) waits for none of that phase's tiles of its token (local_waits). o_local
     (persist_probe_o_local, a timing probe, wrong likewise): a GEMV whose x an attention kernel writes (the output
-    projection) waits for none of attention's tiles of its token. early_pass: see Schedule."""
+    projection) waits for none of attention's tiles of its token. early_pass: see Schedule. pair_rows: the GEMV
+    kernels (by index) whose output is handed over as tagged pairs (persist_tagged_pairs: two rows a word), whose
+    shares are whole pairs."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
@@ -449,7 +452,12 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     for c, (i, opcode) in enumerate(sched.phases):
         k = program.kernels[i]
         n = output_size(k, program)
-        if opcode == "gemv":
+        if opcode == "gemv" and i in pair_rows:  # (a word two rows: no SM writes half of one)
+            if n % 2:
+                raise ValueError(f"{k.name}: {n} rows dealt in pairs")
+            placed = [(where, 2 * lo, 2 * hi) for where, lo, hi in gemv_shares(n // 2, sms, sm, spared)]
+            spared = frozenset()
+        elif opcode == "gemv":
             placed, spared = gemv_shares(n, sms, sm, spared), frozenset()
         elif opcode == "select":
             placed = [(sm, 0, 1)]

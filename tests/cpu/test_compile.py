@@ -669,6 +669,47 @@ def test_the_o_local_probe_changes_only_the_schedule_and_refuses_a_tagged_attent
                                                                                     persist_probe_o_local=1))
 
 
+def test_tagged_pairs_take_the_silu_outputs_whose_readers_copy_them(tmp_path, monkeypatch):
+    # persist_tagged_pairs: on a tagged model the SiLU-mul's output, whose reader (the down projection) copies it into
+    # the scratch: gate/up's case writes pairs (PY, argument 18), the down projection's reads them (PX, argument 17),
+    # gate/up's shares are whole pairs, and the kernel builds (nvcc). None where the down projection reads x some
+    # other way (straight from memory, a warp's copy), with tag waits or parity tags, or without tags; off by default
+    import dataclasses
+
+    from kiec.codegen import targets
+    from kiec.codegen.persistent import _PersistentEmitter
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=300)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    program = pipeline.run(model.graph)
+    wide = dataclasses.replace(targets.TARGETS["sm_90"], persist_tagged_min_width=0, persist_narrow_width=0)
+    silu = {k.out for k in program.kernels if getattr(k, "epilogue", None) == "silu_mul"}
+
+    def paired(**change):
+        return _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(wide, **change)).paired
+
+    assert paired() == frozenset() and paired(persist_tagged_pairs=1) == silu
+    for other in (dict(persist_x_direct=1), dict(persist_tag_waits=1), dict(persist_tag_parity=1),
+                  dict(persist_tagged=0)):
+        assert paired(persist_tagged_pairs=1, **other) == frozenset(), other
+    big = pipeline.run(kiec.load("llama-3.1-8b", dtype="bf16", max_seq_len=512).graph)  # (its down: a warp's copy)
+    assert _PersistentEmitter(big, "bf16", 512, dataclasses.replace(wide, persist_tagged_pairs=1)).paired == frozenset()
+    assert _PersistentEmitter(big, "bf16", 512, dataclasses.replace(wide, persist_tagged_pairs=1,
+                                                                    persist_x_warp_copy_min_k=0)).paired
+    e = _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(wide, persist_tagged_pairs=1))
+    for lst in e.sched.lists:
+        for ins in lst:
+            if getattr(program.kernels[ins.kernel], "out", None) in silu:
+                assert ins.lo % 2 == 0 and ins.hi % 2 == 0
+    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(wide, persist_tagged_pairs=1))
+    art = kiec.compile(model, str(tmp_path / "art"), mode="persistent")
+    with open(os.path.join(art, "src", "model.cu")) as fh:
+        cases = [c.split(", ") for c in re.findall(r"kiec::gemv_tile<([^>]*)>", fh.read())]
+    assert [c[4] for c in cases if len(c) == 19 and c[18] == "true"] == ["kiec::EPI_SILU_MUL"]
+    assert [c[4] for c in cases if len(c) >= 18 and c[17] == "true"] == ["kiec::EPI_RESIDUAL"]
+
+
 def test_the_attention_idle_probe_sets_only_attentions_last_template_argument(tmp_path):
     import dataclasses
 

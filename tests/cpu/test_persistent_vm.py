@@ -638,3 +638,25 @@ def test_the_o_local_probe_drops_only_the_output_projections_attention_waits_and
             if ins.counter in o_proj:
                 assert any(w.counter == ins.counter - 1 and not w.previous for w in ins.waits)
                 assert not any(w.counter == ins.counter - 1 and not w.previous for w in ins_probe.waits)
+
+
+def test_pair_rows_deal_whole_pairs_and_the_vm_computes_the_model(tmp_path):
+    # persist_tagged_pairs: a GEMV whose output is handed over two rows a word gets shares of whole pairs (no SM
+    # writes half a word), over all its rows; the schedule still computes the model (the VM, every interleaving
+    # checked); an odd row count is refused by name
+    m, prog, _, _, offsets, floats = setup(tmp_path)
+    gate_up = frozenset(i for i, k in enumerate(prog.kernels) if getattr(k, "epilogue", None) == "silu_mul")
+    for sms in (7, 132):
+        sched = schedule(prog, sms, tile_rows=32, slot_of=dict(offsets), min_keys=2, pair_rows=gate_up)
+        for i in gate_up:
+            tiles = sorted((ins.lo, ins.hi) for lst in sched.lists for ins in lst if ins.kernel == i)
+            assert all(lo % 2 == 0 and hi % 2 == 0 and hi > lo for lo, hi in tiles)
+            assert [lo for lo, _ in tiles[1:]] == [hi for _, hi in tiles[:-1]]
+            assert tiles[0][0] == 0 and tiles[-1][1] == prog.kernels[i].n_out
+        if sms == 7:
+            assert_vm_computes_the_model(m, sched, offsets, floats, seed=3)
+    make_tiny_hf(tmp_path / "odd", "llama", intermediate_size=97)
+    odd_prog = pipeline.run(kiec.load(str(tmp_path / "odd"), max_seq_len=16).graph)
+    odd = next(i for i, k in enumerate(odd_prog.kernels) if getattr(k, "epilogue", None) == "silu_mul")
+    with pytest.raises(ValueError, match=rf"{odd_prog.kernels[odd].name}: 97 rows dealt in pairs"):
+        schedule(odd_prog, 7, tile_rows=32, min_keys=2, pair_rows=frozenset({odd}))

@@ -461,6 +461,29 @@ def test_parity_tags_within_budget_and_the_same_tokens(tmp_path, monkeypatch, fa
     assert long[:40] == base.generate(prompt, 40) and eng.generate(prompt, 200) == long
 
 
+@pytest.mark.parametrize("family,hidden,inter,heads,kv_heads", [("llama", 256, 384, 4, 2),
+                                                                  ("qwen3", 1536, 6144, 12, 4)])
+def test_tagged_pairs_within_budget_and_greedy_alike(tmp_path, monkeypatch, family, hidden, inter, heads, kv_heads):
+    # persist_tagged_pairs: the SiLU-mul's output as tagged pairs (two bf16 elements a word), its rows dealt in pairs;
+    # K 384 (a 16-byte load for 96 of the 256 threads) and 6144 (6 loads a thread, one batch): logits within the
+    # interpreter's budget over 24 positions, greedy tokens the default's up to a near-tie, a 200-token launch
+    # (tags turning over) made again the same
+    model, art = compile_tiny(tmp_path, family, hidden_size=hidden, intermediate_size=inter,
+                              num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=1024)
+    base = kiec.Engine(art)
+    variant = compile_variant(model, tmp_path, monkeypatch, persist_tagged_pairs=1)
+    with open(os.path.join(variant, "src", "model.cu")) as fh:  # gate/up's PY (argument 18), the down's PX (17)
+        cases = [c.split(", ") for c in re.findall(r"kiec::gemv_tile<([^>]*)>", fh.read())]
+    assert any(len(c) == 19 and c[4] == "kiec::EPI_SILU_MUL" and c[18] == "true" for c in cases), cases
+    assert any(len(c) == 18 and c[4] == "kiec::EPI_RESIDUAL" and c[17] == "true" for c in cases), cases
+    eng, ours, r32, r16, tokens = check_against_interpreter(model, variant, positions=24)
+    budget_check(ours, r32, r16, f"{family} persistent, tagged pairs: logits over 24 positions")
+    prompt = tokens[:5]
+    greedy_alike(eng, base, prompt, 40)
+    long = eng.generate(prompt, 200)
+    assert eng.generate(prompt, 200) == long
+
+
 @pytest.mark.table_tags
 @pytest.mark.parametrize("min_width", [None, 0])
 def test_smollm2_persistent_greedy_tokens_equal_graph_mode(tmp_path, monkeypatch, min_width):

@@ -356,6 +356,21 @@ __device__ __forceinline__ float settled_value(unsigned long long w, unsigned ta
   return carries(w, tag) ? word_value(w) : __uint_as_float(0x7fffffffu);
 }
 
+// Tagged pairs (persist_tagged_pairs): pair p of a paired vector (its elements 2p and 2p + 1) is the tagged word at
+// 2 * p floats, the two values rounded to bf16 (2p in the low half) in place of the float, the tag beside them: half
+// the bytes of two words. Not with parity tags (the emitter refuses them together).
+__device__ __forceinline__ void st_tagged_pair(float* v2, int p, float a, float b, unsigned tag) {
+  const unsigned lo = __bfloat16_as_ushort(__float2bfloat16_rn(a)), hi = __bfloat16_as_ushort(__float2bfloat16_rn(b));
+  const unsigned long long w = (unsigned long long)tag << 32 | hi << 16 | lo;
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(v2 + 2 * p), "l"(w) : "memory");
+}
+// A pair word that went through settle_tags: its two values (NaNs where the tag never came, as settled_value's).
+__device__ __forceinline__ void settled_pair(unsigned long long w, unsigned tag, float& a, float& b) {
+  const bool ok = carries(w, tag);
+  a = ok ? __uint_as_float((unsigned)w << 16) : __uint_as_float(0x7fffffffu);
+  b = ok ? __uint_as_float((unsigned)w & 0xffff0000u) : __uint_as_float(0x7fffffffu);
+}
+
 // ---- the tensor cores' operands (attention.cuh's mma_passes; bench/mma_rows.cu and bench/kv_slice.cu)
 
 // Two floats as one register of a T pair, the first in the low half (an mma operand's element order), and each

@@ -23,8 +23,10 @@ namespace kiec {
 #ifndef KIEC_NORM_W_RAW
 #define KIEC_NORM_W_RAW 0
 #endif
-template <typename T, int K, bool NORM, int THREADS>
+// PAIRED (persist_tagged_pairs, a copy of tagged x): x's words are tagged pairs (common.cuh: st_tagged_pair).
+template <typename T, int K, bool NORM, int THREADS, bool PAIRED = false>
 struct Prologue {
+  static_assert(!PAIRED || (!NORM && K % 4 == 0), "tagged pairs: a copied x, two pairs a 16-byte load");
   static constexpr int PER = (K + THREADS - 1) / THREADS;
   static constexpr bool HOLD = NORM && PER <= 16;  // a register budget chosen, not measured against others
   using Held = std::conditional_t<KIEC_NORM_W_RAW != 0, T, float>;
@@ -114,9 +116,11 @@ struct Prologue {
   __device__ __forceinline__ void run_tagged(const float* x2, unsigned tag, const T* norm_w, float eps, float* xs,
                                              float* red) {
     if (!NORM) {  // a copy: two words a 16-byte load, KIEC_COPY_BATCH loads in flight a thread (persist_copy_batch;
-                  // 8: llama-3.2-1b's down projection, K 8192, copies in two round trips)
+                  // 8: llama-3.2-1b's down projection, K 8192, copies in two round trips; PAIRED: two pair words, 4
+                  // elements, a load, so in one)
       static_assert(K % 2 == 0, "a copied x is pairs of words");
-      constexpr int P = (K / 2 + THREADS - 1) / THREADS, BP = P < KIEC_COPY_BATCH ? P : KIEC_COPY_BATCH;
+      constexpr int LOADS = PAIRED ? K / 4 : K / 2;  // 16-byte loads of x
+      constexpr int P = (LOADS + THREADS - 1) / THREADS, BP = P < KIEC_COPY_BATCH ? P : KIEC_COPY_BATCH;
 #pragma unroll
       for (int e0 = 0; e0 < P; e0 += BP) {
         unsigned long long wa[BP], wb[BP];
@@ -130,20 +134,27 @@ struct Prologue {
             continue;
           }
 #endif
-          if (e0 + e < P && j < K / 2) ld_tagged2(x2, j, wa[e], wb[e]);
+          if (e0 + e < P && j < LOADS) ld_tagged2(x2, j, wa[e], wb[e]);
         }
         settle_tags<BP>(  // (the stale pairs again, together)
             [&](int e) {
               const int j = threadIdx.x + (e0 + e) * THREADS;
-              return e0 + e < P && j < K / 2 && !(carries(wa[e], tag) && carries(wb[e], tag));
+              return e0 + e < P && j < LOADS && !(carries(wa[e], tag) && carries(wb[e], tag));
             },
             [&](int e) { ld_tagged2(x2, threadIdx.x + (e0 + e) * THREADS, wa[e], wb[e]); });
 #pragma unroll
         for (int e = 0; e < BP; ++e) {
           const int j = threadIdx.x + (e0 + e) * THREADS;
-          if (e0 + e < P && j < K / 2) {
-            xs[2 * j] = settled_value(wa[e], tag);
-            xs[2 * j + 1] = settled_value(wb[e], tag);
+          if (e0 + e < P && j < LOADS) {
+            if constexpr (PAIRED) {
+              float4 v;
+              settled_pair(wa[e], tag, v.x, v.y);
+              settled_pair(wb[e], tag, v.z, v.w);
+              reinterpret_cast<float4*>(xs)[j] = v;
+            } else {
+              xs[2 * j] = settled_value(wa[e], tag);
+              xs[2 * j + 1] = settled_value(wb[e], tag);
+            }
           }
         }
       }
@@ -598,24 +609,35 @@ __device__ __forceinline__ long long gemv_pages_half(R& ring, int items, const f
 // Outputs [lo, hi) from the segment sums (added in segment order, so a run's result does not depend on which
 // warp finished first): SiLU-mul, store, residual add, or store and the packed argmax.
 // y_mine: with EPI_RESIDUAL, y[lo + threadIdx.x] as loaded before the dot products (residual_first).
-// TY: y is tagged words (common.cuh): written with tag `mine`, the residual read carrying `res`.
-template <typename T, int SEGS, int EPI, bool BIAS, int THREADS, bool TY = false>
+// TY: y is tagged words (common.cuh): written with tag `mine`, the residual read carrying `res`. PY (SiLU-mul, TY):
+// y is tagged pairs (common.cuh: st_tagged_pair), lo and outs even (the schedule deals such a GEMV's rows in pairs).
+template <typename T, int SEGS, int EPI, bool BIAS, int THREADS, bool TY = false, bool PY = false>
 __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, const T* bias, float* y, int lo,
                                               int outs, int n_out, float y_mine, unsigned mine = 0,
                                               unsigned res = 0) {
+  static_assert(!PY || (TY && EPI == EPI_SILU_MUL && !KIEC_TAG_PARITY), "tagged pairs: a SiLU-mul's tagged output");
   auto dot = [&](int r) {  // row r's sum (SiLU: 2 rows per output, gate then up)
     float v = 0.f;
 #pragma unroll
     for (int s = 0; s < SEGS; ++s) v += acc[r * SEGS + s];
     return v;
   };
+  auto silu_mul = [&](int j) {  // output lo + j
+    const int o = lo + j;
+    const float g = dot(2 * j) + (BIAS ? to_float<T>(bias[o]) : 0.f);
+    const float up = dot(2 * j + 1) + (BIAS ? to_float<T>(bias[o + n_out]) : 0.f);
+    return g / (1.f + expf(-g)) * up;
+  };
+  if constexpr (PY) {
+    for (int p = threadIdx.x; p < outs / 2; p += THREADS) st_tagged_pair(y, lo / 2 + p, silu_mul(2 * p),
+                                                                         silu_mul(2 * p + 1), mine);
+    return;
+  }
   unsigned long long best = 0ull;
   for (int j = threadIdx.x; j < outs; j += THREADS) {
     const int o = lo + j;
     if (EPI == EPI_SILU_MUL) {
-      const float g = dot(2 * j) + (BIAS ? to_float<T>(bias[o]) : 0.f);
-      const float up = dot(2 * j + 1) + (BIAS ? to_float<T>(bias[o + n_out]) : 0.f);
-      store_value<TY>(y, o, g / (1.f + expf(-g)) * up, mine);
+      store_value<TY>(y, o, silu_mul(j), mine);
     } else {
       const float v = dot(j) + (BIAS ? to_float<T>(bias[o]) : 0.f);
       if (EPI == EPI_STORE || EPI == EPI_ARGMAX) store_value<TY>(y, o, v, mine);
@@ -656,9 +678,10 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // ITEMS (persist_dot_items): a warp's items up to this many at once (gemv_pages_items; the same bits).
 // WCOPY (persist_x_warp_copy_min_k, a GEMV without a norm whose warps each hold a segment of their own): each warp
 // copies its segment of x for itself through 1 KB of the scratch (load_x_slice_warp_copy; the same bits).
+// PX, PY (persist_tagged_pairs): x (copied into the scratch, TX), y (a SiLU-mul's, TY) as tagged pairs (common.cuh).
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
           bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, bool HALF = false, bool SUMS = false,
-          int ITEMS = 1, bool WCOPY = false, typename R>
+          int ITEMS = 1, bool WCOPY = false, bool PX = false, bool PY = false, typename R>
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
                                           float* y, int n_out, float* smem, unsigned long long* sums = nullptr) {
   static_assert(!(DIRECT && NORM), "a normed x is staged in shared memory (the norm needs all of it first)");
@@ -668,12 +691,14 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   static_assert(!WCOPY || (!NORM && !DIRECT && !HALF && SEGS == WARPS), "a warp's own copy: a segment a warp, no norm");
   using G = GemvShape<T, K, WARPS, EPI, SEGS, R::PAGE, HALF ? 16 : 32>;
   constexpr bool STAGED = !DIRECT && !WNORM && !WCOPY;  // x goes through the scratch, all of it at once
+  static_assert(!PX || (TX && STAGED && !NORM && !KIEC_TAG_WAITS && !KIEC_TAG_PARITY && TWICE == 0),
+                "tagged pairs in x: a copy of it into the scratch, without tag waits, parity tags or the probe");
   const int lo = u.ins->lo, outs = u.ins->hi - lo;
   float* xs = smem;  // K: the prologue's output (STAGED), or WARP_COPY_FLOATS a warp (WCOPY: a round of its segment)
   float* acc = smem + (STAGED ? K : WCOPY ? WARPS * WARP_COPY_FLOATS : 0);  // [ROWS_PER_OUT * outs][SEGS]: row sums
   float* red = acc + G::ROWS_PER_OUT * outs * SEGS;  // WARPS
 
-  Prologue<T, K, NORM && !WNORM, WARPS * 32> prologue;
+  Prologue<T, K, NORM && !WNORM, WARPS * 32, PX> prologue;
   WarpNorm<T, G, K, WARPS * 32> wnorm;
   if constexpr (WNORM) wnorm.prefetch(norm_w, threadIdx.x & 31);
   else prologue.prefetch(norm_w);
@@ -778,7 +803,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
 #endif
   const unsigned res_tag = TY && EPI == EPI_RESIDUAL ? tag_of(u, u.desc->tag_res) : 0u;
   if (TY && res_mine) y_mine = tagged_value(y_word, y, lo + threadIdx.x, res_tag);
-  gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY>(u, acc, bias, y, lo, outs, n_out, y_mine,
+  gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY, PY>(u, acc, bias, y, lo, outs, n_out, y_mine,
                                                     TY ? tag_of(u, u.ins->counter) : 0u, res_tag);
   if constexpr (SUMS) {
     for (int j = threadIdx.x; j < n_out; j += WARPS * 32)
