@@ -285,21 +285,27 @@ class _PersistentEmitter(_Emitter):
 
     def paired_values(self) -> frozenset[str]:
         """persist_tagged_pairs: the tagged values handed over as tagged pairs (common.cuh: st_tagged_pair, two
-        elements rounded to bf16 a word), where that is the SiLU-mul's output (an even count) and every reader is a
-        GEMV that copies it into the scratch (no norm, not direct, not a warp's copy), without tag waits or parity
-        tags. Their writers' shares are whole pairs (schedule's pair_rows)."""
-        if not (self.t.persist_tagged_pairs and self.tags) or self.t.persist_tag_waits or self.t.persist_tag_parity:
+        elements rounded to bf16 a word): the SiLU-mul's output (an even count; 1 and 2), attention's output (2, without
+        owner merges), where every reader is a GEMV that copies it into the scratch (no norm, not direct, not a warp's
+        copy), without tag waits or parity tags. A SiLU-mul's shares are whole pairs (schedule's pair_rows); attention
+        writes its heads' outputs, an even count, a warp's lanes 32 consecutive elements (store_out)."""
+        level = self.t.persist_tagged_pairs
+        if level not in (0, 1, 2):
+            raise ValueError(f"persist_tagged_pairs {level}: 0, 1 (the SiLU-mul's output) or 2 (and attention's)")
+        if not (level and self.tags) or self.t.persist_tag_waits or self.t.persist_tag_parity:
             return frozenset()
         ks = self.p.kernels
         readers: dict[str, list] = {}
         for k in ks:
             for v in kernel_io(k)[0]:
                 readers.setdefault(v, []).append(k)
+        written = {k.out for k in ks if isinstance(k, GemvKernel) and k.epilogue == "silu_mul" and k.n_out % 2 == 0}
+        if level >= 2 and not self.t.persist_attn_owner_merges:
+            written |= {k.attention.out for k in ks if isinstance(k, AttentionKernel)}
         return frozenset(
-            k.out for k in ks if isinstance(k, GemvKernel) and k.epilogue == "silu_mul" and k.n_out % 2 == 0
-            and self.tagged(k.out) and k.out not in self.p.graph.outputs and readers.get(k.out)
-            and all(isinstance(r, GemvKernel) and r.x == k.out and not r.norm and r.k % 4 == 0
-                    and not self.x_direct(r) and not self.x_warp_copy(r) for r in readers[k.out]))
+            v for v in written if self.tagged(v) and v not in self.p.graph.outputs and readers.get(v)
+            and all(isinstance(r, GemvKernel) and r.x == v and not r.norm and r.k % 4 == 0
+                    and not self.x_direct(r) and not self.x_warp_copy(r) for r in readers[v]))
 
     def gemv(self, k: GemvKernel) -> None:
         if k.k % 8:
@@ -367,9 +373,11 @@ class _PersistentEmitter(_Emitter):
                                bool(t.persist_probe_attention_idle), self.combine_staged(k),
                                bool(t.persist_attn_early_pass), bool(t.persist_attn_lean), mma,
                                t.persist_attn_mma_ahead if mma and k.head_dim == 64 else 1,
-                               t.persist_attn_mma_first if mma and k.head_dim == 64 else 0],
-                              # TAGGED .. LEAN, MMA_KEYS, MMA_AHEAD, MMA_FIRST
-                              [False, False, True, 0, False, False, 0, False, False, False, False, False, 0, 1, 0])
+                               t.persist_attn_mma_first if mma and k.head_dim == 64 else 0,
+                               a.out in self.paired],
+                              # TAGGED .. LEAN, MMA_KEYS, MMA_AHEAD, MMA_FIRST, PAIRED
+                              [False, False, True, 0, False, False, 0, False, False, False, False, False, 0, 1, 0,
+                               False])
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",

@@ -202,8 +202,9 @@ class TargetParams:
     persist_probe_o_local: int
     # persistent, tagged: 1: the SiLU-mul's output (the down projection's x) as tagged pairs, two elements rounded to
     # bf16 in a tagged word's float (common.cuh: st_tagged_pair), where every reader copies it into the scratch:
-    # half the bytes, and one 16-byte load four elements; the SiLU-mul's shares whole pairs of rows. The rounding is
-    # what a bf16 model's own activations get (torch's reference rounds them so too)
+    # half the bytes, and one 16-byte load four elements; the SiLU-mul's shares whole pairs of rows. 2: attention's
+    # output too (the output projection's x; tags 2, no owner merges). The rounding is what a bf16 model's own
+    # activations get (torch's reference rounds them so too)
     persist_tagged_pairs: int
     # persistent, a timing probe, never for use (tokens wrong): 1: attention does no work. Once its inputs are ready,
     # each head's first split stores zeros as the head's output and signals (persistent.cuh: attention_tile's IDLE);
@@ -689,7 +690,14 @@ TARGETS: dict[str, TargetParams] = {
                           persist_trace_attention=0,
                           persist_trace_dots=0, persist_trace_stream=0,
                           persist_probe_mlp_local=0, persist_probe_o_local=0, persist_probe_attention_idle=0,
-                          persist_tagged_pairs=0,
+                          # 2026-12-04 thirty-ninth session (25499ff, ms, two rounds, scripts/variants.py,
+                          # bench/RESULTS.md): llama-3.2-1b 0.679 / 0.679 vs 0.684 / 0.685 (-0.8%), qwen3-1.7b 1.028 /
+                          # 1.025 vs 1.042 / 1.040 (-1.4%), llama-3.2-1b at 8192 0.798 / 0.797 vs 0.801 / 0.799
+                          # (-0.3%); traced at position 64 the down projection's x ready 2.00 vs 3.15 us after gate/up's
+                          # last signal (llama-3.2-1b), 1.50 vs 2.42 (qwen3-1.7b). Halving the bytes alone (parity tags)
+                          # or the round trips alone (persist_copy_batch 16) had left it at 3.13-3.15 (same session):
+                          # the copy was bound by both. So 1 (llama-3.1-8b's down projection, a warp's copy, keeps floats)
+                          persist_tagged_pairs=1,
                           # 2026-12-02 twenty-fourth session (1880734, ms, two rounds each): smollm2-135m at 8192
                           # 0.662 vs 0.697 (-5.0%), llama-3.2-1b at 8192 0.892 vs 0.897-0.898 (-0.7%), short context
                           # 0.483 vs 0.485 and 0.737-0.738 vs 0.737-0.738; llama-3.1-8b's partials do not fit

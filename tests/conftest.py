@@ -24,7 +24,10 @@ def _wide_rules_at_any_width(request, monkeypatch):
     """The tests' tiny models run the tag level and the weight stream the large models get (persist_tagged, the
     paced kept walk, the table's x direct, owner merges, newest first and combine batch), not the ones their width
     would give them (persist_tagged_min_width, persist_paced_min_width, persist_narrow_width: test_compile checks
-    those rules on their own); a test marked table_tags runs the table's rules."""
+    those rules on their own); a test marked table_tags runs the table's rules. The SiLU-mul's output stays tagged
+    floats (persist_tagged_pairs 0), so that the knobs whose tests compare bits with a base (tags 0, x direct, tag
+    waits: none of them hands that value over in pairs) keep comparing like with like; the tests of tagged pairs set
+    them (tests/gpu/test_persistent.py, tests/cpu/test_compile.py)."""
     import dataclasses
 
     from kiec.codegen import targets
@@ -32,4 +35,5 @@ def _wide_rules_at_any_width(request, monkeypatch):
         return
     monkeypatch.setitem(targets.TARGETS, "sm_90",
                         dataclasses.replace(targets.TARGETS["sm_90"], persist_tagged_min_width=0,
-                                            persist_paced_min_width=0, persist_narrow_width=0))
+                                            persist_paced_min_width=0, persist_narrow_width=0,
+                                            persist_tagged_pairs=0))

@@ -689,7 +689,12 @@ def test_tagged_pairs_take_the_silu_outputs_whose_readers_copy_them(tmp_path, mo
     def paired(**change):
         return _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(wide, **change)).paired
 
-    assert paired() == frozenset() and paired(persist_tagged_pairs=1) == silu
+    attn = {k.attention.out for k in program.kernels if type(k).__name__ == "AttentionKernel"}
+    assert paired(persist_tagged_pairs=0) == frozenset() and paired(persist_tagged_pairs=1) == silu
+    assert paired(persist_tagged_pairs=2) == silu | attn and paired(persist_tagged_pairs=2, persist_tagged=1) == silu
+    assert paired(persist_tagged_pairs=2, persist_attn_owner_merges=8) == silu
+    with pytest.raises(ValueError, match=r"persist_tagged_pairs 3: 0, 1 \(the SiLU-mul's output\) or 2"):
+        paired(persist_tagged_pairs=3)
     for other in (dict(persist_x_direct=1), dict(persist_tag_waits=1), dict(persist_tag_parity=1),
                   dict(persist_tagged=0)):
         assert paired(persist_tagged_pairs=1, **other) == frozenset(), other
@@ -697,17 +702,21 @@ def test_tagged_pairs_take_the_silu_outputs_whose_readers_copy_them(tmp_path, mo
     assert _PersistentEmitter(big, "bf16", 512, dataclasses.replace(wide, persist_tagged_pairs=1)).paired == frozenset()
     assert _PersistentEmitter(big, "bf16", 512, dataclasses.replace(wide, persist_tagged_pairs=1,
                                                                     persist_x_warp_copy_min_k=0)).paired
-    e = _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(wide, persist_tagged_pairs=1))
+    e = _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(wide, persist_tagged_pairs=2))
     for lst in e.sched.lists:
         for ins in lst:
             if getattr(program.kernels[ins.kernel], "out", None) in silu:
                 assert ins.lo % 2 == 0 and ins.hi % 2 == 0
-    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(wide, persist_tagged_pairs=1))
+    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(wide, persist_tagged_pairs=2))
     art = kiec.compile(model, str(tmp_path / "art"), mode="persistent")
     with open(os.path.join(art, "src", "model.cu")) as fh:
-        cases = [c.split(", ") for c in re.findall(r"kiec::gemv_tile<([^>]*)>", fh.read())]
+        text = fh.read()
+    cases = [c.split(", ") for c in re.findall(r"kiec::gemv_tile<([^>]*)>", text)]
     assert [c[4] for c in cases if len(c) == 19 and c[18] == "true"] == ["kiec::EPI_SILU_MUL"]
-    assert [c[4] for c in cases if len(c) >= 18 and c[17] == "true"] == ["kiec::EPI_RESIDUAL"]
+    # the output projection (K 256) and the down projection (K 384) read pairs; attention writes them (PAIRED, last)
+    assert sorted((c[4], c[1]) for c in cases if len(c) >= 18 and c[17] == "true") == [("kiec::EPI_RESIDUAL", "256"),
+                                                                                       ("kiec::EPI_RESIDUAL", "384")]
+    assert re.search(r"kiec::attention_tile<[^>]*, true>", text)
 
 
 def test_the_attention_idle_probe_sets_only_attentions_last_template_argument(tmp_path):
@@ -732,7 +741,7 @@ def test_the_attention_idle_probe_sets_only_attentions_last_template_argument(tm
     with open(os.path.join(INCLUDE_DIR, "kiec", "persistent.cuh")) as fh:
         tile = fh.read()
     idle = tile.split("if constexpr (IDLE) {")[1].split("return true;\n  }")[0]
-    assert "store_value<TAGGED>(out" in idle and "signal_done<TAGGED>(u)" in idle and "red_release<SPLITS>" in idle
+    assert "store_out<TAGGED, PAIRED>(out" in idle and "signal_done<TAGGED>(u)" in idle and "red_release<SPLITS>" in idle
 
 
 def test_every_gpu_knob_variant_builds_a_kernel_of_its_own(tmp_path):
@@ -873,7 +882,7 @@ def test_norm_in_warps_takes_the_gemvs_with_a_norm_whose_warps_hold_all_of_x(tmp
     def cases(model, **change):  # each GEMV case's (epilogue, K, WNORM), and the tiles' scratch
         t = dataclasses.replace(targets.TARGETS["sm_90"], **change)
         text = emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
-        got = [(epi, int(k), rest.split(", ")[-1] == "true" and rest.count(",") >= 5)
+        got = [(epi, int(k), len(rest.split(", ")) > 5 and rest.split(", ")[5] == "true")  # (SEGS .. WNORM: 6th)
                for k, epi, rest in re.findall(r"gemv_tile<T, (\d+), \d+, \w+, kiec::EPI_(\w+), \w+, ([^>]*)>", text)]
         return got, int(re.search(r"#define KIEC_SCRATCH_BYTES (\d+)", text).group(1))
 

@@ -461,25 +461,33 @@ def test_parity_tags_within_budget_and_the_same_tokens(tmp_path, monkeypatch, fa
     assert long[:40] == base.generate(prompt, 40) and eng.generate(prompt, 200) == long
 
 
-@pytest.mark.parametrize("family,hidden,inter,heads,kv_heads", [("llama", 256, 384, 4, 2),
-                                                                  ("qwen3", 1536, 6144, 12, 4)])
-def test_tagged_pairs_within_budget_and_greedy_alike(tmp_path, monkeypatch, family, hidden, inter, heads, kv_heads):
-    # persist_tagged_pairs: the SiLU-mul's output as tagged pairs (two bf16 elements a word), its rows dealt in pairs;
-    # K 384 (a 16-byte load for 96 of the 256 threads) and 6144 (6 loads a thread, one batch): logits within the
-    # interpreter's budget over 24 positions, greedy tokens the default's up to a near-tie, a 200-token launch
-    # (tags turning over) made again the same
-    model, art = compile_tiny(tmp_path, family, hidden_size=hidden, intermediate_size=inter,
-                              num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=1024)
-    base = kiec.Engine(art)
-    variant = compile_variant(model, tmp_path, monkeypatch, persist_tagged_pairs=1)
+@pytest.mark.parametrize("family,hidden,inter,heads,kv_heads,level", [(f, 256, 384, 4, 2, 2) for f in FAMILIES]
+                         + [("qwen3", 1536, 6144, 12, 4, 1), ("qwen3", 1536, 6144, 12, 4, 2)])
+def test_tagged_pairs_within_budget_and_greedy_alike(tmp_path, monkeypatch, family, hidden, inter, heads, kv_heads,
+                                                     level):
+    # persist_tagged_pairs (the other tests' tiny models keep floats: tests/conftest.py): the SiLU-mul's output (1),
+    # and attention's (2), as tagged pairs (two bf16 elements a word), the SiLU-mul's rows dealt in pairs; the down
+    # projection's K 384 (a 16-byte load for 96 of the 256 threads) and 6144 (6 loads a thread, one batch); 8 keys a
+    # split, so that attention's output comes from one split's store and from the last arrival's merge: logits within
+    # the interpreter's budget over 24 positions, greedy tokens those of floats and of graph mode up to a near-tie, a
+    # 200-token launch (tags turning over) made again the same
+    model = load_tiny(tmp_path, family, hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
+                      num_key_value_heads=kv_heads, vocab_size=1024)
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=8))
+    variant = compile_variant(model, tmp_path, monkeypatch, persist_tagged_pairs=level)
     with open(os.path.join(variant, "src", "model.cu")) as fh:  # gate/up's PY (argument 18), the down's PX (17)
-        cases = [c.split(", ") for c in re.findall(r"kiec::gemv_tile<([^>]*)>", fh.read())]
+        text = fh.read()
+    cases = [c.split(", ") for c in re.findall(r"kiec::gemv_tile<([^>]*)>", text)]
     assert any(len(c) == 19 and c[4] == "kiec::EPI_SILU_MUL" and c[18] == "true" for c in cases), cases
-    assert any(len(c) == 18 and c[4] == "kiec::EPI_RESIDUAL" and c[17] == "true" for c in cases), cases
+    paired_x = sorted(int(c[1]) for c in cases if len(c) >= 18 and c[4] == "kiec::EPI_RESIDUAL" and c[17] == "true")
+    assert paired_x == sorted([inter] + ([heads * (hidden // heads)] if level == 2 else [])), cases
+    attention = re.findall(r"kiec::attention_tile<([^>]*)>", text)[0].split(", ")
+    assert (len(attention) == 26 and attention[25] == "true") == (level == 2), attention
     eng, ours, r32, r16, tokens = check_against_interpreter(model, variant, positions=24)
     budget_check(ours, r32, r16, f"{family} persistent, tagged pairs: logits over 24 positions")
     prompt = tokens[:5]
     greedy_alike(eng, base, prompt, 40)
+    greedy_alike(eng, kiec.Engine(kiec.compile(model, str(tmp_path / "graph"), mode="graph")), prompt, 40)
     long = eng.generate(prompt, 200)
     assert eng.generate(prompt, 200) == long
 

@@ -34,6 +34,20 @@ __device__ __forceinline__ void slice_state(const AttentionSmem<HEAD_DIM, GROUP,
   }
 }
 
+// Element i of attention's output: store_value's, or with PAIRED (persist_tagged_pairs 2; TAGGED) the even lane's
+// tagged pair of elements i and i + 1, its odd neighbour's value shuffled over. Every lane of a warp calls it at once,
+// lane parity i's (the writers' loops give a warp 32 consecutive elements).
+template <bool TAGGED, bool PAIRED>
+__device__ __forceinline__ void store_out(float* out, int i, float v, unsigned tag) {
+  static_assert(!PAIRED || TAGGED, "tagged pairs are tagged");
+  if constexpr (PAIRED) {
+    const float next = __shfl_down_sync(0xffffffffu, v, 1);
+    if ((i & 1) == 0) st_tagged_pair(out, i / 2, v, next, tag);
+  } else {
+    store_value<TAGGED>(out, i, v, tag);
+  }
+}
+
 // Partials as 8-byte words (persist_attn_owner_merges): the value's bits, then the tag of the attention phase that
 // wrote them, whatever KIEC_TAG_PARITY says (a partial keeps all its bits); element i at 2 * i floats.
 __device__ __forceinline__ void st_part(float* p2, size_t i, float v, unsigned tag) {
@@ -54,7 +68,7 @@ __device__ __forceinline__ float part_value(unsigned long long w, unsigned tag) 
 // Merge the warps of a slice: with one split in use the block writes the output, with several its partial
 // (o not yet divided by l, and m, l per head) at slot (g, split). TAGGED: the output as tagged words with `tag`.
 // part_tag (persist_attn_owner_merges), not 0: the partial as words carrying it (st_part), the merging split's reads.
-template <int HEAD_DIM, int GROUP, int WARPS, int SPLITS, bool TAGGED = false>
+template <int HEAD_DIM, int GROUP, int WARPS, int SPLITS, bool TAGGED = false, bool PAIRED = false>
 __device__ __forceinline__ void attention_store(const AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, int g, int split,
                                                 int active, float* part_o, float* part_ml, float* out,
                                                 unsigned tag = 0, unsigned part_tag = 0) {
@@ -63,7 +77,7 @@ __device__ __forceinline__ void attention_store(const AttentionSmem<HEAD_DIM, GR
     float mx, lsum, o;
     slice_state(sm, h, d, mx, lsum, o);
     if (active == 1) {
-      store_value<TAGGED>(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, tag);
+      store_out<TAGGED, PAIRED>(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, tag);
       continue;
     }
     const size_t slot = ((size_t)g * SPLITS + split) * GROUP + h;
@@ -142,7 +156,7 @@ struct CombineStage {
 // shared memory in split order (the same bits): one round trip for any number of splits, where 44 splits took three
 // batches of 16 (the twenty-fourth session's 8192 trace: 5.7 us from the last partial to the signal). Block-wide:
 // every compute thread calls it.
-template <int HEAD_DIM, int GROUP, int SPLITS, bool TAGGED = false, int BATCH = 0>
+template <int HEAD_DIM, int GROUP, int SPLITS, bool TAGGED = false, int BATCH = 0, bool PAIRED = false>
 __device__ __forceinline__ void attention_combine(int g, int active, const float* part_o, const float* part_ml,
                                                   float* out, unsigned tag = 0,
                                                   CombineStage<HEAD_DIM, GROUP, SPLITS>* stage = nullptr) {
@@ -164,7 +178,7 @@ __device__ __forceinline__ void attention_combine(int g, int active, const float
         const int slot = s * GROUP + h;
         fold_partial(mx, lsum, o, stage->ml[slot * 2], stage->ml[slot * 2 + 1], stage->o[slot * HEAD_DIM + d]);
       }
-      store_value<TAGGED>(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, tag);
+      store_out<TAGGED, PAIRED>(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, tag);
     }
     return;
   }
@@ -196,7 +210,7 @@ __device__ __forceinline__ void attention_combine(int g, int active, const float
                      __ldcg(part_o + slot * HEAD_DIM + d));
       }
     }
-    store_value<TAGGED>(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, tag);
+    store_out<TAGGED, PAIRED>(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, tag);
   }
 }
 

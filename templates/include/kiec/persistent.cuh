@@ -75,15 +75,18 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // MMA_FIRST (persist_attn_mma_first): 1: those passes' first rows loaded beside q's words (attention_slice; the same
 // bits); 2: their rows before pos - 1 loaded here before the wait (early_rows_end: the same SM's wait of the previous
 // step acquired them, as EARLY_PASS's), row pos - 1 beside q's words (the same bits).
+// PAIRED (persist_tagged_pairs 2, TAGGED, no owner merges): the output as tagged pairs (attention_merge.cuh's
+// store_out).
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0,
           bool EARLY_ROPE = false, bool KV_FIRST = false, int OWNER_MAX = 0, bool NEWEST_FIRST = false,
           bool IDLE = false, bool STAGED = false, bool EARLY_PASS = false, bool LEAN = false,
-          int MMA_KEYS = 0, int MMA_AHEAD = 1, int MMA_FIRST = 0>
+          int MMA_KEYS = 0, int MMA_AHEAD = 1, int MMA_FIRST = 0, bool PAIRED = false>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
                                             float* out, unsigned* arrive, float* smem) {
+  static_assert(!PAIRED || (TAGGED && OWNER_MAX == 0), "attention's output in tagged pairs: tagged, no owner merges");
   const int g = u.ins->lo, tile_split = u.ins->tile % SPLITS;
   // OWNER_MAX below SPLITS: the owner merges early in a launch, the last to arrive later (MIXES); the latter counts
   // on every earlier step's arrivals, so then the owner arrives and every tile waits for them, as with tags
@@ -133,7 +136,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
     if (tile_split == 0) {
       const unsigned tag = TAGGED ? tag_of(u, u.ins->counter) : 0u;
       for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += WARPS * 32)
-        store_value<TAGGED>(out, g * GROUP * HEAD_DIM + i, 0.f, tag);
+        store_out<TAGGED, PAIRED>(out, g * GROUP * HEAD_DIM + i, 0.f, tag);
       signal_done<TAGGED>(u);
       if (threadIdx.x == 0) red_release<SPLITS>(arrive + g);
     }
@@ -171,8 +174,8 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
           sm, g, active, part_o, part_ml, out, word_tag(u, u.ins->counter), mine,
           [&] { return stop_reached(u); });
     } else {
-      attention_store<HEAD_DIM, GROUP, WARPS, SPLITS, TAGGED>(sm, g, split, active, part_o, part_ml, out, mine,
-                                                              by_owner ? word_tag(u, u.ins->counter) : 0u);
+      attention_store<HEAD_DIM, GROUP, WARPS, SPLITS, TAGGED, PAIRED>(
+          sm, g, split, active, part_o, part_ml, out, mine, by_owner ? word_tag(u, u.ins->counter) : 0u);
     }
   }
   if (!merges_others) trace(u, TR_X_READY);
@@ -207,7 +210,8 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
 #endif
   Stage* stage = STAGED ? reinterpret_cast<Stage*>(reinterpret_cast<char*>(smem) + STAGE_AT) : nullptr;
   if (active > 1)
-    attention_combine<HEAD_DIM, GROUP, SPLITS, TAGGED, KIEC_COMBINE_BATCH>(g, active, part_o, part_ml, out, mine, stage);
+    attention_combine<HEAD_DIM, GROUP, SPLITS, TAGGED, KIEC_COMBINE_BATCH, PAIRED>(g, active, part_o, part_ml, out,
+                                                                                  mine, stage);
   signal_done<TAGGED>(u);
   return true;
 }
