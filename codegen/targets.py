@@ -689,14 +689,23 @@ TARGETS: dict[str, TargetParams] = {
                           persist_probe_relaxed_signal=0, persist_probe_warm_code=0, persist_probe_twice=0,
                           persist_trace_attention=0,
                           persist_trace_dots=0, persist_trace_stream=0,
+                          # persist_probe_o_local (thirty-ninth session, calls 2 and 3, ms, two rounds): llama-3.2-1b
+                          # untagged 0.732 / 0.733 vs 0.734 / 0.735 (-0.3%, most of it from the positions with one
+                          # split in use, whose SMs the spared splits leave out of the output projection: p10 0.705 vs
+                          # 0.729); tags 1 0.712 / 0.713 vs 0.709 / 0.711. Fusing attention with the output projection
+                          # by KV head could save no more, before its own merge and adds: not built
                           persist_probe_mlp_local=0, persist_probe_o_local=0, persist_probe_attention_idle=0,
                           # 2026-12-04 thirty-ninth session (25499ff, ms, two rounds, scripts/variants.py,
-                          # bench/RESULTS.md): llama-3.2-1b 0.679 / 0.679 vs 0.684 / 0.685 (-0.8%), qwen3-1.7b 1.028 /
-                          # 1.025 vs 1.042 / 1.040 (-1.4%), llama-3.2-1b at 8192 0.798 / 0.797 vs 0.801 / 0.799
-                          # (-0.3%); traced at position 64 the down projection's x ready 2.00 vs 3.15 us after gate/up's
-                          # last signal (llama-3.2-1b), 1.50 vs 2.42 (qwen3-1.7b). Halving the bytes alone (parity tags)
-                          # or the round trips alone (persist_copy_batch 16) had left it at 3.13-3.15 (same session):
-                          # the copy was bound by both. So 1 (llama-3.1-8b's down projection, a warp's copy, keeps floats)
+                          # bench/RESULTS.md): llama-3.2-1b 0.679 / 0.679 vs 0.684 / 0.685 (-0.8%), qwen3-1.7b
+                          # 1.028 / 1.025 vs 1.042 / 1.040 (-1.4%), llama-3.2-1b at 8192 0.798 / 0.797 vs 0.801 / 0.799
+                          # (-0.3%); traced at position 64 the down projection's x ready 2.00 vs 3.15 us after
+                          # gate/up's last signal (llama-3.2-1b), 1.50 vs 2.42 (qwen3-1.7b). Halving the bytes alone
+                          # (parity tags) or the round trips alone (persist_copy_batch 16) had left it at 3.13-3.15
+                          # (same session): the copy was bound by both. Call 5 (efdc6f1): 0 again +0.8% on
+                          # llama-3.2-1b (0.685 / 0.684 vs 0.678 / 0.680); 2 (attention's output too) -0.1%,
+                          # qwen3-1.7b +0.6%, at 8192 +0.1% (the output projection's x ready 0.12 us sooner). So 1
+                          # (llama-3.1-8b's down projection, a warp's copy, keeps floats: pairs there would need the
+                          # warp copy to read them; not built)
                           persist_tagged_pairs=1,
                           # 2026-12-02 twenty-fourth session (1880734, ms, two rounds each): smollm2-135m at 8192
                           # 0.662 vs 0.697 (-5.0%), llama-3.2-1b at 8192 0.892 vs 0.897-0.898 (-0.7%), short context
