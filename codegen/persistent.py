@@ -286,8 +286,8 @@ class _PersistentEmitter(_Emitter):
     def paired_values(self) -> frozenset[str]:
         """persist_tagged_pairs: the tagged values handed over as tagged pairs (common.cuh: st_tagged_pair, two
         elements rounded to bf16 a word): the SiLU-mul's output (an even count; 1 and 2), attention's output (2, without
-        owner merges), where every reader is a GEMV that copies it into the scratch (no norm, not direct, not a warp's
-        copy), without tag waits or parity tags. A SiLU-mul's shares are whole pairs (schedule's pair_rows); attention
+        owner merges), where every reader is a GEMV that copies it into the scratch, all of it or a warp's segment (no
+        norm, not direct), without tag waits or parity tags. A SiLU-mul's shares are whole pairs (schedule's pair_rows); attention
         writes its heads' outputs, an even count, a warp's lanes 32 consecutive elements (store_out)."""
         level = self.t.persist_tagged_pairs
         if level not in (0, 1, 2):
@@ -304,8 +304,8 @@ class _PersistentEmitter(_Emitter):
             written |= {k.attention.out for k in ks if isinstance(k, AttentionKernel)}
         return frozenset(
             v for v in written if self.tagged(v) and v not in self.p.graph.outputs and readers.get(v)
-            and all(isinstance(r, GemvKernel) and r.x == v and not r.norm and r.k % 4 == 0
-                    and not self.x_direct(r) and not self.x_warp_copy(r) for r in readers[v]))
+            and all(isinstance(r, GemvKernel) and r.x == v and not r.norm and r.k % 4 == 0 and not self.x_direct(r)
+                    for r in readers[v]))
 
     def gemv(self, k: GemvKernel) -> None:
         if k.k % 8:

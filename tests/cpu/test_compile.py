@@ -671,9 +671,9 @@ def test_the_o_local_probe_changes_only_the_schedule_and_refuses_a_tagged_attent
 
 def test_tagged_pairs_take_the_silu_outputs_whose_readers_copy_them(tmp_path, monkeypatch):
     # persist_tagged_pairs: on a tagged model the SiLU-mul's output, whose reader (the down projection) copies it into
-    # the scratch: gate/up's case writes pairs (PY, argument 18), the down projection's reads them (PX, argument 17),
-    # gate/up's shares are whole pairs, and the kernel builds (nvcc). None where the down projection reads x some
-    # other way (straight from memory, a warp's copy), with tag waits or parity tags, or without tags; off by default
+    # the scratch (all of it, or a warp's segment: llama-3.1-8b): gate/up's case writes pairs (PY, argument 18), the
+    # down projection's reads them (PX, argument 17), gate/up's shares are whole pairs, and the kernel builds (nvcc).
+    # None where the down projection reads x straight from memory, with tag waits or parity tags, or without tags
     import dataclasses
 
     from kiec.codegen import targets
@@ -699,9 +699,9 @@ def test_tagged_pairs_take_the_silu_outputs_whose_readers_copy_them(tmp_path, mo
                   dict(persist_tagged=0)):
         assert paired(persist_tagged_pairs=1, **other) == frozenset(), other
     big = pipeline.run(kiec.load("llama-3.1-8b", dtype="bf16", max_seq_len=512).graph)  # (its down: a warp's copy)
-    assert _PersistentEmitter(big, "bf16", 512, dataclasses.replace(wide, persist_tagged_pairs=1)).paired == frozenset()
-    assert _PersistentEmitter(big, "bf16", 512, dataclasses.replace(wide, persist_tagged_pairs=1,
-                                                                    persist_x_warp_copy_min_k=0)).paired
+    big_silu = {k.out for k in big.kernels if getattr(k, "epilogue", None) == "silu_mul"}
+    e = _PersistentEmitter(big, "bf16", 512, dataclasses.replace(wide, persist_tagged_pairs=1))
+    assert e.paired == big_silu and all(e.x_warp_copy(k) for k in big.kernels if getattr(k, "x", None) in big_silu)
     e = _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(wide, persist_tagged_pairs=2))
     for lst in e.sched.lists:
         for ins in lst:

@@ -461,19 +461,23 @@ def test_parity_tags_within_budget_and_the_same_tokens(tmp_path, monkeypatch, fa
     assert long[:40] == base.generate(prompt, 40) and eng.generate(prompt, 200) == long
 
 
-@pytest.mark.parametrize("family,hidden,inter,heads,kv_heads,level", [(f, 256, 384, 4, 2, 2) for f in FAMILIES]
-                         + [("qwen3", 1536, 6144, 12, 4, 1), ("qwen3", 1536, 6144, 12, 4, 2)])
+@pytest.mark.parametrize("family,hidden,inter,heads,kv_heads,level,change",
+                         [(f, 256, 384, 4, 2, 2, {}) for f in FAMILIES]
+                         + [("qwen3", 1536, 6144, 12, 4, 1, {}), ("qwen3", 1536, 6144, 12, 4, 2, {}),
+                            pytest.param("llama", 1536, 6144, 12, 4, 1, dict(persist_x_warp_copy_min_k=6144),
+                                         id="warp-copy")])
 def test_tagged_pairs_within_budget_and_greedy_alike(tmp_path, monkeypatch, family, hidden, inter, heads, kv_heads,
-                                                     level):
+                                                     level, change):
     # persist_tagged_pairs (the other tests' tiny models keep floats: tests/conftest.py): the SiLU-mul's output (1),
     # and attention's (2), as tagged pairs (two bf16 elements a word), the SiLU-mul's rows dealt in pairs; the down
     # projection's K 384 (a 16-byte load for 96 of the 256 threads) and 6144 (6 loads a thread, one batch); 8 keys a
-    # split, so that attention's output comes from one split's store and from the last arrival's merge: logits within
+    # split, so that attention's output comes from one split's store and from the last arrival's merge; K 6144 also
+    # copied by each warp for itself (3 rounds of its segment, loaded at once), llama-3.1-8b's way: logits within
     # the interpreter's budget over 24 positions, greedy tokens those of floats and of graph mode up to a near-tie, a
     # 200-token launch (tags turning over) made again the same
     model = load_tiny(tmp_path, family, hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
                       num_key_value_heads=kv_heads, vocab_size=1024)
-    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=8))
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=8, **change))
     variant = compile_variant(model, tmp_path, monkeypatch, persist_tagged_pairs=level)
     with open(os.path.join(variant, "src", "model.cu")) as fh:  # gate/up's PY (argument 18), the down's PX (17)
         text = fh.read()

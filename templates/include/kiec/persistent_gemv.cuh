@@ -280,19 +280,24 @@ __device__ __forceinline__ void load_x_slice_tagged(const float* x2, unsigned ta
 // them, and the scratch 8 KB instead of K floats (room for another ring page). The same floats as load_x_slice after
 // the block's copy.
 // TX: x as tagged words carrying `tag`; two rounds' loads in flight (8 pairs a lane, the block copy's batch).
+// PX (persist_tagged_pairs, TX): x as tagged pairs (common.cuh), four elements a 16-byte load: a round is 2 loads a
+// lane, and four rounds' loads go together (the same 8 a lane).
 constexpr int WARP_COPY_FLOATS = 32 * 8;  // a warp's `xw`: a round of 32 chunks (codegen/persistent.py sizes it)
-template <typename G, bool TX>
+template <typename G, bool TX, bool PX = false>
 __device__ __forceinline__ void load_x_slice_warp_copy(const float* x, unsigned tag, int seg, int lane, float* xw,
                                                        float (&xr)[G::ROUNDS][8]) {
   static_assert(G::LANES == 32, "a warp's own copy: a warp an item");
-  constexpr int PR = 4, GR = G::ROUNDS < 2 ? G::ROUNDS : 2;  // pairs a lane a round; rounds loaded together
+  static_assert(!PX || TX, "tagged pairs are tagged");
+  constexpr int PR = PX ? 2 : 4, RT = PX ? 4 : 2;  // 16-byte loads a lane a round; rounds loaded together
+  constexpr int GR = G::ROUNDS < RT ? G::ROUNDS : RT, EPL = PX ? 4 : 2;  // (elements a load)
 #pragma unroll
   for (int v0 = 0; v0 < G::ROUNDS; v0 += GR) {
     unsigned long long wa[GR][PR], wb[GR][PR];
-    // pair p * 32 + lane of round v: words 2 j, 2 j + 1 of x, chunk (p * 32 + lane) / 4 of the round's 32
-    auto pair = [&](int v, int p) { return (seg * G::SEGC + v * 32) * 4 + p * 32 + lane; };
+    // load p * 32 + lane of round v: words 2 j, 2 j + 1 of x (PX: pair words, elements 4 j ..), chunk
+    // (p * 32 + lane) * EPL / 8 of the round's 32
+    auto pair = [&](int v, int p) { return (seg * G::SEGC + v * 32) * (8 / EPL) + p * 32 + lane; };
     auto in = [&](int v, int p) {
-      return v < G::ROUNDS && (G::SEGC % 32 == 0 || v * 32 + (p * 32 + lane) / 4 < G::SEGC);
+      return v < G::ROUNDS && (G::SEGC % 32 == 0 || v * 32 + (p * 32 + lane) * EPL / 8 < G::SEGC);
     };
 #pragma unroll
     for (int g = 0; g < GR; ++g)
@@ -322,6 +327,13 @@ __device__ __forceinline__ void load_x_slice_warp_copy(const float* x, unsigned 
 #pragma unroll
       for (int p = 0; p < PR; ++p) {
         if (!in(v0 + g, p)) continue;
+        if constexpr (PX) {
+          float4 f;
+          settled_pair(wa[g][p], tag, f.x, f.y);
+          settled_pair(wb[g][p], tag, f.z, f.w);
+          reinterpret_cast<float4*>(xw)[p * 32 + lane] = f;
+          continue;
+        }
         const float a = TX ? settled_value(wa[g][p], tag) : __uint_as_float((unsigned)wa[g][p]);
         const float b = TX ? settled_value(wb[g][p], tag) : __uint_as_float((unsigned)wb[g][p]);
         reinterpret_cast<float2*>(xw)[p * 32 + lane] = make_float2(a, b);
@@ -678,7 +690,8 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // ITEMS (persist_dot_items): a warp's items up to this many at once (gemv_pages_items; the same bits).
 // WCOPY (persist_x_warp_copy_min_k, a GEMV without a norm whose warps each hold a segment of their own): each warp
 // copies its segment of x for itself through 1 KB of the scratch (load_x_slice_warp_copy; the same bits).
-// PX, PY (persist_tagged_pairs): x (copied into the scratch, TX), y (a SiLU-mul's, TY) as tagged pairs (common.cuh).
+// PX, PY (persist_tagged_pairs): x (copied into the scratch or a warp's, TX), y (a SiLU-mul's, TY) as tagged pairs
+// (common.cuh).
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
           bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, bool HALF = false, bool SUMS = false,
           int ITEMS = 1, bool WCOPY = false, bool PX = false, bool PY = false, typename R>
@@ -691,7 +704,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   static_assert(!WCOPY || (!NORM && !DIRECT && !HALF && SEGS == WARPS), "a warp's own copy: a segment a warp, no norm");
   using G = GemvShape<T, K, WARPS, EPI, SEGS, R::PAGE, HALF ? 16 : 32>;
   constexpr bool STAGED = !DIRECT && !WNORM && !WCOPY;  // x goes through the scratch, all of it at once
-  static_assert(!PX || (TX && STAGED && !NORM && !KIEC_TAG_WAITS && !KIEC_TAG_PARITY && TWICE == 0),
+  static_assert(!PX || (TX && (STAGED || WCOPY) && !NORM && !KIEC_TAG_WAITS && !KIEC_TAG_PARITY && TWICE == 0),
                 "tagged pairs in x: a copy of it into the scratch, without tag waits, parity tags or the probe");
   const int lo = u.ins->lo, outs = u.ins->hi - lo;
   float* xs = smem;  // K: the prologue's output (STAGED), or WARP_COPY_FLOATS a warp (WCOPY: a round of its segment)
@@ -733,7 +746,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
       auto stage_x = [&] {
         if constexpr (WNORM) wnorm.run(x, eps, threadIdx.x & 31, xr);
         else if constexpr (WCOPY)
-          load_x_slice_warp_copy<G, TX>(x, TX ? tag_of(u, u.desc->tag_x) : 0u, (threadIdx.x >> 5) % SEGS,
+          load_x_slice_warp_copy<G, TX, PX>(x, TX ? tag_of(u, u.desc->tag_x) : 0u, (threadIdx.x >> 5) % SEGS,
                                         threadIdx.x & 31, xs + (threadIdx.x >> 5) * WARP_COPY_FLOATS, xr);
         else if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, u.desc->tag_x), norm_w, eps, xs, red);
         else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
