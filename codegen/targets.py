@@ -703,9 +703,9 @@ TARGETS: dict[str, TargetParams] = {
                           # (parity tags) or the round trips alone (persist_copy_batch 16) had left it at 3.13-3.15
                           # (same session): the copy was bound by both. Call 5 (efdc6f1): 0 again +0.8% on
                           # llama-3.2-1b (0.685 / 0.684 vs 0.678 / 0.680); 2 (attention's output too) -0.1%,
-                          # qwen3-1.7b +0.6%, at 8192 +0.1% (the output projection's x ready 0.12 us sooner). So 1
-                          # (llama-3.1-8b's down projection, a warp's copy, keeps floats: pairs there would need the
-                          # warp copy to read them; not built)
+                          # qwen3-1.7b +0.6%, at 8192 +0.1% (the output projection's x ready 0.12 us sooner). So 1.
+                          # A warp's own copy reads pairs too (acbf70e, call 8): llama-3.1-8b 3.763 / 3.765 vs 3.796 /
+                          # 3.797 with 0 (-0.9%)
                           persist_tagged_pairs=1,
                           # 2026-12-02 twenty-fourth session (1880734, ms, two rounds each): smollm2-135m at 8192
                           # 0.662 vs 0.697 (-5.0%), llama-3.2-1b at 8192 0.892 vs 0.897-0.898 (-0.7%), short context
