@@ -287,8 +287,9 @@ class _PersistentEmitter(_Emitter):
         """persist_tagged_pairs: the tagged values handed over as tagged pairs (common.cuh: st_tagged_pair, two
         elements rounded to bf16 a word): the SiLU-mul's output (an even count; 1 and 2), attention's output (2, without
         owner merges), where every reader is a GEMV that copies it into the scratch, all of it or a warp's segment (no
-        norm, not direct), without tag waits or parity tags. A SiLU-mul's shares are whole pairs (schedule's pair_rows); attention
-        writes its heads' outputs, an even count, a warp's lanes 32 consecutive elements (store_out)."""
+        norm, not direct), without tag waits or parity tags. A SiLU-mul's shares are whole pairs (schedule's
+        pair_rows); attention writes its heads' outputs, an even count, a warp's lanes 32 consecutive elements
+        (store_out)."""
         level = self.t.persist_tagged_pairs
         if level not in (0, 1, 2):
             raise ValueError(f"persist_tagged_pairs {level}: 0, 1 (the SiLU-mul's output) or 2 (and attention's)")

@@ -622,7 +622,7 @@ def test_the_o_local_probe_drops_only_the_output_projections_attention_waits_and
                 assert any(w.counter == ins.counter - 1 and not w.previous for w in ins.waits)
                 assert not any(w.counter == ins.counter - 1 and not w.previous for w in ins_probe.waits)
                 assert any(w.counter == ins.counter - 2 and not w.previous for w in ins_probe.waits)
-            else:  # none lost (a later phase may now wait on attention itself, which its wait on the projection implied)
+            else:  # none lost (a later phase may now wait on attention itself, which the projection's implied)
                 assert {w for w in ins.waits if not w.previous} <= {w for w in ins_probe.waits if not w.previous}
     o0 = prog.kernels[ph[min(o_proj)][0]]
     with pytest.raises(ScheduleError, match=rf"gemv kernel {ph[min(o_proj)][0]} tile \d+ \(token 0\) read %{o0.x}\["):
