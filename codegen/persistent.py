@@ -296,17 +296,15 @@ class _PersistentEmitter(_Emitter):
         if not (level and self.tags) or self.t.persist_tag_waits or self.t.persist_tag_parity:
             return frozenset()
         ks = self.p.kernels
-        readers: dict[str, list] = {}
-        for k in ks:
-            for v in kernel_io(k)[0]:
-                readers.setdefault(v, []).append(k)
         written = {k.out for k in ks if isinstance(k, GemvKernel) and k.epilogue == "silu_mul" and k.n_out % 2 == 0}
         if level >= 2 and not self.t.persist_attn_owner_merges:
             written |= {k.attention.out for k in ks if isinstance(k, AttentionKernel)}
-        return frozenset(
-            v for v in written if self.tagged(v) and v not in self.p.graph.outputs and readers.get(v)
-            and all(isinstance(r, GemvKernel) and r.x == v and not r.norm and r.k % 4 == 0 and not self.x_direct(r)
-                    for r in readers[v]))
+
+        def copied(v: str) -> bool:  # read, and only as the x a GEMV copies into the scratch
+            readers = [r for r in ks if v in kernel_io(r)[0]]
+            return bool(readers) and all(isinstance(r, GemvKernel) and r.x == v and not r.norm and r.k % 4 == 0
+                                         and not self.x_direct(r) for r in readers)
+        return frozenset(v for v in written if self.tagged(v) and v not in self.p.graph.outputs and copied(v))
 
     def gemv(self, k: GemvKernel) -> None:
         if k.k % 8:

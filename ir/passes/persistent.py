@@ -374,18 +374,19 @@ def attention_splits(k: AttentionKernel, sms: int, max_splits: int = 64) -> int:
     return max(1, min(max_splits, sms // k.kv_heads))
 
 
-def gemv_shares(n: int, sms: int, first_sm: int = 0, skip: frozenset[int] = frozenset()) -> list[tuple[int, int, int]]:
+def gemv_shares(n: int, sms: int, first_sm: int = 0, skip: frozenset[int] = frozenset(),
+                step: int = 1) -> list[tuple[int, int, int]]:
     """(sm, lo, hi): a GEMV's n output rows in equal shares to the row, one tile per SM, the longer ones first
     (the device's GEMV takes any row count: its work items are row segments). Between two waits a kernel takes
     as long as its busiest SM, so the shares are equal per kernel, not only over the whole token. A kernel with
     fewer rows than SMs starts at `first_sm`, so that small kernels spread out. The SMs in `skip` get none (the
-    others share their rows)."""
+    others share their rows). `step`: the shares are whole runs of that many rows (n a multiple of it)."""
     order = [s for s in ((first_sm + j) % sms for j in range(sms)) if s not in skip]
     if not order:
         raise ValueError(f"a GEMV of {n} rows with all {sms} SMs skipped")
-    tiles, lo = [], 0
-    for j in range(min(len(order), n)):
-        share = n // len(order) + (1 if j < n % len(order) else 0)
+    tiles, lo, units = [], 0, n // step
+    for j in range(min(len(order), units)):
+        share = step * (units // len(order) + (1 if j < units % len(order) else 0))
         tiles.append((order[j], lo, lo + share))
         lo += share
     return tiles
@@ -452,13 +453,10 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     for c, (i, opcode) in enumerate(sched.phases):
         k = program.kernels[i]
         n = output_size(k, program)
-        if opcode == "gemv" and i in pair_rows:  # (a word two rows: no SM writes half of one)
-            if n % 2:
+        if opcode == "gemv":
+            if i in pair_rows and n % 2:  # (a word two rows: no SM writes half of one)
                 raise ValueError(f"{k.name}: {n} rows dealt in pairs")
-            placed = [(where, 2 * lo, 2 * hi) for where, lo, hi in gemv_shares(n // 2, sms, sm, spared)]
-            spared = frozenset()
-        elif opcode == "gemv":
-            placed, spared = gemv_shares(n, sms, sm, spared), frozenset()
+            placed, spared = gemv_shares(n, sms, sm, spared, 2 if i in pair_rows else 1), frozenset()
         elif opcode == "select":
             placed = [(sm, 0, 1)]
         elif opcode == "attention":
