@@ -496,6 +496,7 @@ class _PersistentEmitter(_Emitter):
             reduce_batch=self.t.persist_reduce_batch, copy_batch=self.t.persist_copy_batch,
             dot_item_chunks=self.t.persist_dot_item_chunks, stage_instrs=self.t.persist_stage_instrs,
             norm_w_raw=int(bool(self.t.persist_norm_w_raw)),
+            norm_late_scale=int(bool(self.t.persist_norm_late_scale)),
             select_host_late=int(bool(self.t.persist_select_host_late)),
             evict_first=int(bool(self.t.persist_evict_first)),
             walk_kept=int(bool(self.t.persist_walk_kept and paced)), page_pace_ns=pace,

@@ -113,6 +113,11 @@ class TargetParams:
     # persistent: 1: a GEMV's norm weights, loaded before its wait, stay bf16 until the norm, so that their conversion
     # does not hold the polling warp back for their round trip (persistent_gemv.cuh: Prologue; the same bits)
     persist_norm_w_raw: int
+    # persistent: 1: a GEMV's norm (held weights) writes x times its weights, not yet times the norm's scale; the
+    # warps' sums of squares are added after the dot products and the scale multiplies each row's sum in the
+    # epilogue (persistent_gemv.cuh: Prologue::normalize), so that two block barriers and the sum's shuffles leave the
+    # chain from x to the dot products (other bits: the scale applied after the sums)
+    persist_norm_late_scale: int
     # persistent: 1: select reads the host's stop flag before its wait and writes the host's copy of the token after its
     # signal, so that neither round trip over the host's bus (a mapped pinned read, a write and its system fence) is
     # on the chain from the LM head to the next token's embedding (persistent.cuh: select_tile; the same tokens)
@@ -605,6 +610,8 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.719 on llama-3.2-1b; both: smollm2-135m 0.446 vs 0.472-0.474, qwen3-1.7b 1.039 vs
                           # 1.095, llama-3.2-1b at 8192 0.813-0.815 vs 0.849, llama-3.1-8b 3.808 vs 3.828-3.830. So 1
                           persist_stage_instrs=1, persist_norm_w_raw=1,
+                          # (new, not yet measured)
+                          persist_norm_late_scale=0,
                           # select's read of the host's stop flag before its wait and its write of the host's token
                           # after its signal: its span 3.33-3.55 -> 1.15-1.60 us in the thirty-sixth session's traces at
                           # position 64 (llama-3.2-1b, calls 1-2; smollm2-135m 2.37 -> 0.80), a token 0.695-0.696 ms

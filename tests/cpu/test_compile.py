@@ -1130,6 +1130,14 @@ def test_staged_instructions_and_raw_norm_weights_compile_where_asked(tmp_path, 
     compile_persistent(model, tmp_path / "art", monkeypatch, persist_stage_instrs=1, persist_norm_w_raw=1)
 
 
+def test_late_norm_scale_compiles_where_asked(tmp_path, monkeypatch):
+    # persist_norm_late_scale: the kernel defines KIEC_NORM_LATE_SCALE (0 by default) and builds (nvcc) with it
+    model = tiny_llama(tmp_path)
+    assert "#define KIEC_NORM_LATE_SCALE 0" in persistent_cu(model)
+    assert "#define KIEC_NORM_LATE_SCALE 1" in persistent_cu(model, persist_norm_late_scale=1)
+    compile_persistent(model, tmp_path / "art", monkeypatch, persist_norm_late_scale=1)
+
+
 @pytest.mark.parametrize("change", [dict(), dict(persist_tagged=1, persist_x_direct=1)])
 def test_parity_tags_compile_with_their_table_and_reset(tmp_path, monkeypatch, change):
     # persist_tag_parity: the kernel defines KIEC_TAG_PARITY, holds each phase's parity bits and zeroes the tagged

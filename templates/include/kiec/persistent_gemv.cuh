@@ -23,12 +23,21 @@ namespace kiec {
 #ifndef KIEC_NORM_W_RAW
 #define KIEC_NORM_W_RAW 0
 #endif
+// KIEC_NORM_LATE_SCALE (persist_norm_late_scale; held weights only): normalize writes x times the norm's weights and
+// keeps this thread's sum of squares; after the dot products each warp adds its lanes' (publish) and the epilogue
+// multiplies each row's sum by the scale (scale: block_sum's additions, so the scale's bits are the same, not the
+// outputs'). From x to the dot products the norm then takes one block barrier, not three, and no shuffles.
+#ifndef KIEC_NORM_LATE_SCALE
+#define KIEC_NORM_LATE_SCALE 0
+#endif
 // PAIRED (persist_tagged_pairs, a copy of tagged x): x's words are tagged pairs (common.cuh: st_tagged_pair).
 template <typename T, int K, bool NORM, int THREADS, bool PAIRED = false>
 struct Prologue {
   static_assert(!PAIRED || (!NORM && K % 4 == 0), "tagged pairs: a copied x, two pairs a 16-byte load");
   static constexpr int PER = (K + THREADS - 1) / THREADS;
   static constexpr bool HOLD = NORM && PER <= 16;  // a register budget chosen, not measured against others
+  static constexpr bool LATE = HOLD && KIEC_NORM_LATE_SCALE != 0;
+  float ss_late = 0.f;  // (LATE: this thread's sum of squares, for publish)
   using Held = std::conditional_t<KIEC_NORM_W_RAW != 0, T, float>;
   Held w[HOLD ? PER : 1];
   __device__ __forceinline__ void prefetch(const T* norm_w) {
@@ -83,6 +92,16 @@ struct Prologue {
   // eps) and the norm's weights (held in w, or read from norm_w); ss: this thread's sum of their squares.
   __device__ __forceinline__ void normalize(float ss, const float (&v)[HOLD ? PER : 1], const T* norm_w, float eps,
                                             float* xs, float* red) {
+    if constexpr (LATE) {
+      ss_late = ss;
+#pragma unroll
+      for (int e = 0; e < PER; ++e) {
+        const int i = threadIdx.x + e * THREADS;
+        if (i < K) xs[i] = v[e] * held(e);
+      }
+      sync_block();
+      return;
+    }
     const float scale = rsqrtf(block_sum(ss, red) / K + eps);
 #pragma unroll
     for (int e = 0; e < PER; ++e) {
@@ -90,6 +109,20 @@ struct Prologue {
       if (i < K) xs[i] = (HOLD ? v[e] : xs[i]) * scale * (HOLD ? held(e) : to_float<T>(norm_w[i]));
     }
     sync_block();
+  }
+  // LATE: this warp's sum of squares into red[warp], after the dot products (red is free then; the tile's barrier
+  // after them orders it before scale's reads)
+  __device__ __forceinline__ void publish(float* red) const {
+    if constexpr (LATE) {
+      const float s = warp_sum(ss_late);
+      if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
+    }
+  }
+  // LATE: the norm's scale from the warps' sums, added as block_sum adds them
+  __device__ __forceinline__ float scale(const float* red, float eps) const {
+    float t = 0.f;
+    for (int w = 0; w < THREADS / 32; ++w) t += red[w];
+    return rsqrtf(t / K + eps);
   }
 #if KIEC_TAG_WAITS
   // Tag waits: the first batch of x's tagged words (NORM: words, a copy: pairs), loaded before the tile waits on its
@@ -623,16 +656,17 @@ __device__ __forceinline__ long long gemv_pages_half(R& ring, int items, const f
 // y_mine: with EPI_RESIDUAL, y[lo + threadIdx.x] as loaded before the dot products (residual_first).
 // TY: y is tagged words (common.cuh): written with tag `mine`, the residual read carrying `res`. PY (SiLU-mul, TY):
 // y is tagged pairs (common.cuh: st_tagged_pair), lo and outs even (the schedule deals such a GEMV's rows in pairs).
-template <typename T, int SEGS, int EPI, bool BIAS, int THREADS, bool TY = false, bool PY = false>
+// SCALED (persist_norm_late_scale): each row's sum times `scale` (the norm's, Prologue::LATE) before the bias.
+template <typename T, int SEGS, int EPI, bool BIAS, int THREADS, bool TY = false, bool PY = false, bool SCALED = false>
 __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, const T* bias, float* y, int lo,
                                               int outs, int n_out, float y_mine, unsigned mine = 0,
-                                              unsigned res = 0) {
+                                              unsigned res = 0, float scale = 1.f) {
   static_assert(!PY || (TY && EPI == EPI_SILU_MUL && !KIEC_TAG_PARITY), "tagged pairs: a SiLU-mul's tagged output");
   auto dot = [&](int r) {  // row r's sum (SiLU: 2 rows per output, gate then up)
     float v = 0.f;
 #pragma unroll
     for (int s = 0; s < SEGS; ++s) v += acc[r * SEGS + s];
-    return v;
+    return SCALED ? v * scale : v;
   };
   auto silu_mul = [&](int j) {  // output lo + j
     const int o = lo + j;
@@ -788,6 +822,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     return false;
   }
   if (tracing(u)) trace_row(u)[TR_PAGE_WAIT_CYCLES] = waited;
+  prologue.publish(red);
   sync_block();
   trace(u, TR_SUMS_DONE);
 #if KIEC_TRACE_DOTS
@@ -816,8 +851,10 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
 #endif
   const unsigned res_tag = TY && EPI == EPI_RESIDUAL ? tag_of(u, u.desc->tag_res) : 0u;
   if (TY && res_mine) y_mine = tagged_value(y_word, y, lo + threadIdx.x, res_tag);
-  gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY, PY>(u, acc, bias, y, lo, outs, n_out, y_mine,
-                                                    TY ? tag_of(u, u.ins->counter) : 0u, res_tag);
+  constexpr bool LATE = decltype(prologue)::LATE;
+  gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY, PY, LATE>(u, acc, bias, y, lo, outs, n_out, y_mine,
+                                                          TY ? tag_of(u, u.ins->counter) : 0u, res_tag,
+                                                          LATE ? prologue.scale(red, eps) : 1.f);
   if constexpr (SUMS) {
     for (int j = threadIdx.x; j < n_out; j += WARPS * 32)
       asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(sums + j) : "memory");
