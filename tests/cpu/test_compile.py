@@ -1131,11 +1131,11 @@ def test_staged_instructions_and_raw_norm_weights_compile_where_asked(tmp_path, 
 
 
 def test_late_norm_scale_compiles_where_asked(tmp_path, monkeypatch):
-    # persist_norm_late_scale: the kernel defines KIEC_NORM_LATE_SCALE (0 by default) and builds (nvcc) with it
+    # persist_norm_late_scale: the kernel defines KIEC_NORM_LATE_SCALE (1 by default) and builds (nvcc) without it
     model = tiny_llama(tmp_path)
-    assert "#define KIEC_NORM_LATE_SCALE 0" in persistent_cu(model)
-    assert "#define KIEC_NORM_LATE_SCALE 1" in persistent_cu(model, persist_norm_late_scale=1)
-    compile_persistent(model, tmp_path / "art", monkeypatch, persist_norm_late_scale=1)
+    assert "#define KIEC_NORM_LATE_SCALE 1" in persistent_cu(model)
+    assert "#define KIEC_NORM_LATE_SCALE 0" in persistent_cu(model, persist_norm_late_scale=0)
+    compile_persistent(model, tmp_path / "art", monkeypatch, persist_norm_late_scale=0)
 
 
 @pytest.mark.parametrize("change", [dict(), dict(persist_tagged=1, persist_x_direct=1)])

@@ -112,11 +112,13 @@ def test_norm_in_warps_computes_the_same_bits(tmp_path, monkeypatch, hidden, int
     # persist_norm_in_warps on narrow models (the table's rules: untagged, x direct): QKV, gate/up and the LM head
     # normalize x in each warp's registers, K 576 (smollm2-135m's: 3 rounds a lane, the last with 8 lanes of 32) and
     # 256 (one full round); every logit over 24 steps within the budget and the same bits as the staged norm's, and
-    # a 40-token generation the same tokens
+    # a 40-token generation the same tokens (the staged norm's scale applied to x, as the warps' norm applies it, not
+    # to the row sums: persist_norm_late_scale 0)
     make_tiny_hf(tmp_path / "hf", "llama", hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
                  num_key_value_heads=kv_heads)
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=256)
-    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "staged", persist_norm_in_warps=0))
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "staged", persist_norm_in_warps=0,
+                                       persist_norm_late_scale=0))
     art = compile_variant(model, tmp_path, monkeypatch, persist_norm_in_warps=1)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, f"norm in warps (K {hidden}): logits over 24 positions")
@@ -725,8 +727,8 @@ TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
     pytest.param(dict(persist_stage_instrs=0), id="unstaged-instrs"),
     pytest.param(dict(persist_stage_instrs=0, attn_min_keys=8, persist_trace_dots=1), id="unstaged-instrs-splits-traced"),
     pytest.param(dict(persist_norm_w_raw=0), id="norm-w-converted"),
-    pytest.param(dict(persist_norm_late_scale=1), id="norm-late-scale"),
-    pytest.param(dict(persist_norm_late_scale=1, persist_tagged=0, persist_norm_w_raw=0), id="norm-late-scale-untagged"),
+    pytest.param(dict(persist_norm_late_scale=0), id="norm-scale-first"),
+    pytest.param(dict(persist_norm_late_scale=0, persist_tagged=0, persist_norm_w_raw=0), id="norm-scale-first-untagged"),
     pytest.param(dict(persist_select_host_late=0), id="select-host-early"),
     pytest.param(dict(persist_page_pace_kinds="down:460+head:300+qkv:500"), id="pace-kinds"),
     pytest.param(dict(persist_stage_instrs=0, persist_norm_w_raw=0, persist_tagged=0), id="unstaged-converted-untagged"),
@@ -772,8 +774,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # items or more (the LM head's); each tile's instruction and descriptor read from global memory, not copied into
     # shared memory ahead (the default before 2026-12-04's thirty-third session; also with several splits and the
     # dots' trace stamps, and untagged with the norm weights converted at their load); the norm weights converted at
-    # their load; the norm's scale applied to each row's sum in the epilogue (also untagged, its weights converted at
-    # their load); the staged default with several splits and attention's trace stamps, and with the dots' and the
+    # their load; the norm's scale applied to x before the dot products (the default before the fortieth session; also
+    # untagged, its weights converted at their load); the staged default with several splits and attention's trace stamps, and with the dots' and the
     # weight stream's; select's read of the host's stop flag after its wait and its write of the host's token before
     # its signal (the default before the thirty-sixth session); some kinds of GEMV's pages at paces of their own. Knobs
     # that leave the math alone leave the bits alone
