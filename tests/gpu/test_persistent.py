@@ -799,6 +799,15 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "persist_trace_dots", "persist_stage_instrs", "persist_norm_w_raw",
                          "persist_trace_attention", "persist_select_host_late", "persist_page_pace_kinds"}:
         assert np.array_equal(ours, stepped_logits(base, tokens))
-    params = SamplingParams(0.9, 0.8, seed=5)
-    assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)
-    assert eng.generate(tokens[:5], 24, sampling=params) == base.generate(tokens[:5], 24, sampling=params)
+        params = SamplingParams(0.9, 0.8, seed=5)
+        assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)
+        assert eng.generate(tokens[:5], 24, sampling=params) == base.generate(tokens[:5], 24, sampling=params)
+    else:
+        # other bits (other sums' orders: 12 warps, the norm's scale applied first): the greedy tokens the base's up to
+        # a near-tie, and a seeded sampling repeatable. Not the base's sampled tokens: top-p 0.8 over a tiny random
+        # model's near-flat 16384 logits keeps thousands of candidates, and a last-bit change to them moves the
+        # seeded draw to a neighbour now and then (fortieth session: 12 warps parted at the first sampled token with
+        # the same greedy tokens and logits within the budget)
+        greedy_alike(eng, base, tokens[:5], 24)
+        params = SamplingParams(0.9, 0.8, seed=5)
+        assert eng.generate(tokens[:5], 24, sampling=params) == eng.generate(tokens[:5], 24, sampling=params)
