@@ -728,7 +728,8 @@ TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
     pytest.param(dict(persist_stage_instrs=0, attn_min_keys=8, persist_trace_dots=1), id="unstaged-instrs-splits-traced"),
     pytest.param(dict(persist_norm_w_raw=0), id="norm-w-converted"),
     pytest.param(dict(persist_norm_late_scale=0), id="norm-scale-first"),
-    pytest.param(dict(persist_norm_late_scale=0, persist_tagged=0, persist_norm_w_raw=0), id="norm-scale-first-untagged"),
+    pytest.param(dict(persist_norm_late_scale=0, persist_tagged=0, persist_norm_w_raw=0),
+                 id="norm-scale-first-untagged"),
     pytest.param(dict(persist_select_host_late=0), id="select-host-early"),
     pytest.param(dict(persist_page_pace_kinds="down:460+head:300+qkv:500"), id="pace-kinds"),
     pytest.param(dict(persist_stage_instrs=0, persist_norm_w_raw=0, persist_tagged=0), id="unstaged-converted-untagged"),
@@ -775,8 +776,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # shared memory ahead (the default before 2026-12-04's thirty-third session; also with several splits and the
     # dots' trace stamps, and untagged with the norm weights converted at their load); the norm weights converted at
     # their load; the norm's scale applied to x before the dot products (the default before the fortieth session; also
-    # untagged, its weights converted at their load); the staged default with several splits and attention's trace stamps, and with the dots' and the
-    # weight stream's; select's read of the host's stop flag after its wait and its write of the host's token before
+    # untagged, its weights converted at their load); the staged default with several splits and attention's trace
+    # stamps, and with the dots' and the weight stream's; select's read of the host's stop flag after its wait and its write of the host's token before
     # its signal (the default before the thirty-sixth session); some kinds of GEMV's pages at paces of their own. Knobs
     # that leave the math alone leave the bits alone
     model = load_tiny(tmp_path, "qwen3", vocab_size=16384)
