@@ -778,8 +778,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # their load; the norm's scale applied to x before the dot products (the default before the fortieth session; also
     # untagged, its weights converted at their load); the staged default with several splits and attention's trace
     # stamps, and with the dots' and the weight stream's; select's read of the host's stop flag after its wait and its
-    # write of the host's token before its signal (the default before the thirty-sixth session); some kinds of GEMV's pages at paces of their own. Knobs
-    # that leave the math alone leave the bits alone
+    # write of the host's token before its signal (the default before the thirty-sixth session); some kinds of GEMV's
+    # pages at paces of their own. Knobs that leave the math alone leave the bits alone
     model = load_tiny(tmp_path, "qwen3", vocab_size=16384)
     base_fields = dict(WIDE_FIELDS, **{k: v for k, v in change.items() if k == "attn_min_keys"})
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **base_fields))
