@@ -444,7 +444,9 @@ TARGETS: dict[str, TargetParams] = {
                           # 8192) 0.688 / 0.688 vs 0.685 / 0.685 (+0.5%; with a 13th page 0.690 / 0.691, and 0.684 /
                           # 0.684 vs 0.681 / 0.681), qwen3-1.7b (K 6144) 1.044 / 1.044 vs 1.038 / 1.034 (+0.8%).
                           # Traced, its x comes later on all three (0.2-0.7 us); why the longest K gains is not known,
-                          # so the threshold only splits the Ks measured
+                          # so the threshold only splits the Ks measured. With tagged pairs (a segment's loads in one
+                          # round), fortieth session (a75b645, ms, two rounds): llama-3.2-1b 0.678 / 0.679 vs 0.678 /
+                          # 0.678, with a 13th page 0.682 / 0.683; qwen3-1.7b 1.027 / 1.029 vs 1.026 / 1.028
                           persist_x_warp_copy_min_k=12288,
                           # every instruction waits on this token's producer, then on a phase of the previous token
                           # (a write-after-read on a shared slot), reached long before: polled second, its round trip
