@@ -24,9 +24,10 @@ namespace kiec {
 #define KIEC_NORM_W_RAW 0
 #endif
 // KIEC_NORM_LATE_SCALE (persist_norm_late_scale; held weights only): normalize writes x times the norm's weights and
-// keeps this thread's sum of squares; after the dot products each warp adds its lanes' (publish) and the epilogue
-// multiplies each row's sum by the scale (scale: block_sum's additions, so the scale's bits are the same, not the
-// outputs'). From x to the dot products the norm then takes one block barrier, not three, and no shuffles.
+// keeps this thread's sum of squares; after the dot products each warp adds its lanes' (publish_late) and the
+// epilogue multiplies each row's sum by the scale (late_scale: block_sum's additions, so the scale's bits are the
+// same, not the outputs'). From x to the dot products the norm then takes one block barrier, not three, and no
+// shuffles.
 #ifndef KIEC_NORM_LATE_SCALE
 #define KIEC_NORM_LATE_SCALE 0
 #endif
@@ -37,7 +38,7 @@ struct Prologue {
   static constexpr int PER = (K + THREADS - 1) / THREADS;
   static constexpr bool HOLD = NORM && PER <= 16;  // a register budget chosen, not measured against others
   static constexpr bool LATE = HOLD && KIEC_NORM_LATE_SCALE != 0;
-  float ss_late = 0.f;  // (LATE: this thread's sum of squares, for publish)
+  float ss_late = 0.f;  // (LATE: this thread's sum of squares, for publish_late)
   using Held = std::conditional_t<KIEC_NORM_W_RAW != 0, T, float>;
   Held w[HOLD ? PER : 1];
   __device__ __forceinline__ void prefetch(const T* norm_w) {
@@ -111,15 +112,15 @@ struct Prologue {
     sync_block();
   }
   // LATE: this warp's sum of squares into red[warp], after the dot products (red is free then; the tile's barrier
-  // after them orders it before scale's reads)
-  __device__ __forceinline__ void publish(float* red) const {
+  // after them orders it before late_scale's reads)
+  __device__ __forceinline__ void publish_late(float* red) const {
     if constexpr (LATE) {
       const float s = warp_sum(ss_late);
       if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
     }
   }
   // LATE: the norm's scale from the warps' sums, added as block_sum adds them
-  __device__ __forceinline__ float scale(const float* red, float eps) const {
+  __device__ __forceinline__ float late_scale(const float* red, float eps) const {
     float t = 0.f;
     for (int w = 0; w < THREADS / 32; ++w) t += red[w];
     return rsqrtf(t / K + eps);
@@ -822,7 +823,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     return false;
   }
   if (tracing(u)) trace_row(u)[TR_PAGE_WAIT_CYCLES] = waited;
-  prologue.publish(red);
+  prologue.publish_late(red);
   sync_block();
   trace(u, TR_SUMS_DONE);
 #if KIEC_TRACE_DOTS
@@ -854,7 +855,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   constexpr bool LATE = decltype(prologue)::LATE;
   gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY, PY, LATE>(u, acc, bias, y, lo, outs, n_out, y_mine,
                                                           TY ? tag_of(u, u.ins->counter) : 0u, res_tag,
-                                                          LATE ? prologue.scale(red, eps) : 1.f);
+                                                          LATE ? prologue.late_scale(red, eps) : 1.f);
   if constexpr (SUMS) {
     for (int j = threadIdx.x; j < n_out; j += WARPS * 32)
       asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(sums + j) : "memory");
