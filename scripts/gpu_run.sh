@@ -3,9 +3,10 @@
 # Logs and JSON land in $OUT (or ./out). Usage: scripts/gpu_run.sh [tests|notests|stage] [MODEL[:CONTEXT] ...]
 #
 # Before the calls, on the CPU machine: scripts/gpu_prep.sh (commit id, the gguf wheel, the real model in parts,
-# the TVM source cache). The 98 MB model exceeds one call's 64 MB: call `stage` carrying .carry/smol.partaa, then
-# .carry/smol.partab, then .carry/smol.partac, each at once after the last (the machine stays warm 30 s), then the
-# real run carrying .carry/smol.partad, .carry/kiec_cache, .whl and .kiec_commit.
+# the TVM source cache). The 98 MB model exceeds one call's 64 MB: gpu_prep.sh cuts it into parts that fit beside the
+# tree and names them; call `stage` carrying each part but the last, each call at once after the last (the machine
+# stays warm 30 s), then the real run carrying the last part, .carry/smol.manifest, .carry/kiec_cache, .whl and
+# .kiec_commit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -32,13 +33,25 @@ if ls .whl/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
 [ -d .carry/kiec_cache ] && export KIEC_CACHE_DIR=$PWD/.carry/kiec_cache  # TVM's kernels, generated here
-mkdir -p /tmp/smol && cp .carry/smol.part* /tmp/smol/ 2> /dev/null
+mkdir -p /tmp/smol && cp .carry/smol.part* .carry/smol.manifest /tmp/smol/ 2> /dev/null
 mode=${1:-tests}; shift || true
 [ "$mode" = stage ] && { ls -la /tmp/smol; exit 0; }
-if [ -f /tmp/smol/smol.partaa ] && [ -f /tmp/smol/smol.partab ] && [ -f /tmp/smol/smol.partac ] \
-  && [ -f /tmp/smol/smol.partad ]; then
-  cat /tmp/smol/smol.parta? > /tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf
-  export KIEC_SMOLLM2_GGUF=/tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf
+# the parts the manifest names, all staged: the model, if its sha256 is the manifest's (else the real-model tests skip)
+if [ -f /tmp/smol/smol.manifest ]; then
+  names=$(tail -n +2 /tmp/smol/smol.manifest)
+  missing=$(for n in $names; do [ -f "/tmp/smol/$n" ] || echo "$n"; done)
+  if [ -n "$missing" ]; then
+    echo "real model: parts not staged: $(echo $missing) (the real-model tests skip)"
+  else
+    (cd /tmp/smol && cat $names > SmolLM2-135M-Instruct.Q4_1.gguf)
+    want=$(head -1 /tmp/smol/smol.manifest | cut -d' ' -f2)
+    if [ "$(sha256sum /tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf | cut -d' ' -f1)" = "$want" ]; then
+      export KIEC_SMOLLM2_GGUF=/tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf
+    else
+      echo "real model: the staged parts' sha256 is not the manifest's (parts from another cut?): the tests skip"
+      rm -f /tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf
+    fi
+  fi
 fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . > /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 1; }
 # AB="commit ...": the persistent kernel at those commits (trees made by AB=... gpu_prep.sh, carried as .carry/ab)
