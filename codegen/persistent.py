@@ -479,7 +479,7 @@ class _PersistentEmitter(_Emitter):
         instructions = sum(len(x) for x in self.sched.lists)
         src.manifest = dict(sms=self.sched.sms, instructions=instructions,
                             trace_slots=trace_slots(bool(self.t.persist_trace_dots), bool(self.t.persist_trace_stream)),
-                            schedule=[[sm, ins.opcode, ins.kernel, ins.counter]
+                            schedule=[[sm, ins.opcode, ins.kernel, ins.counter, ins.hi - ins.lo]
                                       for sm, lst in enumerate(self.sched.lists) for ins in lst])
         paced = paced_stream(self.p, self.t)
         pace = self.page_pace() if paced else 0

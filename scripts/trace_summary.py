@@ -90,7 +90,7 @@ def per_kind(ts: np.ndarray, slots: list[str], sched: list, kernels: list, sms: 
 def phase_rows(col: dict[str, np.ndarray], sched: list, opcode: str | None = None) -> dict[int, np.ndarray]:
     """Each phase's (counter's) recorded instructions, their rows in the recording; with `opcode`, its phases alone."""
     phases: dict[int, list[int]] = collections.defaultdict(list)
-    for i, (_, op, _, c) in enumerate(sched):
+    for i, (_, op, _, c, *_) in enumerate(sched):
         if col["start"][i] > 0 and (opcode is None or op == opcode):
             phases[c].append(i)
     return {c: np.array(rows) for c, rows in phases.items()}
@@ -101,7 +101,7 @@ def along_chain(col: dict[str, np.ndarray], sched: list) -> Iterator[tuple[np.nd
     (ns; None for the first)."""
     prev_end = None
     for c, rows in sorted(phase_rows(col, sched).items()):
-        _, opcode, k, _ = sched[rows[0]]
+        _, opcode, k, *_ = sched[rows[0]]
         yield rows, opcode, k, prev_end
         last_done = col["done"][rows].max()
         prev_end = last_done if prev_end is None else max(prev_end, last_done)
@@ -186,6 +186,34 @@ def ready_pages(ts: np.ndarray, slots: list[str], sched: list, kernels: list) ->
             for name, v in out.items()}
 
 
+def long_last(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> dict[str, tuple[int, int, int, int]]:
+    """Per GEMV kind, from a schedule whose entries carry each tile's rows (a fifth field, recordings since the
+    fortieth session): (phases whose last tile held the phase's longest share, phases whose shares differ, the fewest
+    and the most rows a tile). Shares of whole rows differ by a row where the SMs do not divide the rows, so the
+    longest shares stream a row more (a page on a down projection); this says how often that row sets the phase's
+    end. Empty for older recordings."""
+    if not sched or len(sched[0]) < 5:
+        return {}
+    col = columns(ts, slots)
+    out: dict[str, list[int]] = {}
+    for rows in phase_rows(col, sched, "gemv").values():
+        share = np.array([sched[i][4] for i in rows])
+        last = int(col["done"][rows].argmax())
+        o = out.setdefault(kind("gemv", kernels[sched[rows[0]][2]]), [0, 0, 10 ** 9, 0])
+        uneven = share.max() > share.min()
+        o[0] += int(uneven and share[last] == share.max())
+        o[1] += int(uneven)
+        o[2], o[3] = min(o[2], int(share.min())), max(o[3], int(share.max()))
+    return {name: (a, b, lo, hi) for name, (a, b, lo, hi) in out.items()}
+
+
+def long_last_lines(ll: dict[str, tuple[int, int, int, int]]) -> list[str]:
+    if not any(b for _, b, _, _ in ll.values()):
+        return []
+    return ["the slowest tile held its phase's longest share (rows a tile: fewest-most), in phases with uneven shares:",
+            *(f"  {name:<22} {a} of {b} ({lo}-{hi} rows)" for name, (a, b, lo, hi) in ll.items() if b)]
+
+
 def tail_lines(t: dict[str, float], last: collections.Counter) -> list[str]:
     lines = ["the slowest tile of each GEMV phase (last signal after the median SM's, us, mean over the phases):",
              "  " + ", ".join(f"{name} {us:.2f}" for name, us in sorted(t.items(), key=lambda kv: -kv[1]))]
@@ -252,7 +280,7 @@ def attention_parts(ts: np.ndarray, slots: list[str], sched: list) -> list[str]:
     the arrival, the last split's merge of the partials and its signal), mean us (and max) over them. Nothing when
     the recording has no such stamps."""
     col = columns(ts, slots)
-    rows = [i for i, (_, opcode, _, _) in enumerate(sched) if opcode == "attention" and col["start"][i] > 0
+    rows = [i for i, (_, opcode, *_) in enumerate(sched) if opcode == "attention" and col["start"][i] > 0
             and col["ready"][i] <= col["sums_done"][i] <= col["stored"][i] <= col["x_ready"][i] <= col["done"][i]]
     if not rows:
         return []
@@ -372,6 +400,7 @@ def summary_of(ts: np.ndarray, m: dict, pos: int) -> str:
     lines += ["", *chain_lines(chain(ts, slots, sched, kernels))]
     lines += ["", *handover_lines(handover(ts, slots, sched, kernels))]
     lines += ["", *tail_lines(*tails(ts, slots, sched, kernels))]
+    lines += long_last_lines(long_last(ts, slots, sched, kernels))
     lines += ["", *slowest_lines(slowest_parts(ts, slots, sched, kernels))]
     for view in (attention_critical(ts, slots, sched), attention_parts(ts, slots, sched),
                  dot_parts(ts, slots, sched, kernels), stream_parts(ts, slots, sched, kernels, sms)):

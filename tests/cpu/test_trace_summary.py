@@ -111,6 +111,25 @@ def test_the_tails_view_names_the_slowest_tiles():
     assert lines[1] == "  gemv:qkv 4.00, gemv:x 0.50" and lines[2].startswith("  the SMs most often last (2 phases): SM 2 1x")
 
 
+def test_the_long_share_view_counts_the_phases_a_longer_share_ended():
+    # the tails view's recording, each tile with its rows: phase 0's shares 16, 15, 16 (SM 2, last, holds a longest),
+    # phase 2's 4, 4, 4 (even: not counted); a recording without the rows gives nothing
+    sched = [[0, "gemv", 0, 0, 16], [1, "gemv", 0, 0, 15], [2, "gemv", 0, 0, 16], [0, "attention", 1, 1, 1],
+             [0, "gemv", 2, 2, 4], [1, "gemv", 2, 2, 4], [2, "gemv", 2, 2, 4]]
+    ts = recording([(1000, 2000, 2500, 3500, 4000, 0), (1000, 2000, 2500, 3500, 5000, 0),
+                    (1000, 2000, 2500, 3500, 9000, 0), (9000, 9500, 10000, 0, 11000, 0),
+                    (11000, 12000, 12500, 13500, 14000, 0), (11000, 12000, 12500, 13500, 15500, 0),
+                    (11000, 12000, 12500, 13500, 15000, 0)])
+    ll = trace_summary.long_last(ts, SLOTS, sched, KERNELS)
+    assert ll == {"gemv:qkv": (1, 1, 15, 16), "gemv:x": (0, 0, 4, 4)}
+    assert trace_summary.long_last_lines(ll)[1:] == ["  gemv:qkv               1 of 1 (15-16 rows)"]
+    assert trace_summary.long_last(ts, SLOTS, [x[:4] for x in sched], KERNELS) == {}
+    # the other views read the fifth field past
+    assert trace_summary.tails(ts, SLOTS, sched, KERNELS)[1] == {2: 1, 1: 1}
+    assert "the slowest tile held its phase's longest share" in trace_summary.summary_of(
+        ts, {"trace_slots": SLOTS, "schedule": sched, "kernels": KERNELS, "sms": 3}, 64)
+
+
 def test_the_slowest_parts_view_says_where_the_last_tile_lost():
     # phase 0 (QKV) ends at 5 us; phase 2 (O) on three SMs: two were waiting (ready 5.5 and 5.6 us) and take 3 us to
     # done; the third was busy until 6 us (its attention split), is ready at 6.4 and its pages and dots take 0.5 us
