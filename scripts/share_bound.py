@@ -1,0 +1,48 @@
+"""What whole-row GEMV shares cost against shares to the row segment, by arithmetic on the persistent schedule (no
+GPU): for each GEMV phase, the busiest SM's weight bytes over the phase's mean, summed over a token, and the same
+if the phase's bytes were dealt in items (row segments, gemv_tile's SEGS) instead of rows.
+    python3 scripts/share_bound.py llama-3.2-1b [qwen3-1.7b ...]
+Prints per model: the phase bound (mean over busiest, summed over the phases: what the memory could reach if each
+phase ended when its busiest SM did) with rows and with items, and the busiest SMs' excess bytes over the mean in us
+at an SM's share of a 4.5 TB/s ceiling (34 GB/s). A bound, not a timing: stalls and the chain are not modelled."""
+import sys
+
+from kiec.codegen import targets
+from kiec.codegen.persistent import _PersistentEmitter, row_segments
+from kiec.ir.passes.persistent import share_weights
+from kiec.ir.passes.program import GemvKernel
+
+import kiec
+from kiec.build import pipeline
+
+SM_GBPS = 34.0
+
+
+def bound(name: str) -> tuple[float, float, float, float]:
+    model = kiec.load(name, dtype="bf16", max_seq_len=512)
+    program = pipeline.run(model.graph, None)
+    t = targets.TARGETS["sm_90"]
+    em = _PersistentEmitter(program, "bf16", 512, t)
+    esize = 2  # bf16
+    shares: dict[int, list[int]] = {}
+    for lst in em.sched.lists:
+        for ins in lst:
+            if isinstance(program.kernels[ins.kernel], GemvKernel):
+                shares.setdefault(ins.counter, []).append(share_weights(program.kernels[ins.kernel], ins.hi - ins.lo))
+    mean = rows = items = 0.0
+    for c, elems in shares.items():
+        k = program.kernels[em.sched.phases[c][0]]
+        silu = k.epilogue == "silu_mul"
+        item = k.k // row_segments(k.k, em.warps, t.persist_page_bytes, silu) * (2 if silu else 1)  # elements
+        total, n = sum(elems), len(elems)
+        mean += total / n * esize
+        rows += max(elems) * esize
+        items += -(-total // (item * n)) * item * esize  # the mean rounded up to an item
+    return mean / rows, mean / items, (rows - mean) / (SM_GBPS * 1e3), (items - mean) / (SM_GBPS * 1e3)
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:]:
+        b_rows, b_items, us_rows, us_items = bound(name)
+        print(f"{name}: phase bound {b_rows:.4f} with rows, {b_items:.4f} with items; the busiest SMs' excess "
+              f"{us_rows:.1f} us a token with rows, {us_items:.1f} with items")
