@@ -370,10 +370,13 @@ def stream_parts(ts: np.ndarray, slots: list[str], sched: list, kernels: list, s
     col = columns(ts, slots)
     out: dict[str, list[list[float]]] = collections.defaultdict(list)
     full_per_sm = np.zeros(sms)
+    stalls = []  # (from, to) ns: a tile's full wait, taken as ending at its x ready
     for i, (sm, opcode, k, *_) in enumerate(sched):
         if opcode != "gemv" or col["stream_first"][i] <= 0 or col["x_ready"][i] <= 0:
             continue
         full_per_sm[sm] += col["stream_full_ns"][i] / 1e3
+        if col["stream_full_ns"][i] > 0:
+            stalls.append((col["x_ready"][i] - col["stream_full_ns"][i], col["x_ready"][i]))
         out[kind(opcode, kernels[k])].append([col["stream_full_ns"][i] / 1e3, col["stream_pace_ns"][i] / 1e3,
                                               (col["x_ready"][i] - col["stream_first"][i]) / 1e3,
                                               (col["stream_last"][i] - col["x_ready"][i]) / 1e3])
@@ -390,7 +393,21 @@ def stream_parts(ts: np.ndarray, slots: list[str], sched: list, kernels: list, s
     lines.append(f"the ring full, summed over an SM's tiles: mean {full_per_sm.mean():.1f} us (min "
                  f"{full_per_sm.min():.1f}, max {full_per_sm.max():.1f}) of the {span:.1f} us token span "
                  f"({100 * full_per_sm.mean() / span:.0f}%)")
+    at_once = {share: stalled_at_once(stalls, share * sms) / 1e3 for share in (0.5, 0.9)}
+    lines.append(f"rings full at once (a tile's full wait taken as ending at its x ready): half the SMs or more "
+                 f"{100 * at_once[0.5] / span:.1f}% of the span, 90% or more {100 * at_once[0.9] / span:.1f}%")
     return lines
+
+
+def stalled_at_once(stalls: list[tuple[int, int]], least: float) -> int:
+    """ns during which at least `least` of the (from, to) intervals overlap (a sweep over their ends)."""
+    events = sorted([(a, 1) for a, _ in stalls] + [(b, -1) for _, b in stalls])
+    total, n, since = 0, 0, 0
+    for t, d in events:
+        if n >= least:
+            total += t - since
+        n, since = n + d, t
+    return int(total)
 
 
 def summary_of(ts: np.ndarray, m: dict, pos: int) -> str:

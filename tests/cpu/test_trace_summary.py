@@ -294,6 +294,11 @@ def test_stream_parts_give_the_rings_full_waits_per_kind_and_per_sm():
     assert [float(v) for v in lines[2].split()[2:]] == pytest.approx([0.57, 0.13, 0.83, 1.0, 1.7], abs=0.005)
     assert lines[3] == ("the ring full, summed over an SM's tiles: mean 0.8 us (min 0.2, max 1.5) of the 12.0 us "
                         "token span (7%)")
+    # the full waits as (x ready - full, x ready): SM 0 [1.0, 2.0] and [10.5, 11.0] us, SM 1 [1.8, 2.0]: one SM or
+    # more (half of 2) 1.5 us of 12 (12.5%), both (90% of 2 rounds up to 2) 0.2 us (1.7%)
+    assert lines[4] == ("rings full at once (a tile's full wait taken as ending at its x ready): half the SMs or more "
+                        "12.5% of the span, 90% or more 1.7%")
+    assert trace_summary.stalled_at_once([(0, 10), (5, 20), (30, 40)], 2) == 5
     assert trace_summary.stream_parts(base, SLOTS, sched, KERNELS, 2) == []
 
 
