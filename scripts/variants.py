@@ -26,9 +26,11 @@ from kiec.codegen import targets
 from kiec.summary import bytes_per_token
 
 
-def traces(arts: dict[str, str], pos: int) -> None:
+def traces(arts: dict[str, str], pos: int, prefix: str = "") -> None:
     """The persistent variants' steps at `pos`, traced: one column a variant (numbered in the legend), one row a
-    kind of phase (hop + span us, mean over its phases), the traced step's span last; then each whole summary."""
+    kind of phase (hop + span us, mean over its phases), the traced step's span last; then each whole summary.
+    `prefix` starts each kept recording's name (main's: the model's context, so that a model timed at two contexts in
+    one call keeps both; before the fortieth session the second overwrote the first's)."""
     recs = {}
     save_dir = os.environ.get("VARIANTS_TRACE_DIR")  # each recording kept there as an .npz (trace_summary.py reads it)
     for v, art in arts.items():
@@ -37,7 +39,8 @@ def traces(arts: dict[str, str], pos: int) -> None:
             recs[v] = (eng.trace(pos), eng.manifest)
             if save_dir:
                 os.makedirs(save_dir, exist_ok=True)
-                name = re.sub(r"[^A-Za-z0-9.-]+", "_", f"{os.path.basename(art)}_{v}")  # (the device tool refuses "=")
+                # (no "=" or ",": the device tool leaves such names behind)
+                name = re.sub(r"[^A-Za-z0-9.-]+", "_", f"{prefix}{os.path.basename(art)}_{v}")
                 trace_summary.save(os.path.join(save_dir, f"{name}.npz"), recs[v][0], eng.manifest, pos)
     if not recs:
         return
@@ -130,7 +133,7 @@ def main(spec: str, variants: list[str], trace_pos: int | None = None, rounds: i
                   f"{1e3 / s.median_ms:.0f} tok/s MBU {nbytes / (s.median_ms * 1e-3) / (ceil * 1e12) * 100:.1f}%")
     print("\n".join(summary_lines(times)))
     if trace_pos is not None:
-        traces(arts, trace_pos)
+        traces(arts, trace_pos, f"ctx{context}_" if context else "")
     release()  # this list's engines and their GPU memory, before the next model's
     shutil.rmtree(work, ignore_errors=True)
 

@@ -233,6 +233,11 @@ def test_variants_trace_puts_the_persistent_variants_side_by_side(monkeypatch, c
     got_ts, got_manifest, pos = trace_summary.load(str(tmp_path / "traces" / "b_mode_persistent_x_1.npz"))
     assert pos == 64 and np.array_equal(got_ts, recording(slower)) and got_manifest["schedule"] == sched
     out = capsys.readouterr().out.splitlines()
+    # the same model at another context in the same call (main's prefix) keeps its own files beside these
+    variants.traces({"mode=persistent": "a"}, 64, "ctx8192_")
+    assert sorted(os.listdir(tmp_path / "traces")) == ["a_mode_persistent.npz", "b_mode_persistent_x_1.npz",
+                                                       "ctx8192_a_mode_persistent.npz"]
+    capsys.readouterr()
     assert out[1].split() == ["[0]", "mode=persistent"] and out[2].split() == ["[1]", "mode=persistent,x=1"]
     table = {line.split()[0]: line.split()[1:] for line in out[4:8]}
     assert table["attention"] == ["2.00", "+", "2.00", "2.00", "+", "3.00"]  # hop + span, per variant
