@@ -613,8 +613,8 @@ TARGETS: dict[str, TargetParams] = {
                           # 1.095, llama-3.2-1b at 8192 0.813-0.815 vs 0.849, llama-3.1-8b 3.808 vs 3.828-3.830. So 1
                           persist_stage_instrs=1, persist_norm_w_raw=1,
                           # a held norm's scale applied to each row's sum in the epilogue: traced at position 64 on
-                          # llama-3.2-1b, QKV's x ready 1.92 -> 1.77 us after the down projection's last signal, gate/
-                          # up's 1.76 -> 1.60. Fortieth session (a75b645, ms, two rounds, bench/RESULTS.md): llama-
+                          # llama-3.2-1b, QKV's x ready 1.87 -> 1.72 us after the down projection's last signal, gate/
+                          # up's 1.81 -> 1.69. Fortieth session (a75b645, ms, two rounds, bench/RESULTS.md): llama-
                           # 3.2-1b 0.677 / 0.676 vs 0.678 / 0.678 (-0.3%), qwen3-1.7b 1.025 / 1.025 vs 1.026 / 1.028,
                           # llama-3.2-1b at 8192 0.796 / 0.796 vs 0.799 / 0.798, smollm2-135m 0.430 / 0.430 vs 0.434 /
                           # 0.434 (-0.9%), llama-3.1-8b 3.701 / 3.701 vs 3.714 / 3.714. So 1
