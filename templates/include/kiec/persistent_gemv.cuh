@@ -93,17 +93,8 @@ struct Prologue {
   // eps) and the norm's weights (held in w, or read from norm_w); ss: this thread's sum of their squares.
   __device__ __forceinline__ void normalize(float ss, const float (&v)[HOLD ? PER : 1], const T* norm_w, float eps,
                                             float* xs, float* red) {
-    if constexpr (LATE) {
-      ss_late = ss;
-#pragma unroll
-      for (int e = 0; e < PER; ++e) {
-        const int i = threadIdx.x + e * THREADS;
-        if (i < K) xs[i] = v[e] * held(e);
-      }
-      sync_block();
-      return;
-    }
-    const float scale = rsqrtf(block_sum(ss, red) / K + eps);
+    if (LATE) ss_late = ss;  // (LATE: times 1, the scale is the epilogue's)
+    const float scale = LATE ? 1.f : rsqrtf(block_sum(ss, red) / K + eps);
 #pragma unroll
     for (int e = 0; e < PER; ++e) {
       const int i = threadIdx.x + e * THREADS;
@@ -657,8 +648,8 @@ __device__ __forceinline__ long long gemv_pages_half(R& ring, int items, const f
 // y_mine: with EPI_RESIDUAL, y[lo + threadIdx.x] as loaded before the dot products (residual_first).
 // TY: y is tagged words (common.cuh): written with tag `mine`, the residual read carrying `res`. PY (SiLU-mul, TY):
 // y is tagged pairs (common.cuh: st_tagged_pair), lo and outs even (the schedule deals such a GEMV's rows in pairs).
-// SCALED (persist_norm_late_scale): each row's sum times `scale` (the norm's, Prologue::LATE) before the bias.
-template <typename T, int SEGS, int EPI, bool BIAS, int THREADS, bool TY = false, bool PY = false, bool SCALED = false>
+// scale: each row's sum times it before the bias (the norm's with persist_norm_late_scale, Prologue::LATE; else 1).
+template <typename T, int SEGS, int EPI, bool BIAS, int THREADS, bool TY = false, bool PY = false>
 __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, const T* bias, float* y, int lo,
                                               int outs, int n_out, float y_mine, unsigned mine = 0,
                                               unsigned res = 0, float scale = 1.f) {
@@ -667,7 +658,7 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
     float v = 0.f;
 #pragma unroll
     for (int s = 0; s < SEGS; ++s) v += acc[r * SEGS + s];
-    return SCALED ? v * scale : v;
+    return v * scale;
   };
   auto silu_mul = [&](int j) {  // output lo + j
     const int o = lo + j;
@@ -852,10 +843,9 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
 #endif
   const unsigned res_tag = TY && EPI == EPI_RESIDUAL ? tag_of(u, u.desc->tag_res) : 0u;
   if (TY && res_mine) y_mine = tagged_value(y_word, y, lo + threadIdx.x, res_tag);
-  constexpr bool LATE = decltype(prologue)::LATE;
-  gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY, PY, LATE>(u, acc, bias, y, lo, outs, n_out, y_mine,
-                                                          TY ? tag_of(u, u.ins->counter) : 0u, res_tag,
-                                                          LATE ? prologue.late_scale(red, eps) : 1.f);
+  gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY, PY>(u, acc, bias, y, lo, outs, n_out, y_mine,
+                                                        TY ? tag_of(u, u.ins->counter) : 0u, res_tag,
+                                                        decltype(prologue)::LATE ? prologue.late_scale(red, eps) : 1.f);
   if constexpr (SUMS) {
     for (int j = threadIdx.x; j < n_out; j += WARPS * 32)
       asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(sums + j) : "memory");
