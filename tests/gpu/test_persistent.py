@@ -786,6 +786,7 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     art = compile_variant(model, tmp_path, monkeypatch, **change)  # (on top of the base's fields)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, f"persistent {change}: logits over 24 positions")
+    params = SamplingParams(0.9, 0.8, seed=5)
     if change.keys() <= {"persist_counter_stride", "persist_stop_poll_every", "persist_evict_first", "attn_l2_prefetch",
                          "attn_min_keys", "persist_x_direct", "persist_stages", "persist_poll_sleep_ns",
                          "persist_waits_previous_first", "persist_waits_together",
@@ -800,7 +801,6 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "persist_trace_dots", "persist_stage_instrs", "persist_norm_w_raw",
                          "persist_trace_attention", "persist_select_host_late", "persist_page_pace_kinds"}:
         assert np.array_equal(ours, stepped_logits(base, tokens))
-        params = SamplingParams(0.9, 0.8, seed=5)
         assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)
         assert eng.generate(tokens[:5], 24, sampling=params) == base.generate(tokens[:5], 24, sampling=params)
     else:
@@ -810,5 +810,4 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
         # seeded draw to a neighbour now and then (fortieth session: 12 warps parted at the first sampled token with
         # the same greedy tokens and logits within the budget)
         greedy_alike(eng, base, tokens[:5], 24)
-        params = SamplingParams(0.9, 0.8, seed=5)
         assert eng.generate(tokens[:5], 24, sampling=params) == eng.generate(tokens[:5], 24, sampling=params)
