@@ -309,18 +309,21 @@ def dependencies(program: Program, slot_of: dict[str, int] | None = None) -> lis
     return deps
 
 
+def gemvs_reading(program: Program, values: set[str]) -> frozenset[int]:
+    """The GEMV kernels whose x is one of `values`, by index."""
+    return frozenset(i for i, k in enumerate(program.kernels) if isinstance(k, GemvKernel) and k.x in values)
+
+
 def down_projections(program: Program) -> frozenset[int]:
     """The kernels that are GEMVs whose x a SiLU-mul GEMV writes (the down projections), by index."""
-    ks = program.kernels
-    silu_out = {k.out for k in ks if isinstance(k, GemvKernel) and k.epilogue == "silu_mul"}
-    return frozenset(i for i, k in enumerate(ks) if isinstance(k, GemvKernel) and k.x in silu_out)
+    return gemvs_reading(program, {k.out for k in program.kernels
+                                   if isinstance(k, GemvKernel) and k.epilogue == "silu_mul"})
 
 
 def output_projections(program: Program) -> frozenset[int]:
     """The kernels that are GEMVs whose x an attention kernel writes (the output projections), by index."""
-    ks = program.kernels
-    attn_out = {v for k in ks if isinstance(k, AttentionKernel) for v, _, _ in kernel_io(k)[1]}
-    return frozenset(i for i, k in enumerate(ks) if isinstance(k, GemvKernel) and k.x in attn_out)
+    return gemvs_reading(program, {v for k in program.kernels if isinstance(k, AttentionKernel)
+                                   for v, _, _ in kernel_io(k)[1]})
 
 
 def local_waits(program: Program, deps: list[list[Wait]], readers: frozenset[int]) -> list[list[Wait]]:
