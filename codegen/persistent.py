@@ -29,6 +29,11 @@ STAGE_SMEM = 1024  # more of it with persist_stage_instrs (persistent.cuh: Instr
 WARP_COPY_FLOATS = 32 * 8  # a warp's round of x with persist_x_warp_copy_min_k (persistent_gemv.cuh's, the same name)
 
 
+def carry(k: GemvKernel) -> str:
+    """The arena region of a GEMV dealt to the item (persist_item_shares) where its heads' partials are published."""
+    return k.name + ".carry"
+
+
 def ring_head_bytes(stages: int) -> int:
     """The ring's barriers before its pages: two 8-byte mbarriers a page, in 128-byte lines (for persist_stages:
     never less than the kernel's Ring takes)."""
@@ -153,7 +158,8 @@ class _PersistentEmitter(_Emitter):
                                         o_local=bool(t.persist_probe_o_local),
                                         early_pass=bool(t.persist_attn_early_pass),
                                         pair_rows=frozenset(i for i, k in enumerate(program.kernels)
-                                                            if isinstance(k, GemvKernel) and k.out in self.paired))
+                                                            if isinstance(k, GemvKernel) and k.out in self.paired),
+                                        item_segs=self.item_shares)
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):
             self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)
@@ -180,7 +186,31 @@ class _PersistentEmitter(_Emitter):
             out[partials(k) + ".o"], out[partials(k) + ".ml"] = slots * k.head_dim * words, slots * 2 * words
         if self.t.persist_probe_mlp_local >= 2:  # the probe's int64 sums: the widest down projection's outputs
             out[PROBE_SUMS] = 2 * max((k.n_out for k in self.p.kernels if self.after_silu(k)), default=1)
+        for i, segs in self.item_shares.items():  # a head's partial: a tagged word a segment, a slot a tile
+            out[carry(self.p.kernels[i])] = 2 * self.t.sms * segs
         return out
+
+    @functools.cached_property
+    def item_shares(self) -> dict[int, int]:
+        """persist_item_shares: the GEMVs (by index) whose shares are dealt to the row segment, and their segments a
+        row: the residual adds without a norm (the output and down projections) with at least a row an SM (the
+        schedule deals fewer rows whole: gemv_item_shares), each a tile function that takes one item at a time."""
+        t = self.t
+        if t.persist_item_shares not in (0, 1):
+            raise ValueError(f"persist_item_shares {t.persist_item_shares}: 0 or 1 (the residual GEMVs dealt to the "
+                             f"row segment)")
+        if not t.persist_item_shares:
+            return {}
+        for name in ("persist_tag_parity", "persist_probe_warm_code", "persist_probe_twice"):
+            if getattr(t, name):
+                raise ValueError(f"persist_item_shares with {name}: a head's partial is an 8-byte tagged word "
+                                 f"published once (not a parity, nor by a probe's second pass)")
+        if t.persist_probe_mlp_local >= 2:
+            raise ValueError("persist_item_shares with persist_probe_mlp_local 2: the probe's sums take the slot the "
+                             "partials' words do")
+        return {i: row_segments(k.k, t.persist_warps, t.persist_page_bytes, False)
+                for i, k in enumerate(self.p.kernels)
+                if isinstance(k, GemvKernel) and k.epilogue == "residual" and not k.norm and k.n_out >= t.sms}
 
     def after_silu(self, k) -> bool:
         """Whether k is a GEMV whose x a SiLU-mul GEMV writes (a down projection)."""
@@ -323,8 +353,9 @@ class _PersistentEmitter(_Emitter):
         rows = self.rows[self.p.kernels.index(k)]  # the most outputs one of its tiles computes
         items = rows * segs
         half_rounds = -(-(k.k // 8 // segs) // 16)
+        sk = self.p.kernels.index(k) in self.item_shares  # (dealt to the item: one item at a time, a warp each)
         half = bool(self.t.persist_dot_half_warps and not tx and items > self.warps and half_rounds <= 6
-                    and not self.twice(k) and not warp_copy)
+                    and not self.twice(k) and not warp_copy and not sk)
         # the LM head's warp sums in their own batch (persist_reduce_batch_head; 0: the table's persist_reduce_batch)
         batch = self.t.persist_reduce_batch_head if k.epilogue == "argmax" else 0
         if batch not in (0, 1, 2, 4, 8, 16, 32):
@@ -335,21 +366,23 @@ class _PersistentEmitter(_Emitter):
         # a warp's items several at once (persist_dot_items) where a warp of its tiles has at least
         # persist_dot_items_min_share of them (the long shares: gate/up, down, the LM head on llama-3.2-1b)
         per_warp = -(-items // self.warps)
-        dot_items = self.t.persist_dot_items if per_warp >= self.t.persist_dot_items_min_share and not half else 1
+        dot_items = (self.t.persist_dot_items if per_warp >= self.t.persist_dot_items_min_share and not half
+                     and not sk else 1)
         tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums, dot_items, warp_copy,
-                              k.x in self.paired, k.out in self.paired],
-                             [False, False, False, 0, False, 0, False, False, 1, False, False, False])  # DIRECT .. PY
+                              k.x in self.paired, k.out in self.paired, sk],
+                             [False, False, False, 0, False, 0, False, False, 1, False, False, False, False])  # .. SK
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
                 f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem"
-                + (", (unsigned long long*)A(d.a[2]))" if sums else ")"))
+                + (", (unsigned long long*)A(d.a[2]))" if sums else ", nullptr, A(d.a[3]))" if sk else ")"))
         if k.epilogue == "argmax":
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
         self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, row_bytes=k.k * self.esize,
                    item_bytes=k.k // 8 // segs * 16, silu=silu, tag_x=self.tag_writer(k.x),
                    tag_res=self.tag_writer(k.residual), pace=self.kind_paces.get(self.gemv_kind(k), 0),
                    w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
-                   a=(self.arena[k.x], self.arena[k.out]) + ((self.arena[PROBE_SUMS],) if sums else ()))
+                   a=(self.arena[k.x], self.arena[k.out]) + ((self.arena[PROBE_SUMS],) if sums else ())
+                   + ((-1, self.arena[carry(k)]) if sk else ()))
         staged = not direct and not wnorm  # x in the scratch: all of it, or a round of its segment a warp (warp_copy)
         x_floats = (self.warps * WARP_COPY_FLOATS if warp_copy else k.k) if staged else 0
         self.smem = max(self.smem, (x_floats + (2 if silu else 1) * rows * segs + self.warps) * 4)
@@ -496,7 +529,7 @@ class _PersistentEmitter(_Emitter):
             reduce_batch=self.t.persist_reduce_batch, copy_batch=self.t.persist_copy_batch,
             dot_item_chunks=self.t.persist_dot_item_chunks, stage_instrs=self.t.persist_stage_instrs,
             norm_w_raw=int(bool(self.t.persist_norm_w_raw)),
-            norm_late_scale=int(bool(self.t.persist_norm_late_scale)),
+            norm_late_scale=int(bool(self.t.persist_norm_late_scale)), item_shares=int(bool(self.item_shares)),
             select_host_late=int(bool(self.t.persist_select_host_late)),
             evict_first=int(bool(self.t.persist_evict_first)),
             walk_kept=int(bool(self.t.persist_walk_kept and paced)), page_pace_ns=pace,

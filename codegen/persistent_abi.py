@@ -41,7 +41,9 @@ def trace_slots(dots: bool, stream: bool = False) -> list[str]:
 # (name, C type, struct code): a Wait is (counter, target per token, previous?) packed in 8 bytes; with tag waits
 # (KIEC_TAG_WAITS) `previous` carries the wait's late flag in bit 1 and its lead above (ir/passes/persistent.py: Wait)
 WAIT_FIELDS = [("counter", "uint16_t", "H"), ("previous", "uint16_t", "H"), ("tiles", "uint32_t", "I")]
-INSTR_FIELDS = [("opcode", "uint16_t", "H"), ("n_waits", "uint16_t", "H"), ("kernel", "uint32_t", "I"),
+# head, tail: a GEMV share's first segment of its first row and its segments of its last (Instr: persist_item_shares)
+INSTR_FIELDS = [("opcode", "uint8_t", "B"), ("n_waits", "uint8_t", "B"), ("head", "uint8_t", "B"),
+                ("tail", "uint8_t", "B"), ("kernel", "uint32_t", "I"),
                 ("tile", "uint32_t", "I"), ("lo", "int32_t", "i"), ("hi", "int32_t", "i"),
                 ("counter", "uint32_t", "I")]  # the phase counter it bumps
 # A kernel's operands, one entry per fused kernel: `spec` picks the tile function (one inlined body per distinct
@@ -96,10 +98,13 @@ def pack(ins: Instr) -> bytes:
                          f"the format holds {MAX_WAITS}")
     if any(not 0 <= w.lead < 1 << 14 for w in ins.waits):
         raise ValueError(f"{ins.opcode} kernel {ins.kernel} tile {ins.tile}: a wait's lead is out of 0..16383")
+    if not (0 <= ins.head < 256 and 0 <= ins.tail < 256):
+        raise ValueError(f"{ins.opcode} kernel {ins.kernel} tile {ins.tile}: head {ins.head} or tail {ins.tail} is out "
+                         f"of 0..255 (segments of a row)")
     waits = [(w.counter, int(w.previous) | int(w.late) << 1 | w.lead << 2, w.tiles) for w in ins.waits]
     waits += [(0, 0, 0)] * (MAX_WAITS - len(waits))
-    return struct.pack(INSTR_FORMAT, OPCODES[ins.opcode], len(ins.waits), ins.kernel, ins.tile, ins.lo, ins.hi,
-                       ins.counter, *[x for w in waits for x in w])
+    return struct.pack(INSTR_FORMAT, OPCODES[ins.opcode], len(ins.waits), ins.head, ins.tail, ins.kernel, ins.tile,
+                       ins.lo, ins.hi, ins.counter, *[x for w in waits for x in w])
 
 
 def pack_schedule(sched: Schedule) -> tuple[bytes, list[int]]:

@@ -248,6 +248,11 @@ class TargetParams:
     # put in from shared memory (attention.cuh: attention_slice's MMA_FIRST); 2: those rows but row pos - 1 loaded by
     # the tile before it waits for its inputs (persistent.cuh: attention_tile), row pos - 1 beside q's. The same bits
     persist_attn_mma_first: int
+    # persistent: 1: the residual GEMVs without a norm (the output and down projections) are dealt to the row segment
+    # (item), not the row: shares differ by a segment (2 KB on llama-3.2-1b's down projection) where whole rows differ
+    # by a row (16 KB). A share that starts mid-row publishes that row's first segments' sums as tagged words; the
+    # tile before completes the row with them (persistent_gemv.cuh: ItemShare; the same bits). Not with parity tags
+    persist_item_shares: int
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads
@@ -771,7 +776,9 @@ TARGETS: dict[str, TargetParams] = {
                           # models (persist_attn_mma_first_narrow), 0 on the others. The weight stream held while an
                           # SM runs an attention split with rows (persist_attn_holds_stream, 408d291, taken out; call
                           # 7): llama-3.2-1b +0.1% (the last split's slice 2.98 vs 3.27 us), qwen3-1.7b +0.8%
-                          persist_attn_mma_first=0, persist_attn_mma_first_narrow=2),
+                          persist_attn_mma_first=0, persist_attn_mma_first_narrow=2,
+                          # not yet run on a GPU (forty-first session: built, checked by the VM and ptxas only)
+                          persist_item_shares=0),
 }
 
 

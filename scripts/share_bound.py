@@ -1,10 +1,11 @@
 """What whole-row GEMV shares cost against shares to the row segment, by arithmetic on the persistent schedule (no
 GPU): for each GEMV phase, the busiest SM's weight bytes over the phase's mean, summed over a token, and the same
 if the phase's bytes were dealt in items (row segments, gemv_tile's SEGS) instead of rows.
-    python3 scripts/share_bound.py llama-3.2-1b [qwen3-1.7b ...]
+    python3 scripts/share_bound.py llama-3.2-1b [qwen3-1.7b ...] [field=value ...]
 Prints per model: the phase bound (mean over busiest, summed over the phases: what the memory could reach if each
 phase ended when its busiest SM did) with rows and with items, and the busiest SMs' excess bytes over the mean in us
-at an SM's share of a 4.5 TB/s ceiling (34 GB/s). A bound, not a timing: stalls and the chain are not modelled."""
+at an SM's share of a 4.5 TB/s ceiling (34 GB/s). A bound, not a timing: stalls and the chain are not modelled.
+"With rows" is the schedule as dealt, so with persist_item_shares=1 its residual GEMVs' shares are items already."""
 import sys
 
 from kiec.codegen import targets
@@ -18,17 +19,18 @@ from kiec.build import pipeline
 SM_GBPS = 34.0
 
 
-def bound(name: str) -> tuple[float, float, float, float]:
+def bound(name: str, fields: dict[str, str] | None = None) -> tuple[float, float, float, float]:
     model = kiec.load(name, dtype="bf16", max_seq_len=512)
     program = pipeline.run(model.graph, None)
-    t = targets.TARGETS["sm_90"]
+    t = targets.with_fields(targets.TARGETS["sm_90"], fields or {})
     em = _PersistentEmitter(program, "bf16", 512, t)
     esize = 2  # bf16
     shares: dict[int, list[int]] = {}
     for lst in em.sched.lists:
         for ins in lst:
             if isinstance(program.kernels[ins.kernel], GemvKernel):
-                shares.setdefault(ins.counter, []).append(share_weights(program.kernels[ins.kernel], ins.hi - ins.lo))
+                shares.setdefault(ins.counter, []).append(share_weights(
+                    program.kernels[ins.kernel], ins.hi - ins.lo, em.sched.item_segs.get(ins.kernel), ins))
     mean = rows = items = 0.0
     for c, elems in shares.items():
         k = program.kernels[em.sched.phases[c][0]]
@@ -42,7 +44,8 @@ def bound(name: str) -> tuple[float, float, float, float]:
 
 
 if __name__ == "__main__":
-    for name in sys.argv[1:]:
-        b_rows, b_items, us_rows, us_items = bound(name)
+    fields = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
+    for name in (a for a in sys.argv[1:] if "=" not in a):
+        b_rows, b_items, us_rows, us_items = bound(name, fields)
         print(f"{name}: phase bound {b_rows:.4f} with rows, {b_items:.4f} with items; the busiest SMs' excess "
               f"{us_rows:.1f} us a token with rows, {us_items:.1f} with items")

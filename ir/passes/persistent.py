@@ -48,6 +48,12 @@ class Instr:
     hi: int
     waits: tuple[Wait, ...]
     counter: int = -1  # the phase whose counter it bumps when done
+    # a GEMV dealt to the item (Schedule.item_segs): its share starts at segment `head` of row lo (0: at the row's
+    # start) and ends after segment `tail` - 1 of row hi - 1 (0: at the row's end). A head's segments are a partial
+    # the tile publishes for the tile before it, which completes that row; a tail's row this tile completes with the
+    # next tile's partial
+    head: int = 0
+    tail: int = 0
 
 
 @dataclass
@@ -72,6 +78,9 @@ class Schedule:
     # persist_attn_early_pass: an attention tile loads its split's rows of early_rows before it waits for its inputs,
     # so they must be there once its SM reaches the instruction (the VM checks them then)
     early_pass: bool = False
+    # persist_item_shares: the GEMV kernels (by index) dealt to the row segment instead of the row, and their segments
+    # a row (Instr.head, Instr.tail; check_item_shares)
+    item_segs: dict[int, int] = field(default_factory=dict)
 
 
 def early_rows(lo: int, hi: int, token: int) -> tuple[int, int]:
@@ -395,12 +404,50 @@ def gemv_shares(n: int, sms: int, first_sm: int = 0, skip: frozenset[int] = froz
     return tiles
 
 
+def gemv_item_shares(n: int, segs: int, sms: int, first_sm: int = 0,
+                     skip: frozenset[int] = frozenset()) -> list[tuple[int, int, int, int, int]]:
+    """(sm, lo, hi, head, tail): a GEMV's n rows of `segs` segments each (its items, row-major) in equal shares to the
+    item (gemv_shares over n * segs items), as rows [lo, hi) with the first row from segment head on and the last up
+    to segment tail (0: whole). Shares differ by one item where whole rows differ by a row. A share must be at least a
+    row's items, so that the row it leads and the row it trails are two: with fewer rows than SMs, shares of whole
+    rows (tails and heads 0)."""
+    if n < sms - len(skip):
+        return [(sm, lo, hi, 0, 0) for sm, lo, hi in gemv_shares(n, sms, first_sm, skip)]
+    return [(sm, a // segs, -(-b // segs), a % segs, b % segs)
+            for sm, a, b in gemv_shares(n * segs, sms, first_sm, skip)]
+
+
+def share_items(ins: Instr, segs: int) -> int:
+    """The items (row segments) of a GEMV instruction whose rows are cut into `segs`."""
+    return (ins.hi - ins.lo) * segs - ins.head - ((segs - ins.tail) if ins.tail else 0)
+
+
+def check_item_shares(sched: Schedule) -> None:
+    """Each kernel dealt to the item: its tiles, in tile order, take its rows' items one after another from the first
+    to the last, each at least a row's, so that a tail's row is the next tile's head row and its tail the next head
+    (the trailing tile adds that tile's partial). A ValueError names the first tile where that does not hold."""
+    for i, segs in sched.item_segs.items():
+        k = sched.program.kernels[i]
+        tiles = sorted((ins for lst in sched.lists for ins in lst if ins.kernel == i and ins.opcode == "gemv"),
+                       key=lambda ins: ins.tile)  # (not select's, which the LM head's kernel holds too)
+        at = 0  # the next item
+        for ins in tiles:
+            start, items = ins.lo * segs + ins.head, share_items(ins, segs)
+            if not (0 <= ins.head < segs and 0 <= ins.tail < segs) or start != at or items < segs:
+                raise ValueError(f"{k.name} tile {ins.tile}: rows [{ins.lo}, {ins.hi}) from segment {ins.head} to "
+                                 f"{ins.tail or segs} of {segs} take items from {start} ({items}); the tile before "
+                                 f"ends at item {at}, and a share is at least a row's {segs}")
+            at = start + items
+        if at != k.n_out * segs:
+            raise ValueError(f"{k.name}: its tiles take {at} of its {k.n_out * segs} items")
+
+
 def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None,
              min_keys: int = 64, max_splits: int = 64, previous_first: bool = False,
              tags: TagPlan | None = None, tag_waits: int = 0, tag_lead: int = 100,
              owner_merges: int = 0, spare_splits: int = 0, newest_first: bool = False,
              mlp_local: bool = False, early_pass: bool = False, o_local: bool = False,
-             pair_rows: frozenset[int] = frozenset()) -> Schedule:
+             pair_rows: frozenset[int] = frozenset(), item_segs: dict[int, int] | None = None) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
@@ -423,12 +470,16 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     (persist_probe_o_local, a timing probe, wrong likewise): a GEMV whose x an attention kernel writes (the output
     projection) waits for none of attention's tiles of its token. early_pass: see Schedule. pair_rows: the GEMV
     kernels (by index) whose output is handed over as tagged pairs (persist_tagged_pairs: two rows a word), whose
-    shares are whole pairs."""
+    shares are whole pairs. item_segs (persist_item_shares): GEMV kernels (by index) dealt to the row segment, with
+    their segments a row (gemv_item_shares; not with pair_rows)."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
+    item_segs = dict(item_segs or {})
+    if set(item_segs) & pair_rows:
+        raise ValueError("a GEMV dealt to the item hands its rows over one a word, not in pairs")
     sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys, spin, owner_merges,
-                     newest_first, early_pass)
+                     newest_first, early_pass, item_segs)
     deps = dependencies(program, slot_of)
     # the probes' readers: before the reductions, and again after direct_waits (which would wait on an untagged x's
     # writer once more)
@@ -459,23 +510,30 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
         if opcode == "gemv":
             if i in pair_rows and n % 2:  # (a word two rows: no SM writes half of one)
                 raise ValueError(f"{k.name}: {n} rows dealt in pairs")
-            placed, spared = gemv_shares(n, sms, sm, spared, 2 if i in pair_rows else 1), frozenset()
+            if i in item_segs:
+                placed = gemv_item_shares(n, item_segs[i], sms, sm, spared)
+            else:
+                placed = [(*x, 0, 0) for x in gemv_shares(n, sms, sm, spared, 2 if i in pair_rows else 1)]
+            spared = frozenset()
         elif opcode == "select":
-            placed = [(sm, 0, 1)]
+            placed = [(sm, 0, 1, 0, 0)]
         elif opcode == "attention":
             splits = sched.splits.setdefault(i, attention_splits(k, sms, max_splits))
-            placed = [((sm + t) % sms, g, g + 1) for t, g in enumerate(g for g in range(n) for _ in range(splits))]
-            spared = frozenset(where for t, (where, _, _) in enumerate(placed) if t % splits < spare_splits)
+            placed = [((sm + t) % sms, g, g + 1, 0, 0)
+                      for t, g in enumerate(g for g in range(n) for _ in range(splits))]
+            spared = frozenset(where for t, (where, *_) in enumerate(placed) if t % splits < spare_splits)
             spared = spared if 2 * len(spared) <= sms else frozenset()  # (the others would take twice the rows)
         else:
-            placed = [((sm + t) % sms, lo, min(lo + tile_rows, n)) for t, lo in enumerate(range(0, n, tile_rows))]
+            placed = [((sm + t) % sms, lo, min(lo + tile_rows, n), 0, 0)
+                      for t, lo in enumerate(range(0, n, tile_rows))]
         sched.tiles.append(n if opcode == "attention" else len(placed))  # attention: its KV heads' last splits
-        for t, (where, lo, hi) in enumerate(placed):
-            sched.lists[where].append(Instr(opcode, i, t, lo, hi, tuple(deps[c]), c))  # tile counts below
-        advance = len({where for where, _, _ in placed})
-        if opcode == "gemv":  # the SMs with a row more come first: the next kernel starts after them (or after all)
-            short = min(hi - lo for _, lo, hi in placed)
-            past = next((where for where, lo, hi in reversed(placed) if hi - lo > short), placed[-1][0])
+        for t, (where, lo, hi, head, tail) in enumerate(placed):
+            sched.lists[where].append(Instr(opcode, i, t, lo, hi, tuple(deps[c]), c, head, tail))  # tile counts below
+        advance = len({where for where, *_ in placed})
+        if opcode == "gemv":  # the SMs with a row (item) more come first: the next kernel starts after them (or all)
+            size = [(hi - lo) * item_segs.get(i, 1) - head - (item_segs[i] - tail if tail else 0)
+                    for _, lo, hi, head, tail in placed]
+            past = next((placed[j][0] for j in reversed(range(len(placed))) if size[j] > min(size)), placed[-1][0])
             advance = (past - sm) % sms + 1  # (without skipped SMs: the longer shares' count, or all placed)
         sm = (sm + advance) % sms
     def counted(w: Wait) -> Wait:  # the tiles of its phase, and a lead's (rounded up: 10% of 8 attention heads is 1)
@@ -483,11 +541,15 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
         return Wait(w.counter, tiles, w.previous, -(-tiles * tag_lead // 100) if w.lead else 0, w.late)
     for lst in sched.lists:
         lst[:] = [dataclasses.replace(x, waits=tuple(counted(w) for w in x.waits)) for x in lst]
+    check_item_shares(sched)
     return sched
 
 
-def share_weights(k: GemvKernel, rows: int) -> int:
-    """Weight elements a share of `rows` outputs of a GEMV reads (SiLU-mul: a gate row and an up row each)."""
+def share_weights(k: GemvKernel, rows: int, segs: int | None = None, ins: Instr | None = None) -> int:
+    """Weight elements a share of `rows` outputs of a GEMV reads (SiLU-mul: a gate row and an up row each); with
+    `segs` (a kernel dealt to the item), instruction ins's items' instead."""
+    if segs:
+        return share_items(ins, segs) * (2 if k.epilogue == "silu_mul" else 1) * (k.k // segs)
     return rows * (2 if k.epilogue == "silu_mul" else 1) * k.k
 
 
@@ -500,7 +562,7 @@ def balance(sched: Schedule) -> dict:
         for ins in lst:
             k = sched.program.kernels[ins.kernel]
             if isinstance(k, GemvKernel):
-                per[ins.kernel][where] += share_weights(k, ins.hi - ins.lo)
+                per[ins.kernel][where] += share_weights(k, ins.hi - ins.lo, sched.item_segs.get(ins.kernel), ins)
     busy = [row for row in per if any(row)]
     total = [sum(row[j] for row in busy) for j in range(sched.sms)]
     return dict(phase_bound=sum(sum(r) / sched.sms for r in busy) / sum(max(r) for r in busy),

@@ -16,6 +16,12 @@ def gemv_rows(k: GemvKernel, env, lo: int = 0, hi: int | None = None) -> torch.T
     """Outputs [lo, hi) of a fused GEMV over the packed matrix (rows in kernel order); env maps names to
     tensors (x, weights, biases, norm weight, residual)."""
     hi = k.n_out if hi is None else hi
+    return gemv_finish(k, env, lo, hi, gemv_dots(k, env, lo, hi))
+
+
+def gemv_dots(k: GemvKernel, env, lo: int, hi: int, cols: slice = slice(None)) -> torch.Tensor:
+    """The dot products of rows [lo, hi) (SiLU-mul: the gate rows, then the matching up rows) with the prologue's x,
+    over the columns `cols` only (a row segment's part of each)."""
     x = env[k.x]
     if k.norm is not None:
         x = interp.IMPLS[type(k.norm)](k.norm, {k.norm.x: x, k.norm.weight: env[k.norm.weight]}.__getitem__)
@@ -23,7 +29,14 @@ def gemv_rows(k: GemvKernel, env, lo: int = 0, hi: int | None = None) -> torch.T
     rows = torch.arange(lo, hi)
     if k.epilogue == "silu_mul":  # gate rows, then the matching up rows
         rows = torch.cat([rows, rows + k.n_out])
-    y = w[rows] @ x
+    return w[rows][:, cols] @ x[cols]
+
+
+def gemv_finish(k: GemvKernel, env, lo: int, hi: int, y: torch.Tensor) -> torch.Tensor:
+    """Outputs [lo, hi) from their rows' dot products y (gemv_dots): the biases, then the epilogue."""
+    rows = torch.arange(lo, hi)
+    if k.epilogue == "silu_mul":
+        rows = torch.cat([rows, rows + k.n_out])
     if k.biases:
         y = y + torch.cat([env[b] for b in k.biases])[rows]
     if k.epilogue == "residual":

@@ -17,7 +17,7 @@ from .. import interp
 from . import persistent
 from .persistent import TOKEN, Instr, Schedule, partials, reads_writes
 from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel
-from .simulate import attention_split, gemv_rows, merge_splits, split_rows
+from .simulate import attention_split, gemv_dots, gemv_finish, gemv_rows, merge_splits, split_rows
 
 
 class ScheduleError(AssertionError):
@@ -49,6 +49,11 @@ class VM:
                                  l=torch.full((k.kv_heads, s, group), float("nan")),
                                  stamp=torch.full((k.kv_heads, s), -1, dtype=torch.int64))
         self.logits: list[torch.Tensor] = []
+        # GEMVs dealt to the item (Schedule.item_segs): per kernel, each row's partial a leading tile published (its
+        # head's segments), and its stamp
+        self.carry = {i: dict(value=torch.full((self.p.kernels[i].n_out,), float("nan")),
+                              stamp=torch.full((self.p.kernels[i].n_out,), -1, dtype=torch.int64))
+                      for i in sched.item_segs}
 
     # -- stamps
     def wanted(self, ins: Instr, token: int, v: str) -> int:
@@ -77,21 +82,55 @@ class VM:
         self.stamp[a:a + values.numel()] = ins.counter * 1_000_000 + token
 
     # -- instructions
+    def first_row(self, ins: Instr) -> int:
+        """The first output a GEMV tile writes: its first row's, unless that row is a head's (a partial it publishes
+        for the tile before)."""
+        return ins.lo + (1 if ins.head else 0)
+
     def gemv_inputs(self, ins: Instr) -> list[tuple[str, int, int, int]]:
         """What a GEMV tile reads, (value, its length, lo, hi): all of x, and its own rows of the residual stream it
         then overwrites."""
         k = self.p.kernels[ins.kernel]
         n = self.p.graph.types[k.x].shape[0]
-        return [(k.x, n, 0, n)] + ([(k.residual, k.n_out, ins.lo, ins.hi)] if k.residual else [])
+        return [(k.x, n, 0, n)] + ([(k.residual, k.n_out, self.first_row(ins), ins.hi)] if k.residual else [])
 
     def gemv_reads(self, ins: Instr, token: int) -> torch.Tensor:
-        """A GEMV tile's reads and math: its outputs, not yet written."""
+        """A GEMV tile's reads and math: its outputs, not yet written. A tile dealt to the item publishes its head's
+        partial here (the device stores it as soon as it has summed those segments), and completes its tail's row
+        with the next tile's, which must be this token's (`carry_pending` held the tile back until it was)."""
         k = self.p.kernels[ins.kernel]
         env = {}
         for v, n, lo, hi in self.gemv_inputs(ins):
             env[v] = torch.zeros(n)
             env[v][lo:hi] = self.read(ins, token, v, n, lo, hi)
-        return gemv_rows(k, collections.ChainMap(env, self.w), ins.lo, ins.hi)
+        env = collections.ChainMap(env, self.w)
+        segs = self.s.item_segs.get(ins.kernel)
+        if not segs:
+            return gemv_rows(k, env, ins.lo, ins.hi)
+        if k.epilogue not in ("store", "residual"):
+            raise ScheduleError(f"gemv kernel {ins.kernel}: dealt to the item with a {k.epilogue} epilogue (a row's "
+                                f"partials add up only before a store or a residual add)")
+        width, stamp, carry = k.k // segs, ins.counter * 1_000_000 + token, self.carry[ins.kernel]
+        if ins.head:
+            carry["value"][ins.lo] = gemv_dots(k, env, ins.lo, ins.lo + 1, slice(ins.head * width, None))[0]
+            carry["stamp"][ins.lo] = stamp
+        first, whole = self.first_row(ins), ins.hi - (1 if ins.tail else 0)
+        dots = gemv_dots(k, env, first, whole) if whole > first else torch.zeros(0)
+        if ins.tail:
+            row = ins.hi - 1
+            if int(carry["stamp"][row]) != stamp:
+                raise ScheduleError(f"gemv kernel {ins.kernel} tile {ins.tile} (token {token}) completed row {row} "
+                                    f"with a partial stamped {int(carry['stamp'][row])}; the dataflow wants {stamp}")
+            own = gemv_dots(k, env, row, row + 1, slice(0, ins.tail * width))
+            dots = torch.cat([dots, own + carry["value"][row]])
+        return gemv_finish(k, env, first, ins.hi, dots)
+
+    def carry_pending(self, ins: Instr, token: int) -> bool:
+        """A GEMV tile with a tail: whether the next tile has yet to publish this token's partial of that row (the
+        device loads its words until they carry the tag)."""
+        if not ins.tail or ins.kernel not in self.carry:
+            return False
+        return int(self.carry[ins.kernel]["stamp"][ins.hi - 1]) != ins.counter * 1_000_000 + token
 
     def execute(self, ins: Instr, token: int, prompt: list[int], out: torch.Tensor | None = None) -> bool:
         """Runs one instruction (a GEMV whose outputs `gemv_reads` made earlier: only its writes); whether it bumps
@@ -103,7 +142,7 @@ class VM:
             tok = prompt[0] if token == 0 else self._token(ins, token)
             self.write(ins, token, k.out, ins.lo, self.w[k.table][tok][ins.lo:ins.hi].float())
         elif isinstance(k, GemvKernel):
-            self.write(ins, token, k.out, ins.lo, self.gemv_reads(ins, token) if out is None else out)
+            self.write(ins, token, k.out, self.first_row(ins), self.gemv_reads(ins, token) if out is None else out)
         elif ins.opcode == "attention":
             self._attention_split(ins, token, k)
             key, want = (ins.kernel, ins.lo), self.arrivals(ins.kernel)
@@ -258,7 +297,7 @@ class VM:
         """Whether the instruction may start: its waits met but the late ones (late_waits: the device polls them
         before a GEMV's writes; `pending` in run), and its tagged words there (stale_tag)."""
         return (all(self.met(w, token) for w in ins.waits if not w.late) and self.stale_tag(ins, token) is None
-                and not self.partials_pending(ins, token))
+                and not self.partials_pending(ins, token) and not self.carry_pending(ins, token))
 
     def partials_pending(self, ins: Instr, token: int) -> bool:
         """With owner_merges: whether this is a KV head's owner (_owns) whose other splits in use have not yet
@@ -320,7 +359,8 @@ class VM:
                 ins = lists[i][pc[i]]
                 blocked = [w for w in ins.waits if not self.met(w, tok[i]) and (i in pending or not w.late)]
                 on = (f"counter {blocked[0].counter}" if blocked else "its other splits' partials"
-                      if self.partials_pending(ins, tok[i]) else f"the tags of %{self.stale_tag(ins, tok[i])}")
+                      if self.partials_pending(ins, tok[i]) else f"the next tile's partial of row {ins.hi - 1}"
+                      if self.carry_pending(ins, tok[i]) else f"the tags of %{self.stale_tag(ins, tok[i])}")
                 raise ScheduleError(f"deadlock: SM {i} at token {tok[i]} waits in {ins.opcode} kernel {ins.kernel} "
                                     f"tile {ins.tile} on {on}")
             i = max(ready, key=lambda j: (tok[j], lists[j][pc[j]].counter)) if policy == "eager" else rng.choice(ready)

@@ -13,6 +13,7 @@ from kiec.codegen.persistent import _PersistentEmitter, row_segments, walk
 from kiec.codegen.persistent_abi import pack_schedule
 from kiec.codegen.targets import target
 from kiec.ir.passes import pipeline
+from kiec.ir.passes.persistent import share_items
 from kiec.ir.passes.program import GemvKernel
 from kiec.ir.passes.simulate import split_rows
 from tests.nvcc_host import nvcc_build
@@ -34,8 +35,8 @@ def expected_pages(e: _PersistentEmitter, p0: int, p_end: int, page: int) -> lis
                 silu = k.epilogue == "silu_mul"
                 segs = row_segments(k.k, e.warps, page, silu)
                 item, row = k.k // 8 // segs * 16, 2 * k.k
-                per_page, items = page // (item * (2 if silu else 1)), (ins.hi - ins.lo) * segs
-                base = e.lay.entries["+".join(k.weights)].offset + ins.lo * row
+                per_page, items = page // (item * (2 if silu else 1)), share_items(ins, segs)
+                base = e.lay.entries["+".join(k.weights)].offset + ins.lo * row + ins.head * item
                 for first in range(0, items, per_page):
                     gate = base + first * item
                     out.append((sm, gate, gate + k.n_out * row if silu else -1,
@@ -56,7 +57,8 @@ def run_walk(tmp_path, family, page, sms, p0, p_end, kept=False, **target_fields
     (tmp_path / "instrs.bin").write_bytes(blob)
     (tmp_path / "starts.bin").write_bytes(struct.pack(f"<{len(starts) + 1}i", *starts, sum(map(len, e.sched.lists))))
     (tmp_path / "kernels.bin").write_bytes(b"".join(e.descs))
-    exe = nvcc_build(tmp_path, os.path.join(HERE, "page_walk.cu"), "-std=c++17")
+    exe = nvcc_build(tmp_path, os.path.join(HERE, "page_walk.cu"), "-std=c++17",
+                     f"-DKIEC_ITEM_SHARES={int(bool(e.item_shares))}")
     r = subprocess.run([exe, str(tmp_path), str(p0), str(p_end), str(page), str(int(kept))], capture_output=True,
                        text=True, check=True)
     lines = r.stdout.splitlines()
@@ -64,17 +66,25 @@ def run_walk(tmp_path, family, page, sms, p0, p_end, kept=False, **target_fields
             [tuple(map(int, x.split()[1:])) for x in lines if x.startswith("kv")])
 
 
-@pytest.mark.parametrize("family,page,sms,p0,p_end,kept", [("llama", 16384, 132, 3, 5, False),
-                                                           ("qwen2", 1024, 7, 3, 5, False),
-                                                           ("qwen3", 1024, 5, 3, 5, False),
-                                                           ("llama", 16384, 132, 3, 5, True),
-                                                           ("qwen3", 1024, 5, 3, 5, True)])
-def test_the_streaming_thread_copies_the_pages_the_gemv_tiles_read(tmp_path, family, page, sms, p0, p_end, kept):
-    # (kept: the walk that keeps a share's first byte, items and sizes from the page that entered it, the same pages)
-    e, got, _ = run_walk(tmp_path, family, page, sms, p0, p_end, kept)
+@pytest.mark.parametrize("family,page,sms,p0,p_end,kept,items", [("llama", 16384, 132, 3, 5, False, 0),
+                                                                 ("qwen2", 1024, 7, 3, 5, False, 0),
+                                                                 ("qwen3", 1024, 5, 3, 5, False, 0),
+                                                                 ("llama", 16384, 132, 3, 5, True, 0),
+                                                                 ("qwen3", 1024, 5, 3, 5, True, 0),
+                                                                 ("llama", 16384, 132, 3, 5, True, 1),
+                                                                 ("qwen3", 1024, 7, 3, 5, False, 1)])
+def test_the_streaming_thread_copies_the_pages_the_gemv_tiles_read(tmp_path, family, page, sms, p0, p_end, kept,
+                                                                   items):
+    # (kept: the walk that keeps a share's first byte, items and sizes from the page that entered it, the same pages;
+    # items: persist_item_shares, the residual GEMVs' shares from a row's segment to another's)
+    e, got, _ = run_walk(tmp_path, family, page, sms, p0, p_end, kept, persist_item_shares=items)
     want = expected_pages(e, p0, p_end, page)
     assert len(got) == len(want) and got == want
     assert any(g[2] >= 0 for g in got) and len({g[3] for g in got}) > 1  # SiLU pages and short last pages seen
+    # shares that start mid-row where a GEMV dealt to the item has rows of several segments (the down projection's
+    # K 640 in 1 KB pages: 2; with 16 KB pages every row is one segment, so item shares are whole rows)
+    heads = [ins.head for lst in e.sched.lists for ins in lst]
+    assert (max(heads) > 0) == any(s > 1 for s in e.item_shares.values()) == (items and page == 1024)
 
 
 @pytest.mark.parametrize("family,sms", [("llama", 7), ("mistral", 11)])

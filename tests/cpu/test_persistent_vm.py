@@ -210,8 +210,12 @@ def test_instruction_header_and_packing_agree(tmp_path):
     assert len(blob) == size * sum(len(lst) for lst in sched.lists) and starts[0] == 0
     first = struct.unpack_from(INSTR_FORMAT, blob, starts[1] * size)
     ins = sched.lists[1][0]
-    assert first[:7] == (2 if ins.opcode == "gemv" else first[0], len(ins.waits), ins.kernel, ins.tile, ins.lo, ins.hi,
-                         ins.counter)
+    assert first[:9] == (2 if ins.opcode == "gemv" else first[0], len(ins.waits), ins.head, ins.tail, ins.kernel,
+                         ins.tile, ins.lo, ins.hi, ins.counter)
+    items = schedule(prog, 7, tile_rows=32, min_keys=2, item_segs=residual_gemvs(prog))  # heads and tails travel too
+    blob, starts = pack_schedule(items)
+    got = {struct.unpack_from(INSTR_FORMAT, blob, at * size)[2:4] for at in range(len(blob) // size)}
+    assert got == {(ins.head, ins.tail) for lst in items.lists for ins in lst} and len(got) > 3
     if shutil.which("nvcc"):  # the generated header's static_asserts hold for the C++ compiler too
         (tmp_path / "abi.h").write_text(header())
         (tmp_path / "t.cu").write_text('#include "abi.h"\nint main() { return sizeof(kiec::Instr) == %d ? 0 : 1; }\n' % size)
@@ -660,3 +664,75 @@ def test_pair_rows_deal_whole_pairs_and_the_vm_computes_the_model(tmp_path):
     odd = next(i for i, k in enumerate(odd_prog.kernels) if getattr(k, "epilogue", None) == "silu_mul")
     with pytest.raises(ValueError, match=rf"{odd_prog.kernels[odd].name}: 97 rows dealt in pairs"):
         schedule(odd_prog, 7, tile_rows=32, min_keys=2, pair_rows=frozenset({odd}))
+
+
+def residual_gemvs(prog) -> dict[int, int]:
+    """The residual GEMVs (output and down projections) dealt to the item, 4 segments a row (their K: 64, 96)."""
+    return {i: 4 for i, k in enumerate(prog.kernels) if getattr(k, "epilogue", None) == "residual"}
+
+
+def test_gemv_item_shares_are_equal_to_the_item_and_cover_every_row():
+    from kiec.ir.passes.persistent import gemv_item_shares
+    for n, segs, sms, first, skip in ((2048, 8, 132, 0, set()), (2048, 8, 132, 128, {0, 16, 32, 48}),
+                                      (64, 4, 7, 3, set()), (64, 4, 7, 0, {2}), (10, 4, 132, 5, set())):
+        shares = gemv_item_shares(n, segs, sms, first, frozenset(skip))
+        items = [(lo * segs + head, (hi - 1) * segs + (tail or segs)) for _, lo, hi, head, tail in shares]
+        assert [a for a, _ in items] == [0] + [b for _, b in items[:-1]] and items[-1][1] == n * segs
+        sizes = [b - a for a, b in items]
+        assert max(sizes) - min(sizes) <= (1 if n >= sms - len(skip) else segs)  # rows below an SM each: whole rows
+        assert sizes == sorted(sizes, reverse=True) and min(sizes) >= segs
+        assert not {sm for sm, *_ in shares} & skip and shares[0][0] == first
+        for (_, lo, hi, head, tail), (_, lo2, _, head2, _) in zip(shares, shares[1:]):
+            assert (lo2, head2) == ((hi - 1, tail) if tail else (hi, 0))  # a tail's row is the next tile's head row
+
+
+@pytest.mark.parametrize("policy,seed,tags", [("eager", 0, 0), ("random", 1, 0), ("random", 2, 1), ("random", 3, 2),
+                                              ("eager", 0, 2)])
+def test_item_shares_compute_the_graph_on_any_interleaving(tmp_path, policy, seed, tags):
+    # persist_item_shares: the residual GEMVs dealt to the row segment; a tile whose share starts mid-row publishes
+    # that row's partial, the tile before completes the row with it. The VM runs each tile's segments as dealt (a
+    # wrong pairing adds the wrong segments) and holds a tail back until the next tile's partial is this token's;
+    # with tagged values and tag waits too (2: the write guards polled late)
+    m, prog, _, _, offsets, floats = setup(tmp_path)
+    plan = persistent.tag_plan(prog) if tags else None
+    sched = schedule(prog, 7, tile_rows=32, slot_of=dict(offsets), min_keys=2, tags=plan, tag_waits=tags,
+                     item_segs=residual_gemvs(prog))
+    split = [ins for lst in sched.lists for ins in lst if ins.kernel in sched.item_segs and ins.tail]
+    assert len(split) >= 4  # 64 rows of 4 segments over 7 SMs: 37 or 36 items a share, most ending mid-row
+    assert_vm_computes_the_model(m, sched, offsets, floats, seed=seed, steps=5)
+
+
+def test_a_wrong_item_pairing_is_caught(tmp_path):
+    # a tile that trails a row must take the segments the next tile does not: with the next tile's head moved by one
+    # segment, the schedule check names it, and the VM (which does not check it) adds a segment twice and the logits
+    # are not the model's; a tail whose row no tile leads deadlocks by name
+    from kiec.ir.passes.persistent import check_item_shares
+    m, prog, _, weights, offsets, floats = setup(tmp_path)
+    sched = schedule(prog, 7, tile_rows=32, slot_of=dict(offsets), min_keys=2, item_segs=residual_gemvs(prog))
+    trailing = next(ins for lst in sched.lists for ins in lst if ins.kernel in sched.item_segs and ins.tail > 1)
+    bad = dataclasses.replace(sched, lists=[[dataclasses.replace(ins, head=ins.head - 1)
+                                             if ins.kernel == trailing.kernel and ins.tile == trailing.tile + 1 else ins
+                                             for ins in lst] for lst in sched.lists])
+    with pytest.raises(ValueError, match=rf"{prog.kernels[trailing.kernel].name} tile {trailing.tile + 1}: rows"):
+        check_item_shares(bad)
+    with pytest.raises(AssertionError):
+        assert_vm_computes_the_model(m, bad, offsets, floats, seed=0, steps=2)
+    lone = dataclasses.replace(sched, lists=[[dataclasses.replace(ins, head=0, lo=ins.lo + 1)
+                                              if ins.kernel == trailing.kernel and ins.tile == trailing.tile + 1
+                                              else ins for ins in lst] for lst in sched.lists])
+    with pytest.raises(ScheduleError, match=rf"deadlock: .* tile {trailing.tile} on the next tile's partial of row "
+                                            rf"{trailing.hi - 1}"):
+        VM(lone, weights, offsets, floats).run([5, 17, 99], 2, "eager")
+
+
+def test_item_shares_refuse_pairs_and_balance_counts_items(tmp_path):
+    from kiec.ir.passes.persistent import balance
+    _, prog, *_ = setup(tmp_path)
+    items = residual_gemvs(prog)
+    with pytest.raises(ValueError, match="not in pairs"):
+        schedule(prog, 7, tile_rows=32, min_keys=2, item_segs=items, pair_rows=frozenset(items))
+    rows, by_item = (balance(schedule(prog, 7, tile_rows=32, min_keys=2, item_segs=s)) for s in (None, items))
+    assert by_item["phase_bound"] > rows["phase_bound"]  # 64 rows over 7 SMs: 10 or 9; 37 or 36 items
+    head = next(i for i, k in enumerate(prog.kernels) if getattr(k, "epilogue", None) == "argmax")
+    sched = schedule(prog, 7, tile_rows=32, min_keys=2, item_segs={head: 4})  # (select's instruction is no share)
+    assert any(ins.head for lst in sched.lists for ins in lst if ins.kernel == head)

@@ -95,7 +95,7 @@ def test_tag_waits_with_a_lead_wait_for_most_of_the_writer_and_compute_the_model
     # field above its two lowest bits; the model comes out on any interleaving either way
     import struct
 
-    from kiec.codegen.persistent_abi import INSTR_FORMAT, WAIT_FORMAT, pack
+    from kiec.codegen.persistent_abi import INSTR_FIELDS, INSTR_FORMAT, WAIT_FORMAT, pack
     from kiec.ir.passes.persistent import tag_covered
     m, prog, plan, offsets, floats = tag_waits_setup(tmp_path, "llama", 2)
     sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan, tag_waits=True, tag_lead=lead)
@@ -109,7 +109,7 @@ def test_tag_waits_with_a_lead_wait_for_most_of_the_writer_and_compute_the_model
                     seen += 1
                 else:
                     assert w.lead == 0
-            packed = struct.unpack(INSTR_FORMAT, pack(ins))[7:]
+            packed = struct.unpack(INSTR_FORMAT, pack(ins))[len(INSTR_FIELDS):]  # (the waits, after the fields)
             n = len(WAIT_FORMAT) - 1
             assert [packed[n * j + 1] for j in range(len(ins.waits))] == [int(w.previous) | w.lead << 2
                                                                           for w in ins.waits]
@@ -176,7 +176,7 @@ def test_late_waits_guard_only_writes_and_compute_the_model(tmp_path, family, le
     # met) computes the model on any interleaving
     import struct
 
-    from kiec.codegen.persistent_abi import INSTR_FORMAT, WAIT_FORMAT, pack
+    from kiec.codegen.persistent_abi import INSTR_FIELDS, INSTR_FORMAT, WAIT_FORMAT, pack
     m, prog, plan, offsets, floats = tag_waits_setup(tmp_path, family, level)
     sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan, tag_waits=2, previous_first=True)
     ph = phases(prog)
@@ -193,7 +193,7 @@ def test_late_waits_guard_only_writes_and_compute_the_model(tmp_path, family, le
                     assert slots <= {offsets.get(v, v) for v in rc & wj if plan.writer.get(v) == w.counter}
                     late.add((name[ins.counter], name[w.counter]))
             n = len(WAIT_FORMAT) - 1
-            packed = struct.unpack(INSTR_FORMAT, pack(ins))[7:]
+            packed = struct.unpack(INSTR_FORMAT, pack(ins))[len(INSTR_FIELDS):]
             assert [packed[n * j + 1] & 3 for j in range(len(ins.waits))] == [int(w.previous) | int(w.late) << 1
                                                                                for w in ins.waits]
     assert ("L0.x_mlp", "L0.act") in late

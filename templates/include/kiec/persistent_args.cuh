@@ -71,6 +71,18 @@ __host__ __device__ __forceinline__ int instr_ahead(int begin, int end, int i, i
   return at;
 }
 
+// persist_item_shares (KIEC_ITEM_SHARES): a GEMV's shares are dealt to the item (row segment), from segment ins.head of
+// row ins.lo to segment ins.tail - 1 of row ins.hi - 1 (0: whole rows at either end; ir/passes/persistent.py:
+// gemv_item_shares). Without it every share is whole rows.
+#ifndef KIEC_ITEM_SHARES
+#define KIEC_ITEM_SHARES 0
+#endif
+// The items of a GEMV instruction whose rows are `segs` items each (ir/passes/persistent.py: share_items).
+__host__ __device__ __forceinline__ int share_items(const Instr& ins, int segs) {
+  const int whole = (ins.hi - ins.lo) * segs;
+  return KIEC_ITEM_SHARES ? whole - ins.head - (ins.tail ? segs - ins.tail : 0) : whole;
+}
+
 // Whether the generation has passed this turn's position: the host's stop, or the end the select tile set, at or
 // before it (a volatile load: the host writes it through mapped memory, the select tile from another SM).
 __device__ __forceinline__ bool stop_reached(const Turn& u) { return *(volatile const int*)u.a->stop_pos <= u.pos; }

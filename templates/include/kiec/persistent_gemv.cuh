@@ -481,18 +481,57 @@ __device__ __forceinline__ unsigned long long (&dot_stamps())[2][32] {
   return stamps;
 }
 #endif
+// A tile's share dealt to the item (persist_item_shares, ON; Instr's head and tail): its items counted from segment
+// `head` of its first row, so warp w's items are the segment (head + w) % SEGS of their rows (SEGS divides WARPS).
+// A head's segments (the first row's, head > 0) are that row's partial for the tile before, which completes it: each
+// is stored as a tagged word at carry[slot * SEGS + seg] (slot: this tile's index in its phase) as soon as it is
+// summed (store_item_sums, in the share's first page). A tail (the last row's first `tail` segments) is completed
+// with the next tile's words: warp 0's lanes ask for them halfway through the pages (ask) and wait for their tag
+// after (settle), into the last row's sums; the tile's barrier after the dot products orders them before the
+// epilogue. The row's segments are then added in segment order, as a whole row's: the same bits. A generation that
+// ended may never publish them: settle looks at its stop every 1024 loads and then leaves a NaN (the stopped
+// position is not used). Off: head 0, nothing published or asked.
+template <bool ON, int SEGS>
+struct ItemShare {
+  int head = 0, tail = 0, slot = 0;
+  unsigned tag = 0u;
+  float* carry = nullptr;
+  unsigned long long word = 0ull;  // (warp 0's lanes below SEGS - tail: the next tile's segment tail + lane)
+  __device__ __forceinline__ int first_seg() const { return ON ? head : 0; }
+  __device__ __forceinline__ void publish(int row, int seg, float s) const {
+    if (ON && head && row == 0) st_tagged(carry, slot * SEGS + seg, s, tag);
+  }
+  __device__ __forceinline__ bool asks(int warp, int lane) const {
+    return ON && tail && warp == 0 && lane < SEGS - tail;
+  }
+  __device__ __forceinline__ void ask(int warp, int lane) {
+    if (asks(warp, lane)) word = ld_tagged(carry, (slot + 1) * SEGS + tail + lane);
+  }
+  __device__ __forceinline__ void settle(float* acc, int rows, int warp, int lane, const Turn& u) {
+    if (!asks(warp, lane)) return;
+    const int at = (slot + 1) * SEGS + tail + lane;
+    for (unsigned spins = 1; !carries(word, tag); ++spins) {
+      if (spins % 1024 == 0 && stop_reached(u)) break;
+      word = ld_tagged(carry, at);
+    }
+    acc[(rows - 1) * SEGS + tail + lane] = settled_value(word, tag);
+  }
+};
+
 // A warp's batch of B items summed over its lanes (warp_sum_batch; b0: gate (or the only) rows' parts, b1: up rows')
 // into acc[(row * ROWS_PER_OUT + r) * SEGS + seg]: slot k < have is the warp's item first + k (its items are warp,
-// warp + WARPS, ...), the lane holding its sum stores it.
-template <typename G, int WARPS, int SEGS, int B>
+// warp + WARPS, ...), the lane holding its sum stores it (and publishes it where it is a head's: ItemShare).
+template <typename G, int WARPS, int SEGS, int B, bool SK = false>
 __device__ __forceinline__ void store_item_sums(float (&b0)[B], float (&b1)[B], float* acc, int warp, int lane,
-                                                int first, int have) {
+                                                int first, int have, const ItemShare<SK, SEGS>& share = {}) {
   const float s0 = warp_sum_batch<B>(b0, lane, WarpXor());
   const float s1 = G::SILU ? warp_sum_batch<B>(b1, lane, WarpXor()) : 0.f;
-  const int k = lane / (32 / B), row = (warp + (first + k) * WARPS) / SEGS, seg = warp % SEGS;
+  const int h = share.first_seg();
+  const int k = lane / (32 / B), row = (h + warp + (first + k) * WARPS) / SEGS, seg = (h + warp) % SEGS;
   if (lane % (32 / B) == 0 && k < have) {
     acc[(G::ROWS_PER_OUT * row) * SEGS + seg] = s0;
     if (G::SILU) acc[(2 * row + 1) * SEGS + seg] = s1;
+    share.publish(row, seg, s0);
   }
 }
 
@@ -549,11 +588,14 @@ __device__ __forceinline__ long long gemv_pages_items(R& ring, int items, const 
 // TWICE (persist_probe_twice, a timing probe): bit 1: every item's dot products run twice. BATCH > 0: this GEMV's
 // batch instead of KIEC_REDUCE_BATCH (persist_reduce_batch_head: the LM head's). With ITEMS above 1 (and neither
 // the probe nor a dry pass) the items go several at once (gemv_pages_items), their sums in their own batch.
+// SK (persist_item_shares): the share's items from `share`'s head on, its head's sums published and its tail's
+// words asked for halfway (ItemShare); one item at a time.
 template <typename T, typename G, int WARPS, int SEGS, int TWICE = 0, int BATCH = 0, int ITEMS = KIEC_DOT_ITEMS,
-          typename R>
+          bool SK = false, typename R>
 __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
-                                                bool timed, bool dry = false) {
+                                                bool timed, bool dry = false, ItemShare<SK, SEGS>* share = nullptr) {
   constexpr int U = items_at_once(ITEMS, G::PER_PAGE, WARPS, R::STAGES, G::ROUNDS, KIEC_DOT_ITEM_CHUNKS);
+  static_assert(!SK || U == 1, "a share dealt to the item: one item at a time");
   if constexpr (U > 1 && TWICE == 0 && G::LANES == 32)
     if (!dry) return gemv_pages_items<T, G, WARPS, SEGS, U>(ring, items, xr, acc, timed);
   constexpr int B = BATCH > 0 ? BATCH : KIEC_REDUCE_BATCH;
@@ -571,7 +613,8 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
     b1[B - 1] = a1;
   };
   auto sums_out = [&](int have) {  // slot k < have: this warp's item mine - have + k
-    store_item_sums<G, WARPS, SEGS, B>(b0, b1, acc, warp, lane, mine - have, have);
+    if constexpr (SK) store_item_sums<G, WARPS, SEGS, B, SK>(b0, b1, acc, warp, lane, mine - have, have, *share);
+    else store_item_sums<G, WARPS, SEGS, B>(b0, b1, acc, warp, lane, mine - have, have);
   };
   long long waited = 0;
   unsigned looked = 0u;  // (KIEC_PAGE_LOOK) bit p: page p of the share had landed when the warp looked
@@ -602,6 +645,8 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
 #endif
     }
     if (!dry) ring.release();
+    if constexpr (SK)
+      if (p == pages / 2) share->ask(warp, lane);
   }
   if (const int have = mine % B) {  // the last, short batch: zeros shifted in behind its items
     for (int k = have; k < B; ++k) shift_in(0.f, 0.f);
@@ -718,11 +763,15 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // copies its segment of x for itself through 1 KB of the scratch (load_x_slice_warp_copy; the same bits).
 // PX, PY (persist_tagged_pairs): x (copied into the scratch or a warp's, TX), y (a SiLU-mul's, TY) as tagged pairs
 // (common.cuh).
+// SK (persist_item_shares, a residual add without a norm): the tile's share is dealt to the item (ItemShare; its
+// head's partial published as tagged words at `carry`, its tail's row completed with the next tile's); it writes
+// rows [lo + 1, hi) where its first row is a head's, else [lo, hi).
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
           bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, bool HALF = false, bool SUMS = false,
-          int ITEMS = 1, bool WCOPY = false, bool PX = false, bool PY = false, typename R>
+          int ITEMS = 1, bool WCOPY = false, bool PX = false, bool PY = false, bool SK = false, typename R>
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
-                                          float* y, int n_out, float* smem, unsigned long long* sums = nullptr) {
+                                          float* y, int n_out, float* smem, unsigned long long* sums = nullptr,
+                                          float* carry = nullptr) {
   static_assert(!(DIRECT && NORM), "a normed x is staged in shared memory (the norm needs all of it first)");
   static_assert(!WNORM || (NORM && SEGS == 1 && !TX), "a norm in the warps: a GEMV with a norm, one segment, plain x");
 
@@ -732,7 +781,14 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   constexpr bool STAGED = !DIRECT && !WNORM && !WCOPY;  // x goes through the scratch, all of it at once
   static_assert(!PX || (TX && (STAGED || WCOPY) && !NORM && !KIEC_TAG_WAITS && !KIEC_TAG_PARITY && TWICE == 0),
                 "tagged pairs in x: a copy of it into the scratch, without tag waits, parity tags or the probe");
-  const int lo = u.ins->lo, outs = u.ins->hi - lo;
+  static_assert(!SK || (KIEC_ITEM_SHARES && EPI == EPI_RESIDUAL && !NORM && !HALF && ITEMS == 1 && TWICE == 0 && !SUMS
+                         && !KIEC_PROBE_WARM_CODE && !KIEC_TAG_PARITY),
+                "a share dealt to the item: a residual add without a norm, one item at a time, 8-byte tags, no probe");
+  const int lo = u.ins->lo, outs = u.ins->hi - lo;  // the rows the share touches (the acc's)
+  ItemShare<SK, SEGS> share;
+  if constexpr (SK) share = ItemShare<SK, SEGS>{u.ins->head, u.ins->tail, (int)u.ins->tile,
+                                                 word_tag(u, u.ins->counter), carry};
+  const int lead = SK && share.head ? 1 : 0;  // a head's row: the tile before writes it
   float* xs = smem;  // K: the prologue's output (STAGED), or WARP_COPY_FLOATS a warp (WCOPY: a round of its segment)
   float* acc = smem + (STAGED ? K : WCOPY ? WARPS * WARP_COPY_FLOATS : 0);  // [ROWS_PER_OUT * outs][SEGS]: row sums
   float* red = acc + G::ROWS_PER_OUT * outs * SEGS;  // WARPS
@@ -745,7 +801,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   if (TX && STAGED) prologue.preload(x);
 #endif
   unsigned late_seen = 0u;  // (KIEC_TAG_WAITS 2: wait_writes')
-  const bool res_mine = EPI == EPI_RESIDUAL && (int)threadIdx.x < outs;
+  const bool res_mine = EPI == EPI_RESIDUAL && (int)threadIdx.x < outs - lead;
   float y_mine = 0.f;
   unsigned long long y_word = 0ull;
   float xr[G::ROUNDS][8];  // this warp's segment of x
@@ -765,14 +821,15 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
       if (!wait_inputs(u, nullptr, 0, &late_seen)) return false;
       // the residual this tile adds to, asked for now: its load's latency passes under the prologue and the pages
       if (TY) {
-        if (res_mine) y_word = ld_tagged(y, lo + threadIdx.x);
+        if (res_mine) y_word = ld_tagged(y, lo + lead + threadIdx.x);
       } else if (res_mine) {
-        y_mine = y[lo + threadIdx.x];
+        y_mine = y[lo + lead + threadIdx.x];
       }
       auto stage_x = [&] {
         if constexpr (WNORM) wnorm.run(x, eps, threadIdx.x & 31, xr);
         else if constexpr (WCOPY)
-          load_x_slice_warp_copy<G, TX, PX>(x, TX ? tag_of(u, u.desc->tag_x) : 0u, (threadIdx.x >> 5) % SEGS,
+          load_x_slice_warp_copy<G, TX, PX>(x, TX ? tag_of(u, u.desc->tag_x) : 0u,
+                                            (share.first_seg() + (threadIdx.x >> 5)) % SEGS,
                                         threadIdx.x & 31, xs + (threadIdx.x >> 5) * WARP_COPY_FLOATS, xr);
         else if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, u.desc->tag_x), norm_w, eps, xs, red);
         else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
@@ -786,14 +843,16 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
       // (the traced step's count of the share's pages landed, by warp 0 at once: thread 0 counting alone, a look a
       // page, held its warp's dots back ~0.13 us a page, thirty-second session)
       if (traced_step(u) && threadIdx.x < 32) {
-        const int landed = ring.landed_warp((outs * SEGS + G::PER_PAGE - 1) / G::PER_PAGE, threadIdx.x);
+        const int items = SK ? share_items(*u.ins, SEGS) : outs * SEGS;
+        const int landed = ring.landed_warp((items + G::PER_PAGE - 1) / G::PER_PAGE, threadIdx.x);
         if (threadIdx.x == 0) trace_row(u)[TR_PAGES_READY] = landed;
       }
       if constexpr (TX && DIRECT)
-        load_x_slice_tagged<G>(x, tag_of(u, u.desc->tag_x), (threadIdx.x >> 5) % SEGS, threadIdx.x & 31, xr);
+        load_x_slice_tagged<G>(x, tag_of(u, u.desc->tag_x), (share.first_seg() + (threadIdx.x >> 5)) % SEGS,
+                               threadIdx.x & 31, xr);
       else if (!WNORM && !WCOPY)
-        load_x_slice<G>(DIRECT ? x : xs, (HALF ? 2 * (threadIdx.x >> 5) + ((threadIdx.x >> 4) & 1) : threadIdx.x >> 5)
-                                             % SEGS, threadIdx.x & 31, xr);
+        load_x_slice<G>(DIRECT ? x : xs, (HALF ? 2 * (threadIdx.x >> 5) + ((threadIdx.x >> 4) & 1)
+                                               : share.first_seg() + (threadIdx.x >> 5)) % SEGS, threadIdx.x & 31, xr);
 #if KIEC_TRACE_DOTS
       trace(u, TR_X_SLICED);
 #endif
@@ -801,6 +860,8 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
     // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
     if constexpr (HALF) waited = gemv_pages_half<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
+    else if constexpr (SK) waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS, SK>(
+        ring, share_items(*u.ins, SEGS), xr, acc, traced_step(u), false, &share);
     else waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(ring, dry ? min(outs * SEGS, G::PER_PAGE)
                                                                            : outs * SEGS, xr, acc,
                                                                     traced_step(u) && !dry, dry);
@@ -814,6 +875,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     return false;
   }
   if (tracing(u)) trace_row(u)[TR_PAGE_WAIT_CYCLES] = waited;
+  if constexpr (SK) share.settle(acc, outs, threadIdx.x >> 5, threadIdx.x & 31, u);  // (the tail's other segments)
   prologue.publish_late(red);
   sync_block();
   trace(u, TR_SUMS_DONE);
@@ -842,9 +904,9 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   if (!wait_writes(u, late_seen)) return false;  // the waits that guard only this tile's writes
 #endif
   const unsigned res_tag = TY && EPI == EPI_RESIDUAL ? tag_of(u, u.desc->tag_res) : 0u;
-  if (TY && res_mine) y_mine = tagged_value(y_word, y, lo + threadIdx.x, res_tag);
-  gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY, PY>(u, acc, bias, y, lo, outs, n_out, y_mine,
-                                                        TY ? tag_of(u, u.ins->counter) : 0u, res_tag,
+  if (TY && res_mine) y_mine = tagged_value(y_word, y, lo + lead + threadIdx.x, res_tag);
+  gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY, PY>(u, acc + lead * SEGS, bias, y, lo + lead, outs - lead, n_out,
+                                                        y_mine, TY ? tag_of(u, u.ins->counter) : 0u, res_tag,
                                                         decltype(prologue)::LATE ? prologue.late_scale(red, eps) : 1.f);
   if constexpr (SUMS) {
     for (int j = threadIdx.x; j < n_out; j += WARPS * 32)
