@@ -186,19 +186,21 @@ class _PersistentEmitter(_Emitter):
             out[partials(k) + ".o"], out[partials(k) + ".ml"] = slots * k.head_dim * words, slots * 2 * words
         if self.t.persist_probe_mlp_local >= 2:  # the probe's int64 sums: the widest down projection's outputs
             out[PROBE_SUMS] = 2 * max((k.n_out for k in self.p.kernels if self.after_silu(k)), default=1)
-        for i, segs in self.item_shares.items():  # a head's partial: a tagged word a segment, a slot a tile
-            out[carry(self.p.kernels[i])] = 2 * self.t.sms * segs
+        for i, segs in self.item_shares.items():  # a lead unit's sums: a tagged word each (a pair's: gate and up of
+            silu = self.p.kernels[i].epilogue == "silu_mul"  # two rows), a slot a tile
+            out[carry(self.p.kernels[i])] = 2 * self.t.sms * segs * (4 if silu else 1)
         return out
 
     @functools.cached_property
     def item_shares(self) -> dict[int, int]:
         """persist_item_shares: the GEMVs (by index) whose shares are dealt to the row segment, and their segments a
-        row: the residual adds without a norm (the output and down projections) with at least a row an SM (the
-        schedule deals fewer rows whole: gemv_item_shares), each a tile function that takes one item at a time."""
+        row: 1: the residual adds without a norm (the output and down projections); 2: the SiLU-muls (gate/up) too;
+        3: every GEMV (QKV and the LM head too). Each with at least a row an SM (the schedule deals fewer units, a
+        row or a pair, whole: gemv_item_shares), its tile function taking one item at a time."""
         t = self.t
-        if t.persist_item_shares not in (0, 1):
-            raise ValueError(f"persist_item_shares {t.persist_item_shares}: 0 or 1 (the residual GEMVs dealt to the "
-                             f"row segment)")
+        if t.persist_item_shares not in (0, 1, 2, 3):
+            raise ValueError(f"persist_item_shares {t.persist_item_shares}: 0, 1 (the residual GEMVs dealt to the "
+                             f"row segment), 2 (and the SiLU-muls) or 3 (every GEMV)")
         if not t.persist_item_shares:
             return {}
         for name in ("persist_tag_parity", "persist_probe_warm_code", "persist_probe_twice"):
@@ -208,9 +210,15 @@ class _PersistentEmitter(_Emitter):
         if t.persist_probe_mlp_local >= 2:
             raise ValueError("persist_item_shares with persist_probe_mlp_local 2: the probe's sums take the slot the "
                              "partials' words do")
-        return {i: row_segments(k.k, t.persist_warps, t.persist_page_bytes, False)
+        level = t.persist_item_shares
+
+        def dealt(k) -> bool:
+            if k.epilogue == "residual":
+                return not k.norm or level >= 3
+            return level >= 3 or (level >= 2 and k.epilogue == "silu_mul")
+        return {i: row_segments(k.k, t.persist_warps, t.persist_page_bytes, k.epilogue == "silu_mul")
                 for i, k in enumerate(self.p.kernels)
-                if isinstance(k, GemvKernel) and k.epilogue == "residual" and not k.norm and k.n_out >= t.sms}
+                if isinstance(k, GemvKernel) and dealt(k) and k.n_out >= t.sms}
 
     def after_silu(self, k) -> bool:
         """Whether k is a GEMV whose x a SiLU-mul GEMV writes (a down projection)."""
@@ -385,6 +393,7 @@ class _PersistentEmitter(_Emitter):
                    + ((-1, self.arena[carry(k)]) if sk else ()))
         staged = not direct and not wnorm  # x in the scratch: all of it, or a round of its segment a warp (warp_copy)
         x_floats = (self.warps * WARP_COPY_FLOATS if warp_copy else k.k) if staged else 0
+        rows += 1 if sk and k.out in self.paired else 0  # (a trailing pair's row past the share's: ItemShare)
         self.smem = max(self.smem, (x_floats + (2 if silu else 1) * rows * segs + self.warps) * 4)
         self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * (2 if silu else 1) * k.k * self.esize))
 

@@ -251,7 +251,9 @@ class TargetParams:
     # persistent: 1: the residual GEMVs without a norm (the output and down projections) are dealt to the row segment
     # (item), not the row: shares differ by a segment (2 KB on llama-3.2-1b's down projection) where whole rows differ
     # by a row (16 KB). A share that starts mid-row publishes that row's first segments' sums as tagged words; the
-    # tile before completes the row with them (persistent_gemv.cuh: ItemShare; the same bits). Not with parity tags
+    # tile before completes the row with them (persistent_gemv.cuh: ItemShare; the same bits). 2: the SiLU-muls
+    # (gate/up) too, tagged pairs completed a pair at a time; 3: every GEMV (QKV, the LM head). Not with parity tags.
+    # 2 and 3 spill 8 bytes in llama-3.2-1b's kernel (scripts/ptxas.py), none in the other four models'
     persist_item_shares: int
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:

@@ -49,9 +49,10 @@ class Instr:
     waits: tuple[Wait, ...]
     counter: int = -1  # the phase whose counter it bumps when done
     # a GEMV dealt to the item (Schedule.item_segs): its share starts at segment `head` of row lo (0: at the row's
-    # start) and ends after segment `tail` - 1 of row hi - 1 (0: at the row's end). A head's segments are a partial
-    # the tile publishes for the tile before it, which completes that row; a tail's row this tile completes with the
-    # next tile's partial
+    # start) and ends after segment `tail` - 1 of row hi - 1 (0: at the row's end). Rows are completed a unit at a
+    # time (unit_rows: a pair where the output is tagged pairs, else a row), by the tile that holds the unit's last
+    # item: a share that starts mid-unit publishes its sums of that unit's rows (lead_rows) for the tile before, and a
+    # share that ends mid-unit completes it with the next tile's (share_end_rows)
     head: int = 0
     tail: int = 0
 
@@ -81,6 +82,23 @@ class Schedule:
     # persist_item_shares: the GEMV kernels (by index) dealt to the row segment instead of the row, and their segments
     # a row (Instr.head, Instr.tail; check_item_shares)
     item_segs: dict[int, int] = field(default_factory=dict)
+    pair_rows: frozenset[int] = frozenset()  # the GEMV kernels whose outputs are handed over two rows a word
+
+
+def unit_rows(sched: Schedule, kernel: int) -> int:
+    """The rows a GEMV's outputs are completed together: 2 where they are handed over as tagged pairs, else 1."""
+    return 2 if kernel in sched.pair_rows else 1
+
+
+def lead_rows(ins: Instr, unit: int) -> int:
+    """The rows at the start of a share dealt to the item that the tile before completes: those of its first unit
+    when it starts mid-unit (at a row's segment, or at a unit's second row), else none."""
+    return unit - ins.lo % unit if ins.head or ins.lo % unit else 0
+
+
+def share_end_rows(ins: Instr, unit: int) -> int:
+    """The row after the last a share dealt to the item completes: the end of the unit its last item is in."""
+    return -(-ins.hi // unit) * unit
 
 
 def early_rows(lo: int, hi: int, token: int) -> tuple[int, int]:
@@ -404,15 +422,15 @@ def gemv_shares(n: int, sms: int, first_sm: int = 0, skip: frozenset[int] = froz
     return tiles
 
 
-def gemv_item_shares(n: int, segs: int, sms: int, first_sm: int = 0,
-                     skip: frozenset[int] = frozenset()) -> list[tuple[int, int, int, int, int]]:
+def gemv_item_shares(n: int, segs: int, sms: int, first_sm: int = 0, skip: frozenset[int] = frozenset(),
+                     unit: int = 1) -> list[tuple[int, int, int, int, int]]:
     """(sm, lo, hi, head, tail): a GEMV's n rows of `segs` segments each (its items, row-major) in equal shares to the
     item (gemv_shares over n * segs items), as rows [lo, hi) with the first row from segment head on and the last up
-    to segment tail (0: whole). Shares differ by one item where whole rows differ by a row. A share must be at least a
-    row's items, so that the row it leads and the row it trails are two: with fewer rows than SMs, shares of whole
-    rows (tails and heads 0)."""
-    if n < sms - len(skip):
-        return [(sm, lo, hi, 0, 0) for sm, lo, hi in gemv_shares(n, sms, first_sm, skip)]
+    to segment tail (0: whole). Shares differ by one item where whole rows differ by a row (or a pair: `unit`). A
+    share must be at least a unit's items, so that the unit it leads and the unit it trails are two: with fewer
+    units than SMs, shares of whole units (tails and heads 0)."""
+    if n < (sms - len(skip)) * unit:
+        return [(sm, lo, hi, 0, 0) for sm, lo, hi in gemv_shares(n, sms, first_sm, skip, unit)]
     return [(sm, a // segs, -(-b // segs), a % segs, b % segs)
             for sm, a, b in gemv_shares(n * segs, sms, first_sm, skip)]
 
@@ -424,19 +442,24 @@ def share_items(ins: Instr, segs: int) -> int:
 
 def check_item_shares(sched: Schedule) -> None:
     """Each kernel dealt to the item: its tiles, in tile order, take its rows' items one after another from the first
-    to the last, each at least a row's, so that a tail's row is the next tile's head row and its tail the next head
-    (the trailing tile adds that tile's partial). A ValueError names the first tile where that does not hold."""
+    to the last, each at least a unit's (unit_rows), so that the unit a tile trails is the next tile's lead (the
+    trailing tile adds that tile's partials), and each on an SM of its own (a tile waits for the next one's
+    partials: on one SM, the next would never run first). A ValueError names the first tile where that does not
+    hold."""
     for i, segs in sched.item_segs.items():
-        k = sched.program.kernels[i]
+        k, unit = sched.program.kernels[i], unit_rows(sched, i)
+        on = [sm for sm, lst in enumerate(sched.lists) for ins in lst if ins.kernel == i and ins.opcode == "gemv"]
+        if len(set(on)) != len(on):
+            raise ValueError(f"{k.name}: two of its tiles on one SM")
         tiles = sorted((ins for lst in sched.lists for ins in lst if ins.kernel == i and ins.opcode == "gemv"),
                        key=lambda ins: ins.tile)  # (not select's, which the LM head's kernel holds too)
         at = 0  # the next item
         for ins in tiles:
             start, items = ins.lo * segs + ins.head, share_items(ins, segs)
-            if not (0 <= ins.head < segs and 0 <= ins.tail < segs) or start != at or items < segs:
+            if not (0 <= ins.head < segs and 0 <= ins.tail < segs) or start != at or items < segs * unit:
                 raise ValueError(f"{k.name} tile {ins.tile}: rows [{ins.lo}, {ins.hi}) from segment {ins.head} to "
                                  f"{ins.tail or segs} of {segs} take items from {start} ({items}); the tile before "
-                                 f"ends at item {at}, and a share is at least a row's {segs}")
+                                 f"ends at item {at}, and a share is at least a unit's {segs * unit}")
             at = start + items
         if at != k.n_out * segs:
             raise ValueError(f"{k.name}: its tiles take {at} of its {k.n_out * segs} items")
@@ -470,16 +493,14 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     (persist_probe_o_local, a timing probe, wrong likewise): a GEMV whose x an attention kernel writes (the output
     projection) waits for none of attention's tiles of its token. early_pass: see Schedule. pair_rows: the GEMV
     kernels (by index) whose output is handed over as tagged pairs (persist_tagged_pairs: two rows a word), whose
-    shares are whole pairs. item_segs (persist_item_shares): GEMV kernels (by index) dealt to the row segment, with
-    their segments a row (gemv_item_shares; not with pair_rows)."""
+    shares are whole pairs (or, dealt to the item too, completed a pair at a time). item_segs (persist_item_shares):
+    GEMV kernels (by index) dealt to the row segment, with their segments a row (gemv_item_shares)."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
     item_segs = dict(item_segs or {})
-    if set(item_segs) & pair_rows:
-        raise ValueError("a GEMV dealt to the item hands its rows over one a word, not in pairs")
     sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys, spin, owner_merges,
-                     newest_first, early_pass, item_segs)
+                     newest_first, early_pass, item_segs, frozenset(pair_rows))
     deps = dependencies(program, slot_of)
     # the probes' readers: before the reductions, and again after direct_waits (which would wait on an untagged x's
     # writer once more)
@@ -511,7 +532,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
             if i in pair_rows and n % 2:  # (a word two rows: no SM writes half of one)
                 raise ValueError(f"{k.name}: {n} rows dealt in pairs")
             if i in item_segs:
-                placed = gemv_item_shares(n, item_segs[i], sms, sm, spared)
+                placed = gemv_item_shares(n, item_segs[i], sms, sm, spared, unit_rows(sched, i))
             else:
                 placed = [(*x, 0, 0) for x in gemv_shares(n, sms, sm, spared, 2 if i in pair_rows else 1)]
             spared = frozenset()

@@ -15,7 +15,7 @@ from kiec.sampling import SamplingParams, sample
 
 from .. import interp
 from . import persistent
-from .persistent import TOKEN, Instr, Schedule, partials, reads_writes
+from .persistent import TOKEN, Instr, Schedule, lead_rows, partials, reads_writes, share_end_rows, unit_rows
 from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel
 from .simulate import attention_split, gemv_dots, gemv_finish, gemv_rows, merge_splits, split_rows
 
@@ -49,9 +49,9 @@ class VM:
                                  l=torch.full((k.kv_heads, s, group), float("nan")),
                                  stamp=torch.full((k.kv_heads, s), -1, dtype=torch.int64))
         self.logits: list[torch.Tensor] = []
-        # GEMVs dealt to the item (Schedule.item_segs): per kernel, each row's partial a leading tile published (its
-        # head's segments), and its stamp
-        self.carry = {i: dict(value=torch.full((self.p.kernels[i].n_out,), float("nan")),
+        # GEMVs dealt to the item (Schedule.item_segs): per kernel, each row's partial sums (gate and up for a
+        # SiLU-mul) a leading tile published (its lead unit's), and their stamp
+        self.carry = {i: dict(value=torch.full((self.p.kernels[i].n_out, 2), float("nan")),
                               stamp=torch.full((self.p.kernels[i].n_out,), -1, dtype=torch.int64))
                       for i in sched.item_segs}
 
@@ -83,16 +83,22 @@ class VM:
 
     # -- instructions
     def first_row(self, ins: Instr) -> int:
-        """The first output a GEMV tile writes: its first row's, unless that row is a head's (a partial it publishes
-        for the tile before)."""
-        return ins.lo + (1 if ins.head else 0)
+        """The first output a GEMV tile writes: its first row's, unless the tile is dealt to the item and starts
+        mid-unit (lead_rows: partials it publishes for the tile before)."""
+        return ins.lo + (lead_rows(ins, unit_rows(self.s, ins.kernel)) if ins.kernel in self.carry else 0)
+
+    def end_row(self, ins: Instr) -> int:
+        """The row after the last output a GEMV tile writes: its last row's, or the end of its last unit where it
+        is dealt to the item (share_end_rows: completed with the next tile's partials)."""
+        return share_end_rows(ins, unit_rows(self.s, ins.kernel)) if ins.kernel in self.carry else ins.hi
 
     def gemv_inputs(self, ins: Instr) -> list[tuple[str, int, int, int]]:
         """What a GEMV tile reads, (value, its length, lo, hi): all of x, and its own rows of the residual stream it
         then overwrites."""
         k = self.p.kernels[ins.kernel]
         n = self.p.graph.types[k.x].shape[0]
-        return [(k.x, n, 0, n)] + ([(k.residual, k.n_out, self.first_row(ins), ins.hi)] if k.residual else [])
+        return [(k.x, n, 0, n)] + ([(k.residual, k.n_out, self.first_row(ins), self.end_row(ins))]
+                                   if k.residual else [])
 
     def gemv_reads(self, ins: Instr, token: int) -> torch.Tensor:
         """A GEMV tile's reads and math: its outputs, not yet written. A tile dealt to the item publishes its head's
@@ -107,30 +113,35 @@ class VM:
         segs = self.s.item_segs.get(ins.kernel)
         if not segs:
             return gemv_rows(k, env, ins.lo, ins.hi)
-        if k.epilogue not in ("store", "residual"):
-            raise ScheduleError(f"gemv kernel {ins.kernel}: dealt to the item with a {k.epilogue} epilogue (a row's "
-                                f"partials add up only before a store or a residual add)")
+        if k.epilogue not in ("store", "residual", "silu_mul", "argmax"):
+            raise ScheduleError(f"gemv kernel {ins.kernel}: dealt to the item with a {k.epilogue} epilogue")
         width, stamp, carry = k.k // segs, ins.counter * 1_000_000 + token, self.carry[ins.kernel]
-        if ins.head:
-            carry["value"][ins.lo] = gemv_dots(k, env, ins.lo, ins.lo + 1, slice(ins.head * width, None))[0]
-            carry["stamp"][ins.lo] = stamp
-        first, whole = self.first_row(ins), ins.hi - (1 if ins.tail else 0)
-        dots = gemv_dots(k, env, first, whole) if whole > first else torch.zeros(0)
-        if ins.tail:
-            row = ins.hi - 1
-            if int(carry["stamp"][row]) != stamp:
-                raise ScheduleError(f"gemv kernel {ins.kernel} tile {ins.tile} (token {token}) completed row {row} "
-                                    f"with a partial stamped {int(carry['stamp'][row])}; the dataflow wants {stamp}")
-            own = gemv_dots(k, env, row, row + 1, slice(0, ins.tail * width))
-            dots = torch.cat([dots, own + carry["value"][row]])
-        return gemv_finish(k, env, first, ins.hi, dots)
+        first, end = self.first_row(ins), self.end_row(ins)
+        sums = []  # per row of [first, end): its dot products (gate and up for a SiLU-mul)
+        for row in range(ins.lo, end):
+            lo = ins.head if row == ins.lo else 0
+            hi = ins.tail if row == ins.hi - 1 and ins.tail else segs if row < ins.hi else 0
+            own = gemv_dots(k, env, row, row + 1, slice(lo * width, hi * width))  # (none past the share: zeros)
+            if row < first:  # the lead unit's: published for the tile before
+                carry["value"][row, :len(own)], carry["stamp"][row] = own, stamp
+                continue
+            if hi < segs or lo > 0:  # the trailing unit's rest: the next tile's partials, this token's
+                if int(carry["stamp"][row]) != stamp:
+                    raise ScheduleError(f"gemv kernel {ins.kernel} tile {ins.tile} (token {token}) completed row "
+                                        f"{row} with a partial stamped {int(carry['stamp'][row])}; the dataflow wants "
+                                        f"{stamp}")
+                own = own + carry["value"][row, :len(own)]
+            sums.append(own)
+        dots = torch.stack(sums).T.reshape(-1)  # (SiLU-mul: the gate rows, then the up rows)
+        return gemv_finish(k, env, first, end, dots)
 
     def carry_pending(self, ins: Instr, token: int) -> bool:
-        """A GEMV tile with a tail: whether the next tile has yet to publish this token's partial of that row (the
-        device loads its words until they carry the tag)."""
-        if not ins.tail or ins.kernel not in self.carry:
+        """A GEMV tile that ends mid-unit: whether the next tile has yet to publish this token's partials of that unit
+        (the device loads their words until they carry the tag)."""
+        if ins.kernel not in self.carry:
             return False
-        return int(self.carry[ins.kernel]["stamp"][ins.hi - 1]) != ins.counter * 1_000_000 + token
+        stamp, rows = ins.counter * 1_000_000 + token, range(ins.hi - (1 if ins.tail else 0), self.end_row(ins))
+        return any(int(self.carry[ins.kernel]["stamp"][r]) != stamp for r in rows)
 
     def execute(self, ins: Instr, token: int, prompt: list[int], out: torch.Tensor | None = None) -> bool:
         """Runs one instruction (a GEMV whose outputs `gemv_reads` made earlier: only its writes); whether it bumps
@@ -359,7 +370,8 @@ class VM:
                 ins = lists[i][pc[i]]
                 blocked = [w for w in ins.waits if not self.met(w, tok[i]) and (i in pending or not w.late)]
                 on = (f"counter {blocked[0].counter}" if blocked else "its other splits' partials"
-                      if self.partials_pending(ins, tok[i]) else f"the next tile's partial of row {ins.hi - 1}"
+                      if self.partials_pending(ins, tok[i]) else "the next tile's partials of rows "
+                      f"[{ins.hi - (1 if ins.tail else 0)}, {self.end_row(ins)})"
                       if self.carry_pending(ins, tok[i]) else f"the tags of %{self.stale_tag(ins, tok[i])}")
                 raise ScheduleError(f"deadlock: SM {i} at token {tok[i]} waits in {ins.opcode} kernel {ins.kernel} "
                                     f"tile {ins.tile} on {on}")

@@ -1166,8 +1166,9 @@ def test_parity_tags_compile_with_their_table_and_reset(tmp_path, monkeypatch, c
 def test_item_shares_compile_where_asked(tmp_path, monkeypatch):
     # persist_item_shares: the kernel defines KIEC_ITEM_SHARES, the residual GEMVs (K 1536: 2 segments a row; K 4352:
     # 8) take the item-share tile with their partials' region, one item a warp at a time even where the table asks for
-    # several or for half-warps, and it builds (nvcc) tagged; off, nothing of it. A value that is not 0 or 1, or the
-    # knob with parity tags or a probe that runs the dots twice, is refused by name before anything is written
+    # several or for half-warps, and every GEMV at 3 builds (nvcc) tagged; off, nothing of it. A value that is not 0
+    # to 3, or the knob with parity tags or a probe that runs the dots twice, is refused by name before anything is
+    # written
     make_tiny_hf(tmp_path / "hf", "llama", hidden_size=1536, intermediate_size=4352, num_attention_heads=12,
                  num_key_value_heads=4, vocab_size=1024, num_hidden_layers=1)
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
@@ -1179,9 +1180,16 @@ def test_item_shares_compile_where_asked(tmp_path, monkeypatch):
                     r"nullptr, A\(d\.a\[3\]\)\)", text)
     assert sorted((int(k), int(segs)) for k, segs, _ in sk) == [(1536, 2), (4352, 8)]
     assert all(args.split(", ")[9] == "1" and args.endswith(", true") for _, _, args in sk)  # ITEMS 1, SK
+    # 2: gate/up too (tagged pairs: completed a pair at a time); 3: every GEMV (QKV's norm and store, the LM head's
+    # argmax beside select)
+    for level, dealt in ((2, {"EPI_RESIDUAL", "EPI_SILU_MUL"}), (3, {"EPI_RESIDUAL", "EPI_SILU_MUL", "EPI_STORE",
+                                                                     "EPI_ARGMAX"})):
+        cases = re.findall(r"gemv_tile<T, \d+, 8, \w+, kiec::(\w+), ([^>]*)>\(u, ring, [^;]*", persistent_cu(
+            model, persist_item_shares=level))
+        assert {epi for epi, args in cases if args.split(", ")[14:] == ["true"]} == dealt  # (SK: the 15th after EPI)
     from kiec.codegen import targets
     table = targets.TARGETS["sm_90"]
-    for fields, what in ((dict(persist_item_shares=2), "persist_item_shares 2: 0 or 1"),
+    for fields, what in ((dict(persist_item_shares=4), "persist_item_shares 4: 0, 1"),
                          (dict(persist_tag_parity=1), "persist_item_shares with persist_tag_parity"),
                          (dict(persist_probe_twice=1), "persist_item_shares with persist_probe_twice")):
         monkeypatch.setitem(targets.TARGETS, "sm_90", table)  # (compile_persistent replaces the table's fields)
@@ -1189,4 +1197,4 @@ def test_item_shares_compile_where_asked(tmp_path, monkeypatch):
             compile_persistent(model, tmp_path / "bad", monkeypatch, **dict(dict(persist_item_shares=1), **fields))
         assert not os.path.exists(tmp_path / "bad")
     monkeypatch.setitem(targets.TARGETS, "sm_90", table)
-    compile_persistent(model, tmp_path / "art", monkeypatch, persist_item_shares=1)
+    compile_persistent(model, tmp_path / "art", monkeypatch, persist_item_shares=3)

@@ -72,11 +72,12 @@ def run_walk(tmp_path, family, page, sms, p0, p_end, kept=False, **target_fields
                                                                  ("llama", 16384, 132, 3, 5, True, 0),
                                                                  ("qwen3", 1024, 5, 3, 5, True, 0),
                                                                  ("llama", 16384, 132, 3, 5, True, 1),
-                                                                 ("qwen3", 1024, 7, 3, 5, False, 1)])
+                                                                 ("qwen3", 1024, 7, 3, 5, False, 1),
+                                                                 ("qwen3", 1024, 7, 3, 5, True, 3)])
 def test_the_streaming_thread_copies_the_pages_the_gemv_tiles_read(tmp_path, family, page, sms, p0, p_end, kept,
                                                                    items):
     # (kept: the walk that keeps a share's first byte, items and sizes from the page that entered it, the same pages;
-    # items: persist_item_shares, the residual GEMVs' shares from a row's segment to another's)
+    # items: persist_item_shares, the residual GEMVs' shares from a row's segment to another's, or every GEMV's: 3)
     e, got, _ = run_walk(tmp_path, family, page, sms, p0, p_end, kept, persist_item_shares=items)
     want = expected_pages(e, p0, p_end, page)
     assert len(got) == len(want) and got == want

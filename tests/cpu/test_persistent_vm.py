@@ -45,10 +45,10 @@ def reference_logits(m, prompt, steps):
     return out
 
 
-def assert_vm_computes_the_model(m, sched, offsets, floats, seed, prompt=(5, 17, 99), steps=6):
-    """The VM's logits over `steps` tokens on a random interleaving (seed) are the reference's."""
+def assert_vm_computes_the_model(m, sched, offsets, floats, seed, prompt=(5, 17, 99), steps=6, policy="random"):
+    """The VM's logits over `steps` tokens on a random interleaving (seed; or the eager one) are the reference's."""
     weights = {n: m.weights[n].float() for n in m.graph.params}
-    got = VM(sched, weights, offsets, floats).run(list(prompt), steps, "random", seed)
+    got = VM(sched, weights, offsets, floats).run(list(prompt), steps, policy, seed)
     assert len(got) == steps
     for t, (a, b) in enumerate(zip(got, reference_logits(m, list(prompt), steps))):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
@@ -720,17 +720,50 @@ def test_a_wrong_item_pairing_is_caught(tmp_path):
     lone = dataclasses.replace(sched, lists=[[dataclasses.replace(ins, head=0, lo=ins.lo + 1)
                                               if ins.kernel == trailing.kernel and ins.tile == trailing.tile + 1
                                               else ins for ins in lst] for lst in sched.lists])
-    with pytest.raises(ScheduleError, match=rf"deadlock: .* tile {trailing.tile} on the next tile's partial of row "
-                                            rf"{trailing.hi - 1}"):
+    with pytest.raises(ScheduleError, match=rf"deadlock: .* tile {trailing.tile} on the next tile's partials of rows "
+                                            rf"\[{trailing.hi - 1}, {trailing.hi}\)"):
         VM(lone, weights, offsets, floats).run([5, 17, 99], 2, "eager")
 
 
-def test_item_shares_refuse_pairs_and_balance_counts_items(tmp_path):
+@pytest.mark.parametrize("policy,seed", [("eager", 0), ("random", 1), ("random", 2)])
+def test_item_shares_of_pairs_complete_whole_pairs_and_compute_the_graph(tmp_path, policy, seed):
+    # the SiLU-mul's output as tagged pairs (persist_tagged_pairs) and dealt to the item: a pair's rows are completed
+    # together, by the tile that holds its last item, with the next tile's gate and up partials of both rows; a share
+    # that starts at a pair's second row (head 0) leads too. Every share writes whole pairs, all of them once
+    from kiec.ir.passes.persistent import lead_rows, share_end_rows
+    m, prog, _, _, offsets, floats = setup(tmp_path)
+    gate_up = {i: 4 for i, k in enumerate(prog.kernels) if getattr(k, "epilogue", None) == "silu_mul"}
+    for sms in (7, 5, 13):  # (96 rows of 4 segments: 55 or 54, 77 or 76, 30 or 29 items a share)
+        sched = schedule(prog, sms, tile_rows=32, slot_of=dict(offsets), min_keys=2, item_segs=gate_up,
+                         pair_rows=frozenset(gate_up))
+        for i in gate_up:
+            tiles = sorted((ins for lst in sched.lists for ins in lst if ins.kernel == i), key=lambda x: x.tile)
+            written = [(ins.lo + lead_rows(ins, 2), share_end_rows(ins, 2)) for ins in tiles]
+            assert all(a % 2 == 0 and b % 2 == 0 and b > a for a, b in written)
+            assert [a for a, _ in written] == [0] + [b for _, b in written[:-1]] and written[-1][1] == 96
+        leads = {(ins.lo % 2, bool(ins.head)) for lst in sched.lists for ins in lst if ins.kernel in gate_up}
+        if sms == 7:  # shares from a pair's first row's middle, its second row's start and its middle, and whole
+            assert leads == {(0, True), (1, False), (1, True), (0, False)}
+            assert_vm_computes_the_model(m, sched, offsets, floats, seed=seed, steps=5, policy=policy)
+
+
+@pytest.mark.parametrize("policy,seed,tags", [("eager", 0, 0), ("random", 1, 1), ("random", 2, 2)])
+def test_every_gemv_dealt_to_the_item_computes_the_graph(tmp_path, policy, seed, tags):
+    # persist_item_shares 3: QKV (a norm, a store), the output and down projections, gate/up in pairs and the LM head
+    # (an argmax; select's instruction beside it) all dealt to the item, with tags and tag waits
+    m, prog, _, _, offsets, floats = setup(tmp_path)
+    every = {i: 4 for i, k in enumerate(prog.kernels) if hasattr(k, "epilogue") and k.n_out >= 7}
+    assert {prog.kernels[i].epilogue for i in every} == {"store", "residual", "silu_mul", "argmax"}
+    plan = persistent.tag_plan(prog) if tags else None
+    sched = schedule(prog, 7, tile_rows=32, slot_of=dict(offsets), min_keys=2, tags=plan, tag_waits=tags,
+                     item_segs=every, pair_rows=frozenset(i for i in every if prog.kernels[i].epilogue == "silu_mul"))
+    assert_vm_computes_the_model(m, sched, offsets, floats, seed=seed, steps=5, policy=policy)
+
+
+def test_item_shares_balance_counts_items(tmp_path):
     from kiec.ir.passes.persistent import balance
     _, prog, *_ = setup(tmp_path)
     items = residual_gemvs(prog)
-    with pytest.raises(ValueError, match="not in pairs"):
-        schedule(prog, 7, tile_rows=32, min_keys=2, item_segs=items, pair_rows=frozenset(items))
     rows, by_item = (balance(schedule(prog, 7, tile_rows=32, min_keys=2, item_segs=s)) for s in (None, items))
     assert by_item["phase_bound"] > rows["phase_bound"]  # 64 rows over 7 SMs: 10 or 9; 37 or 36 items
     head = next(i for i, k in enumerate(prog.kernels) if getattr(k, "epilogue", None) == "argmax")

@@ -106,26 +106,32 @@ def test_warp_copy_of_x_computes_the_same_bits(tmp_path, monkeypatch, inter, cha
     assert eng.generate(tokens[:5], 40) == base.generate(tokens[:5], 40)
 
 
-@pytest.mark.parametrize("hidden,inter,heads,kv_heads,change", [
-    (1536, 6144, 12, 4, {}),
-    (1536, 4352, 12, 4, dict(persist_tagged=0)),
-    (1536, 6144, 12, 4, dict(persist_x_warp_copy_min_k=1, persist_stages=13)),
-    (1536, 6144, 12, 4, dict(persist_x_direct=2, persist_tagged=1, persist_stages=13)),
-    pytest.param(576, 1536, 9, 3, {}, marks=NARROW)], ids=["tagged", "untagged-68", "warp-copy", "direct", "narrow"])
-def test_item_shares_compute_the_same_bits(tmp_path, monkeypatch, hidden, inter, heads, kv_heads, change):
+@pytest.mark.parametrize("hidden,inter,heads,kv_heads,change,level", [
+    (1536, 6144, 12, 4, {}, 1),
+    (1536, 4352, 12, 4, dict(persist_tagged=0), 1),
+    (1536, 6144, 12, 4, dict(persist_x_warp_copy_min_k=1, persist_stages=13), 1),
+    (1536, 6144, 12, 4, dict(persist_x_direct=2, persist_tagged=1, persist_stages=13), 1),
+    pytest.param(576, 1536, 9, 3, {}, 1, marks=NARROW),
+    (1536, 6144, 12, 4, {}, 2), (1536, 4352, 12, 4, dict(persist_tagged=0), 3), (1536, 6144, 12, 4, {}, 3)],
+    ids=["tagged", "untagged-68", "warp-copy", "direct", "narrow", "gate-up-pairs", "every-untagged", "every"])
+def test_item_shares_compute_the_same_bits(tmp_path, monkeypatch, hidden, inter, heads, kv_heads, change, level):
     # persist_item_shares: the output and down projections dealt to the row segment. K 1536: 2 segments a row, the
     # output projection's 3,072 items 24 or 23 a share; the down projection's 8 (K 6144: 3 rounds a lane; 4352: the
     # third round 4 chunks of 32) 12,288 items 94 or 93 a share, nearly every share from a row's middle to another's.
     # A share's first segments are published as tagged words, the tile before adds them to its last row's: in segment
     # order, as a whole row's sums, so the same bits as whole-row shares: tagged (x as tagged words and pairs),
     # untagged, each warp copying its own segment of x, x slices straight from memory, and smollm2-135m's shapes
-    # under the narrow rules (untagged, x direct; its output projection one segment a row: whole rows)
+    # under the narrow rules (untagged, x direct; its output projection one segment a row: whole rows). 2: gate/up
+    # too, its output tagged pairs completed a pair at a time (gate and up partials of up to two rows handed over);
+    # 3: every GEMV (QKV's norm, its scale applied to the row sums; the LM head's argmax), tagged and untagged
     model = load_tiny(tmp_path, "llama", hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
                       num_key_value_heads=kv_heads, vocab_size=1024)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **change))
-    art = compile_variant(model, tmp_path, monkeypatch, persist_item_shares=1)
-    src = open(os.path.join(art, "src", "model.cu")).read()
-    assert "#define KIEC_ITEM_SHARES 1" in src and src.count("nullptr, A(d.a[3]))") == 2  # (o and down: SK cases)
+    art = compile_variant(model, tmp_path, monkeypatch, persist_item_shares=level)
+    with open(os.path.join(art, "src", "model.cu")) as fh:
+        src = fh.read()
+    assert "#define KIEC_ITEM_SHARES 1" in src
+    assert src.count("nullptr, A(d.a[3]))") == {1: 2, 2: 3, 3: 5}[level]  # the SK cases: o, down; gate/up; QKV, head
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, f"item shares {change}: logits over 24 positions")
     assert np.array_equal(ours, stepped_logits(base, tokens))

@@ -483,47 +483,69 @@ __device__ __forceinline__ unsigned long long (&dot_stamps())[2][32] {
 #endif
 // A tile's share dealt to the item (persist_item_shares, ON; Instr's head and tail): its items counted from segment
 // `head` of its first row, so warp w's items are the segment (head + w) % SEGS of their rows (SEGS divides WARPS).
-// A head's segments (the first row's, head > 0) are that row's partial for the tile before, which completes it: each
-// is stored as a tagged word at carry[slot * SEGS + seg] (slot: this tile's index in its phase) as soon as it is
-// summed (store_item_sums, in the share's first page). A tail (the last row's first `tail` segments) is completed
-// with the next tile's words: warp 0's lanes ask for them halfway through the pages (ask) and wait for their tag
-// after (settle), into the last row's sums; the tile's barrier after the dot products orders them before the
-// epilogue. The row's segments are then added in segment order, as a whole row's: the same bits. A generation that
-// ended may never publish them: settle looks at its stop every 1024 loads and then leaves a NaN (the stopped
-// position is not used). Off: head 0, nothing published or asked.
-template <bool ON, int SEGS>
+// Rows are completed a unit of U at a time (2: the outputs are tagged pairs), by the tile holding the unit's last
+// item (ir/passes/persistent.py: lead_rows, share_end_rows). A share that starts mid-unit leaves its first `lead`
+// rows to the tile before: each of their sums (RPO a row's segment: gate and up for a SiLU-mul) is stored as a tagged
+// word at carry[((slot * U * SEGS + item in the unit) * RPO + r] (slot: this tile's index in its phase) as soon as it
+// is summed (store_item_sums, in the share's first pages). A share that ends mid-unit (its end `at` items into its
+// last unit) completes that unit with the next tile's words: warp 0's lanes, one a word, ask for them halfway through
+// the pages (ask) and wait for their tags after (settle), into the acc's rows of that unit; the tile's barrier after
+// the dot products orders them before the epilogue. A row's segments are then added in segment order, as a whole
+// row's: the same bits. A generation that ended may never publish them: settle looks at its stop every 1024 loads and
+// then leaves a NaN (the stopped position is not used). Off: head 0, nothing published or asked.
+template <bool ON, int SEGS, int U = 1, int RPO = 1>
 struct ItemShare {
-  int head = 0, tail = 0, slot = 0;
+  static_assert(!ON || (U * SEGS - 1) * RPO <= 32, "a trailing unit's missing words, a lane each of one warp");
+  static constexpr int SLOT = U * SEGS * RPO;  // words a tile's slot (the next tile's follows)
+  int head = 0;
+  int lead = 0;  // the rows at the start the tile before completes
   unsigned tag = 0u;
-  float* carry = nullptr;
-  unsigned long long word = 0ull;  // (warp 0's lanes below SEGS - tail: the next tile's segment tail + lane)
+  float* carry = nullptr;  // this tile's slot
+  unsigned long long word = 0ull;  // (warp 0's lanes below missing * RPO: word `lane` of the next tile's)
+  __device__ __forceinline__ ItemShare() = default;
+  __device__ __forceinline__ ItemShare(const Instr& ins, unsigned tag_, float* carry_)
+      : head(ins.head), lead(ins.head || ins.lo % U ? U - ins.lo % U : 0), tag(tag_),
+        carry(carry_ + 2 * (size_t)ins.tile * SLOT) {}
+  // the share's end in its last unit, in items (U * SEGS: the unit is whole), and that unit's first row (from lo):
+  // read from the instruction when used (fewer registers held across the dot products)
+  __device__ __forceinline__ static int at(const Instr& ins) {
+    return (ins.hi - 1) % U * SEGS + (ins.tail ? ins.tail : SEGS);
+  }
+  __device__ __forceinline__ static int unit_row(const Instr& ins) { return ins.hi - 1 - (ins.hi - 1) % U - ins.lo; }
   __device__ __forceinline__ int first_seg() const { return ON ? head : 0; }
-  __device__ __forceinline__ void publish(int row, int seg, float s) const {
-    if (ON && head && row == 0) st_tagged(carry, slot * SEGS + seg, s, tag);
+  __device__ __forceinline__ int lead_rows() const { return ON ? lead : 0; }
+  __device__ __forceinline__ static int end_rows(const Instr& ins, int rows) { return ON ? unit_row(ins) + U : rows; }
+  __device__ __forceinline__ void publish(int row, int seg, float s0, float s1) const {
+    if (ON && row < lead) {
+      const int w = ((U - lead + row) * SEGS + seg) * RPO;
+      st_tagged(carry, w, s0, tag);
+      if (RPO == 2) st_tagged(carry, w + 1, s1, tag);
+    }
   }
-  __device__ __forceinline__ bool asks(int warp, int lane) const {
-    return ON && tail && warp == 0 && lane < SEGS - tail;
+  __device__ __forceinline__ static bool asks(const Instr& ins, int warp, int lane) {
+    return ON && warp == 0 && lane < (U * SEGS - at(ins)) * RPO;
   }
-  __device__ __forceinline__ void ask(int warp, int lane) {
-    if (asks(warp, lane)) word = ld_tagged(carry, (slot + 1) * SEGS + tail + lane);
+  __device__ __forceinline__ void ask(const Instr& ins, int warp, int lane) {
+    if (asks(ins, warp, lane)) word = ld_tagged(carry, SLOT + at(ins) * RPO + lane);
   }
-  __device__ __forceinline__ void settle(float* acc, int rows, int warp, int lane, const Turn& u) {
-    if (!asks(warp, lane)) return;
-    const int at = (slot + 1) * SEGS + tail + lane;
+  __device__ __forceinline__ void settle(float* acc, const Turn& u, int warp, int lane) {
+    const Instr& ins = *u.ins;
+    if (!asks(ins, warp, lane)) return;
     for (unsigned spins = 1; !carries(word, tag); ++spins) {
       if (spins % 1024 == 0 && stop_reached(u)) break;
-      word = ld_tagged(carry, at);
+      word = ld_tagged(carry, SLOT + at(ins) * RPO + lane);
     }
-    acc[(rows - 1) * SEGS + tail + lane] = settled_value(word, tag);
+    const int item = at(ins) + lane / RPO, row = unit_row(ins) + item / SEGS;  // (item: in the unit)
+    acc[(RPO * row + lane % RPO) * SEGS + item % SEGS] = settled_value(word, tag);
   }
 };
 
 // A warp's batch of B items summed over its lanes (warp_sum_batch; b0: gate (or the only) rows' parts, b1: up rows')
 // into acc[(row * ROWS_PER_OUT + r) * SEGS + seg]: slot k < have is the warp's item first + k (its items are warp,
 // warp + WARPS, ...), the lane holding its sum stores it (and publishes it where it is a head's: ItemShare).
-template <typename G, int WARPS, int SEGS, int B, bool SK = false>
+template <typename G, int WARPS, int SEGS, int B, typename Share = ItemShare<false, SEGS>>
 __device__ __forceinline__ void store_item_sums(float (&b0)[B], float (&b1)[B], float* acc, int warp, int lane,
-                                                int first, int have, const ItemShare<SK, SEGS>& share = {}) {
+                                                int first, int have, const Share& share = {}) {
   const float s0 = warp_sum_batch<B>(b0, lane, WarpXor());
   const float s1 = G::SILU ? warp_sum_batch<B>(b1, lane, WarpXor()) : 0.f;
   const int h = share.first_seg();
@@ -531,7 +553,7 @@ __device__ __forceinline__ void store_item_sums(float (&b0)[B], float (&b1)[B], 
   if (lane % (32 / B) == 0 && k < have) {
     acc[(G::ROWS_PER_OUT * row) * SEGS + seg] = s0;
     if (G::SILU) acc[(2 * row + 1) * SEGS + seg] = s1;
-    share.publish(row, seg, s0);
+    share.publish(row, seg, s0, s1);
   }
 }
 
@@ -591,9 +613,10 @@ __device__ __forceinline__ long long gemv_pages_items(R& ring, int items, const 
 // SK (persist_item_shares): the share's items from `share`'s head on, its head's sums published and its tail's
 // words asked for halfway (ItemShare); one item at a time.
 template <typename T, typename G, int WARPS, int SEGS, int TWICE = 0, int BATCH = 0, int ITEMS = KIEC_DOT_ITEMS,
-          bool SK = false, typename R>
+          bool SK = false, typename R, typename Share = ItemShare<false, SEGS>>
 __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
-                                                bool timed, bool dry = false, ItemShare<SK, SEGS>* share = nullptr) {
+                                                bool timed, bool dry = false, Share* share = nullptr,
+                                                const Instr* ins = nullptr) {
   constexpr int U = items_at_once(ITEMS, G::PER_PAGE, WARPS, R::STAGES, G::ROUNDS, KIEC_DOT_ITEM_CHUNKS);
   static_assert(!SK || U == 1, "a share dealt to the item: one item at a time");
   if constexpr (U > 1 && TWICE == 0 && G::LANES == 32)
@@ -613,7 +636,7 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
     b1[B - 1] = a1;
   };
   auto sums_out = [&](int have) {  // slot k < have: this warp's item mine - have + k
-    if constexpr (SK) store_item_sums<G, WARPS, SEGS, B, SK>(b0, b1, acc, warp, lane, mine - have, have, *share);
+    if constexpr (SK) store_item_sums<G, WARPS, SEGS, B>(b0, b1, acc, warp, lane, mine - have, have, *share);
     else store_item_sums<G, WARPS, SEGS, B>(b0, b1, acc, warp, lane, mine - have, have);
   };
   long long waited = 0;
@@ -646,7 +669,7 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
     }
     if (!dry) ring.release();
     if constexpr (SK)
-      if (p == pages / 2) share->ask(warp, lane);
+      if (p == pages / 2) share->ask(*ins, warp, lane);
   }
   if (const int have = mine % B) {  // the last, short batch: zeros shifted in behind its items
     for (int k = have; k < B; ++k) shift_in(0.f, 0.f);
@@ -763,9 +786,9 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // copies its segment of x for itself through 1 KB of the scratch (load_x_slice_warp_copy; the same bits).
 // PX, PY (persist_tagged_pairs): x (copied into the scratch or a warp's, TX), y (a SiLU-mul's, TY) as tagged pairs
 // (common.cuh).
-// SK (persist_item_shares, a residual add without a norm): the tile's share is dealt to the item (ItemShare; its
-// head's partial published as tagged words at `carry`, its tail's row completed with the next tile's); it writes
-// rows [lo + 1, hi) where its first row is a head's, else [lo, hi).
+// SK (persist_item_shares): the tile's share is dealt to the item (ItemShare: rows completed a unit at a time, a pair
+// with PY; a lead unit's sums published as tagged words at `carry` for the tile before, a trailing unit completed
+// with the next tile's); it writes rows [lo + its lead rows, the end of its last unit).
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
           bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, bool HALF = false, bool SUMS = false,
           int ITEMS = 1, bool WCOPY = false, bool PX = false, bool PY = false, bool SK = false, typename R>
@@ -781,17 +804,19 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   constexpr bool STAGED = !DIRECT && !WNORM && !WCOPY;  // x goes through the scratch, all of it at once
   static_assert(!PX || (TX && (STAGED || WCOPY) && !NORM && !KIEC_TAG_WAITS && !KIEC_TAG_PARITY && TWICE == 0),
                 "tagged pairs in x: a copy of it into the scratch, without tag waits, parity tags or the probe");
-  static_assert(!SK || (KIEC_ITEM_SHARES && EPI == EPI_RESIDUAL && !NORM && !HALF && ITEMS == 1 && TWICE == 0 && !SUMS
-                         && !KIEC_PROBE_WARM_CODE && !KIEC_TAG_PARITY),
-                "a share dealt to the item: a residual add without a norm, one item at a time, 8-byte tags, no probe");
-  const int lo = u.ins->lo, outs = u.ins->hi - lo;  // the rows the share touches (the acc's)
-  ItemShare<SK, SEGS> share;
-  if constexpr (SK) share = ItemShare<SK, SEGS>{u.ins->head, u.ins->tail, (int)u.ins->tile,
-                                                 word_tag(u, u.ins->counter), carry};
-  const int lead = SK && share.head ? 1 : 0;  // a head's row: the tile before writes it
+  static_assert(!SK || (KIEC_ITEM_SHARES && !HALF && ITEMS == 1 && TWICE == 0 && !SUMS && !KIEC_PROBE_WARM_CODE
+                         && !KIEC_TAG_PARITY),
+                "a share dealt to the item: one item at a time, 8-byte tags, no probe");
+  constexpr int UNIT = PY ? 2 : 1;  // (SK: the rows completed together)
+  const int lo = u.ins->lo, outs = u.ins->hi - lo;  // the rows the share touches
+  ItemShare<SK, SEGS, UNIT, G::ROWS_PER_OUT> share;
+  if constexpr (SK) share = ItemShare<SK, SEGS, UNIT, G::ROWS_PER_OUT>(*u.ins, word_tag(u, u.ins->counter), carry);
+  // it writes rows [lo + lead_rows(), lo + end_rows()) (not held across the dot products: registers)
+  auto lead_rows = [&] { return share.lead_rows(); };
+  auto end_rows = [&] { return share.end_rows(*u.ins, outs); };
   float* xs = smem;  // K: the prologue's output (STAGED), or WARP_COPY_FLOATS a warp (WCOPY: a round of its segment)
-  float* acc = smem + (STAGED ? K : WCOPY ? WARPS * WARP_COPY_FLOATS : 0);  // [ROWS_PER_OUT * outs][SEGS]: row sums
-  float* red = acc + G::ROWS_PER_OUT * outs * SEGS;  // WARPS
+  float* acc = smem + (STAGED ? K : WCOPY ? WARPS * WARP_COPY_FLOATS : 0);  // [ROWS_PER_OUT * rows][SEGS]: row sums
+  float* red = acc + G::ROWS_PER_OUT * (SK ? outs + UNIT - 1 : outs) * SEGS;  // WARPS (past a trailing unit's rows)
 
   Prologue<T, K, NORM && !WNORM, WARPS * 32, PX> prologue;
   WarpNorm<T, G, K, WARPS * 32> wnorm;
@@ -801,7 +826,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   if (TX && STAGED) prologue.preload(x);
 #endif
   unsigned late_seen = 0u;  // (KIEC_TAG_WAITS 2: wait_writes')
-  const bool res_mine = EPI == EPI_RESIDUAL && (int)threadIdx.x < outs - lead;
+  const bool res_mine = EPI == EPI_RESIDUAL && (int)threadIdx.x < end_rows() - lead_rows();
   float y_mine = 0.f;
   unsigned long long y_word = 0ull;
   float xr[G::ROUNDS][8];  // this warp's segment of x
@@ -821,9 +846,9 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
       if (!wait_inputs(u, nullptr, 0, &late_seen)) return false;
       // the residual this tile adds to, asked for now: its load's latency passes under the prologue and the pages
       if (TY) {
-        if (res_mine) y_word = ld_tagged(y, lo + lead + threadIdx.x);
+        if (res_mine) y_word = ld_tagged(y, lo + lead_rows() + threadIdx.x);
       } else if (res_mine) {
-        y_mine = y[lo + lead + threadIdx.x];
+        y_mine = y[lo + lead_rows() + threadIdx.x];
       }
       auto stage_x = [&] {
         if constexpr (WNORM) wnorm.run(x, eps, threadIdx.x & 31, xr);
@@ -861,7 +886,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
     if constexpr (HALF) waited = gemv_pages_half<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
     else if constexpr (SK) waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS, SK>(
-        ring, share_items(*u.ins, SEGS), xr, acc, traced_step(u), false, &share);
+        ring, share_items(*u.ins, SEGS), xr, acc, traced_step(u), false, &share, u.ins);  // (publishes, asks)
     else waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(ring, dry ? min(outs * SEGS, G::PER_PAGE)
                                                                            : outs * SEGS, xr, acc,
                                                                     traced_step(u) && !dry, dry);
@@ -875,7 +900,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     return false;
   }
   if (tracing(u)) trace_row(u)[TR_PAGE_WAIT_CYCLES] = waited;
-  if constexpr (SK) share.settle(acc, outs, threadIdx.x >> 5, threadIdx.x & 31, u);  // (the tail's other segments)
+  if constexpr (SK) share.settle(acc, u, threadIdx.x >> 5, threadIdx.x & 31);  // (the trailing unit's rest)
   prologue.publish_late(red);
   sync_block();
   trace(u, TR_SUMS_DONE);
@@ -904,9 +929,11 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   if (!wait_writes(u, late_seen)) return false;  // the waits that guard only this tile's writes
 #endif
   const unsigned res_tag = TY && EPI == EPI_RESIDUAL ? tag_of(u, u.desc->tag_res) : 0u;
+  const int lead = lead_rows();
   if (TY && res_mine) y_mine = tagged_value(y_word, y, lo + lead + threadIdx.x, res_tag);
-  gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY, PY>(u, acc + lead * SEGS, bias, y, lo + lead, outs - lead, n_out,
-                                                        y_mine, TY ? tag_of(u, u.ins->counter) : 0u, res_tag,
+  gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY, PY>(u, acc + lead * G::ROWS_PER_OUT * SEGS, bias, y, lo + lead,
+                                                        end_rows() - lead, n_out, y_mine,
+                                                        TY ? tag_of(u, u.ins->counter) : 0u, res_tag,
                                                         decltype(prologue)::LATE ? prologue.late_scale(red, eps) : 1.f);
   if constexpr (SUMS) {
     for (int j = threadIdx.x; j < n_out; j += WARPS * 32)
