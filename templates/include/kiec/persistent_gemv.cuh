@@ -811,7 +811,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   const int lo = u.ins->lo, outs = u.ins->hi - lo;  // the rows the share touches
   ItemShare<SK, SEGS, UNIT, G::ROWS_PER_OUT> share;
   if constexpr (SK) share = ItemShare<SK, SEGS, UNIT, G::ROWS_PER_OUT>(*u.ins, word_tag(u, u.ins->counter), carry);
-  // it writes rows [lo + lead_rows(), lo + end_rows()) (not held across the dot products: registers)
+  // it writes rows [lo + lead_rows(), lo + end_rows()) (the end read from the instruction where used: registers)
   auto lead_rows = [&] { return share.lead_rows(); };
   auto end_rows = [&] { return share.end_rows(*u.ins, outs); };
   float* xs = smem;  // K: the prologue's output (STAGED), or WARP_COPY_FLOATS a warp (WCOPY: a round of its segment)
