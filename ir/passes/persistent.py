@@ -448,13 +448,13 @@ def check_item_shares(sched: Schedule) -> None:
     hold."""
     for i, segs in sched.item_segs.items():
         k, unit = sched.program.kernels[i], unit_rows(sched, i)
-        on = [sm for sm, lst in enumerate(sched.lists) for ins in lst if ins.kernel == i and ins.opcode == "gemv"]
-        if len(set(on)) != len(on):
+        tiles = sorted(((ins, sm) for sm, lst in enumerate(sched.lists) for ins in lst
+                        if ins.kernel == i and ins.opcode == "gemv"),  # (not select's: the LM head's kernel holds it)
+                       key=lambda x: x[0].tile)
+        if len({sm for _, sm in tiles}) != len(tiles):
             raise ValueError(f"{k.name}: two of its tiles on one SM")
-        tiles = sorted((ins for lst in sched.lists for ins in lst if ins.kernel == i and ins.opcode == "gemv"),
-                       key=lambda ins: ins.tile)  # (not select's, which the LM head's kernel holds too)
         at = 0  # the next item
-        for ins in tiles:
+        for ins, _ in tiles:
             start, items = ins.lo * segs + ins.head, share_items(ins, segs)
             if not (0 <= ins.head < segs and 0 <= ins.tail < segs) or start != at or items < segs * unit:
                 raise ValueError(f"{k.name} tile {ins.tile}: rows [{ins.lo}, {ins.hi}) from segment {ins.head} to "
@@ -548,12 +548,13 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
             placed = [((sm + t) % sms, lo, min(lo + tile_rows, n), 0, 0)
                       for t, lo in enumerate(range(0, n, tile_rows))]
         sched.tiles.append(n if opcode == "attention" else len(placed))  # attention: its KV heads' last splits
-        for t, (where, lo, hi, head, tail) in enumerate(placed):
-            sched.lists[where].append(Instr(opcode, i, t, lo, hi, tuple(deps[c]), c, head, tail))  # tile counts below
+        made = [Instr(opcode, i, t, lo, hi, tuple(deps[c]), c, head, tail)  # (tile counts below)
+                for t, (_, lo, hi, head, tail) in enumerate(placed)]
+        for (where, *_), ins in zip(placed, made):
+            sched.lists[where].append(ins)
         advance = len({where for where, *_ in placed})
         if opcode == "gemv":  # the SMs with a row (item) more come first: the next kernel starts after them (or all)
-            size = [(hi - lo) * item_segs.get(i, 1) - head - (item_segs[i] - tail if tail else 0)
-                    for _, lo, hi, head, tail in placed]
+            size = [share_items(ins, item_segs.get(i, 1)) for ins in made]
             past = next((placed[j][0] for j in reversed(range(len(placed))) if size[j] > min(size)), placed[-1][0])
             advance = (past - sm) % sms + 1  # (without skipped SMs: the longer shares' count, or all placed)
         sm = (sm + advance) % sms

@@ -92,6 +92,13 @@ class VM:
         is dealt to the item (share_end_rows: completed with the next tile's partials)."""
         return share_end_rows(ins, unit_rows(self.s, ins.kernel)) if ins.kernel in self.carry else ins.hi
 
+    def trailing_rows(self, ins: Instr) -> range:
+        """The rows a GEMV tile dealt to the item completes with the next tile's partials: its last row where it ends
+        mid-row, and the rest of its last unit (none where it ends with a whole unit)."""
+        if ins.kernel not in self.carry:
+            return range(0)
+        return range(ins.hi - (1 if ins.tail else 0), self.end_row(ins))
+
     def gemv_inputs(self, ins: Instr) -> list[tuple[str, int, int, int]]:
         """What a GEMV tile reads, (value, its length, lo, hi): all of x, and its own rows of the residual stream it
         then overwrites."""
@@ -101,9 +108,10 @@ class VM:
                                    if k.residual else [])
 
     def gemv_reads(self, ins: Instr, token: int) -> torch.Tensor:
-        """A GEMV tile's reads and math: its outputs, not yet written. A tile dealt to the item publishes its head's
-        partial here (the device stores it as soon as it has summed those segments), and completes its tail's row
-        with the next tile's, which must be this token's (`carry_pending` held the tile back until it was)."""
+        """A GEMV tile's reads and math: its outputs, not yet written. A tile dealt to the item sums only its own
+        segments of each row; it publishes its lead unit's here (the device stores each as soon as it is summed),
+        and completes its trailing rows with the next tile's partials, which must be this token's (`carry_pending`
+        held the tile back until they were)."""
         k = self.p.kernels[ins.kernel]
         env = {}
         for v, n, lo, hi in self.gemv_inputs(ins):
@@ -116,7 +124,7 @@ class VM:
         if k.epilogue not in ("store", "residual", "silu_mul", "argmax"):
             raise ScheduleError(f"gemv kernel {ins.kernel}: dealt to the item with a {k.epilogue} epilogue")
         width, stamp, carry = k.k // segs, ins.counter * 1_000_000 + token, self.carry[ins.kernel]
-        first, end = self.first_row(ins), self.end_row(ins)
+        first, end, trailing = self.first_row(ins), self.end_row(ins), self.trailing_rows(ins)
         sums = []  # per row of [first, end): its dot products (gate and up for a SiLU-mul)
         for row in range(ins.lo, end):
             lo = ins.head if row == ins.lo else 0
@@ -125,7 +133,7 @@ class VM:
             if row < first:  # the lead unit's: published for the tile before
                 carry["value"][row, :len(own)], carry["stamp"][row] = own, stamp
                 continue
-            if hi < segs or lo > 0:  # the trailing unit's rest: the next tile's partials, this token's
+            if row in trailing:  # the rest of it: the next tile's partials, this token's
                 if int(carry["stamp"][row]) != stamp:
                     raise ScheduleError(f"gemv kernel {ins.kernel} tile {ins.tile} (token {token}) completed row "
                                         f"{row} with a partial stamped {int(carry['stamp'][row])}; the dataflow wants "
@@ -138,10 +146,8 @@ class VM:
     def carry_pending(self, ins: Instr, token: int) -> bool:
         """A GEMV tile that ends mid-unit: whether the next tile has yet to publish this token's partials of that unit
         (the device loads their words until they carry the tag)."""
-        if ins.kernel not in self.carry:
-            return False
-        stamp, rows = ins.counter * 1_000_000 + token, range(ins.hi - (1 if ins.tail else 0), self.end_row(ins))
-        return any(int(self.carry[ins.kernel]["stamp"][r]) != stamp for r in rows)
+        stamp = ins.counter * 1_000_000 + token
+        return any(int(self.carry[ins.kernel]["stamp"][r]) != stamp for r in self.trailing_rows(ins))
 
     def execute(self, ins: Instr, token: int, prompt: list[int], out: torch.Tensor | None = None) -> bool:
         """Runs one instruction (a GEMV whose outputs `gemv_reads` made earlier: only its writes); whether it bumps
@@ -371,7 +377,7 @@ class VM:
                 blocked = [w for w in ins.waits if not self.met(w, tok[i]) and (i in pending or not w.late)]
                 on = (f"counter {blocked[0].counter}" if blocked else "its other splits' partials"
                       if self.partials_pending(ins, tok[i]) else "the next tile's partials of rows "
-                      f"[{ins.hi - (1 if ins.tail else 0)}, {self.end_row(ins)})"
+                      f"[{self.trailing_rows(ins).start}, {self.trailing_rows(ins).stop})"
                       if self.carry_pending(ins, tok[i]) else f"the tags of %{self.stale_tag(ins, tok[i])}")
                 raise ScheduleError(f"deadlock: SM {i} at token {tok[i]} waits in {ins.opcode} kernel {ins.kernel} "
                                     f"tile {ins.tile} on {on}")
