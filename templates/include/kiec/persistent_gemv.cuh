@@ -5,6 +5,7 @@
 
 #include "gemv.cuh"
 #include "item_deal.cuh"
+#include "item_share.cuh"
 #include "persistent_tile.cuh"
 #include "ring.cuh"
 #include "warp_batch.cuh"
@@ -504,39 +505,36 @@ struct ItemShare {
   unsigned long long word = 0ull;  // (warp 0's lanes below missing * RPO: word `lane` of the next tile's)
   __device__ __forceinline__ ItemShare() = default;
   __device__ __forceinline__ ItemShare(const Instr& ins, unsigned tag_, float* carry_)
-      : head(ins.head), lead(ins.head || ins.lo % U ? U - ins.lo % U : 0), tag(tag_),
+      : head(ins.head), lead(item_lead_rows<U>(ins.lo, ins.head)), tag(tag_),
         carry(carry_ + 2 * (size_t)ins.tile * SLOT) {}
-  // the share's end in its last unit, in items (U * SEGS: the unit is whole), and that unit's first row (from lo):
-  // read from the instruction when used (fewer registers held across the dot products)
-  __device__ __forceinline__ static int at(const Instr& ins) {
-    return (ins.hi - 1) % U * SEGS + (ins.tail ? ins.tail : SEGS);
-  }
-  __device__ __forceinline__ static int unit_row(const Instr& ins) { return ins.hi - 1 - (ins.hi - 1) % U - ins.lo; }
+  // the share's end in its last unit and that unit's first row (item_share.cuh): read from the instruction when used
+  // (fewer registers held across the dot products)
+  __device__ __forceinline__ static int at(const Instr& ins) { return item_end_at<SEGS, U>(ins.hi, ins.tail); }
   __device__ __forceinline__ int first_seg() const { return ON ? head : 0; }
   __device__ __forceinline__ int lead_rows() const { return ON ? lead : 0; }
-  __device__ __forceinline__ static int end_rows(const Instr& ins, int rows) { return ON ? unit_row(ins) + U : rows; }
+  __device__ __forceinline__ static int end_rows(const Instr& ins, int rows) {
+    return ON ? item_unit_row<U>(ins.lo, ins.hi) + U : rows;
+  }
   __device__ __forceinline__ void publish(int row, int seg, float s0, float s1) const {
     if (ON && row < lead) {
-      const int w = ((U - lead + row) * SEGS + seg) * RPO;
-      st_tagged(carry, w, s0, tag);
-      if (RPO == 2) st_tagged(carry, w + 1, s1, tag);
+      st_tagged(carry, item_lead_word<SEGS, U, RPO>(lead, row, seg, 0), s0, tag);
+      if (RPO == 2) st_tagged(carry, item_lead_word<SEGS, U, RPO>(lead, row, seg, 1), s1, tag);
     }
   }
   __device__ __forceinline__ static bool asks(const Instr& ins, int warp, int lane) {
     return ON && warp == 0 && lane < (U * SEGS - at(ins)) * RPO;
   }
   __device__ __forceinline__ void ask(const Instr& ins, int warp, int lane) {
-    if (asks(ins, warp, lane)) word = ld_tagged(carry, SLOT + at(ins) * RPO + lane);
+    if (asks(ins, warp, lane)) word = ld_tagged(carry, item_next_word<SEGS, U, RPO>(at(ins), lane));
   }
   __device__ __forceinline__ void settle(float* acc, const Turn& u, int warp, int lane) {
     const Instr& ins = *u.ins;
     if (!asks(ins, warp, lane)) return;
     for (unsigned spins = 1; !carries(word, tag); ++spins) {
       if (spins % 1024 == 0 && stop_reached(u)) break;
-      word = ld_tagged(carry, SLOT + at(ins) * RPO + lane);
+      word = ld_tagged(carry, item_next_word<SEGS, U, RPO>(at(ins), lane));
     }
-    const int item = at(ins) + lane / RPO, row = unit_row(ins) + item / SEGS;  // (item: in the unit)
-    acc[(RPO * row + lane % RPO) * SEGS + item % SEGS] = settled_value(word, tag);
+    acc[item_settled_at<SEGS, RPO>(at(ins), item_unit_row<U>(ins.lo, ins.hi), lane)] = settled_value(word, tag);
   }
 };
 
@@ -548,8 +546,9 @@ __device__ __forceinline__ void store_item_sums(float (&b0)[B], float (&b1)[B], 
                                                 int first, int have, const Share& share = {}) {
   const float s0 = warp_sum_batch<B>(b0, lane, WarpXor());
   const float s1 = G::SILU ? warp_sum_batch<B>(b1, lane, WarpXor()) : 0.f;
-  const int h = share.first_seg();
-  const int k = lane / (32 / B), row = (h + warp + (first + k) * WARPS) / SEGS, seg = (h + warp) % SEGS;
+  const int k = lane / (32 / B);
+  int row, seg;
+  item_place<SEGS, WARPS>(share.first_seg(), warp, first + k, row, seg);
   if (lane % (32 / B) == 0 && k < have) {
     acc[(G::ROWS_PER_OUT * row) * SEGS + seg] = s0;
     if (G::SILU) acc[(2 * row + 1) * SEGS + seg] = s1;
