@@ -123,9 +123,10 @@ def test_item_shares_compute_the_same_bits(tmp_path, monkeypatch, hidden, inter,
     # untagged, each warp copying its own segment of x, x slices straight from memory, and smollm2-135m's shapes
     # under the narrow rules (untagged, x direct; its output projection one segment a row: whole rows). 2: gate/up
     # too, its output tagged pairs completed a pair at a time (gate and up partials of up to two rows handed over);
-    # 3: every GEMV (QKV's norm, its scale applied to the row sums; the LM head's argmax), tagged and untagged
+    # 3: every GEMV (QKV's norm, its scale applied to the row sums; the LM head's argmax), tagged and untagged, where
+    # an EOS and the host's stop end a generation as without (4,096 positions for the host's stop of a long one)
     model = load_tiny(tmp_path, "llama", hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
-                      num_key_value_heads=kv_heads, vocab_size=1024)
+                      num_key_value_heads=kv_heads, vocab_size=1024, max_position_embeddings=4096)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **change))
     art = compile_variant(model, tmp_path, monkeypatch, persist_item_shares=level)
     with open(os.path.join(art, "src", "model.cu")) as fh:
@@ -138,6 +139,20 @@ def test_item_shares_compute_the_same_bits(tmp_path, monkeypatch, hidden, inter,
     assert eng.generate(tokens[:5], 40) == base.generate(tokens[:5], 40)
     params = SamplingParams(0.9, 0.8, seed=5)
     assert eng.generate(tokens[:5], 24, sampling=params) == base.generate(tokens[:5], 24, sampling=params)
+    if level == 3:  # a stop (EOS, or the host's) ends a tile waiting for the next tile's partials too
+        free = eng.generate(tokens[:5], 30)
+        eng.manifest["eos_token_ids"] = [free[9]]
+        assert eng.generate(tokens[:5], 30, stop_at_eos=True) == free[:free.index(free[9]) + 1]
+        it = eng.stream(tokens[:5], 3000)
+        assert [next(it) for _ in range(3)] == free[:3]
+        began = time.perf_counter()
+        it.close()
+        assert time.perf_counter() - began < 0.5  # (3,000 tokens would take seconds)
+        out = eng._lib.kiec_host_tokens(eng._h)
+        made = [out[p] for p in range(4, 3004)]
+        assert -2 in made and made.index(-2) < 1000
+        eng.manifest["eos_token_ids"] = []
+        assert eng.generate(tokens[:5], 30) == free  # the next generation starts clean
 
 
 @pytest.mark.table_tags
