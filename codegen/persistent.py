@@ -13,7 +13,7 @@ import struct
 
 from kiec.errors import ModeUnsupported  # a model this mode cannot build (graph mode may): kiec.compile falls back
 from kiec.ir.passes.persistent import (Schedule, attention_splits, down_projections, output_projections, partials,
-                                      schedule, tag_parity, tag_plan)
+                                      schedule, share_items, tag_parity, tag_plan)
 from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program, kernel_io
 
 from .buffers import TAGGED_REGION
@@ -220,6 +220,12 @@ class _PersistentEmitter(_Emitter):
         return {i: row_segments(k.k, t.persist_warps, t.persist_page_bytes, k.epilogue == "silu_mul")
                 for i, k in enumerate(self.p.kernels)
                 if isinstance(k, GemvKernel) and dealt(k) and k.n_out >= t.sms}
+
+    def share_items(self, ins) -> int:
+        """A GEMV instruction's items (row segments: what its share streams, a unit of the weights), 0 elsewhere: the
+        manifest's schedule carries them for the trace's views (scripts/trace_summary.py: long_last)."""
+        k = self.p.kernels[ins.kernel]
+        return share_items(ins, self.segments(k)) if ins.opcode == "gemv" and isinstance(k, GemvKernel) else 0
 
     def after_silu(self, k) -> bool:
         """Whether k is a GEMV whose x a SiLU-mul GEMV writes (a down projection)."""
@@ -522,8 +528,8 @@ class _PersistentEmitter(_Emitter):
         instructions = sum(len(x) for x in self.sched.lists)
         src.manifest = dict(sms=self.sched.sms, instructions=instructions,
                             trace_slots=trace_slots(bool(self.t.persist_trace_dots), bool(self.t.persist_trace_stream)),
-                            schedule=[[sm, ins.opcode, ins.kernel, ins.counter, ins.hi - ins.lo]
-                                      for sm, lst in enumerate(self.sched.lists) for ins in lst])
+                            schedule=[[sm, ins.opcode, ins.kernel, ins.counter, ins.hi - ins.lo,
+                                       self.share_items(ins)] for sm, lst in enumerate(self.sched.lists) for ins in lst])
         paced = paced_stream(self.p, self.t)
         pace = self.page_pace() if paced else 0
         src.files["model.cu"] = self.env.get_template("persistent.cu.j2").render(

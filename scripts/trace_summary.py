@@ -188,16 +188,17 @@ def ready_pages(ts: np.ndarray, slots: list[str], sched: list, kernels: list) ->
 
 def long_last(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> dict[str, tuple[int, int, int, int]]:
     """Per GEMV kind, from a schedule whose entries carry each tile's rows (a fifth field, recordings since the
-    fortieth session): (phases whose last tile held the phase's longest share, phases whose shares differ, the fewest
-    and the most rows a tile). Shares of whole rows differ by a row where the SMs do not divide the rows, so the
-    longest shares stream a row more (a page on a down projection); this says how often that row sets the phase's
-    end. Empty for older recordings."""
+    fortieth session) or items (row segments, a sixth, since the forty-first: shares dealt to the item differ by one):
+    (phases whose last tile held the phase's longest share, phases whose shares differ, the fewest and the most rows
+    or items a tile). Shares of whole rows differ by a row where the SMs do not divide the rows, so the longest shares
+    stream a row more (a page on a down projection); this says how often that row sets the phase's end. Empty for
+    older recordings."""
     if not sched or len(sched[0]) < 5:
         return {}
     col = columns(ts, slots)
     out: dict[str, list[int]] = {}
     for rows in phase_rows(col, sched, "gemv").values():
-        share = np.array([sched[i][4] for i in rows])
+        share = np.array([sched[i][-1] for i in rows])
         last = int(col["done"][rows].argmax())
         o = out.setdefault(kind("gemv", kernels[sched[rows[0]][2]]), [0, 0, 10 ** 9, 0])
         uneven = share.max() > share.min()
@@ -207,11 +208,11 @@ def long_last(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> d
     return {name: (a, b, lo, hi) for name, (a, b, lo, hi) in out.items()}
 
 
-def long_last_lines(ll: dict[str, tuple[int, int, int, int]]) -> list[str]:
+def long_last_lines(ll: dict[str, tuple[int, int, int, int]], unit: str = "rows") -> list[str]:
     if not any(b for _, b, _, _ in ll.values()):
         return []
-    return ["the slowest tile held its phase's longest share (rows a tile: fewest-most), in phases with uneven shares:",
-            *(f"  {name:<22} {a} of {b} ({lo}-{hi} rows)" for name, (a, b, lo, hi) in ll.items() if b)]
+    return [f"the slowest tile held its phase's longest share ({unit} a tile: fewest-most), in phases with uneven "
+            f"shares:", *(f"  {name:<22} {a} of {b} ({lo}-{hi} {unit})" for name, (a, b, lo, hi) in ll.items() if b)]
 
 
 def tail_lines(t: dict[str, float], last: collections.Counter) -> list[str]:
@@ -417,7 +418,7 @@ def summary_of(ts: np.ndarray, m: dict, pos: int) -> str:
     lines += ["", *chain_lines(chain(ts, slots, sched, kernels))]
     lines += ["", *handover_lines(handover(ts, slots, sched, kernels))]
     lines += ["", *tail_lines(*tails(ts, slots, sched, kernels))]
-    lines += long_last_lines(long_last(ts, slots, sched, kernels))
+    lines += long_last_lines(long_last(ts, slots, sched, kernels), "items" if sched and len(sched[0]) > 5 else "rows")
     lines += ["", *slowest_lines(slowest_parts(ts, slots, sched, kernels))]
     for view in (attention_critical(ts, slots, sched), attention_parts(ts, slots, sched),
                  dot_parts(ts, slots, sched, kernels), stream_parts(ts, slots, sched, kernels, sms)):

@@ -124,6 +124,11 @@ def test_the_long_share_view_counts_the_phases_a_longer_share_ended():
     assert ll == {"gemv:qkv": (1, 1, 15, 16), "gemv:x": (0, 0, 4, 4)}
     assert trace_summary.long_last_lines(ll)[1:] == ["  gemv:qkv               1 of 1 (15-16 rows)"]
     assert trace_summary.long_last(ts, SLOTS, [x[:4] for x in sched], KERNELS) == {}
+    # with each tile's items (a sixth field, the forty-first session on), their counts: shares dealt to the item
+    items = [x + [8 * x[4] - (3 if i == 2 else 0)] for i, x in enumerate(sched)]  # SM 2's, last, 3 items short
+    ll = trace_summary.long_last(ts, SLOTS, items, KERNELS)
+    assert ll == {"gemv:qkv": (0, 1, 120, 128), "gemv:x": (0, 0, 32, 32)}
+    assert trace_summary.long_last_lines(ll, "items")[1:] == ["  gemv:qkv               0 of 1 (120-128 items)"]
     # the other views read the fifth field past
     assert trace_summary.tails(ts, SLOTS, sched, KERNELS)[1] == {2: 1, 1: 1}
     assert "the slowest tile held its phase's longest share" in trace_summary.summary_of(
