@@ -705,7 +705,7 @@ def test_item_shares_compute_the_graph_on_any_interleaving(tmp_path, policy, see
 def test_a_wrong_item_pairing_is_caught(tmp_path):
     # a tile that trails a row must take the segments the next tile does not: with the next tile's head moved by one
     # segment, the schedule check names it, and the VM (which does not check it) adds a segment twice and the logits
-    # are not the model's; a tail whose row no tile leads deadlocks by name
+    # are not the model's; two tiles of a phase on one SM are refused; a tail whose row no tile leads deadlocks by name
     from kiec.ir.passes.persistent import check_item_shares
     m, prog, _, weights, offsets, floats = setup(tmp_path)
     sched = schedule(prog, 7, tile_rows=32, slot_of=dict(offsets), min_keys=2, item_segs=residual_gemvs(prog))
@@ -717,6 +717,13 @@ def test_a_wrong_item_pairing_is_caught(tmp_path):
         check_item_shares(bad)
     with pytest.raises(AssertionError):
         assert_vm_computes_the_model(m, bad, offsets, floats, seed=0, steps=2)
+    # the trailing tile moved onto the SM of the tile it waits for (which would then run after it): refused by name
+    after = next(sm for sm, lst in enumerate(sched.lists) for ins in lst
+                 if ins.kernel == trailing.kernel and ins.tile == trailing.tile + 1)
+    moved = [[ins for ins in lst if ins != trailing] for lst in sched.lists]
+    moved[after].insert(0, trailing)
+    with pytest.raises(ValueError, match=rf"{prog.kernels[trailing.kernel].name}: two of its tiles on one SM"):
+        check_item_shares(dataclasses.replace(sched, lists=moved))
     lone = dataclasses.replace(sched, lists=[[dataclasses.replace(ins, head=0, lo=ins.lo + 1)
                                               if ins.kernel == trailing.kernel and ins.tile == trailing.tile + 1
                                               else ins for ins in lst] for lst in sched.lists])
