@@ -209,19 +209,18 @@ class _PersistentEmitter(_Emitter):
                 raise ValueError(f"persist_item_shares with {name}: a head's partial is an 8-byte tagged word "
                                  f"published once (not a parity, nor by a probe's second pass)")
         if t.persist_probe_mlp_local >= 2:
-            raise ValueError("persist_item_shares with persist_probe_mlp_local 2: the probe's sums take the slot the "
-                             "partials' words do")
+            raise ValueError("persist_item_shares with persist_probe_mlp_local 2: the probe's sums are not built "
+                             "into a tile dealt to the item (a timing probe of whole-row shares)")
         level = t.persist_item_shares
 
         def dealt(k) -> bool:
             if k.epilogue == "residual":
                 return not k.norm or level >= 3
             return level >= 3 or (level >= 2 and k.epilogue == "silu_mul")
-        return {i: row_segments(k.k, t.persist_warps, t.persist_page_bytes, k.epilogue == "silu_mul")
-                for i, k in enumerate(self.p.kernels)
+        return {i: self.segments(k) for i, k in enumerate(self.p.kernels)
                 if isinstance(k, GemvKernel) and dealt(k) and k.n_out >= t.sms}
 
-    def share_items(self, ins) -> int:
+    def tile_items(self, ins) -> int:
         """A GEMV instruction's items (row segments: what its share streams, a unit of the weights), 0 elsewhere: the
         manifest's schedule carries them for the trace's views (scripts/trace_summary.py: long_last)."""
         k = self.p.kernels[ins.kernel]
@@ -314,7 +313,7 @@ class _PersistentEmitter(_Emitter):
         return int(dots) | (2 if probe & 2 else 0)
 
     def segments(self, k: GemvKernel) -> int:
-        return row_segments(k.k, self.warps, self.t.persist_page_bytes, k.epilogue == "silu_mul")
+        return row_segments(k.k, self.t.persist_warps, self.t.persist_page_bytes, k.epilogue == "silu_mul")
 
     def x_direct(self, k: GemvKernel) -> bool:
         """x straight from memory, none in the scratch: every GEMV without a norm (persist_x_direct 1), or only those
@@ -529,7 +528,7 @@ class _PersistentEmitter(_Emitter):
         src.manifest = dict(sms=self.sched.sms, instructions=instructions,
                             trace_slots=trace_slots(bool(self.t.persist_trace_dots), bool(self.t.persist_trace_stream)),
                             schedule=[[sm, ins.opcode, ins.kernel, ins.counter, ins.hi - ins.lo,
-                                       self.share_items(ins)] for sm, lst in enumerate(self.sched.lists) for ins in lst])
+                                       self.tile_items(ins)] for sm, lst in enumerate(self.sched.lists) for ins in lst])
         paced = paced_stream(self.p, self.t)
         pace = self.page_pace() if paced else 0
         src.files["model.cu"] = self.env.get_template("persistent.cu.j2").render(

@@ -9,8 +9,8 @@ at an SM's share of a 4.5 TB/s ceiling (34 GB/s). A bound, not a timing: stalls 
 import sys
 
 from kiec.codegen import targets
-from kiec.codegen.persistent import _PersistentEmitter, row_segments
-from kiec.ir.passes.persistent import share_weights
+from kiec.codegen.persistent import _PersistentEmitter
+from kiec.ir.passes.persistent import share_items, share_weights
 from kiec.ir.passes.program import GemvKernel
 
 import kiec
@@ -29,13 +29,13 @@ def bound(name: str, fields: dict[str, str] | None = None) -> tuple[float, float
     for lst in em.sched.lists:
         for ins in lst:
             if isinstance(program.kernels[ins.kernel], GemvKernel):
-                shares.setdefault(ins.counter, []).append(share_weights(
-                    program.kernels[ins.kernel], ins.hi - ins.lo, em.sched.item_segs.get(ins.kernel), ins))
+                segs = em.sched.item_segs.get(ins.kernel, 1)
+                shares.setdefault(ins.counter, []).append(share_weights(program.kernels[ins.kernel],
+                                                                        share_items(ins, segs), segs))
     mean = rows = items = 0.0
     for c, elems in shares.items():
         k = program.kernels[em.sched.phases[c][0]]
-        silu = k.epilogue == "silu_mul"
-        item = k.k // row_segments(k.k, em.warps, t.persist_page_bytes, silu) * (2 if silu else 1)  # elements
+        item = share_weights(k, 1, em.segments(k))  # an item's elements
         total, n = sum(elems), len(elems)
         mean += total / n * esize
         rows += max(elems) * esize

@@ -567,12 +567,10 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     return sched
 
 
-def share_weights(k: GemvKernel, rows: int, segs: int | None = None, ins: Instr | None = None) -> int:
-    """Weight elements a share of `rows` outputs of a GEMV reads (SiLU-mul: a gate row and an up row each); with
-    `segs` (a kernel dealt to the item), instruction ins's items' instead."""
-    if segs:
-        return share_items(ins, segs) * (2 if k.epilogue == "silu_mul" else 1) * (k.k // segs)
-    return rows * (2 if k.epilogue == "silu_mul" else 1) * k.k
+def share_weights(k: GemvKernel, items: int, segs: int = 1) -> int:
+    """Weight elements a share of `items` items of a GEMV's rows cut into `segs` reads (whole rows with 1; SiLU-mul:
+    a gate row's and an up row's segment each)."""
+    return items * (2 if k.epilogue == "silu_mul" else 1) * (k.k // segs)
 
 
 def balance(sched: Schedule) -> dict:
@@ -584,7 +582,8 @@ def balance(sched: Schedule) -> dict:
         for ins in lst:
             k = sched.program.kernels[ins.kernel]
             if isinstance(k, GemvKernel):
-                per[ins.kernel][where] += share_weights(k, ins.hi - ins.lo, sched.item_segs.get(ins.kernel), ins)
+                segs = sched.item_segs.get(ins.kernel, 1)
+                per[ins.kernel][where] += share_weights(k, share_items(ins, segs), segs)
     busy = [row for row in per if any(row)]
     total = [sum(row[j] for row in busy) for j in range(sched.sms)]
     return dict(phase_bound=sum(sum(r) / sched.sms for r in busy) / sum(max(r) for r in busy),
