@@ -28,7 +28,7 @@ int check(int n, const std::vector<std::vector<int>>& tiles) {
   std::vector<int> written(n, 0);
   for (size_t t = 0; t < tiles.size(); ++t) {  // the dot products, and the lead's words
     const int lo = tiles[t][0], hi = tiles[t][1], head = tiles[t][2], tail = tiles[t][3];
-    const int items = (hi - lo) * SEGS - head - (tail ? SEGS - tail : 0);
+    const int items = kiec::item_count(lo, hi, head, tail, SEGS);
     const int lead = kiec::item_lead_rows<U>(lo, head);
     for (int v = 0; v < items; ++v) {
       int row, seg;

@@ -7,6 +7,11 @@
 
 namespace kiec {
 
+// The items of a share (ir/passes/persistent.py: share_items).
+__host__ __device__ __forceinline__ int item_count(int lo, int hi, int head, int tail, int segs) {
+  return (hi - lo) * segs - head - (tail ? segs - tail : 0);
+}
+
 // The m-th item of warp `warp` (the share's item warp + m * WARPS): its row and segment.
 template <int SEGS, int WARPS>
 __host__ __device__ __forceinline__ void item_place(int head, int warp, int m, int& row, int& seg) {

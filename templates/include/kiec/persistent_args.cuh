@@ -3,6 +3,7 @@
 #pragma once
 #include "common.cuh"
 #include "device_info.cuh"
+#include "item_share.cuh"
 
 namespace kiec {
 
@@ -77,10 +78,9 @@ __host__ __device__ __forceinline__ int instr_ahead(int begin, int end, int i, i
 #ifndef KIEC_ITEM_SHARES
 #define KIEC_ITEM_SHARES 0
 #endif
-// The items of a GEMV instruction whose rows are `segs` items each (ir/passes/persistent.py: share_items).
+// The items of a GEMV instruction whose rows are `segs` items each (item_share.cuh: item_count).
 __host__ __device__ __forceinline__ int share_items(const Instr& ins, int segs) {
-  const int whole = (ins.hi - ins.lo) * segs;
-  return KIEC_ITEM_SHARES ? whole - ins.head - (ins.tail ? segs - ins.tail : 0) : whole;
+  return KIEC_ITEM_SHARES ? item_count(ins.lo, ins.hi, ins.head, ins.tail, segs) : (ins.hi - ins.lo) * segs;
 }
 
 // Whether the generation has passed this turn's position: the host's stop, or the end the select tile set, at or

@@ -497,6 +497,7 @@ __device__ __forceinline__ unsigned long long (&dot_stamps())[2][32] {
 template <bool ON, int SEGS, int U = 1, int RPO = 1>
 struct ItemShare {
   static_assert(!ON || (U * SEGS - 1) * RPO <= 32, "a trailing unit's missing words, a lane each of one warp");
+  static constexpr bool DEALT = ON;
   static constexpr int SLOT = U * SEGS * RPO;  // words a tile's slot (the next tile's follows)
   int head = 0;
   int lead = 0;  // the rows at the start the tile before completes
@@ -609,13 +610,14 @@ __device__ __forceinline__ long long gemv_pages_items(R& ring, int items, const 
 // TWICE (persist_probe_twice, a timing probe): bit 1: every item's dot products run twice. BATCH > 0: this GEMV's
 // batch instead of KIEC_REDUCE_BATCH (persist_reduce_batch_head: the LM head's). With ITEMS above 1 (and neither
 // the probe nor a dry pass) the items go several at once (gemv_pages_items), their sums in their own batch.
-// SK (persist_item_shares): the share's items from `share`'s head on, its head's sums published and its tail's
-// words asked for halfway (ItemShare); one item at a time.
+// `share` (persist_item_shares, an ItemShare that is ON): the share's items from its head on, its lead rows' sums
+// published and its trailing unit's words asked for halfway; one item at a time.
 template <typename T, typename G, int WARPS, int SEGS, int TWICE = 0, int BATCH = 0, int ITEMS = KIEC_DOT_ITEMS,
-          bool SK = false, typename R, typename Share = ItemShare<false, SEGS>>
+          typename R, typename Share = ItemShare<false, SEGS>>
 __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
                                                 bool timed, bool dry = false, Share* share = nullptr,
                                                 const Instr* ins = nullptr) {
+  constexpr bool SK = Share::DEALT;
   constexpr int U = items_at_once(ITEMS, G::PER_PAGE, WARPS, R::STAGES, G::ROUNDS, KIEC_DOT_ITEM_CHUNKS);
   static_assert(!SK || U == 1, "a share dealt to the item: one item at a time");
   if constexpr (U > 1 && TWICE == 0 && G::LANES == 32)
@@ -884,7 +886,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
     // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
     if constexpr (HALF) waited = gemv_pages_half<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
-    else if constexpr (SK) waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS, SK>(
+    else if constexpr (SK) waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(
         ring, share_items(*u.ins, SEGS), xr, acc, traced_step(u), false, &share, u.ins);  // (publishes, asks)
     else waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(ring, dry ? min(outs * SEGS, G::PER_PAGE)
                                                                            : outs * SEGS, xr, acc,
