@@ -253,7 +253,8 @@ class TargetParams:
     # by a row (16 KB). A share that starts mid-row publishes that row's first segments' sums as tagged words; the
     # tile before completes the row with them (persistent_gemv.cuh: ItemShare; the same bits). 2: the SiLU-muls
     # (gate/up) too, tagged pairs completed a pair at a time; 3: every GEMV (QKV, the LM head). Not with parity tags.
-    # 2 and 3 spill 8 bytes in llama-3.2-1b's kernel (scripts/ptxas.py), none in the other four models'
+    # 2 and 3 spill 8 bytes in llama-3.2-1b's kernel (scripts/ptxas.py), none in qwen3-1.7b's, llama-3.1-8b's or
+    # smollm2-135m's
     persist_item_shares: int
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
