@@ -6,7 +6,12 @@ instruction count and, where OUTDIR already held that file, whether the new one 
 before a change and after, and a change meant to leave a kernel alone is checked (the commits' "SASS
 byte-identical" claims). Where it differs, also how many lines of the two listings differ with registers, predicates,
 convergence barriers and constants masked: the whole kernel is one function, so a change in one case moves the
-schedule of the others too (bench/RESULTS.md, 2026-12-01), and this count says how far."""
+schedule of the others too (bench/RESULTS.md, 2026-12-01), and this count says how far.
+    python3 scripts/sass.py --lines OUTDIR MODEL persistent [field=value ...]
+instead compiles with -lineinfo and writes nvdisasm's listing with each instruction's source line and the lines it
+was inlined from (OUTDIR/<model>_<mode>_<unit>.lines), e.g. to read one GEMV kind's page loop. The generated unit's
+line in the chain (gemv_tile's call in the kernel's switch) names a kind, but not always the right one: where code of
+two kinds is alike, one copy may carry the other's lines (tell them by their constants: segments, K)."""
 import os
 import re
 import subprocess
@@ -44,7 +49,7 @@ def moved(before: str, after: str, tmp: str) -> int:
     return sum(1 for line in diff.splitlines() if line[:1] in "<>")
 
 
-def main(out: str, name: str, mode: str = "graph", *changes: str) -> None:
+def main(out: str, name: str, mode: str = "graph", *changes: str, lines: bool = False) -> None:
     tp = targets.with_fields(targets.TARGETS["sm_90"], dict(c.split("=", 1) for c in changes))
     src = emit_sources(kiec.load(name, dtype="bf16", max_seq_len=512), mode, "bf16", tp, "sass")
     nvcc, dump = check_toolchain("cuda", "sm_90"), cuobjdump()
@@ -53,10 +58,18 @@ def main(out: str, name: str, mode: str = "graph", *changes: str) -> None:
         write_sources(src, d)
         for fname in sorted(f for f in src.files if f.endswith(".cu")):
             cubin = os.path.join(d, "unit.cubin")
-            r = subprocess.run([nvcc, *nvcc_flags(tp.gencode), "-I", d, "-cubin", os.path.join(d, fname), "-o", cubin],
-                               capture_output=True, text=True)
+            r = subprocess.run([nvcc, *nvcc_flags(tp.gencode), *(["-lineinfo"] if lines else []), "-I", d, "-cubin",
+                                os.path.join(d, fname), "-o", cubin], capture_output=True, text=True)
             if r.returncode:  # (nvcc's own errors, not only its exit status)
                 sys.exit(f"{fname}: nvcc failed:\n{r.stderr[-6000:]}")
+            if lines:  # (nvdisasm: cuobjdump() put it on the PATH)
+                listing = subprocess.run(["nvdisasm", "-g", "-gi", "-c", cubin], check=True, capture_output=True,
+                                         text=True).stdout
+                path = os.path.join(out, f"{os.path.basename(name)}_{mode}_{fname}.lines")
+                with open(path, "w") as fh:
+                    fh.write(listing)
+                print(f"{fname}: {path}")
+                continue
             sass = subprocess.run([dump, "-sass", cubin], check=True, capture_output=True, text=True).stdout
             path = os.path.join(out, f"{os.path.basename(name)}_{mode}_{fname}.sass")
             before = open(path).read() if os.path.exists(path) else None
@@ -69,4 +82,5 @@ def main(out: str, name: str, mode: str = "graph", *changes: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    args = sys.argv[1:]
+    main(*[a for a in args if a != "--lines"], lines="--lines" in args)
