@@ -780,7 +780,10 @@ TARGETS: dict[str, TargetParams] = {
                           # SM runs an attention split with rows (persist_attn_holds_stream, 408d291, taken out; call
                           # 7): llama-3.2-1b +0.1% (the last split's slice 2.98 vs 3.27 us), qwen3-1.7b +0.8%
                           persist_attn_mma_first=0, persist_attn_mma_first_narrow=2,
-                          # not yet run on a GPU (forty-first session: built, checked by the VM and ptxas only)
+                          # the same bits (8 GPU tests) but slower: 0.668 -> 0.687 / 0.692 / 0.696 ms at 1 / 2 / 3 on
+                          # llama-3.2-1b, qwen3-1.7b +3.7% / +6.1% at 1 / 3, llama-3.1-8b +0.5% / +1.9%: every tile of an
+                          # item-dealt GEMV sums ~20% slower, whole-row ones too (its page loop's tests, ~45 stall
+                          # cycles a page), which outweighs the balance won (forty-second session, bench/RESULTS.md)
                           persist_item_shares=0),
 }
 
