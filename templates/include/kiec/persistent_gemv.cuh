@@ -487,8 +487,8 @@ __device__ __forceinline__ unsigned long long (&dot_stamps())[2][32] {
 // Rows are completed a unit of U at a time (2: the outputs are tagged pairs), by the tile holding the unit's last
 // item (ir/passes/persistent.py: lead_rows, share_end_rows). A share that starts mid-unit leaves its first `lead`
 // rows to the tile before: each of their sums (RPO a row's segment: gate and up for a SiLU-mul) is stored as a tagged
-// word at carry[((slot * U * SEGS + item in the unit) * RPO + r] (slot: this tile's index in its phase) once the
-// pages holding them are summed (publish_lead, from the acc: gemv_pages' first run of pages). A share that ends mid-unit (its end `at` items into its
+// word at carry[((slot * U * SEGS + item in the unit) * RPO + r] (slot: this tile's index in its phase) as soon as it
+// is summed (store_item_sums, in the share's first pages). A share that ends mid-unit (its end `at` items into its
 // last unit) completes that unit with the next tile's words: warp 0's lanes, one a word, ask for them halfway through
 // the pages (ask) and wait for their tags after (settle), into the acc's rows of that unit; the tile's barrier after
 // the dot products orders them before the epilogue. A row's segments are then added in segment order, as a whole
@@ -516,19 +516,10 @@ struct ItemShare {
   __device__ __forceinline__ static int end_rows(const Instr& ins, int rows) {
     return ON ? item_unit_row<U>(ins.lo, ins.hi) + U : rows;
   }
-  // The share's items in its lead rows (its first items, from segment head of its first row).
-  __device__ __forceinline__ int lead_items() const { return ON ? lead * SEGS - head : 0; }
-  // Warp `warp`'s lead items' sums, once they are in the acc (store_item_sums'), published: its lanes one item each.
-  template <int WARPS>
-  __device__ __forceinline__ void publish_lead(const float* acc, int warp, int lane) const {
-    if (!ON) return;
-    __syncwarp();  // (the lane that stored a sum may be another)
-    for (int m = lane; warp + m * WARPS < lead_items(); m += 32) {
-      int row, seg;
-      item_place<SEGS, WARPS>(head, warp, m, row, seg);
-#pragma unroll
-      for (int r = 0; r < RPO; ++r)
-        st_tagged(carry, item_lead_word<SEGS, U, RPO>(lead, row, seg, r), acc[(RPO * row + r) * SEGS + seg], tag);
+  __device__ __forceinline__ void publish(int row, int seg, float s0, float s1) const {
+    if (ON && row < lead) {
+      st_tagged(carry, item_lead_word<SEGS, U, RPO>(lead, row, seg, 0), s0, tag);
+      if (RPO == 2) st_tagged(carry, item_lead_word<SEGS, U, RPO>(lead, row, seg, 1), s1, tag);
     }
   }
   __device__ __forceinline__ static bool asks(const Instr& ins, int warp, int lane) {
@@ -550,7 +541,7 @@ struct ItemShare {
 
 // A warp's batch of B items summed over its lanes (warp_sum_batch; b0: gate (or the only) rows' parts, b1: up rows')
 // into acc[(row * ROWS_PER_OUT + r) * SEGS + seg]: slot k < have is the warp's item first + k (its items are warp,
-// warp + WARPS, ...), the lane holding its sum stores it (a share dealt to the item: its items from its head on).
+// warp + WARPS, ...), the lane holding its sum stores it (and publishes it where it is a head's: ItemShare).
 template <typename G, int WARPS, int SEGS, int B, typename Share = ItemShare<false, SEGS>>
 __device__ __forceinline__ void store_item_sums(float (&b0)[B], float (&b1)[B], float* acc, int warp, int lane,
                                                 int first, int have, const Share& share = {}) {
@@ -562,6 +553,13 @@ __device__ __forceinline__ void store_item_sums(float (&b0)[B], float (&b1)[B], 
   if (lane % (32 / B) == 0 && k < have) {
     acc[(G::ROWS_PER_OUT * row) * SEGS + seg] = s0;
     if (G::SILU) acc[(2 * row + 1) * SEGS + seg] = s1;
+  }
+  // a lead row's sums published apart, behind a test the whole warp takes alike (the batch's first item in a lead
+  // row): with the publish inside the lane's branch above, that branch diverged on every item
+  if constexpr (Share::DEALT) {
+    int row0, seg0;
+    item_place<SEGS, WARPS>(share.first_seg(), warp, first, row0, seg0);
+    if (row0 < share.lead_rows() && lane % (32 / B) == 0 && k < have) share.publish(row, seg, s0, s1);
   }
 }
 
@@ -654,8 +652,7 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
     looked = __ballot_sync(0xffffffffu, lane < pages && lane < R::STAGES && ring.landed_at(lane));
     __syncwarp();
   }
-  int inb = 0;  // (SK) the items in the batch: a share dealt to the item empties its batch early (below)
-  auto page_step = [&](int p) {
+  for (int p = 0; p < pages; ++p) {
     const long long c0 = timed ? clock64() : 0;
     const char* page = dry || (p < 32 && (looked >> p & 1u)) ? ring.page(ring.seq) : ring.next_page();
     if (timed) waited += clock64() - c0;
@@ -672,48 +669,19 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
         a1 = fmaf(b1, 0.f, a1);
       }
       shift_in(a0, a1);
-      if constexpr (SK) {
-        ++mine;
-        if (++inb == B) {
-          sums_out(B);
-          inb = 0;
-        }
-      } else if (++mine % B == 0) {
-        sums_out(B);
-      }
+      if (++mine % B == 0) sums_out(B);
 #if KIEC_TRACE_DOTS
       if (timed && mine == B && lane == 0) dot_stamps()[0][warp] = global_ns();
 #endif
     }
     if (!dry) ring.release();
-  };
-  auto short_batch_out = [&](int have) {  // the last, short batch: zeros shifted in behind its items
+    if constexpr (SK)
+      if (p == pages / 2) share->ask(*ins, warp, lane);
+  }
+  if (const int have = mine % B) {  // the last, short batch: zeros shifted in behind its items
     for (int k = have; k < B; ++k) shift_in(0.f, 0.f);
     sums_out(have);
-  };
-  if constexpr (SK) {
-    // A share dealt to the item: its pages in three runs, so that no page tests what only a few need (the page loop
-    // is bound by its latency: a test and branch a page made every tile ~20% slower, forty-second session). The
-    // first run holds its lead items, whose sums are then published from the acc (its batch emptied first); the
-    // next tile's words are asked for after the second run, about halfway.
-    const int lead_pages = min(pages, (share->lead_items() + G::PER_PAGE - 1) / G::PER_PAGE);
-    const int half = max(lead_pages, pages / 2);
-    int p = 0;
-#pragma unroll 1
-    for (int run = 0; run < 3; ++run) {
-      for (const int end = run == 0 ? lead_pages : run == 1 ? half : pages; p < end; ++p) page_step(p);
-      if (run == 0) {
-        if (inb) short_batch_out(inb);
-        inb = 0;
-        share->template publish_lead<WARPS>(acc, warp, lane);
-      } else if (run == 1) {
-        share->ask(*ins, warp, lane);
-      }
-    }
-  } else {
-    for (int p = 0; p < pages; ++p) page_step(p);
   }
-  if (const int have = SK ? inb : mine % B) short_batch_out(have);
 #if KIEC_TRACE_DOTS
   if (timed && lane == 0) {  // (a warp without items, or fewer than a batch: its first is its last)
     dot_stamps()[1][warp] = global_ns();
