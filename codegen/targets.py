@@ -782,8 +782,9 @@ TARGETS: dict[str, TargetParams] = {
                           persist_attn_mma_first=0, persist_attn_mma_first_narrow=2,
                           # the same bits (8 GPU tests) but slower: 0.668 -> 0.687 / 0.692 / 0.696 ms at 1 / 2 / 3 on
                           # llama-3.2-1b, qwen3-1.7b +3.7% / +6.1% at 1 / 3, llama-3.1-8b +0.5% / +1.9%: every tile of an
-                          # item-dealt GEMV sums ~20% slower, whole-row ones too (its page loop's tests, ~45 stall
-                          # cycles a page), which outweighs the balance won (forty-second session, bench/RESULTS.md)
+                          # item-dealt GEMV sums ~20% slower, whole-row ones too, which outweighs the balance won; not
+                          # the page loop's tests (a loop without them was as slow); cause unknown (forty-second
+                          # session, bench/RESULTS.md)
                           persist_item_shares=0),
 }
 
