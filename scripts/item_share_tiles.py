@@ -10,32 +10,15 @@ import sys
 
 import numpy as np
 
-import kiec
-import kiec.codegen.persistent as persistent
-from kiec.build import emit_sources
-from kiec.codegen import targets
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import trace_summary  # noqa: E402  (a script beside this one)
+import trace_summary  # noqa: E402  (scripts beside this one)
+from share_bound import emitter  # noqa: E402
 
 
 def tile_shares(model: str, fields: dict[str, str]) -> list[tuple[int, int, int, int]]:
-    """Each instruction's (lo, hi, head, tail) in the manifest's order (the emitter's tile_items is called once per
-    instruction, in that order, as it writes the manifest's schedule)."""
-    seen = []
-    tile_items = persistent._PersistentEmitter.tile_items
-
-    def spy(self, ins):
-        seen.append((ins.lo, ins.hi, ins.head, ins.tail))
-        return tile_items(self, ins)
-
-    persistent._PersistentEmitter.tile_items = spy
-    try:
-        tp = targets.with_fields(targets.TARGETS["sm_90"], fields)
-        emit_sources(kiec.load(model, dtype="bf16", max_seq_len=512), "persistent", "bf16", tp, "tiles")
-    finally:
-        persistent._PersistentEmitter.tile_items = tile_items
-    return seen
+    """Each instruction's (lo, hi, head, tail) in the manifest's order (codegen/persistent.py writes its schedule SM
+    by SM, each SM's list in order)."""
+    return [(ins.lo, ins.hi, ins.head, ins.tail) for lst in emitter(model, fields).sched.lists for ins in lst]
 
 
 def roles(ts: np.ndarray, slots: list[str], sched: list, kernels: list,

@@ -19,11 +19,16 @@ from kiec.build import pipeline
 SM_GBPS = 34.0
 
 
+def emitter(name: str, fields: dict[str, str] | None = None) -> _PersistentEmitter:
+    """The persistent emitter of a model at the sm_90 target with `fields` replaced: its schedule (em.sched) without
+    emitting the sources (scripts/item_share_tiles.py too)."""
+    program = pipeline.run(kiec.load(name, dtype="bf16", max_seq_len=512).graph, None)
+    return _PersistentEmitter(program, "bf16", 512, targets.with_fields(targets.TARGETS["sm_90"], fields or {}))
+
+
 def bound(name: str, fields: dict[str, str] | None = None) -> tuple[float, float, float, float]:
-    model = kiec.load(name, dtype="bf16", max_seq_len=512)
-    program = pipeline.run(model.graph, None)
-    t = targets.with_fields(targets.TARGETS["sm_90"], fields or {})
-    em = _PersistentEmitter(program, "bf16", 512, t)
+    em = emitter(name, fields)
+    program = em.p
     esize = 2  # bf16
     shares: dict[int, list[int]] = {}
     for lst in em.sched.lists:

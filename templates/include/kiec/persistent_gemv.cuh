@@ -553,13 +553,7 @@ __device__ __forceinline__ void store_item_sums(float (&b0)[B], float (&b1)[B], 
   if (lane % (32 / B) == 0 && k < have) {
     acc[(G::ROWS_PER_OUT * row) * SEGS + seg] = s0;
     if (G::SILU) acc[(2 * row + 1) * SEGS + seg] = s1;
-  }
-  // a lead row's sums published apart, behind a test the whole warp takes alike (the batch's first item in a lead
-  // row): with the publish inside the lane's branch above, that branch diverged on every item
-  if constexpr (Share::DEALT) {
-    int row0, seg0;
-    item_place<SEGS, WARPS>(share.first_seg(), warp, first, row0, seg0);
-    if (row0 < share.lead_rows() && lane % (32 / B) == 0 && k < have) share.publish(row, seg, s0, s1);
+    share.publish(row, seg, s0, s1);
   }
 }
 
