@@ -377,10 +377,13 @@ __device__ __forceinline__ void load_x_slice_warp_copy(const float* x, unsigned 
 // prologue's floats, bit for bit.
 // With half-warp items (G::LANES 16, persist_dot_half_warps) each half holds all of x and sums its squares over its
 // own 16 lanes (a butterfly; not block_sum's order, so not the staged norm's bits: the half-warp dots change them
-// anyway).
+// anyway). LATE: where the staged norm applies its scale to the row sums (Prologue::LATE, persist_norm_late_scale),
+// x is only times the weights and the scale is kept for the epilogue (`late`), so the bits stay the staged tile's.
 template <typename T, typename G, int K, int THREADS>
 struct WarpNorm {
+  static constexpr bool LATE = Prologue<T, K, true, THREADS>::LATE;
   uint4 w[G::ROUNDS];  // this lane's chunks of the norm's weights (loaded before the wait)
+  float late = 1.f;    // (LATE: the norm's scale, for the epilogue)
   __device__ __forceinline__ void prefetch(const T* norm_w, int lane) {
     static_assert((THREADS == 256 || G::LANES != 32) && G::SEGC == K / 8,
                   "a norm in the warps: 8 warps (block_sum's order), each with the whole row");
@@ -391,7 +394,7 @@ struct WarpNorm {
                                                     : make_uint4(0, 0, 0, 0);
     }
   }
-  __device__ __forceinline__ void run(const float* x, float eps, int lane, float (&xr)[G::ROUNDS][8]) const {
+  __device__ __forceinline__ void run(const float* x, float eps, int lane, float (&xr)[G::ROUNDS][8]) {
     load_x_slice<G>(x, 0, lane, xr);
     float ss;
     if constexpr (G::LANES == 32) {
@@ -404,7 +407,8 @@ struct WarpNorm {
         for (int i = 0; i < 8; ++i) ss += xr[v][i] * xr[v][i];
       ss = lanes_sum<G::LANES>(ss);
     }
-    const float scale = rsqrtf(ss / K + eps);
+    const float scale = LATE ? 1.f : rsqrtf(ss / K + eps);
+    if (LATE) late = rsqrtf(ss / K + eps);
 #pragma unroll
     for (int v = 0; v < G::ROUNDS; ++v) {
       float nw[8];
@@ -935,7 +939,9 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY, PY>(u, acc + lead * G::ROWS_PER_OUT * SEGS, bias, y, lo + lead,
                                                         end_rows() - lead, n_out, y_mine,
                                                         TY ? tag_of(u, u.ins->counter) : 0u, res_tag,
-                                                        decltype(prologue)::LATE ? prologue.late_scale(red, eps) : 1.f);
+                                                        WNORM ? wnorm.late
+                                                        : decltype(prologue)::LATE ? prologue.late_scale(red, eps)
+                                                                                   : 1.f);
   if constexpr (SUMS) {
     for (int j = threadIdx.x; j < n_out; j += WARPS * 32)
       asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(sums + j) : "memory");
