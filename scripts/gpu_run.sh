@@ -96,12 +96,21 @@ if [ "$mode" = tests ]; then
   # kernels time-slice) and the machine's 16 cores; their logs one after the other in $OUT/gpu_tests.log
   # TEST_IDS=FILE: the node ids listed there, a line each, instead (e.g. an earlier call's rerun_ids.txt: the ids of
   # its processes that did not end clean, since -x stops a process at its first failure; scripts/test_jobs.sh)
+  # TEST_PART=i/n: every n-th of the selected ids from the i-th (1-based) on. The whole suite grew past one call (209
+  # tests: three of ten processes ran past 380 s on 2026-12-05), so it runs as TEST_PART=1/2 and 2/2, a call each
   if [ -n "${TEST_IDS:-}" ]; then
     grep "::" "$TEST_IDS" > /tmp/gpu_ids.txt
   else
     python3 -m pytest --collect-only -q -m gpu tests/gpu -p no:cacheprovider ${TESTS:+-k "$TESTS"} \
       > /tmp/gpu_collect.txt 2>&1
     grep "::" /tmp/gpu_collect.txt > /tmp/gpu_ids.txt || tail -20 /tmp/gpu_collect.txt  # (why none: an import error?)
+  fi
+  if [ -n "${TEST_PART:-}" ]; then
+    i=${TEST_PART%/*} n=${TEST_PART#*/}
+    [[ "$i" =~ ^[0-9]+$ && "$n" =~ ^[0-9]+$ && "$i" -ge 1 && "$i" -le "$n" ]] \
+      || { echo "TEST_PART=$TEST_PART: want i/n with 1 <= i <= n"; exit 1; }
+    awk -v n="$n" -v i="$i" '(NR - 1) % n == i - 1' /tmp/gpu_ids.txt > /tmp/gpu_ids_part.txt
+    mv /tmp/gpu_ids_part.txt /tmp/gpu_ids.txt
   fi
   bash scripts/test_jobs.sh /tmp/gpu_ids.txt "${TEST_JOBS:-8}" "${TEST_TIMEOUT:-480}" "$OUT" \
     -q -x -s -m gpu -p no:cacheprovider
