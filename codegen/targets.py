@@ -291,7 +291,8 @@ TARGETS: dict[str, TargetParams] = {
                           # 1.142 vs 1.112-1.115; 512 smollm2-135m 0.466, 1B 0.723-0.724; 128 at noise. Means over
                           # the bench's positions 32-288 only, each with a higher p90 (smollm2 0.486-0.489 vs 0.473:
                           # one split walking 250+ keys is slower than five and their merge), and at 1024-4096 keys
-                          # 256 would halve the splits in use (not timed). So 64
+                          # 256 would halve the splits in use (not timed); llama-3.2-1b at 8192: 256 0.790 / 0.790 vs
+                          # 0.789 / 0.790 (forty-third session). So 64
                           attn_warps=8, attn_blocks=132, attn_keys=8, attn_min_keys=64,
                           # graph mode's attention at 8192: 16.8 MB in the 10.9 us more than at 32, 1.5 TB/s (a
                           # latency-bound pass or two a split); asking L2 ahead: graph mode not yet run. Persistent,
