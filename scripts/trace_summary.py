@@ -275,20 +275,28 @@ def summary(eng, pos: int, save_to: str | None = None, warm: int = 0) -> str:
     return summary_of(ts, eng.manifest, pos)
 
 
+# With persist_trace_attention, an attention split's time from inputs ready to done cut at its stamps: q rotated and
+# the new row written; keys done; warps merged and the partial stored; the rest (the arrival, the last split's merge
+# of the partials and its signal)
+ATTENTION_CUTS = [("q, rope, new row", "ready", "sums_done"), ("keys", "sums_done", "stored"),
+                  ("warps merged, stored", "stored", "x_ready"), ("arrive, merge, signal", "x_ready", "done")]
+
+
+def attention_stamped(col: dict[str, np.ndarray], sched: list, i: int) -> bool:
+    """Whether row i is an attention split that took rows and stamped ATTENTION_CUTS' moments in order."""
+    return (sched[i][1] == "attention" and col["start"][i] > 0
+            and col["ready"][i] <= col["sums_done"][i] <= col["stored"][i] <= col["x_ready"][i] <= col["done"][i])
+
+
 def attention_parts(ts: np.ndarray, slots: list[str], sched: list) -> list[str]:
     """With persist_trace_attention: the attention splits that took rows, their time from inputs ready to done cut
-    at their stamps (q rotated and the new row written; keys done; warps merged and the partial stored; the rest:
-    the arrival, the last split's merge of the partials and its signal), mean us (and max) over them. Nothing when
-    the recording has no such stamps."""
+    at their stamps (ATTENTION_CUTS), mean us (and max) over them. Nothing when the recording has no such stamps."""
     col = columns(ts, slots)
-    rows = [i for i, (_, opcode, *_) in enumerate(sched) if opcode == "attention" and col["start"][i] > 0
-            and col["ready"][i] <= col["sums_done"][i] <= col["stored"][i] <= col["x_ready"][i] <= col["done"][i]]
+    rows = [i for i in range(len(sched)) if attention_stamped(col, sched, i)]
     if not rows:
         return []
-    cuts = [("q, rope, new row", "ready", "sums_done"), ("keys", "sums_done", "stored"),
-            ("warps merged, stored", "stored", "x_ready"), ("arrive, merge, signal", "x_ready", "done")]
     lines = [f"attention splits with rows ({len(rows)}), inputs ready to done, us (mean, max):"]
-    for name, a, b in cuts:
+    for name, a, b in ATTENTION_CUTS:
         d = (col[b][rows] - col[a][rows]) / 1e3
         lines.append(f"  {name:<24}{d.mean():>8.2f}{d.max():>8.2f}")
     return lines

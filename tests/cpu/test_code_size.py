@@ -1,16 +1,13 @@
 """scripts/code_size.py: the persistent kernel's machine code per dispatch case (nvcc and cuobjdump, no GPU)."""
-import importlib.util
 import os
 import shutil
 
 import pytest
 
+from tests.scripts import load_script
 from tests.tiny_hf import make_tiny_hf
 
-spec = importlib.util.spec_from_file_location(
-    "code_size", os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "code_size.py"))
-code_size = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(code_size)
+code_size = load_script("code_size")
 
 
 def has_cuobjdump() -> bool:
@@ -46,10 +43,7 @@ def test_sass_script_says_whether_a_build_changed_the_kernel(tmp_path, capsys):
     # scripts/sass.py writes each unit's SASS and compares it with the file it replaces: the same build is
     # byte-identical, a field that changes the persistent kernel's code (attention's passes on the FMA units
     # instead of the tensor cores) differs
-    spec_ = importlib.util.spec_from_file_location(
-        "sass", os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "sass.py"))
-    sass = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(sass)
+    sass = load_script("sass")
     make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
     out = str(tmp_path / "sass")
     sass.main(out, str(tmp_path / "hf"), "persistent")
@@ -65,10 +59,7 @@ def test_sass_script_says_whether_a_build_changed_the_kernel(tmp_path, capsys):
 def test_sass_masks_what_a_reschedule_renames_and_counts_what_it_moves(tmp_path):
     # scripts/sass.py's masked diff: registers, predicates, convergence barriers and constants renamed count as
     # nothing; an instruction moved counts twice (removed and added), one inserted once
-    spec = importlib.util.spec_from_file_location(
-        "sass", os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "sass.py"))
-    sass = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sass)
+    sass = load_script("sass")
 
     def listing(*ins: str) -> str:
         return "".join(f"        /*{16 * i:04x}*/                   {s} ;   /* 0x000fe20000000f00 */\n"

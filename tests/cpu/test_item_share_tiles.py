@@ -1,17 +1,11 @@
 """scripts/item_share_tiles.py on made-up timestamps: each item-dealt tile's dots by its part in the hand-over."""
-import importlib.util
-import os
-import sys
 
 import numpy as np
 import pytest
 
-HERE = os.path.dirname(__file__)
-sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))  # (the script imports trace_summary beside it)
-spec = importlib.util.spec_from_file_location("item_share_tiles",
-                                              os.path.join(HERE, "..", "..", "scripts", "item_share_tiles.py"))
-item_share_tiles = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(item_share_tiles)
+from tests.scripts import load_script
+
+item_share_tiles = load_script("item_share_tiles")
 
 SLOTS = ["start", "ready", "x_ready", "sums_done", "done", "page_wait_cycles", "cycles", "pages_ready", "stored"]
 KERNELS = [{"name": "L0.mlp.x", "family": "gemv"}, {"name": "L0.attn.qkv", "family": "gemv"}]

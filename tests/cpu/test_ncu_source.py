@@ -1,12 +1,9 @@
 """scripts/ncu_source.py on a made-up source page: the streaming thread's page loop and the landmarks' samples."""
 import gzip
-import importlib.util
-import os
 
-spec = importlib.util.spec_from_file_location(
-    "ncu_source", os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "ncu_source.py"))
-ncu_source = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(ncu_source)
+from tests.scripts import load_script
+
+ncu_source = load_script("ncu_source")
 
 HEADER = ["Address", "Source", "# Samples", "Instructions Executed", "stall_barrier", "stall_long_sb",
           "stall_barrier (Not Issued)"]

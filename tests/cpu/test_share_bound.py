@@ -1,14 +1,10 @@
 """scripts/share_bound.py on a tiny model: shares to the row segment are nearer the mean than whole rows where the
 SMs do not divide a GEMV's rows and its rows are cut into segments."""
-import importlib.util
-import os
 
+from tests.scripts import load_script
 from tests.tiny_hf import make_tiny_hf
 
-spec = importlib.util.spec_from_file_location(
-    "share_bound", os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "share_bound.py"))
-share_bound = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(share_bound)
+share_bound = load_script("share_bound")
 
 
 def test_item_shares_bound_at_least_the_rows_bound(tmp_path):

@@ -1,23 +1,18 @@
 """scripts/time_model.py on a tiny model's real schedule: in the limits it must reduce to the weight stream alone
 and to the chain of phases alone."""
 import dataclasses
-import importlib.util
 import math
-import os
-import sys
 
 import pytest
-
-import kiec
 from kiec.ir.passes import pipeline
 from kiec.ir.passes.persistent import schedule
 from kiec.ir.passes.program import GemvKernel
+
+import kiec
+from tests.scripts import load_script
 from tests.tiny_hf import make_tiny_hf
 
-spec = importlib.util.spec_from_file_location(
-    "time_model", os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "time_model.py"))
-time_model = sys.modules["time_model"] = importlib.util.module_from_spec(spec)  # dataclasses look it up
-spec.loader.exec_module(time_model)
+time_model = load_script("time_model")
 
 INSTANT = dict(compute_gbps=1e12, epilogue_us=0.0, release_us=0.0, hop_us=0.0, poll_us=0.0, prologue_us=0.0,
                prologue_us_per_kfloat=0.0, attention_us=0.0, other_us=0.0)

@@ -5,10 +5,9 @@ import os
 import numpy as np
 import pytest
 
-spec = importlib.util.spec_from_file_location(
-    "trace_summary", os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "trace_summary.py"))
-trace_summary = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(trace_summary)
+from tests.scripts import load_script
+
+trace_summary = load_script("trace_summary")
 
 KERNELS = [{"name": "L0.attn.qkv", "family": "gemv"}, {"name": "L0.attn", "family": "attention"},
            {"name": "L0.attn.x", "family": "gemv"}]

@@ -407,8 +407,9 @@ struct WarpNorm {
         for (int i = 0; i < 8; ++i) ss += xr[v][i] * xr[v][i];
       ss = lanes_sum<G::LANES>(ss);
     }
-    const float scale = LATE ? 1.f : rsqrtf(ss / K + eps);
-    if (LATE) late = rsqrtf(ss / K + eps);
+    const float norm_scale = rsqrtf(ss / K + eps);
+    if (LATE) late = norm_scale;
+    const float scale = LATE ? 1.f : norm_scale;
 #pragma unroll
     for (int v = 0; v < G::ROUNDS; ++v) {
       float nw[8];
