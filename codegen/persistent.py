@@ -542,6 +542,7 @@ class _PersistentEmitter(_Emitter):
             trace_stream=self.t.persist_trace_stream,
             tagged=int(self.tags is not None), tag_parity=self.parity_table(), tag_waits=self.tag_waits,
             reduce_batch=self.t.persist_reduce_batch, copy_batch=self.t.persist_copy_batch,
+            norm_batch=self.t.persist_norm_batch, warp_copy_rounds=self.t.persist_warp_copy_rounds,
             dot_item_chunks=self.t.persist_dot_item_chunks, stage_instrs=self.t.persist_stage_instrs,
             norm_w_raw=int(bool(self.t.persist_norm_w_raw)),
             norm_late_scale=int(bool(self.t.persist_norm_late_scale)), item_shares=int(bool(self.item_shares)),

@@ -33,6 +33,8 @@ class TargetParams:
     persist_reduce_batch: int  # persistent GEMV: items a warp sums over its lanes together (1: each on its own)
     persist_reduce_batch_head: int  # persistent: > 0: the LM head's batch instead (its long shares; 0: the above)
     persist_copy_batch: int  # persistent GEMV: 16-byte loads in flight a thread when it copies a tagged x (no norm)
+    persist_norm_batch: int  # persistent GEMV: words of a tagged x a thread loads at once for a norm
+    persist_warp_copy_rounds: int  # persistent GEMV: rounds of a warp's own copy of tagged pairs loaded at once
     persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
     persist_walk_kept: int  # persistent: 1: the weight stream keeps a share's page walk (ring.cuh: PageWalk's KEPT)
     persist_page_pace_ns: int  # persistent: > 0: the weight stream copies a page at most every this many ns
@@ -347,6 +349,13 @@ TARGETS: dict[str, TargetParams] = {
                           # 1.125 vs 1.121 / 1.118 (no change); llama-3.2-1b at 16 on the paced stream (seventeenth
                           # session, 30ad11b): 0.755 / 0.755 vs 0.739 / 0.741. So 8
                           persist_copy_batch=8,
+                          # a norm's tagged x: 8 words a thread at once, so llama-3.1-8b's K 4096 (16 a thread) takes
+                          # two round trips (its norm prologues 2.8-3.4 us a tile in the forty-third session's trace
+                          # at position 64, llama-3.2-1b's 0.8-1.2); 16 spills 36 B there (scripts/ptxas.py)
+                          persist_norm_batch=8,
+                          # a warp's own copy of tagged pairs (llama-3.1-8b's down projection, 7 rounds): 4 rounds
+                          # at once, two round trips
+                          persist_warp_copy_rounds=4,
                           # (the dots on the tensor cores, persist_dot_mma at 05ab278, an mma.m16n8k16 a 128-element
                           # step read on its diagonal: 10-30% slower than the FMA tile in gemv_compute.cu, ninth
                           # session; taken out, `git show 05ab278`)

@@ -796,7 +796,8 @@ def test_persistent_mode_names_a_weight_ring_that_does_not_fit(tmp_path, monkeyp
 
 
 def test_copy_batch_reaches_the_kernel(tmp_path):
-    # persist_copy_batch: the tagged x copy's loads in flight a thread, a define of the persistent source
+    # persist_copy_batch, persist_norm_batch and persist_warp_copy_rounds: a tagged x's loads in flight a thread
+    # (copied, normed, a warp's own copy), defines of the persistent source
     import dataclasses
 
     from kiec.codegen.persistent import emit_persistent
@@ -806,8 +807,12 @@ def test_copy_batch_reaches_the_kernel(tmp_path):
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
     program = pipeline.run(model.graph)
     for batch in (8, 16):
-        t = dataclasses.replace(target("sm_90"), persist_copy_batch=batch)
-        assert f"#define KIEC_COPY_BATCH {batch} " in emit_persistent(program, "bf16", 64, t, "x").files["model.cu"]
+        t = dataclasses.replace(target("sm_90"), persist_copy_batch=batch, persist_norm_batch=batch // 2 * 3,
+                                persist_warp_copy_rounds=batch // 4 + 1)
+        text = emit_persistent(program, "bf16", 64, t, "x").files["model.cu"]
+        assert f"#define KIEC_COPY_BATCH {batch} " in text
+        assert f"#define KIEC_NORM_BATCH {batch // 2 * 3} " in text  # (persist_norm_batch: a norm's words at once)
+        assert f"#define KIEC_WARP_COPY_ROUNDS {batch // 4 + 1} " in text  # (persist_warp_copy_rounds)
 
 
 def test_x_direct_2_takes_only_the_gemvs_whose_warps_hold_a_segment_each(tmp_path):

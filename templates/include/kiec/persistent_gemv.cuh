@@ -15,6 +15,16 @@ namespace kiec {
 #ifndef KIEC_COPY_BATCH
 #define KIEC_COPY_BATCH 8
 #endif
+// KIEC_NORM_BATCH (persist_norm_batch): a normed tagged x's words a thread loads at once (run_tagged). 8 takes
+// llama-3.1-8b's K 4096 (16 words a thread) in two round trips, the others' K 2048 in one.
+#ifndef KIEC_NORM_BATCH
+#define KIEC_NORM_BATCH 8
+#endif
+// KIEC_WARP_COPY_ROUNDS (persist_warp_copy_rounds): rounds of a warp's own copy of tagged pairs loaded at once
+// (load_x_slice_warp_copy's PX; 2 16-byte loads a lane a round). 4 takes llama-3.1-8b's 7 in two round trips.
+#ifndef KIEC_WARP_COPY_ROUNDS
+#define KIEC_WARP_COPY_ROUNDS 4
+#endif
 
 // The GEMV prologue (gemv_prologue's math, in its order) with the norm's weights loaded into registers before the
 // tile waits on its inputs: weights never depend on activations, and after the wait only x is left to fetch.
@@ -187,7 +197,7 @@ struct Prologue {
       sync_block();
       return;
     }
-    constexpr int B = PER < 8 ? PER : 8;  // words a thread has in flight
+    constexpr int B = PER < KIEC_NORM_BATCH ? PER : KIEC_NORM_BATCH;  // words a thread has in flight
     float ss = 0.f;
     float v[HOLD ? PER : 1];
 #pragma unroll
@@ -314,7 +324,7 @@ __device__ __forceinline__ void load_x_slice_warp_copy(const float* x, unsigned 
                                                        float (&xr)[G::ROUNDS][8]) {
   static_assert(G::LANES == 32, "a warp's own copy: a warp an item");
   static_assert(!PX || TX, "tagged pairs are tagged");
-  constexpr int PR = PX ? 2 : 4, RT = PX ? 4 : 2;  // 16-byte loads a lane a round; rounds loaded together
+  constexpr int PR = PX ? 2 : 4, RT = PX ? KIEC_WARP_COPY_ROUNDS : 2;  // 16-byte loads a lane a round; rounds at once
   constexpr int GR = G::ROUNDS < RT ? G::ROUNDS : RT, EPL = PX ? 4 : 2;  // (elements a load)
 #pragma unroll
   for (int v0 = 0; v0 < G::ROUNDS; v0 += GR) {
