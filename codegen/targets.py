@@ -434,8 +434,13 @@ TARGETS: dict[str, TargetParams] = {
                           # line, sixteenth session; nvidia-smi's 3,201 MHz x 6144 bits would be 4,916); an H100's
                           # published 3,352 would want 460 -> 661 (arithmetic). N > 0 scales the paces by N over the
                           # GPU's peak: 4814 leaves H200's alone. 4916 on H200 (pace 470): 0.746 / 0.749 vs 0.745 /
-                          # 0.747 ms on llama-3.2-1b (sixteenth session). Off until another GPU is run
-                          persist_pace_ref_gbps=0,
+                          # 0.747 ms on llama-3.2-1b (sixteenth session). First run on another GPU, an H100 (driver's
+                          # peak 3,352 GB/s, read ceiling 3.08-3.09 TB/s; 440 -> 631 ns), forty-fourth session (75cbe05,
+                          # ms, two rounds, bench/RESULTS.md): llama-3.2-1b 0.868 / 0.870 vs 0.907 / 0.908 (-4.2%; 4100:
+                          # -2.1%, 5300 +0.5% and 5800 +7.2% against 4814), qwen3-1.7b 1.261 vs 1.339 (-5.8%; 5300
+                          # +2.1%), llama-3.1-8b 5.098 vs 5.280 (-3.4%), llama-3.2-1b at 8192 1.027 / 1.028 vs 1.037 /
+                          # 1.039 (-1.0%). So 4814: the same pace on H200, each SM's share of the rate elsewhere
+                          persist_pace_ref_gbps=4814,
                           # 1 frees llama-3.1-8b's 57 KB x scratch: its ring 10 -> 12 pages (with persist_stages
                           # 13, llama-3.2-1b's 12 -> 13). With 13 pages on llama-3.2-1b at a9dfdd7: 0.840 vs 0.852
                           # ms; with poll sleep 100 too at edd1aac's kernel: 0.817 vs 0.823-0.826; other models not
