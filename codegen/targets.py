@@ -351,10 +351,13 @@ TARGETS: dict[str, TargetParams] = {
                           persist_copy_batch=8,
                           # a norm's tagged x: 8 words a thread at once, so llama-3.1-8b's K 4096 (16 a thread) takes
                           # two round trips (its norm prologues 2.8-3.4 us a tile in the forty-third session's trace
-                          # at position 64, llama-3.2-1b's 0.8-1.2); 16 spills 36 B there (scripts/ptxas.py)
+                          # at position 64, llama-3.2-1b's 0.8-1.2). 16 spills 36 B there (scripts/ptxas.py), reloaded
+                          # after the waits' polls (L1 invalidated: from L2). Forty-fourth session (75cbe05, H100, ms,
+                          # two rounds): 5.317 / 5.313 vs 5.284 / 5.279 (+0.6%; traced, gate/up's prologue 5.32 ->
+                          # 2.27 us a tile but the output projection's epilogue and release 0.26 -> 1.16). So 8
                           persist_norm_batch=8,
-                          # a warp's own copy of tagged pairs (llama-3.1-8b's down projection, 7 rounds): 4 rounds
-                          # at once, two round trips
+                          # a warp's own copy of tagged pairs (llama-3.1-8b's down projection, 7 rounds): 4 rounds at
+                          # once, two round trips; 7 (one, no spills): 5.278 / 5.278 vs 5.284 / 5.279 (same call). 4
                           persist_warp_copy_rounds=4,
                           # (the dots on the tensor cores, persist_dot_mma at 05ab278, an mma.m16n8k16 a 128-element
                           # step read on its diagonal: 10-30% slower than the FMA tile in gemv_compute.cu, ninth
