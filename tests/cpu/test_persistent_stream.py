@@ -126,6 +126,23 @@ def test_the_pace_keeps_each_sms_share_of_another_gpus_memory(tmp_path, ref):
     assert got == [(int(cases[2 * i]), int(cases[2 * i + 1]), peaks[i], paces[i]) for i in range(5)]
 
 
+@pytest.mark.parametrize("pace", [440, 460])
+def test_the_default_reference_leaves_h200s_pace_alone(tmp_path, pace):
+    # persist_pace_ref_gbps's default (4814: H200's driver peak as kiec bench printed it) gives H200 the compiled paces
+    # (440 ns, 460 with FMA attention) whether its attributes make 4814 or, a clock a few MHz lower, 4804-4813 (the
+    # integer division's floor), and an H100 SXM's 3352 the scaled 631 / 660 ns that the forty-fourth session timed
+    from kiec.codegen.targets import TARGETS
+    ref = TARGETS["sm_90"].persist_pace_ref_gbps
+    assert ref == 4814
+    exe = nvcc_build(tmp_path, os.path.join(HERE, "pace.cu"), "-std=c++17", f"-DKIEC_PAGE_PACE_NS={pace}",
+                     f"-DKIEC_PACE_REF_GBPS={ref}")
+    cases = ["3134115", "6144", "3134000", "6144", "3128000", "6144", "2619000", "5120"]
+    r = subprocess.run([exe, *cases], capture_output=True, text=True, check=True)
+    got = [tuple(map(int, line.split()))[2:] for line in r.stdout.splitlines()]
+    assert got == [(4814, pace), (4813, pace), (4804, pace), (3352, pace * 4814 // 3352)]
+    assert pace * 4814 // 3352 == {440: 631, 460: 660}[pace]
+
+
 def test_the_staged_instructions_place_wraps_as_the_division_would(tmp_path):
     # instr_ahead (persistent_args.cuh), which InstrStage uses for the instruction 3 tiles ahead: the list's place
     # by subtraction equals begin + (i - begin + ahead) % n for lists of 1-8 instructions (shorter than the distance
