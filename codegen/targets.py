@@ -350,11 +350,12 @@ TARGETS: dict[str, TargetParams] = {
                           # session, 30ad11b): 0.755 / 0.755 vs 0.739 / 0.741. So 8
                           persist_copy_batch=8,
                           # a norm's tagged x: 8 words a thread at once, so llama-3.1-8b's K 4096 (16 a thread) takes
-                          # two round trips (its norm prologues 2.8-3.4 us a tile in the forty-third session's trace
-                          # at position 64, llama-3.2-1b's 0.8-1.2). 16 spills 36 B there (scripts/ptxas.py), reloaded
-                          # after the waits' polls (L1 invalidated: from L2). Forty-fourth session (75cbe05, H100, ms,
-                          # two rounds): 5.317 / 5.313 vs 5.284 / 5.279 (+0.6%; traced, gate/up's prologue 5.32 ->
-                          # 2.27 us a tile but the output projection's epilogue and release 0.26 -> 1.16). So 8
+                          # two round trips (its norm prologues 2.8-3.4 us a tile in the forty-second session's call 2
+                          # recording at position 64, llama-3.2-1b's 0.8-1.2). 16 spills 36 B there
+                          # (scripts/ptxas.py), reloaded after the waits' polls (L1 invalidated: from L2). Forty-fourth
+                          # session (75cbe05, H100, ms, two rounds): 5.317 / 5.313 vs 5.284 / 5.279 (+0.6%; traced,
+                          # gate/up's prologue 5.32 -> 2.27 us a tile but the output projection's epilogue and release
+                          # 0.26 -> 1.16). So 8
                           persist_norm_batch=8,
                           # a warp's own copy of tagged pairs (llama-3.1-8b's down projection, 7 rounds): 4 rounds at
                           # once, two round trips; 7 (one, no spills): 5.278 / 5.278 vs 5.284 / 5.279 (same call). 4
@@ -435,14 +436,15 @@ TARGETS: dict[str, TargetParams] = {
                           persist_l2_ahead_burst=0,
                           # the paces above are H200's. Its driver's attributes give a peak of 4,814 GB/s (kiec bench's
                           # line, sixteenth session; nvidia-smi's 3,201 MHz x 6144 bits would be 4,916); an H100's
-                          # published 3,352 would want 460 -> 661 (arithmetic). N > 0 scales the paces by N over the
-                          # GPU's peak: 4814 leaves H200's alone. 4916 on H200 (pace 470): 0.746 / 0.749 vs 0.745 /
-                          # 0.747 ms on llama-3.2-1b (sixteenth session). First run on another GPU, an H100 (driver's
-                          # peak 3,352 GB/s, read ceiling 3.08-3.09 TB/s; 440 -> 631 ns), forty-fourth session (75cbe05,
-                          # ms, two rounds, bench/RESULTS.md): llama-3.2-1b 0.868 / 0.870 vs 0.907 / 0.908 (-4.2%; 4100:
-                          # -2.1%, 5300 +0.5% and 5800 +7.2% against 4814), qwen3-1.7b 1.261 vs 1.339 (-5.8%; 5300
-                          # +2.1%), llama-3.1-8b 5.098 vs 5.280 (-3.4%), llama-3.2-1b at 8192 1.027 / 1.028 vs 1.037 /
-                          # 1.039 (-1.0%). So 4814: the same pace on H200, each SM's share of the rate elsewhere
+                          # published 3,352 would want 460 -> 660 (arithmetic, the kernel's integer floor). N > 0 scales
+                          # the paces by N over the GPU's peak: 4814 leaves H200's alone. 4916 on H200 (pace 470): 0.746
+                          # / 0.749 vs 0.745 / 0.747 ms on llama-3.2-1b (sixteenth session). First run on another GPU,
+                          # an H100 (driver's peak 3,352 GB/s, read ceiling 3.08-3.09 TB/s; 440 -> 631 ns), forty-fourth
+                          # session (75cbe05, ms, two rounds, bench/RESULTS.md): llama-3.2-1b 0.868 / 0.870 vs 0.907 /
+                          # 0.908 (-4.2%; 4100: -2.1%, 5300 +0.5% and 5800 +7.2% against 4814), qwen3-1.7b 1.261 vs
+                          # 1.339 (-5.8%; 5300 +2.1%), llama-3.1-8b 5.098 vs 5.280 (-3.4%), llama-3.2-1b at 8192 1.027 /
+                          # 1.028 vs 1.037 / 1.039 (-1.0%). So 4814: the same pace on H200, each SM's share of the rate
+                          # elsewhere
                           persist_pace_ref_gbps=4814,
                           # 1 frees llama-3.1-8b's 57 KB x scratch: its ring 10 -> 12 pages (with persist_stages
                           # 13, llama-3.2-1b's 12 -> 13). With 13 pages on llama-3.2-1b at a9dfdd7: 0.840 vs 0.852

@@ -111,16 +111,22 @@ def test_the_streaming_thread_asks_l2_for_the_rows_each_split_reads(tmp_path, fa
     assert {n for *_, n in kv} >= {0, 1, 2} and len({lo for *_, lo, n in kv if n}) > 3  # none, short, full; many starts
 
 
+def paces_of(tmp_path, pace, ref, cases):
+    """pace.cu built with the pace and the reference peak, run on `cases` (memory kHz, bus bits, ...): a
+    (kHz, bits, peak GB/s, pace ns) tuple a GPU."""
+    exe = nvcc_build(tmp_path, os.path.join(HERE, "pace.cu"), "-std=c++17", f"-DKIEC_PAGE_PACE_NS={pace}",
+                     f"-DKIEC_PACE_REF_GBPS={ref}")
+    r = subprocess.run([exe, *cases], capture_output=True, text=True, check=True)
+    return [tuple(map(int, line.split())) for line in r.stdout.splitlines()]
+
+
 @pytest.mark.parametrize("ref", [4916, 0])
 def test_the_pace_keeps_each_sms_share_of_another_gpus_memory(tmp_path, ref):
     # persist_pace_ref_gbps: a pace measured best on H200 (460 ns a page, here at a 4916 GB/s reference) becomes 674
     # on an H100 SXM's 3352 and 229 at twice that peak; the reference GPU keeps its own, and a GPU whose driver
     # gives no memory clock or bus width the compiled one. Without the reference (0) every GPU gets the compiled pace
-    exe = nvcc_build(tmp_path, os.path.join(HERE, "pace.cu"), "-std=c++17", "-DKIEC_PAGE_PACE_NS=460",
-                     f"-DKIEC_PACE_REF_GBPS={ref}")
     cases = ["3201000", "6144", "2619000", "5120", "6402000", "6144", "0", "5120", "2619000", "0"]
-    r = subprocess.run([exe, *cases], capture_output=True, text=True, check=True)
-    got = [tuple(map(int, line.split())) for line in r.stdout.splitlines()]
+    got = paces_of(tmp_path, 460, ref, cases)
     peaks = [4916, 3352, 9833, 0, 0]
     paces = [460, 674, 229, 460, 460] if ref else [460] * 5
     assert got == [(int(cases[2 * i]), int(cases[2 * i + 1]), peaks[i], paces[i]) for i in range(5)]
@@ -134,11 +140,8 @@ def test_the_default_reference_leaves_h200s_pace_alone(tmp_path, pace):
     from kiec.codegen.targets import TARGETS
     ref = TARGETS["sm_90"].persist_pace_ref_gbps
     assert ref == 4814
-    exe = nvcc_build(tmp_path, os.path.join(HERE, "pace.cu"), "-std=c++17", f"-DKIEC_PAGE_PACE_NS={pace}",
-                     f"-DKIEC_PACE_REF_GBPS={ref}")
     cases = ["3134115", "6144", "3134000", "6144", "3128000", "6144", "2619000", "5120"]
-    r = subprocess.run([exe, *cases], capture_output=True, text=True, check=True)
-    got = [tuple(map(int, line.split()))[2:] for line in r.stdout.splitlines()]
+    got = [line[2:] for line in paces_of(tmp_path, pace, ref, cases)]
     assert got == [(4814, pace), (4813, pace), (4804, pace), (3352, pace * 4814 // 3352)]
     assert pace * 4814 // 3352 == {440: 631, 460: 660}[pace]
 
