@@ -115,6 +115,10 @@ class TargetParams:
     # persistent: 1: a GEMV's norm weights, loaded before its wait, stay bf16 until the norm, so that their conversion
     # does not hold the polling warp back for their round trip (persistent_gemv.cuh: Prologue; the same bits)
     persist_norm_w_raw: int
+    # persistent: 1: a GEMV's held norm weights are copied (cp.async, before its wait) into the shared memory its
+    # normed x is written to later, each warp's beside its own elements, instead of into registers, which the norm's
+    # words in flight then have (persistent_gemv.cuh: Prologue; the same bits)
+    persist_norm_w_smem: int
     # persistent: 1: a GEMV's norm (held weights) writes x times its weights, not yet times the norm's scale; the
     # warps' sums of squares are added after the dot products and the scale multiplies each row's sum in the
     # epilogue (persistent_gemv.cuh: Prologue::normalize), so that two block barriers and the sum's shuffles leave the
@@ -640,6 +644,10 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.719 on llama-3.2-1b; both: smollm2-135m 0.446 vs 0.472-0.474, qwen3-1.7b 1.039 vs
                           # 1.095, llama-3.2-1b at 8192 0.813-0.815 vs 0.849, llama-3.1-8b 3.808 vs 3.828-3.830. So 1
                           persist_stage_instrs=1, persist_norm_w_raw=1,
+                          # the held norm weights in shared memory, not registers (16 of them a thread on
+                          # llama-3.1-8b's K 4096, live across the wait): so that persist_norm_batch 16 fits without
+                          # spills. Not yet timed. Off
+                          persist_norm_w_smem=0,
                           # a held norm's scale applied to each row's sum in the epilogue: traced at position 64 on
                           # llama-3.2-1b, QKV's x ready 1.87 -> 1.72 us after the down projection's last signal, gate/
                           # up's 1.81 -> 1.69. Fortieth session (a75b645, ms, two rounds, bench/RESULTS.md): llama-

@@ -74,3 +74,16 @@ def test_sass_masks_what_a_reschedule_renames_and_counts_what_it_moves(tmp_path)
     more = listing("FFMA R4, R2, R3, R4", "FADD R1, R1, R2", "@P0 BRA 0x120", "BSSY B2, 0x80",
                    "IMAD.MOV.U32 R7, RZ, RZ, UR5")
     assert sass.moved(a, more, str(tmp_path)) == 1
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("changes", [(), ("persist_norm_batch=16",),
+                                     ("persist_norm_batch=16", "persist_norm_w_smem=1")],
+                         ids=["default", "norm-batch-16", "norm-weights-in-smem"])
+def test_llama_8b_norm_words_at_once_spill_nothing(changes):
+    # llama-3.1-8b's norm prologues (K 4096: 16 tagged words a thread) with all 16 words in flight: where each word
+    # kept its index in a register for an `i < K` test THREADS makes always true, and its own address, ptxas spilled
+    # 36 B (reloaded after the waits' polls, from L2: 0.6% slower on an H100, forty-fourth session); scripts/ptxas.py
+    ptxas = load_script("ptxas")
+    lines = ptxas.usage("llama-3.1-8b", "persistent", *changes)
+    assert any("spill" in line for _, line in lines) and ptxas.spill_bytes(lines) == 0, lines
