@@ -101,18 +101,19 @@ struct Prologue {
     if (!NORM) {  // a copy, 4 16-byte loads in flight per thread (8 spilled 12 B on llama-3.1-8b; x is 16-byte
                   // aligned: buffers.py)
       constexpr int V = (K / 4 + THREADS - 1) / THREADS, B = V < 4 ? V : 4;
+      auto in_x4 = [](int i) { return (K / 4) % THREADS == 0 || i < K / 4; };  // (in_x's rule)
 #pragma unroll
       for (int e0 = 0; e0 < V; e0 += B) {
         float4 v[B];
 #pragma unroll
         for (int e = 0; e < B; ++e) {
           const int i = threadIdx.x + (e0 + e) * THREADS;
-          if (e0 + e < V && i < K / 4) v[e] = reinterpret_cast<const float4*>(x)[i];
+          if (e0 + e < V && in_x4(i)) v[e] = reinterpret_cast<const float4*>(x)[i];
         }
 #pragma unroll
         for (int e = 0; e < B; ++e) {
           const int i = threadIdx.x + (e0 + e) * THREADS;
-          if (e0 + e < V && i < K / 4) reinterpret_cast<float4*>(xs)[i] = v[e];
+          if (e0 + e < V && in_x4(i)) reinterpret_cast<float4*>(xs)[i] = v[e];
         }
       }
       sync_block();
@@ -191,7 +192,7 @@ struct Prologue {
     for (int e = 0; e < PRE; ++e) {
       const int i = threadIdx.x + e * THREADS;
       if (NORM && e < PER && in_x(i)) pa[e] = ld_tagged(x2, i);
-      if (!NORM && e < PAIRS && i < K / 2) ld_tagged2(x2, i, pa[e], pb[e]);
+      if (!NORM && e < PAIRS && ((K / 2) % THREADS == 0 || i < K / 2)) ld_tagged2(x2, i, pa[e], pb[e]);
     }
   }
 #endif
@@ -206,6 +207,7 @@ struct Prologue {
       static_assert(K % 2 == 0, "a copied x is pairs of words");
       constexpr int LOADS = PAIRED ? K / 4 : K / 2;  // 16-byte loads of x
       constexpr int P = (LOADS + THREADS - 1) / THREADS, BP = P < KIEC_COPY_BATCH ? P : KIEC_COPY_BATCH;
+      auto in_loads = [](int j) { return LOADS % THREADS == 0 || j < LOADS; };  // (in_x's rule)
 #pragma unroll
       for (int e0 = 0; e0 < P; e0 += BP) {
         unsigned long long wa[BP], wb[BP];
@@ -219,18 +221,18 @@ struct Prologue {
             continue;
           }
 #endif
-          if (e0 + e < P && j < LOADS) ld_tagged2(x2, j, wa[e], wb[e]);
+          if (e0 + e < P && in_loads(j)) ld_tagged2(x2, j, wa[e], wb[e]);
         }
         settle_tags<BP>(  // (the stale pairs again, together)
             [&](int e) {
               const int j = threadIdx.x + (e0 + e) * THREADS;
-              return e0 + e < P && j < LOADS && !(carries(wa[e], tag) && carries(wb[e], tag));
+              return e0 + e < P && in_loads(j) && !(carries(wa[e], tag) && carries(wb[e], tag));
             },
             [&](int e) { ld_tagged2(x2, threadIdx.x + (e0 + e) * THREADS, wa[e], wb[e]); });
 #pragma unroll
         for (int e = 0; e < BP; ++e) {
           const int j = threadIdx.x + (e0 + e) * THREADS;
-          if (e0 + e < P && j < LOADS) {
+          if (e0 + e < P && in_loads(j)) {
             if constexpr (PAIRED) {
               float4 v;
               settled_pair(wa[e], tag, v.x, v.y);
