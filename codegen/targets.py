@@ -359,7 +359,10 @@ TARGETS: dict[str, TargetParams] = {
                           # (scripts/ptxas.py), reloaded after the waits' polls (L1 invalidated: from L2). Forty-fourth
                           # session (75cbe05, H100, ms, two rounds): 5.317 / 5.313 vs 5.284 / 5.279 (+0.6%; traced,
                           # gate/up's prologue 5.32 -> 2.27 us a tile but the output projection's epilogue and release
-                          # 0.26 -> 1.16). So 8
+                          # 0.26 -> 1.16). So 8. Forty-fifth session (69cefce): the spills came from each word's index
+                          # kept in a register for an `i < K` test that 256 threads dividing K makes always true; the
+                          # test now drops at compile time and 16 spills nothing (tests/cpu/test_code_size.py).
+                          # Spill-free 16 not yet timed
                           persist_norm_batch=8,
                           # a warp's own copy of tagged pairs (llama-3.1-8b's down projection, 7 rounds): 4 rounds at
                           # once, two round trips; 7 (one, no spills): 5.278 / 5.278 vs 5.284 / 5.279 (same call). 4
