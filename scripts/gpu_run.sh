@@ -90,7 +90,7 @@ if [ -n "${SMOKE:-}" ]; then
   fi
 fi
 if [ "$mode" = tests ]; then
-  # TESTS="expr": only the GPU tests pytest -k selects (a short call). The whole suite (126 tests, most of their
+  # TESTS="expr": only the GPU tests pytest -k selects (a short call). The whole suite (126 tests then, most of their
   # time nvcc on a tiny model) took 420 s for its first 38 in one process (2026-12-02), past one call's 600 s: the
   # tests are dealt round-robin over TEST_JOBS (8) pytest processes at once, which share the GPU (their
   # kernels time-slice) and the machine's 16 cores; their logs one after the other in $OUT/gpu_tests.log
