@@ -362,7 +362,7 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.26 -> 1.16). So 8. Forty-fifth session (69cefce): the spills came from each word's index
                           # kept in a register for an `i < K` test that 256 threads dividing K makes always true; the
                           # test now drops at compile time and 16 spills nothing (tests/cpu/test_code_size.py).
-                          # Spill-free 16 not yet timed
+                          # Spill-free 16 on H200 (05b90fb, ms, two rounds): 3.682 / 3.682 vs 3.681 / 3.685. So 8
                           persist_norm_batch=8,
                           # a warp's own copy of tagged pairs (llama-3.1-8b's down projection, 7 rounds): 4 rounds at
                           # once, two round trips; 7 (one, no spills): 5.278 / 5.278 vs 5.284 / 5.279 (same call). 4
@@ -649,7 +649,8 @@ TARGETS: dict[str, TargetParams] = {
                           persist_stage_instrs=1, persist_norm_w_raw=1,
                           # the held norm weights in shared memory, not registers (16 of them a thread on
                           # llama-3.1-8b's K 4096, live across the wait): so that persist_norm_batch 16 fits without
-                          # spills. Not yet timed. Off
+                          # spills. It did not make it fit (the spills were bounds tests' indices: persist_norm_batch above);
+                          # with batch 16 on H200 (05b90fb, ms, two rounds) 3.680 / 3.678 vs 3.681 / 3.685. Off
                           persist_norm_w_smem=0,
                           # a held norm's scale applied to each row's sum in the epilogue: traced at position 64 on
                           # llama-3.2-1b, QKV's x ready 1.87 -> 1.72 us after the down projection's last signal, gate/
