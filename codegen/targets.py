@@ -649,8 +649,8 @@ TARGETS: dict[str, TargetParams] = {
                           persist_stage_instrs=1, persist_norm_w_raw=1,
                           # the held norm weights in shared memory, not registers (16 of them a thread on
                           # llama-3.1-8b's K 4096, live across the wait): so that persist_norm_batch 16 fits without
-                          # spills. It did not make it fit (the spills were bounds tests' indices: persist_norm_batch above);
-                          # with batch 16 on H200 (05b90fb, ms, two rounds) 3.680 / 3.678 vs 3.681 / 3.685. Off
+                          # spills. It did not make it fit (the spills were bounds tests' indices: persist_norm_batch
+                          # above); with batch 16 on H200 (05b90fb, ms, two rounds) 3.680 / 3.678 vs 3.681 / 3.685. Off
                           persist_norm_w_smem=0,
                           # a held norm's scale applied to each row's sum in the epilogue: traced at position 64 on
                           # llama-3.2-1b, QKV's x ready 1.87 -> 1.72 us after the down projection's last signal, gate/

@@ -47,7 +47,10 @@ namespace kiec {
 // warp's 32 elements e * THREADS + warp * 32 + lane (64 bytes) into the first half of those elements' own 128 bytes of
 // xs, so that each warp copies, waits for and reads only its own (a __syncwarp, no block barrier), and reads them
 // all before it writes x over them. The registers they took across the wait and the norm (16 a thread on
-// llama-3.1-8b's K 4096) are left to the words of x in flight (KIEC_NORM_BATCH). The same bits.
+// llama-3.1-8b's K 4096) are left to the words of x in flight (KIEC_NORM_BATCH). The same bits. (Built against
+// llama-3.1-8b's spills at persist_norm_batch 16, which came from elsewhere: Prologue::below. At noise on H200,
+// forty-fifth session, codegen/targets.py.) The norm's cp.async.wait_all also waits, in warp 1, for the copies
+// InstrStage issued at the tile's start (persistent.cuh).
 #ifndef KIEC_NORM_W_SMEM
 #define KIEC_NORM_W_SMEM 0
 #endif
@@ -59,9 +62,11 @@ struct Prologue {
   static constexpr bool HOLD = NORM && PER <= 16;  // a register budget chosen, not measured against others
   static constexpr bool LATE = HOLD && KIEC_NORM_LATE_SCALE != 0;
   static constexpr bool WSMEM = HOLD && KIEC_NORM_W_SMEM != 0;  // (the weights in xs, not in w)
-  // whether element i = threadIdx.x + e * THREADS (e < PER) of x is one: always where THREADS divides K, so that no
-  // index a word stays in a register for the test (llama-3.1-8b's norm: 16 of them beside its 16 words)
-  __device__ __forceinline__ static bool in_x(int i) { return K % THREADS == 0 || i < K; }
+  // whether i = threadIdx.x + e * THREADS (e < N / THREADS rounded up) is below N: always where THREADS divides N,
+  // known so at compile time, so that no index a word stays in a register for the test (llama-3.1-8b's norm: 16 of
+  // them beside its 16 words made ptxas spill 36 B at persist_norm_batch 16)
+  template <int N>
+  __device__ __forceinline__ static bool below(int i) { return N % THREADS == 0 || i < N; }
   static_assert(!WSMEM || THREADS % 32 == 0, "a warp's weights beside its own elements");
   float ss_late = 0.f;  // (LATE: this thread's sum of squares, for publish_late)
   using Held = std::conditional_t<KIEC_NORM_W_RAW != 0, T, float>;
@@ -79,7 +84,7 @@ struct Prologue {
       for (int c0 = 0; c0 < CP * PER; c0 += 32) {
         const int c = c0 + lane, e = c / CP, q = c % CP;
         const int i = e * THREADS + (threadIdx.x & ~31) + q * EL;  // the copy's first element
-        if (c < CP * PER && in_x(i))
+        if (c < CP * PER && below<K>(i))
           asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
                        ::"r"(smem_addr(w_slot(xs, e) + q * EL)), "l"(norm_w + i) : "memory");
       }
@@ -88,8 +93,8 @@ struct Prologue {
 #pragma unroll
       for (int e = 0; e < PER; ++e) {
         const int i = threadIdx.x + e * THREADS;
-        if constexpr (KIEC_NORM_W_RAW != 0) w[e] = in_x(i) ? norm_w[i] : T(0.f);
-        else w[e] = in_x(i) ? to_float<T>(norm_w[i]) : 0.f;
+        if constexpr (KIEC_NORM_W_RAW != 0) w[e] = below<K>(i) ? norm_w[i] : T(0.f);
+        else w[e] = below<K>(i) ? to_float<T>(norm_w[i]) : 0.f;
       }
     }
   }
@@ -101,19 +106,18 @@ struct Prologue {
     if (!NORM) {  // a copy, 4 16-byte loads in flight per thread (8 spilled 12 B on llama-3.1-8b; x is 16-byte
                   // aligned: buffers.py)
       constexpr int V = (K / 4 + THREADS - 1) / THREADS, B = V < 4 ? V : 4;
-      auto in_x4 = [](int i) { return (K / 4) % THREADS == 0 || i < K / 4; };  // (in_x's rule)
 #pragma unroll
       for (int e0 = 0; e0 < V; e0 += B) {
         float4 v[B];
 #pragma unroll
         for (int e = 0; e < B; ++e) {
           const int i = threadIdx.x + (e0 + e) * THREADS;
-          if (e0 + e < V && in_x4(i)) v[e] = reinterpret_cast<const float4*>(x)[i];
+          if (e0 + e < V && below<K / 4>(i)) v[e] = reinterpret_cast<const float4*>(x)[i];
         }
 #pragma unroll
         for (int e = 0; e < B; ++e) {
           const int i = threadIdx.x + (e0 + e) * THREADS;
-          if (e0 + e < V && in_x4(i)) reinterpret_cast<float4*>(xs)[i] = v[e];
+          if (e0 + e < V && below<K / 4>(i)) reinterpret_cast<float4*>(xs)[i] = v[e];
         }
       }
       sync_block();
@@ -126,7 +130,7 @@ struct Prologue {
 #pragma unroll
       for (int e = 0; e < PER; ++e) {
         const int i = threadIdx.x + e * THREADS;
-        v[e] = in_x(i) ? x[i] : 0.f;
+        v[e] = below<K>(i) ? x[i] : 0.f;
         ss += v[e] * v[e];
       }
       normalize(ss, v, norm_w, eps, xs, red);
@@ -145,13 +149,13 @@ struct Prologue {
 #pragma unroll
       for (int e = 0; e < PER; ++e) {
         const int i = threadIdx.x + e * THREADS;
-        wv[e] = in_x(i) ? to_float<T>(w_slot(xs, e)[threadIdx.x & 31]) : 0.f;
+        wv[e] = below<K>(i) ? to_float<T>(w_slot(xs, e)[threadIdx.x & 31]) : 0.f;
       }
       __syncwarp();  // (every lane's weights read before x is written over them)
 #pragma unroll
       for (int e = 0; e < PER; ++e) {
         const int i = threadIdx.x + e * THREADS;
-        if (in_x(i)) xs[i] = v[e] * scale * wv[e];
+        if (below<K>(i)) xs[i] = v[e] * scale * wv[e];
       }
       sync_block();
       return;
@@ -159,7 +163,7 @@ struct Prologue {
 #pragma unroll
     for (int e = 0; e < PER; ++e) {
       const int i = threadIdx.x + e * THREADS;
-      if (in_x(i)) xs[i] = (HOLD ? v[e] : xs[i]) * scale * (HOLD ? held(e) : to_float<T>(norm_w[i]));
+      if (below<K>(i)) xs[i] = (HOLD ? v[e] : xs[i]) * scale * (HOLD ? held(e) : to_float<T>(norm_w[i]));
     }
     sync_block();
   }
@@ -191,8 +195,8 @@ struct Prologue {
 #pragma unroll
     for (int e = 0; e < PRE; ++e) {
       const int i = threadIdx.x + e * THREADS;
-      if (NORM && e < PER && in_x(i)) pa[e] = ld_tagged(x2, i);
-      if (!NORM && e < PAIRS && ((K / 2) % THREADS == 0 || i < K / 2)) ld_tagged2(x2, i, pa[e], pb[e]);
+      if (NORM && e < PER && below<K>(i)) pa[e] = ld_tagged(x2, i);
+      if (!NORM && e < PAIRS && below<K / 2>(i)) ld_tagged2(x2, i, pa[e], pb[e]);
     }
   }
 #endif
@@ -207,7 +211,6 @@ struct Prologue {
       static_assert(K % 2 == 0, "a copied x is pairs of words");
       constexpr int LOADS = PAIRED ? K / 4 : K / 2;  // 16-byte loads of x
       constexpr int P = (LOADS + THREADS - 1) / THREADS, BP = P < KIEC_COPY_BATCH ? P : KIEC_COPY_BATCH;
-      auto in_loads = [](int j) { return LOADS % THREADS == 0 || j < LOADS; };  // (in_x's rule)
 #pragma unroll
       for (int e0 = 0; e0 < P; e0 += BP) {
         unsigned long long wa[BP], wb[BP];
@@ -221,18 +224,18 @@ struct Prologue {
             continue;
           }
 #endif
-          if (e0 + e < P && in_loads(j)) ld_tagged2(x2, j, wa[e], wb[e]);
+          if (e0 + e < P && below<LOADS>(j)) ld_tagged2(x2, j, wa[e], wb[e]);
         }
         settle_tags<BP>(  // (the stale pairs again, together)
             [&](int e) {
               const int j = threadIdx.x + (e0 + e) * THREADS;
-              return e0 + e < P && in_loads(j) && !(carries(wa[e], tag) && carries(wb[e], tag));
+              return e0 + e < P && below<LOADS>(j) && !(carries(wa[e], tag) && carries(wb[e], tag));
             },
             [&](int e) { ld_tagged2(x2, threadIdx.x + (e0 + e) * THREADS, wa[e], wb[e]); });
 #pragma unroll
         for (int e = 0; e < BP; ++e) {
           const int j = threadIdx.x + (e0 + e) * THREADS;
-          if (e0 + e < P && in_loads(j)) {
+          if (e0 + e < P && below<LOADS>(j)) {
             if constexpr (PAIRED) {
               float4 v;
               settled_pair(wa[e], tag, v.x, v.y);
@@ -263,21 +266,21 @@ struct Prologue {
           continue;
         }
 #endif
-        if (e0 + e < PER && in_x(i)) wd[e] = ld_tagged(x2, i);
+        if (e0 + e < PER && below<K>(i)) wd[e] = ld_tagged(x2, i);
       }
       settle_tags<B>(
           [&](int e) {
             const int i = threadIdx.x + (e0 + e) * THREADS;
-            return e0 + e < PER && in_x(i) && !carries(wd[e], tag);
+            return e0 + e < PER && below<K>(i) && !carries(wd[e], tag);
           },
           [&](int e) { wd[e] = ld_tagged(x2, threadIdx.x + (e0 + e) * THREADS); });
 #pragma unroll
       for (int e = 0; e < B; ++e) {
         const int i = threadIdx.x + (e0 + e) * THREADS;
         if (e0 + e < PER) {
-          const float val = in_x(i) ? settled_value(wd[e], tag) : 0.f;
+          const float val = below<K>(i) ? settled_value(wd[e], tag) : 0.f;
           if (HOLD) v[e0 + e] = val;
-          else if (in_x(i)) xs[i] = val;
+          else if (below<K>(i)) xs[i] = val;
           ss += val * val;
         }
       }
