@@ -544,7 +544,7 @@ class _PersistentEmitter(_Emitter):
             reduce_batch=self.t.persist_reduce_batch, copy_batch=self.t.persist_copy_batch,
             norm_batch=self.t.persist_norm_batch, warp_copy_rounds=self.t.persist_warp_copy_rounds,
             dot_item_chunks=self.t.persist_dot_item_chunks, stage_instrs=self.t.persist_stage_instrs,
-            norm_w_raw=int(bool(self.t.persist_norm_w_raw)), norm_w_smem=int(bool(self.t.persist_norm_w_smem)),
+            norm_w_raw=int(bool(self.t.persist_norm_w_raw)),
             norm_late_scale=int(bool(self.t.persist_norm_late_scale)), item_shares=int(bool(self.item_shares)),
             select_host_late=int(bool(self.t.persist_select_host_late)),
             evict_first=int(bool(self.t.persist_evict_first)),

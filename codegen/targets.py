@@ -115,10 +115,6 @@ class TargetParams:
     # persistent: 1: a GEMV's norm weights, loaded before its wait, stay bf16 until the norm, so that their conversion
     # does not hold the polling warp back for their round trip (persistent_gemv.cuh: Prologue; the same bits)
     persist_norm_w_raw: int
-    # persistent: 1: a GEMV's held norm weights are copied (cp.async, before its wait) into the shared memory its
-    # normed x is written to later, each warp's beside its own elements, instead of into registers, which the norm's
-    # words in flight then have (persistent_gemv.cuh: Prologue; the same bits)
-    persist_norm_w_smem: int
     # persistent: 1: a GEMV's norm (held weights) writes x times its weights, not yet times the norm's scale; the
     # warps' sums of squares are added after the dot products and the scale multiplies each row's sum in the
     # epilogue (persistent_gemv.cuh: Prologue::normalize), so that two block barriers and the sum's shuffles leave the
@@ -362,7 +358,9 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.26 -> 1.16). So 8. Forty-fifth session (69cefce): the spills came from each word's index
                           # kept in a register for an `i < K` test that 256 threads dividing K makes always true; the
                           # test now drops at compile time and 16 spills nothing (tests/cpu/test_code_size.py).
-                          # Spill-free 16 on H200 (05b90fb, ms, two rounds): 3.682 / 3.682 vs 3.681 / 3.685. So 8
+                          # Spill-free 16 on H200 (05b90fb, ms, two rounds): 3.682 / 3.682 vs 3.681 / 3.685; with
+                          # the norm's weights copied into shared memory (persist_norm_w_smem, so that their registers
+                          # went to the words) 3.680 / 3.678, taken out in the forty-sixth session. So 8
                           persist_norm_batch=8,
                           # a warp's own copy of tagged pairs (llama-3.1-8b's down projection, 7 rounds): 4 rounds at
                           # once, two round trips; 7 (one, no spills): 5.278 / 5.278 vs 5.284 / 5.279 (same call). 4
@@ -647,11 +645,6 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.719 on llama-3.2-1b; both: smollm2-135m 0.446 vs 0.472-0.474, qwen3-1.7b 1.039 vs
                           # 1.095, llama-3.2-1b at 8192 0.813-0.815 vs 0.849, llama-3.1-8b 3.808 vs 3.828-3.830. So 1
                           persist_stage_instrs=1, persist_norm_w_raw=1,
-                          # the held norm weights in shared memory, not registers (16 of them a thread on
-                          # llama-3.1-8b's K 4096, live across the wait): so that persist_norm_batch 16 fits without
-                          # spills. It did not make it fit (the spills were bounds tests' indices: persist_norm_batch
-                          # above); with batch 16 on H200 (05b90fb, ms, two rounds) 3.680 / 3.678 vs 3.681 / 3.685. Off
-                          persist_norm_w_smem=0,
                           # a held norm's scale applied to each row's sum in the epilogue: traced at position 64 on
                           # llama-3.2-1b, QKV's x ready 1.87 -> 1.72 us after the down projection's last signal, gate/
                           # up's 1.81 -> 1.69. Fortieth session (a75b645, ms, two rounds, bench/RESULTS.md): llama-

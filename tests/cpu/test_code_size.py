@@ -77,9 +77,7 @@ def test_sass_masks_what_a_reschedule_renames_and_counts_what_it_moves(tmp_path)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-@pytest.mark.parametrize("changes", [(), ("persist_norm_batch=16",),
-                                     ("persist_norm_batch=16", "persist_norm_w_smem=1")],
-                         ids=["default", "norm-batch-16", "norm-weights-in-smem"])
+@pytest.mark.parametrize("changes", [(), ("persist_norm_batch=16",)], ids=["default", "norm-batch-16"])
 def test_llama_8b_norm_words_at_once_spill_nothing(changes):
     # llama-3.1-8b's norm prologues (K 4096: 16 tagged words a thread) with all 16 words in flight: where each word
     # kept its index in a register for an `i < K` test THREADS makes always true, and its own address, ptxas spilled

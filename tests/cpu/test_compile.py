@@ -797,8 +797,7 @@ def test_persistent_mode_names_a_weight_ring_that_does_not_fit(tmp_path, monkeyp
 
 def test_copy_batch_reaches_the_kernel(tmp_path):
     # persist_copy_batch, persist_norm_batch and persist_warp_copy_rounds: a tagged x's loads in flight a thread
-    # (copied, normed, a warp's own copy), and persist_norm_w_smem (a norm's weights in shared memory), defines of
-    # the persistent source
+    # (copied, normed, a warp's own copy), defines of the persistent source
     import dataclasses
 
     from kiec.codegen.persistent import emit_persistent
@@ -807,14 +806,13 @@ def test_copy_batch_reaches_the_kernel(tmp_path):
     make_tiny_hf(tmp_path / "hf", "llama")
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
     program = pipeline.run(model.graph)
-    for copy, norm, rounds, w_smem in ((8, 8, 4, 0), (16, 12, 5, 1)):
+    for copy, norm, rounds in ((8, 8, 4), (16, 12, 5)):
         t = dataclasses.replace(target("sm_90"), persist_copy_batch=copy, persist_norm_batch=norm,
-                                persist_warp_copy_rounds=rounds, persist_norm_w_smem=w_smem)
+                                persist_warp_copy_rounds=rounds)
         text = emit_persistent(program, "bf16", 64, t, "x").files["model.cu"]
         assert f"#define KIEC_COPY_BATCH {copy} " in text
         assert f"#define KIEC_NORM_BATCH {norm} " in text
         assert f"#define KIEC_WARP_COPY_ROUNDS {rounds} " in text
-        assert f"#define KIEC_NORM_W_SMEM {w_smem} " in text
 
 
 def test_x_direct_2_takes_only_the_gemvs_whose_warps_hold_a_segment_each(tmp_path):

@@ -42,18 +42,6 @@ namespace kiec {
 #ifndef KIEC_NORM_LATE_SCALE
 #define KIEC_NORM_LATE_SCALE 0
 #endif
-// KIEC_NORM_W_SMEM (persist_norm_w_smem; held weights only): the norm's weights are copied before the wait (cp.async of
-// 16 bytes, through L2) into the scratch the normed x is written to, not loaded into registers: the 32 weights of a
-// warp's 32 elements e * THREADS + warp * 32 + lane (64 bytes) into the first half of those elements' own 128 bytes of
-// xs, so that each warp copies, waits for and reads only its own (a __syncwarp, no block barrier), and reads them
-// all before it writes x over them. The registers they took across the wait and the norm (16 a thread on
-// llama-3.1-8b's K 4096) are left to the words of x in flight (KIEC_NORM_BATCH). The same bits. (Built against
-// llama-3.1-8b's spills at persist_norm_batch 16, which came from elsewhere: Prologue::below. At noise on H200,
-// forty-fifth session, codegen/targets.py.) The norm's cp.async.wait_all also waits, in warp 1, for the copies
-// InstrStage issued at the tile's start (persistent.cuh).
-#ifndef KIEC_NORM_W_SMEM
-#define KIEC_NORM_W_SMEM 0
-#endif
 // PAIRED (persist_tagged_pairs, a copy of tagged x): x's words are tagged pairs (common.cuh: st_tagged_pair).
 template <typename T, int K, bool NORM, int THREADS, bool PAIRED = false>
 struct Prologue {
@@ -61,36 +49,17 @@ struct Prologue {
   static constexpr int PER = (K + THREADS - 1) / THREADS;
   static constexpr bool HOLD = NORM && PER <= 16;  // a register budget chosen, not measured against others
   static constexpr bool LATE = HOLD && KIEC_NORM_LATE_SCALE != 0;
-  static constexpr bool WSMEM = HOLD && KIEC_NORM_W_SMEM != 0;  // (the weights in xs, not in w)
   // whether i = threadIdx.x + e * THREADS (e < N / THREADS rounded up) is below N: always where THREADS divides N,
   // known so at compile time, so that no index a word stays in a register for the test (llama-3.1-8b's norm: 16 of
   // them beside its 16 words made ptxas spill 36 B at persist_norm_batch 16). The default kernels lost 2-8% of their
   // instructions to it and ran 1.0-1.9% faster on H200 (same-run A/B, forty-fifth and forty-sixth sessions)
   template <int N>
   __device__ __forceinline__ static bool below(int i) { return N % THREADS == 0 || i < N; }
-  static_assert(!WSMEM || THREADS % 32 == 0, "a warp's weights beside its own elements");
   float ss_late = 0.f;  // (LATE: this thread's sum of squares, for publish_late)
   using Held = std::conditional_t<KIEC_NORM_W_RAW != 0, T, float>;
-  Held w[HOLD && !WSMEM ? PER : 1];
-  // WSMEM: where element e's weight of this lane waits in xs: the first half of its warp's 32 floats of e
-  __device__ __forceinline__ static T* w_slot(float* xs, int e) {
-    return reinterpret_cast<T*>(xs + e * THREADS + (threadIdx.x & ~31));
-  }
-  __device__ __forceinline__ void prefetch(const T* norm_w, float* xs) {
-    if constexpr (WSMEM) {  // the warp's CP copies of 16 bytes an element index e, PER * CP, dealt over its lanes
-      constexpr int EL = 16 / sizeof(T), CP = 32 / EL;  // elements a copy, copies for a warp's 32
-      static_assert(16 % sizeof(T) == 0 && K % EL == 0, "whole 16-byte copies");
-      const int lane = threadIdx.x & 31;
-#pragma unroll
-      for (int c0 = 0; c0 < CP * PER; c0 += 32) {
-        const int c = c0 + lane, e = c / CP, q = c % CP;
-        const int i = e * THREADS + (threadIdx.x & ~31) + q * EL;  // the copy's first element
-        if (c < CP * PER && below<K>(i))
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                       ::"r"(smem_addr(w_slot(xs, e) + q * EL)), "l"(norm_w + i) : "memory");
-      }
-      asm volatile("cp.async.commit_group;" ::: "memory");
-    } else if (HOLD) {
+  Held w[HOLD ? PER : 1];
+  __device__ __forceinline__ void prefetch(const T* norm_w) {
+    if constexpr (HOLD) {
 #pragma unroll
       for (int e = 0; e < PER; ++e) {
         const int i = threadIdx.x + e * THREADS;
@@ -143,24 +112,6 @@ struct Prologue {
                                             float* xs, float* red) {
     if (LATE) ss_late = ss;  // (LATE: times 1, the scale is the epilogue's)
     const float scale = LATE ? 1.f : rsqrtf(block_sum(ss, red) / K + eps);
-    if constexpr (WSMEM) {
-      asm volatile("cp.async.wait_all;" ::: "memory");
-      __syncwarp();  // (the warp's other lanes' copies)
-      float wv[PER];
-#pragma unroll
-      for (int e = 0; e < PER; ++e) {
-        const int i = threadIdx.x + e * THREADS;
-        wv[e] = below<K>(i) ? to_float<T>(w_slot(xs, e)[threadIdx.x & 31]) : 0.f;
-      }
-      __syncwarp();  // (every lane's weights read before x is written over them)
-#pragma unroll
-      for (int e = 0; e < PER; ++e) {
-        const int i = threadIdx.x + e * THREADS;
-        if (below<K>(i)) xs[i] = v[e] * scale * wv[e];
-      }
-      sync_block();
-      return;
-    }
 #pragma unroll
     for (int e = 0; e < PER; ++e) {
       const int i = threadIdx.x + e * THREADS;
@@ -890,10 +841,9 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   float* red = acc + G::ROWS_PER_OUT * (SK ? outs + UNIT - 1 : outs) * SEGS;  // WARPS (past a trailing unit's rows)
 
   Prologue<T, K, NORM && !WNORM, WARPS * 32, PX> prologue;
-  static_assert(!decltype(prologue)::WSMEM || (TWICE & 2) == 0, "the probe's second norm would read x as weights");
   WarpNorm<T, G, K, WARPS * 32> wnorm;
   if constexpr (WNORM) wnorm.prefetch(norm_w, threadIdx.x & 31);
-  else prologue.prefetch(norm_w, xs);
+  else prologue.prefetch(norm_w);
 #if KIEC_TAG_WAITS
   if (TX && STAGED) prologue.preload(x);
 #endif
