@@ -56,8 +56,8 @@ class TargetParams:
     # persistent, with a pace and L2 lookahead: 1: the pages asked of L2 past a full ring are paced too, on the ring
     # copies' clock (unpaced, they go out in a burst each time the ring fills)
     persist_l2_ahead_paced: int
-    # persistent, with a pace and L2 lookahead: 1: the ring's copy of a page already asked of L2 goes out at once, not on
-    # the pace (the pace is the memory's rate; a page waiting in L2 does not take its share of it again)
+    # persistent, with a pace and L2 lookahead: 1: the ring's copy of a page already asked of L2 goes out at once, not
+    # on the pace (the pace is the memory's rate; a page waiting in L2 does not take its share of it again)
     persist_l2_ahead_burst: int
     # persistent, with a pace: > 0: the pace while the stream's page is 2 or more instructions past the GEMV whose
     # pages the compute warps are on (the ring's refill during QKV, attention and the output projection)
@@ -806,9 +806,9 @@ TARGETS: dict[str, TargetParams] = {
                           # 7): llama-3.2-1b +0.1% (the last split's slice 2.98 vs 3.27 us), qwen3-1.7b +0.8%
                           persist_attn_mma_first=0, persist_attn_mma_first_narrow=2,
                           # the same bits (8 GPU tests) but slower: 0.668 -> 0.687 / 0.692 / 0.696 ms at 1 / 2 / 3 on
-                          # llama-3.2-1b, qwen3-1.7b +3.7% / +6.1% at 1 / 3, llama-3.1-8b +0.5% / +1.9%: every tile of an
-                          # item-dealt GEMV sums ~20% slower, whole-row ones too, which outweighs the balance won; not
-                          # the page loop's tests (a loop without them was as slow); cause unknown (forty-second
+                          # llama-3.2-1b, qwen3-1.7b +3.7% / +6.1% at 1 / 3, llama-3.1-8b +0.5% / +1.9%: every tile of
+                          # an item-dealt GEMV sums ~20% slower, whole-row ones too, which outweighs the balance won;
+                          # not the page loop's tests (a loop without them was as slow); cause unknown (forty-second
                           # session, bench/RESULTS.md)
                           persist_item_shares=0),
 }
