@@ -307,22 +307,28 @@ def attention_critical(ts: np.ndarray, slots: list[str], sched: list) -> list[st
     and the one that signalled last (partial stored to done: the arrival, the merge and the signal; with
     persist_attn_owner_merges the owner's x_ready is its slice's end, so its tail holds its wait for the others),
     mean us (min, max) over the phases: the two stretches of attention on the chain; and the last partial to the
-    signal (the phase's latest x_ready to its last done: the merge's part of the chain in either way)."""
+    signal (the phase's latest x_ready to its last done: the merge's part of the chain in either way); and the last
+    partial to the next phase's median x ready (the output projection's x: what persist_attn_consumer_merges, whose
+    output projection merges the partials itself, shortens), where the next phase is recorded."""
     col = columns(ts, slots)
     phases = phase_rows(col, sched, "attention")
     if not phases:
         return []
-    slice_us, tail_us, after_us = [], [], []
-    for rows in phases.values():
+    every = phase_rows(col, sched)
+    slice_us, tail_us, after_us, next_us = [], [], [], []
+    for c, rows in phases.items():
         last_x = rows[int(np.argmax(col["x_ready"][rows]))]
         last_done = rows[int(np.argmax(col["done"][rows]))]
         slice_us.append((col["x_ready"][last_x] - col["ready"][last_x]) / 1e3)
         tail_us.append((col["done"][last_done] - col["x_ready"][last_done]) / 1e3)
         after_us.append((col["done"][last_done] - col["x_ready"][last_x]) / 1e3)
+        if c + 1 in every:
+            next_us.append((np.median(col["x_ready"][every[c + 1]]) - col["x_ready"][last_x]) / 1e3)
     lines = [f"attention, per phase ({len(phases)}), us (mean, min, max):"]
     for name, v in (("last split's slice", slice_us), ("last signal's tail", tail_us),
-                    ("last partial to signal", after_us)):
-        lines.append(f"  {name:<24}{np.mean(v):>8.2f}{np.min(v):>8.2f}{np.max(v):>8.2f}")
+                    ("last partial to signal", after_us), ("last partial to next x", next_us)):
+        if v:
+            lines.append(f"  {name:<24}{np.mean(v):>8.2f}{np.min(v):>8.2f}{np.max(v):>8.2f}")
     return lines
 
 

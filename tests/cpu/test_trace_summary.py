@@ -314,16 +314,22 @@ def test_stream_parts_give_the_rings_full_waits_per_kind_and_per_sm():
 def test_attention_critical_takes_each_phases_last_split():
     # two attention phases of two splits: the slice of the split whose partial came last (2 and 4 us), the tail of
     # the one that signalled last (1 and 6 us) and the last partial to that signal (1 and 3 us: in the second phase
-    # the signaller's own partial came 3 us before the other's, as the owner merge's does)
-    sched = [[0, "attention", 1, 1], [1, "attention", 1, 1], [0, "attention", 1, 2], [1, "attention", 1, 2]]
+    # the signaller's own partial came 3 us before the other's, as the owner merge's does); the first phase's next
+    # phase (a GEMV of 3 tiles, x ready at 5, 6 and 9 us) has its median x 3 us after the last partial (the second
+    # phase's next is not recorded: that line's mean is the first's alone)
+    sched = [[0, "attention", 1, 1], [1, "attention", 1, 1], [0, "attention", 1, 3], [1, "attention", 1, 3],
+             [0, "gemv", 2, 2], [1, "gemv", 2, 2], [2, "gemv", 2, 2]]
     ts = recording([(500, 1000, 3000, 0, 4000, 0), (500, 1000, 1500, 0, 2000, 0),
-                    (9000, 10000, 14000, 0, 15000, 0), (9000, 10000, 11000, 0, 17000, 0)])
+                    (9000, 10000, 14000, 0, 15000, 0), (9000, 10000, 11000, 0, 17000, 0),
+                    (4000, 4500, 5000, 0, 7000, 0), (4000, 4500, 6000, 0, 7000, 0), (4000, 4500, 9000, 0, 9500, 0)])
     lines = trace_summary.attention_critical(ts, SLOTS, sched)
     assert lines[0] == "attention, per phase (2), us (mean, min, max):"
     assert [float(v) for v in lines[1][26:].split()] == pytest.approx([3.0, 2.0, 4.0])
     assert [float(v) for v in lines[2][26:].split()] == pytest.approx([3.5, 1.0, 6.0])
     assert lines[3].startswith("  last partial to signal")
     assert [float(v) for v in lines[3][26:].split()] == pytest.approx([2.0, 1.0, 3.0])
+    assert lines[4].startswith("  last partial to next x")
+    assert [float(v) for v in lines[4][26:].split()] == pytest.approx([3.0, 3.0, 3.0])
 
 
 def test_variants_summary_gives_each_variants_rounds_and_its_mean_against_the_first(monkeypatch):
