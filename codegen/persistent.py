@@ -61,7 +61,7 @@ def template_tail(values: list, defaults: list) -> str:
     values = list(values)
     while values and values[-1] == defaults[len(values) - 1]:
         values.pop()
-    return "".join(f", {str(v).lower()}" for v in values)
+    return "".join(f", {str(v).lower() if isinstance(v, bool) else v}" for v in values)
 
 
 def model_width(program: Program) -> int:
@@ -123,6 +123,7 @@ class _PersistentEmitter(_Emitter):
         if self.tag_waits and t.persist_tag_parity:
             raise ValueError("persist_tag_waits with persist_tag_parity: a parity tells a word's last write from the "
                              "one before only, so its reader must wait for the writer's counter first")
+        self.consumer_merges = self.consumer_merge_count(program, t)
         if t.persist_x_direct not in (0, 1, 2):
             raise ValueError(f"persist_x_direct {t.persist_x_direct}: 0, 1 (every GEMV without a norm) or 2 (those "
                              f"whose warps hold a segment of x each)")
@@ -153,6 +154,7 @@ class _PersistentEmitter(_Emitter):
                                         previous_first=bool(t.persist_waits_previous_first), tags=self.tags,
                                         tag_waits=self.tag_waits, tag_lead=t.persist_tag_lead,
                                         owner_merges=t.persist_attn_owner_merges,
+                                        consumer_merges=self.consumer_merges,
                                         spare_splits=0 if self.parity_tags() else t.persist_attn_spare_splits,
                                         newest_first=bool(t.persist_attn_newest_first),
                                         mlp_local=bool(t.persist_probe_mlp_local),
@@ -172,6 +174,33 @@ class _PersistentEmitter(_Emitter):
     def attention_splits(self, k: AttentionKernel) -> int:
         return attention_splits(k, self.t.sms)  # the schedule's (KV head, split) tiles
 
+    def consumer_merge_count(self, program: Program, t: TargetParams) -> int:
+        """persist_attn_consumer_merges as this model's kernel takes it (0: off): attention's output must be tagged
+        words whose every reader is a GEMV that copies them into the scratch (no norm, not direct, not a warp's own
+        copy, not pairs), without owner merges (a narrow model's persist_attn_owner_merges_narrow too), tag waits or
+        parity tags (the partials' words are 8 bytes with the full tag; at the positions the consumer merges, nothing
+        writes the output, which parity tags count on)."""
+        n = t.persist_attn_consumer_merges
+        if not n:
+            return 0
+        if n < 2:
+            raise ValueError(f"persist_attn_consumer_merges {n}: 0 (off) or the most splits in use (2 or more) whose "
+                             f"partials the output projection merges")
+        why = ("attention's output is not tagged words (persist_tagged 2)" if not self.tags or not any(
+                   isinstance(k, AttentionKernel) and k.attention.out in self.tags.writer for k in program.kernels)
+               else "persist_attn_owner_merges (persist_attn_owner_merges_narrow on a narrow model) is on"
+               if t.persist_attn_owner_merges else "persist_tag_waits is on" if self.tag_waits
+               else "persist_tag_parity is on" if t.persist_tag_parity else None)
+        if why:
+            raise ValueError(f"persist_attn_consumer_merges {n}: {why}")
+        return n
+
+    def merge_of(self, k: GemvKernel) -> AttentionKernel | None:
+        """The attention kernel whose partials this GEMV merges into its x (persist_attn_consumer_merges), or None."""
+        if not self.consumer_merges:
+            return None
+        return next((a for a in self.attn if a.attention.out == k.x), None)
+
     def tagged_values(self) -> frozenset[str]:
         return frozenset(self.tags.writer) if self.tags else frozenset()
 
@@ -181,7 +210,7 @@ class _PersistentEmitter(_Emitter):
     def scratch(self) -> dict[str, int]:
         """Each layer's attention partials get their own region, so that layers never wait on each other's (as
         8-byte words with persist_attn_owner_merges: a value and its tag)."""
-        out, words = {}, 2 if self.t.persist_attn_owner_merges else 1
+        out, words = {}, 2 if self.t.persist_attn_owner_merges or self.t.persist_attn_consumer_merges else 1
         for k in self.attn:
             slots = self.partial_slots(k)
             out[partials(k) + ".o"], out[partials(k) + ".ml"] = slots * k.head_dim * words, slots * 2 * words
@@ -341,7 +370,7 @@ class _PersistentEmitter(_Emitter):
             return frozenset()
         ks = self.p.kernels
         written = {k.out for k in ks if isinstance(k, GemvKernel) and k.epilogue == "silu_mul" and k.n_out % 2 == 0}
-        if level >= 2 and not self.t.persist_attn_owner_merges:
+        if level >= 2 and not self.t.persist_attn_owner_merges and not self.t.persist_attn_consumer_merges:
             written |= {k.attention.out for k in ks if isinstance(k, AttentionKernel)}
 
         def copied(v: str) -> bool:  # read, and only as the x a GEMV copies into the scratch
@@ -382,21 +411,32 @@ class _PersistentEmitter(_Emitter):
         per_warp = -(-items // self.warps)
         dot_items = (self.t.persist_dot_items if per_warp >= self.t.persist_dot_items_min_share and not half
                      and not sk else 1)
+        # persist_attn_consumer_merges: x made from the attention's partials (ConsumerMerge)
+        merge = self.merge_of(k)
+        if merge and (k.norm or direct or warp_copy or not tx or k.x in self.paired or sums or sk or self.twice(k)):
+            raise ValueError(f"persist_attn_consumer_merges: {k.name} reads attention's output other than as a tagged "
+                             f"x copied into the scratch (a norm, x direct, a warp's own copy, pairs, a probe or item "
+                             f"shares)")
+        mg = (f"kiec::ConsumerMerge<{merge.head_dim}, {merge.n_heads // merge.kv_heads}, {self.splits[merge.name]}, "
+              f"{self.t.attn_min_keys}, {self.consumer_merges}>" if merge else "kiec::NoConsumerMerge")
         tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums, dot_items, warp_copy,
-                              k.x in self.paired, k.out in self.paired, sk],
-                             [False, False, False, 0, False, 0, False, False, 1, False, False, False, False])  # .. SK
+                              k.x in self.paired, k.out in self.paired, sk, mg],
+                             [False, False, False, 0, False, 0, False, False, 1, False, False, False, False,
+                              "kiec::NoConsumerMerge"])  # .. SK, MG
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
                 f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem"
-                + (", (unsigned long long*)A(d.a[2]))" if sums else ", nullptr, A(d.a[3]))" if sk else ")"))
+                + (", (unsigned long long*)A(d.a[2]))" if sums else ", nullptr, A(d.a[3]))" if sk
+                   else ", nullptr, nullptr, A(d.a[2]), A(d.a[3]))" if merge else ")"))
         if k.epilogue == "argmax":
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
         self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, row_bytes=k.k * self.esize,
                    item_bytes=k.k // 8 // segs * 16, silu=silu, tag_x=self.tag_writer(k.x),
                    tag_res=self.tag_writer(k.residual), pace=self.kind_paces.get(self.gemv_kind(k), 0),
-                   w=(w_off, b_off, self._w(k.norm and k.norm.weight)),
+                   w=(w_off, b_off, self._w(k.norm and k.norm.weight)), window=merge.attention.window if merge else 0,
                    a=(self.arena[k.x], self.arena[k.out]) + ((self.arena[PROBE_SUMS],) if sums else ())
-                   + ((-1, self.arena[carry(k)]) if sk else ()))
+                   + ((-1, self.arena[carry(k)]) if sk else ())
+                   + ((self.arena[partials(merge) + ".o"], self.arena[partials(merge) + ".ml"]) if merge else ()))
         staged = not direct and not wnorm  # x in the scratch: all of it, or a round of its segment a warp (warp_copy)
         x_floats = (self.warps * WARP_COPY_FLOATS if warp_copy else k.k) if staged else 0
         rows += 1 if sk and k.out in self.paired else 0  # (a trailing pair's row past the share's: ItemShare)
@@ -421,10 +461,10 @@ class _PersistentEmitter(_Emitter):
                                bool(t.persist_attn_early_pass), bool(t.persist_attn_lean), mma,
                                t.persist_attn_mma_ahead if mma and k.head_dim == 64 else 1,
                                t.persist_attn_mma_first if mma and k.head_dim == 64 else 0,
-                               a.out in self.paired],
-                              # TAGGED .. LEAN, MMA_KEYS, MMA_AHEAD, MMA_FIRST, PAIRED
+                               a.out in self.paired, self.consumer_merges],
+                              # TAGGED .. LEAN, MMA_KEYS, MMA_AHEAD, MMA_FIRST, PAIRED, CONSUMER
                               [False, False, True, 0, False, False, 0, False, False, False, False, False, 0, 1, 0,
-                               False])
+                               False, 0])
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",

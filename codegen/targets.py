@@ -83,6 +83,10 @@ class TargetParams:
     # (the last) merges them, their partials read as tagged words and its own kept on chip; the others only store
     # theirs (persistent.cuh: attention_tile's OWNER_MAX). 0: the split that arrives last merges, always
     persist_attn_owner_merges: int
+    # persistent: >= 2: while 2 to this many splits of a KV head are in use, none merges them: each stores its partial
+    # as tagged words and the output projection's tiles merge them as they make their x (attention_merge.cuh:
+    # merge_partials; the same bits); the owner signals and arrives for all. 0: off. Tagged words, no owner merges
+    persist_attn_consumer_merges: int
     # persistent: > 0: the output projection gives no rows to the SMs of each KV head's first N attention splits (the
     # ones in use at short context), the others sharing their rows (ir/passes/persistent.py: schedule's spare_splits)
     persist_attn_spare_splits: int
@@ -563,6 +567,13 @@ TARGETS: dict[str, TargetParams] = {
                           # 8192 0.801 / 0.801 vs 0.780 / 0.779 (it loses at long context there too). Off until the
                           # long context stops losing
                           persist_attn_owner_merges=0,
+                          # the chain from attention's last partial to the output projection's x, traced at position
+                          # 64 (the forty-second session's H200 recordings, default kernels): the last arrival's
+                          # merge and signal 1.71 / 1.78 / 2.35 us a layer on llama-3.2-1b / qwen3-1.7b /
+                          # llama-3.1-8b, then the output projection's x ready 0.98 / 1.00 / 1.34 us later. The
+                          # consumer's merge leaves the first out, for more words in its copy. Built in the
+                          # forty-sixth session, not yet timed. Off
+                          persist_attn_consumer_merges=0,
                           # in the fifteenth session's trace (llama-3.2-1b, position 64) the output projection's last
                           # tile was, in 9 of 16 layers, on an SM whose attention split was the one in use (~5 us
                           # against ~1 for the others: it signals last, then starts its own share), 0.26-0.77 us

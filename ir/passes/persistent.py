@@ -83,6 +83,11 @@ class Schedule:
     # a row (Instr.head, Instr.tail; check_item_shares)
     item_segs: dict[int, int] = field(default_factory=dict)
     pair_rows: frozenset[int] = frozenset()  # the GEMV kernels whose outputs are handed over two rows a word
+    # persist_attn_consumer_merges: while 2 to this many of a KV head's splits are in use, none merges them: each
+    # stores its partial, the owner (holding the token's row) counts for the head and arrives for all, and the GEMVs
+    # reading attention's output (the output projections) merge the partials as their x, loading them until they
+    # are the token's (their tags); otherwise as without. 0: off
+    consumer_merges: int = 0
 
 
 def unit_rows(sched: Schedule, kernel: int) -> int:
@@ -470,7 +475,8 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
              tags: TagPlan | None = None, tag_waits: int = 0, tag_lead: int = 100,
              owner_merges: int = 0, spare_splits: int = 0, newest_first: bool = False,
              mlp_local: bool = False, early_pass: bool = False, o_local: bool = False,
-             pair_rows: frozenset[int] = frozenset(), item_segs: dict[int, int] | None = None) -> Schedule:
+             pair_rows: frozenset[int] = frozenset(), item_segs: dict[int, int] | None = None,
+             consumer_merges: int = 0) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
@@ -494,13 +500,14 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     projection) waits for none of attention's tiles of its token. early_pass: see Schedule. pair_rows: the GEMV
     kernels (by index) whose output is handed over as tagged pairs (persist_tagged_pairs: two rows a word), whose
     shares are whole pairs (or, dealt to the item too, completed a pair at a time). item_segs (persist_item_shares):
-    GEMV kernels (by index) dealt to the row segment, with their segments a row (gemv_item_shares)."""
+    GEMV kernels (by index) dealt to the row segment, with their segments a row (gemv_item_shares).
+    consumer_merges: see Schedule."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
     item_segs = dict(item_segs or {})
     sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys, spin, owner_merges,
-                     newest_first, early_pass, item_segs, frozenset(pair_rows))
+                     newest_first, early_pass, item_segs, frozenset(pair_rows), consumer_merges)
     deps = dependencies(program, slot_of)
     # the probes' readers: before the reductions, and again after direct_waits (which would wait on an untagged x's
     # writer once more)

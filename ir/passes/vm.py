@@ -48,6 +48,8 @@ class VM:
                                  m=torch.full((k.kv_heads, s, group), float("nan")),
                                  l=torch.full((k.kv_heads, s, group), float("nan")),
                                  stamp=torch.full((k.kv_heads, s), -1, dtype=torch.int64))
+        # consumer_merges: attention's output value -> its kernel, whose partials its readers merge themselves
+        self.merged = ({self.p.kernels[i].attention.out: i for i in sched.splits} if sched.consumer_merges else {})
         self.logits: list[torch.Tensor] = []
         # GEMVs dealt to the item (Schedule.item_segs): per kernel, each row's partial sums (gate and up for a
         # SiLU-mul) a leading tile published (its lead unit's), and their stamp
@@ -116,7 +118,8 @@ class VM:
         env = {}
         for v, n, lo, hi in self.gemv_inputs(ins):
             env[v] = torch.zeros(n)
-            env[v][lo:hi] = self.read(ins, token, v, n, lo, hi)
+            env[v][lo:hi] = (self._merged_x(ins, token, v) if self._merges_x(ins, token, v)
+                             else self.read(ins, token, v, n, lo, hi))
         env = collections.ChainMap(env, self.w)
         segs = self.s.item_segs.get(ins.kernel)
         if not segs:
@@ -164,14 +167,17 @@ class VM:
             self._attention_split(ins, token, k)
             key, want = (ins.kernel, ins.lo), self.arrivals(ins.kernel)
             before = self.arrived.get(key, 0)
-            if self._by_owner(ins, token):  # the owner merges (ready: the others' partials came), arrives for all
+            # the owner merges (ready: the others' partials came), or leaves the merge to attention's readers
+            # (consumer_merges); either way it arrives for all and counts for the head
+            if self._by_owner(ins, token) or self._by_consumer(ins, token):
                 if not self._owns(ins, token):
                     return False
                 if before != want * token:
                     raise ScheduleError(f"attention kernel {ins.kernel} head {ins.lo}: token {token}'s owner found "
                                         f"{before} arrivals, not the {want * token} of the tokens before")
                 self.arrived[key] = before + want
-                self._combine(ins, token, k)
+                if not self._by_consumer(ins, token):
+                    self._combine(ins, token, k)
                 return True
             if before < want * token:  # the device counts a token's arrivals on top of all the earlier ones
                 raise ScheduleError(f"attention kernel {ins.kernel} head {ins.lo} split {ins.tile % want} arrived at "
@@ -288,6 +294,32 @@ class VM:
         splits in use than it says."""
         return bool(self.s.owner_merges) and self._used(ins, token) <= self.s.owner_merges
 
+    def _by_consumer(self, ins: Instr, token: int) -> bool:
+        """Whether this attention instruction's KV head leaves its merge to attention's readers at `token`
+        (consumer_merges: 2 to that many splits in use)."""
+        return 2 <= self._used(ins, token) <= self.s.consumer_merges
+
+    def _merges_x(self, ins: Instr, token: int, v: str) -> bool:
+        """Whether this GEMV makes its read of v (attention's output) from the attention's partials at `token`."""
+        if v not in self.merged:
+            return False
+        k = self.p.kernels[self.merged[v]]
+        return 2 <= len(split_rows(k, token, self.s.splits[self.merged[v]], self.s.min_keys)) <= self.s.consumer_merges
+
+    def _merged_x(self, ins: Instr, token: int, v: str) -> torch.Tensor:
+        """Attention's output v as a consumer merges it (consumer_merges): every KV head's partials of the splits in
+        use, which must be this token's (the device loads their words until they carry its tag), merged."""
+        i = self.merged[v]
+        k, part = self.p.kernels[i], self.parts[i]
+        used = len(split_rows(k, token, self.s.splits[i], self.s.min_keys))
+        want = self._partials_stamp(k, token)
+        got = part["stamp"][:, :used]
+        if not bool((got == want).all()):
+            raise ScheduleError(f"{ins.opcode} kernel {ins.kernel} tile {ins.tile} (token {token}) merged attention "
+                                f"kernel {i}'s partials stamped {got.tolist()}; the dataflow wants {want}")
+        return torch.cat([merge_splits(part["o"][g, :used], part["m"][g, :used], part["l"][g, :used])
+                          for g in range(k.kv_heads)])
+
     def arrivals(self, kernel: int) -> int:
         """Arrivals a KV head's last split waits for a token before it merges: one per split (the device's
         SPLITS)."""
@@ -318,7 +350,15 @@ class VM:
 
     def partials_pending(self, ins: Instr, token: int) -> bool:
         """With owner_merges: whether this is a KV head's owner (_owns) whose other splits in use have not yet
-        stored this token's partials (the device loads their words until they carry its tag)."""
+        stored this token's partials (the device loads their words until they carry its tag). With consumer_merges:
+        whether this is a GEMV that merges attention's partials at `token` (_merges_x) and some split in use has
+        not yet stored this token's."""
+        k = self.p.kernels[ins.kernel]
+        if isinstance(k, GemvKernel) and self._merges_x(ins, token, k.x):
+            i = self.merged[k.x]
+            used = len(split_rows(self.p.kernels[i], token, self.s.splits[i], self.s.min_keys))
+            want = self._partials_stamp(self.p.kernels[i], token)
+            return not bool((self.parts[i]["stamp"][:, :used] == want).all())
         if ins.opcode != "attention" or not self.s.owner_merges:
             return False
         used = self._used(ins, token)  # (_by_owner's count, made once here: this runs at every ready check)
@@ -334,8 +374,8 @@ class VM:
             return None
         k = self.p.kernels[ins.kernel]
         reads: list[tuple[str, int, int]] = []
-        if isinstance(k, GemvKernel):
-            reads = [(v, lo, hi) for v, _, lo, hi in self.gemv_inputs(ins)]
+        if isinstance(k, GemvKernel):  # (x merged from partials: partials_pending's)
+            reads = [(v, lo, hi) for v, _, lo, hi in self.gemv_inputs(ins) if not self._merges_x(ins, token, v)]
         elif ins.opcode == "attention" and (split := self._split(ins, token)) is not None:
             reads = [(k.qkv, lo, hi) for lo, hi in self._qkv_rows(k, split[0], split[3] == token + 1)]
         for v, lo, hi in reads:

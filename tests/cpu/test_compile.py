@@ -669,6 +669,20 @@ def test_the_o_local_probe_changes_only_the_schedule_and_refuses_a_tagged_attent
                                                                                     persist_probe_o_local=1))
 
 
+def tiny_tagged_llama(tmp_path):
+    """A tiny llama (hidden 256, 4 heads on 2 KV heads), its program, and the sm_90 table with the widths under which
+    it runs a wide model's fields (tagged words, not a narrow model's)."""
+    import dataclasses
+
+    from kiec.codegen import targets
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=300)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    wide = dataclasses.replace(targets.TARGETS["sm_90"], persist_tagged_min_width=0, persist_narrow_width=0)
+    return model, pipeline.run(model.graph), wide
+
+
 def test_tagged_pairs_take_the_silu_outputs_whose_readers_copy_them(tmp_path, monkeypatch):
     # persist_tagged_pairs: on a tagged model the SiLU-mul's output, whose reader (the down projection) copies it into
     # the scratch (all of it, or a warp's segment: llama-3.1-8b): gate/up's case writes pairs (PY, argument 18), the
@@ -679,11 +693,7 @@ def test_tagged_pairs_take_the_silu_outputs_whose_readers_copy_them(tmp_path, mo
     from kiec.codegen import targets
     from kiec.codegen.persistent import _PersistentEmitter
     from kiec.ir.passes import pipeline
-    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=300)
-    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
-    program = pipeline.run(model.graph)
-    wide = dataclasses.replace(targets.TARGETS["sm_90"], persist_tagged_min_width=0, persist_narrow_width=0)
+    model, program, wide = tiny_tagged_llama(tmp_path)
     silu = {k.out for k in program.kernels if getattr(k, "epilogue", None) == "silu_mul"}
 
     def paired(**change):
@@ -793,6 +803,46 @@ def test_persistent_mode_names_a_weight_ring_that_does_not_fit(tmp_path, monkeyp
     with pytest.raises(kiec.KiecError, match=message):
         kiec.compile(kiec.load(str(tmp_path / "hf")), str(tmp_path / "art"), mode="persistent")
     assert not os.path.exists(tmp_path / "art") and not any(p.name.startswith("art.tmp") for p in tmp_path.iterdir())
+
+
+def test_consumer_merges_reach_both_cases_or_are_refused_by_name(tmp_path, monkeypatch):
+    # persist_attn_consumer_merges: the attention case takes the most splits the consumer merges (CONSUMER, its last
+    # argument) and the output projection's case a ConsumerMerge of the attention's geometry with the partials'
+    # regions as its descriptor's a[2] and a[3] (8-byte words: twice the floats) and the attention's window; the
+    # kernel builds (nvcc). Refused by name without tagged attention, with owner merges, tag waits or parity tags,
+    # or a count below 2
+    import dataclasses
+
+    from kiec.codegen import targets
+    from kiec.codegen.persistent import _PersistentEmitter, emit_persistent
+    from kiec.ir.passes.persistent import partials
+    model, program, wide = tiny_tagged_llama(tmp_path)
+    on = dataclasses.replace(wide, persist_attn_consumer_merges=2)
+    e = _PersistentEmitter(program, "bf16", model.max_seq_len, on)
+    assert e.consumer_merges == 2 and e.sched.consumer_merges == 2
+    off = _PersistentEmitter(program, "bf16", model.max_seq_len, wide)
+    attn = [k for k in program.kernels if type(k).__name__ == "AttentionKernel"]
+    for k in attn:  # the partials as words
+        assert e.scratch()[partials(k) + ".o"] == 2 * off.scratch()[partials(k) + ".o"]
+    src = emit_persistent(program, "bf16", model.max_seq_len, on, "x")
+    text = src.files["model.cu"]
+    splits = e.splits[attn[0].name]
+    assert re.search(r"attention_tile<[^>]*, 2>\(u", text)
+    assert (f"kiec::ConsumerMerge<{attn[0].head_dim}, 2, {splits}, {on.attn_min_keys}, 2>>(u, ring" in text
+            and "smem, nullptr, nullptr, A(d.a[2]), A(d.a[3]))" in text)
+    assert "ConsumerMerge" not in emit_persistent(program, "bf16", model.max_seq_len, wide, "x").files["model.cu"]
+    for change, why in ((dict(persist_tagged=1), "attention's output is not tagged words"),
+                        (dict(persist_attn_owner_merges=8), "persist_attn_owner_merges"),
+                        (dict(persist_tag_waits=1), "persist_tag_waits is on"),
+                        (dict(persist_tag_parity=1), "persist_tag_parity is on")):
+        with pytest.raises(ValueError, match=rf"persist_attn_consumer_merges 2: {why}"):
+            _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, **change))
+    with pytest.raises(ValueError, match=r"persist_attn_consumer_merges 1: 0 \(off\) or the most splits in use"):
+        _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, persist_attn_consumer_merges=1))
+    monkeypatch.setitem(targets.TARGETS, "sm_90", on)
+    art = kiec.compile(model, str(tmp_path / "art"), mode="persistent")
+    with open(os.path.join(art, "src", "model.cu")) as fh:
+        assert "kiec::ConsumerMerge<" in fh.read()
 
 
 def test_copy_batch_reaches_the_kernel(tmp_path):

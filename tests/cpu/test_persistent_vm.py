@@ -131,6 +131,47 @@ def test_an_owner_merge_before_the_partials_came_is_caught(tmp_path, monkeypatch
         VM(sched, weights, offsets, floats).run([5, 17, 99, 4, 8], 6, "eager")
 
 
+@pytest.mark.parametrize("policy,seed,most", [("eager", 0, 2), ("random", 1, 2), ("random", 2, 3), ("eager", 0, 3)])
+def test_consumer_merges_compute_the_graph_on_any_interleaving(tmp_path, policy, seed, most):
+    # persist_attn_consumer_merges: while 2 to `most` splits are in use no split merges; each stores its partial, the
+    # owner counts for its KV head and arrives for all, and the output projection merges the partials as its x once
+    # they are the token's (tagged attention, as the kernel has it); over 12 tokens the splits in use per KV head
+    # go 1, 2, 3 (min_keys 2, 3 splits), so with `most` 2 the last to arrive merges again from the 5th token on
+    m, prog, sched, weights, offsets, floats = setup(tmp_path)
+    plan = tag_plan(prog, attention=True)
+    offsets, floats = plan_buffers(prog, {}, frozenset(plan.writer))
+    sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan, consumer_merges=most)
+    vm = VM(sched, weights, offsets, floats)
+    merged, merge = [], VM._merged_x
+
+    def counted(self, ins, token, v):
+        merged.append(token)
+        return merge(self, ins, token, v)
+
+    vm._merged_x = counted.__get__(vm)
+    prompt, steps = [5, 17, 99, 4, 8, 1], 12
+    got = vm.run(prompt, steps, policy, seed)
+    for t, (a, b) in enumerate(zip(got, reference_logits(m, prompt, steps))):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
+    assert set(sched.splits.values()) == {3} and all(n == 3 * steps for n in vm.arrived.values())
+    # the output projections' tiles merged at the tokens with 2 (to `most`) splits in use, and only there
+    used = {t: len(split_rows(prog.kernels[first_attention(prog)], t, 3, 2)) for t in range(steps)}
+    assert set(merged) == {t for t, n in used.items() if 2 <= n <= most} and len(set(merged)) >= 2
+
+
+def test_a_consumer_merge_before_the_partials_came_is_caught(tmp_path, monkeypatch):
+    # the output projection merges as soon as its counter wait is met (the owners' counts), without the other
+    # splits' partials: the VM names the stale partials
+    m, prog, sched, weights, offsets, floats = setup(tmp_path)
+    plan = tag_plan(prog, attention=True)
+    offsets, floats = plan_buffers(prog, {}, frozenset(plan.writer))
+    sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan, consumer_merges=3)
+    monkeypatch.setattr(VM, "partials_pending", lambda self, ins, token: False)
+    with pytest.raises(ScheduleError, match=r"gemv kernel \d+ tile \d+ \(token \d+\) merged attention kernel \d+'s "
+                                            r"partials stamped \[.*\]; the dataflow wants"):
+        VM(sched, weights, offsets, floats).run([5, 17, 99, 4, 8], 6, "eager")
+
+
 @pytest.mark.parametrize("policy,seed,most,newest", [("eager", 0, 0, False), ("random", 1, 0, False),
                                                      ("random", 2, 3, False), ("random", 3, 2, True)])
 def test_early_pass_rows_are_there_when_the_sm_reaches_attention(tmp_path, monkeypatch, policy, seed, most, newest):

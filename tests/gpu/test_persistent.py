@@ -286,6 +286,27 @@ def test_owner_merges_computes_the_same_bits(tmp_path, monkeypatch, tags, most, 
     assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
 
 
+@pytest.mark.parametrize("most,head_dim,heads,kv_heads", [(2, 64, 4, 2), (4, 64, 16, 4), (16, 64, 4, 1),
+                                                           (2, 128, 4, 2), (3, 128, 4, 1)])
+def test_consumer_merges_compute_the_same_bits(tmp_path, monkeypatch, most, head_dim, heads, kv_heads):
+    # persist_attn_consumer_merges: while 2 to `most` splits are in use, the output projection's tiles merge the
+    # splits' tagged partials into their x themselves (merge_partials), in the order the last split to arrive did:
+    # with 8 keys a split at least, one launch over 300 positions runs 1 to 38 splits in use, so the consumer merges
+    # from position 8 on and the last to arrive again past `most` splits; every logit the same bits as without it.
+    # 64- and 128-wide heads (a lane's 2 or 4 elements a head), 4 query heads (warps 4-7 with none) or 16, 1 to 4 a
+    # KV head (attention's output tagged: the wide fields)
+    model, _ = compile_tiny(tmp_path, "llama", max_position_embeddings=512, hidden_size=head_dim * heads,
+                            intermediate_size=384, num_attention_heads=heads, num_key_value_heads=kv_heads)
+    fields = dict(WIDE_FIELDS, attn_min_keys=8, persist_tagged=2)
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
+    art = compile_variant(model, tmp_path, monkeypatch, persist_attn_consumer_merges=most)
+    assert "kiec::ConsumerMerge<" in open(os.path.join(art, "src", "model.cu")).read()
+    eng = kiec.Engine(art)
+    tokens = np.random.default_rng(11).integers(0, model.config.vocab_size, size=300).tolist()
+    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
+    assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
+
+
 @pytest.mark.parametrize("batch,tags,staged", [(4, 0, 0), (16, 0, 0), (16, 2, 0), (0, 0, 1), (0, 2, 1)])
 def test_combine_batch_computes_the_same_bits(tmp_path, monkeypatch, batch, tags, staged):
     # persist_combine_batch: the last split to arrive loads `batch` splits' partials at once and folds them in split
@@ -746,6 +767,7 @@ TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
                  id="spare-none"),
     pytest.param(dict(persist_attn_spare_splits=2, attn_min_keys=8),
                  id="spare-splits2"),
+    pytest.param(dict(persist_attn_consumer_merges=4, attn_min_keys=8), id="consumer-merges4"),
     dict(attn_l2_prefetch=1, attn_min_keys=8),
     dict(attn_l2_prefetch=2, attn_min_keys=8),
     dict(persist_x_direct=1), dict(persist_x_direct=1, persist_stages=13),

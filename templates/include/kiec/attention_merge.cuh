@@ -65,6 +65,43 @@ __device__ __forceinline__ float part_value(unsigned long long w, unsigned tag) 
   return part_carries(w, tag) ? __uint_as_float((unsigned)w) : __uint_as_float(0x7fffffffu);
 }
 
+// Partial words 2j and 2j + 1 in one 16-byte access: 8-byte words whatever KIEC_TAG_PARITY says, as st_part's.
+__device__ __forceinline__ void ld_part2(const float* p2, size_t j, unsigned long long& a, unsigned long long& b) {
+  asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p2 + 4 * j));
+}
+
+// persist_attn_consumer_merges: while 2 to MAX of a KV head's splits are in use, no split merges them; every split
+// stores its partial as words (st_part) carrying its phase's full tag, and the output projection's tiles merge them
+// while they copy their x (merge_partials), so that the chain from the last partial to the output projection's x
+// loses the arrival, the merging split's loads of the others' partials and its output's hand-over. The geometry is
+// the attention's (the output projection's x is its output: heads of HEAD_DIM, GROUP a KV head).
+#ifndef KIEC_MERGE_LOADS
+#define KIEC_MERGE_LOADS 12  // merge_partials' 16-byte loads a lane at once
+#endif
+struct NoConsumerMerge {
+  static constexpr bool ON = false;
+  static constexpr int MAX = 0;
+  __device__ __forceinline__ static int in_use(int, int) { return 0; }
+};
+template <int HEAD_DIM_, int GROUP_, int SPLITS_, int MIN_KEYS_, int MAX_>
+struct ConsumerMerge {
+  static constexpr bool ON = true;
+  static constexpr int HEAD_DIM = HEAD_DIM_, GROUP = GROUP_, SPLITS = SPLITS_, MIN_KEYS = MIN_KEYS_, MAX = MAX_;
+  static_assert(MAX >= 2 && MAX <= SPLITS, "the consumer merges 2 to SPLITS splits");
+  static_assert(HEAD_DIM % 64 == 0, "a warp's lanes take a head's elements, an even count a lane");
+  // the splits in use at `pos` (split_range_of's `active`, the attention tiles' own)
+  __device__ __forceinline__ static int in_use(int pos, int window) {
+    int lo, hi, active;
+    split_range_of(pos, window, 0, SPLITS, MIN_KEYS, lo, hi, active);
+    return active;
+  }
+};
+// Whether the consumer merges at `active` splits in use (MG::MAX 0: never).
+template <typename MG>
+__device__ __forceinline__ bool consumer_merges(int active) {
+  return MG::MAX >= 2 && active >= 2 && active <= MG::MAX;
+}
+
 // Merge the warps of a slice: with one split in use the block writes the output, with several its partial
 // (o not yet divided by l, and m, l per head) at slot (g, split). TAGGED: the output as tagged words with `tag`.
 // part_tag (persist_attn_owner_merges), not 0: the partial as words carrying it (st_part), the merging split's reads.
@@ -211,6 +248,93 @@ __device__ __forceinline__ void attention_combine(int g, int active, const float
       }
     }
     store_out<TAGGED, PAIRED>(out, (g * GROUP + h) * HEAD_DIM + d, o / lsum, tag);
+  }
+}
+
+// The output projection's x (K elements: its heads in order) from the partials of the `active` splits of each KV
+// head, as attention_combine makes the output (the same folds in split order, then o / l: the same bits), written to
+// xs. A warp takes heads warp, warp + WARPS, ...; lane l takes elements l * E .. l * E + E - 1 of a head (E =
+// HEAD_DIM / 32): a split's o words are E / 2 loads of 16 bytes a lane. Its m and l (one 16-byte load) are the same
+// for the warp's lanes, so lane j loads those of (head j / MAX, split j % MAX) alone and the warp shuffles them
+// after. HB heads at once, their o loads at most KIEC_MERGE_LOADS a lane (with 16, ptxas spilled on llama-3.2-1b),
+// all settled together (settle_tags), their tags the attention phase's full tag (`tag`). Block-wide: every compute
+// thread calls it; no barrier (the caller's).
+template <typename MG, int K, int WARPS>
+__device__ __forceinline__ void merge_partials(const float* part_o, const float* part_ml, int active, unsigned tag,
+                                               float* xs) {
+  constexpr int HD = MG::HEAD_DIM, E = HD / 32, OL = E / 2, HEADS = K / HD;
+  static_assert(K % HD == 0, "the output projection's x is whole heads");
+  constexpr int HPW = (HEADS + WARPS - 1) / WARPS, LPH = MG::MAX * OL;  // heads a warp, o loads a head
+  constexpr int HB = KIEC_MERGE_LOADS / LPH < 1 ? 1 : KIEC_MERGE_LOADS / LPH < HPW ? KIEC_MERGE_LOADS / LPH : HPW;
+  static_assert(HB * MG::MAX <= 32, "a lane a (head, split)'s m and l");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll 1
+  for (int h0 = 0; h0 < HPW; h0 += HB) {
+    unsigned long long w[HB][MG::MAX][E], ml[2];  // the lane's o words of each (head, split); its (head, split)'s m, l
+    int slot0[HB];  // head hb's partial slot of split 0 (split s: + s * GROUP)
+    bool head_in[HB];  // (the warp's alike)
+#pragma unroll
+    for (int hb = 0; hb < HB; ++hb) {
+      const int h = warp + (h0 + hb) * WARPS;
+      head_in[hb] = (HEADS % WARPS == 0 && HPW % HB == 0) || (h0 + hb < HPW && h < HEADS);  // (known: all)
+      slot0[hb] = (h / MG::GROUP) * MG::SPLITS * MG::GROUP + h % MG::GROUP;
+    }
+    // o word k of (head hb, split s): at slot HD + lane E + k of part_o's words
+    const float* lane_o = part_o + 2 * lane * E;
+    auto o_word = [&](int hb, int s, int k) { return lane_o + 2 * ((slot0[hb] + s * MG::GROUP) * HD + k); };
+    const int mh = lane / MG::MAX, ms = lane % MG::MAX;  // the (head, split) whose m and l this lane loads
+    bool ml_in = false;
+#pragma unroll
+    for (int hb = 0; hb < HB; ++hb)
+      if (hb == mh) ml_in = head_in[hb] && ms < active;
+    const float* ml_word = part_ml;
+#pragma unroll
+    for (int hb = 0; hb < HB; ++hb)
+      if (hb == mh) ml_word = part_ml + 4 * (slot0[hb] + ms * MG::GROUP);  // (m and l: words 2 slot, 2 slot + 1)
+    if (ml_in) ld_part2(ml_word, 0, ml[0], ml[1]);
+#pragma unroll
+    for (int hb = 0; hb < HB; ++hb)
+#pragma unroll
+      for (int s = 0; s < MG::MAX; ++s)
+        if (head_in[hb] && s < active) {
+#pragma unroll
+          for (int q = 0; q < OL; ++q) ld_part2(o_word(hb, s, 2 * q), 0, w[hb][s][2 * q], w[hb][s][2 * q + 1]);
+        }
+    constexpr int NO = HB * MG::MAX * E;  // (settle_tags' words: the o words, then m and l)
+    settle_tags<NO + 2>(
+        [&](int e) {
+          if (e >= NO) return ml_in && !part_carries(ml[e - NO], tag);
+          const int hb = e / (MG::MAX * E), s = e / E % MG::MAX;
+          return head_in[hb] && s < active && !part_carries(w[hb][s][e % E], tag);
+        },
+        [&](int e) {
+          if (e >= NO) {
+            ml[e - NO] = ld_part(ml_word, e - NO);
+            return;
+          }
+          const int hb = e / (MG::MAX * E), s = e / E % MG::MAX;
+          w[hb][s][e % E] = ld_part(o_word(hb, s, e % E), 0);
+        });
+    const float m_mine = ml_in ? part_value(ml[0], tag) : 0.f, l_mine = ml_in ? part_value(ml[1], tag) : 0.f;
+#pragma unroll
+    for (int hb = 0; hb < HB; ++hb) {
+      if (!head_in[hb]) continue;  // (warp-uniform)
+      float m[MG::MAX], l[MG::MAX];
+#pragma unroll
+      for (int s = 0; s < MG::MAX; ++s) {
+        m[s] = __shfl_sync(0xffffffffu, m_mine, hb * MG::MAX + s);
+        l[s] = __shfl_sync(0xffffffffu, l_mine, hb * MG::MAX + s);
+      }
+      const int h = warp + (h0 + hb) * WARPS;
+#pragma unroll
+      for (int k = 0; k < E; ++k) {
+        float mx = -INFINITY, lsum = 0.f, o = 0.f;
+#pragma unroll
+        for (int s = 0; s < MG::MAX; ++s)
+          if (s < active) fold_partial(mx, lsum, o, m[s], l[s], part_value(w[hb][s][k], tag));
+        xs[h * HD + lane * E + k] = o / lsum;
+      }
+    }
   }
 }
 

@@ -77,20 +77,28 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // step acquired them, as EARLY_PASS's), row pos - 1 beside q's words (the same bits).
 // PAIRED (persist_tagged_pairs 2, TAGGED, no owner merges): the output as tagged pairs (attention_merge.cuh's
 // store_out).
+// CONSUMER (persist_attn_consumer_merges, TAGGED): while 2 to CONSUMER splits are in use, every split stores its
+// partial as words carrying the phase's full tag, as the owner's others do, and none merges: the output projection's
+// tiles do (attention_merge.cuh: merge_partials). The owner (the split holding row pos) signals once its partial is
+// stored and arrives for all the splits, as an owner that merges does.
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0,
           bool EARLY_ROPE = false, bool KV_FIRST = false, int OWNER_MAX = 0, bool NEWEST_FIRST = false,
           bool IDLE = false, bool STAGED = false, bool EARLY_PASS = false, bool LEAN = false,
-          int MMA_KEYS = 0, int MMA_AHEAD = 1, int MMA_FIRST = 0, bool PAIRED = false>
+          int MMA_KEYS = 0, int MMA_AHEAD = 1, int MMA_FIRST = 0, bool PAIRED = false, int CONSUMER = 0>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
                                             float* out, unsigned* arrive, float* smem) {
   static_assert(!PAIRED || (TAGGED && OWNER_MAX == 0), "attention's output in tagged pairs: tagged, no owner merges");
+  static_assert(CONSUMER == 0 || (TAGGED && OWNER_MAX == 0 && !PAIRED && !NEWEST_FIRST && !IDLE),
+                "partials merged by the output projection: tagged, no owner merges, pairs, newest first or probe");
   const int g = u.ins->lo, tile_split = u.ins->tile % SPLITS;
-  // OWNER_MAX below SPLITS: the owner merges early in a launch, the last to arrive later (MIXES); the latter counts
-  // on every earlier step's arrivals, so then the owner arrives and every tile waits for them, as with tags
-  constexpr bool MIXES = OWNER_MAX > 0 && OWNER_MAX < SPLITS, OWNER_ARRIVES = OWNER_MAX > 0 && (TAGGED || MIXES);
+  // OWNER_MAX (or CONSUMER) below SPLITS: the owner merges (or signals) early in a launch, the last to arrive later
+  // (MIXES); the latter counts on every earlier step's arrivals, so then the owner arrives and every tile waits for
+  // them, as with tags
+  constexpr int OWNS = OWNER_MAX > 0 ? OWNER_MAX : CONSUMER;
+  constexpr bool MIXES = OWNS > 0 && OWNS < SPLITS, OWNER_ARRIVES = OWNS > 0 && (TAGGED || MIXES);
   int lo, hi, active;
   split_range<SPLITS, MIN_KEYS>(u.pos, window, tile_split, lo, hi, active);  // the position's alone
   // `split` from here on: the chunk of the context this tile takes and its partial's slot. NEWEST_FIRST
@@ -147,8 +155,10 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
                 "codegen/persistent.py sized the tiles' scratch below AttentionSmem");
 #endif
   const unsigned mine = TAGGED ? tag_of(u, u.ins->counter) : 0u;
-  const bool by_owner = OWNER_MAX > 0 && active <= OWNER_MAX, merges = by_owner && split == active - 1;
-  const bool merges_others = merges && active > 1;  // (alone in use, the owner writes the output as before)
+  const bool by_consumer = CONSUMER >= 2 && active >= 2 && active <= CONSUMER;  // (no split merges)
+  const bool by_owner = (OWNER_MAX > 0 && active <= OWNER_MAX) || by_consumer;
+  const bool merges = by_owner && split == active - 1;  // (with by_consumer: the owner, which signals)
+  const bool merges_others = merges && active > 1 && !by_consumer;  // (alone in use, the owner writes the output)
   bool ok = true;
   if (split < active) {
     auto& sm = *reinterpret_cast<AttentionSmem<HEAD_DIM, GROUP, WARPS>*>(smem);

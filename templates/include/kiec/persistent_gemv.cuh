@@ -3,6 +3,7 @@
 #pragma once
 #include <type_traits>
 
+#include "attention_merge.cuh"
 #include "gemv.cuh"
 #include "item_deal.cuh"
 #include "item_share.cuh"
@@ -811,12 +812,18 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // SK (persist_item_shares): the tile's share is dealt to the item (ItemShare: rows completed a unit at a time, a pair
 // with PY; a lead unit's sums published as tagged words at `carry` for the tile before, a trailing unit completed
 // with the next tile's); it writes rows [lo + its lead rows, the end of its last unit).
+// MG (persist_attn_consumer_merges: ConsumerMerge, an output projection whose x is attention's tagged output, copied
+// into the scratch): where the attention's splits in use at this position leave their merge to this GEMV
+// (consumer_merges), x is made from their partials at part_o and part_ml (merge_partials), words carrying the
+// attention phase's full tag (its counter: the descriptor's tag_x), instead of copied.
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
           bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, bool HALF = false, bool SUMS = false,
-          int ITEMS = 1, bool WCOPY = false, bool PX = false, bool PY = false, bool SK = false, typename R>
+          int ITEMS = 1, bool WCOPY = false, bool PX = false, bool PY = false, bool SK = false,
+          typename MG = NoConsumerMerge, typename R>
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
                                           float* y, int n_out, float* smem, unsigned long long* sums = nullptr,
-                                          float* carry = nullptr) {
+                                          float* carry = nullptr, const float* part_o = nullptr,
+                                          const float* part_ml = nullptr) {
   static_assert(!(DIRECT && NORM), "a normed x is staged in shared memory (the norm needs all of it first)");
   static_assert(!WNORM || (NORM && SEGS == 1 && !TX), "a norm in the warps: a GEMV with a norm, one segment, plain x");
 
@@ -829,6 +836,10 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   static_assert(!SK || (KIEC_ITEM_SHARES && !HALF && ITEMS == 1 && TWICE == 0 && !SUMS && !KIEC_PROBE_WARM_CODE
                          && !KIEC_TAG_PARITY),
                 "a share dealt to the item: one item at a time, 8-byte tags, no probe");
+  static_assert(!MG::ON || (TX && STAGED && !NORM && !PX && !SK && !SUMS && TWICE == 0 && !KIEC_TAG_WAITS),
+                "x merged from attention's partials: tagged, copied into the scratch, no norm, pairs, share, probe "
+                "or tag waits");
+  const int merge_active = MG::in_use(u.pos, u.desc->window);  // (MG::ON: the attention's splits in use)
   constexpr int UNIT = PY ? 2 : 1;  // (SK: the rows completed together)
   const int lo = u.ins->lo, outs = u.ins->hi - lo;  // the rows the share touches
   ItemShare<SK, SEGS, UNIT, G::ROWS_PER_OUT> share;
@@ -878,7 +889,14 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
           load_x_slice_warp_copy<G, TX, PX>(x, TX ? tag_of(u, u.desc->tag_x) : 0u,
                                             (share.first_seg() + (threadIdx.x >> 5)) % SEGS,
                                         threadIdx.x & 31, xs + (threadIdx.x >> 5) * WARP_COPY_FLOATS, xr);
-        else if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, u.desc->tag_x), norm_w, eps, xs, red);
+        else if constexpr (MG::ON) {  // (TX, STAGED)
+          if (consumer_merges<MG>(merge_active)) {
+            merge_partials<MG, K, WARPS>(part_o, part_ml, merge_active, word_tag(u, u.desc->tag_x), xs);
+            sync_block();
+          } else {
+            prologue.run_tagged(x, tag_of(u, u.desc->tag_x), norm_w, eps, xs, red);
+          }
+        } else if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, u.desc->tag_x), norm_w, eps, xs, red);
         else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
       };
       if constexpr ((TWICE & 2) != 0) stage_x();  // the probe: the same x written once more before
