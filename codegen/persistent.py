@@ -186,6 +186,9 @@ class _PersistentEmitter(_Emitter):
         if n < 2:
             raise ValueError(f"persist_attn_consumer_merges {n}: 0 (off) or the most splits in use (2 or more) whose "
                              f"partials the output projection merges")
+        if t.persist_merge_loads < 1:
+            raise ValueError(f"persist_merge_loads {t.persist_merge_loads}: the partials' loads a lane at once, 1 or "
+                             f"more")
         why = ("attention's output is not tagged words (persist_tagged 2)" if not self.tags or not any(
                    isinstance(k, AttentionKernel) and k.attention.out in self.tags.writer for k in program.kernels)
                else "persist_attn_owner_merges (persist_attn_owner_merges_narrow on a narrow model) is on"
@@ -583,6 +586,7 @@ class _PersistentEmitter(_Emitter):
             tagged=int(self.tags is not None), tag_parity=self.parity_table(), tag_waits=self.tag_waits,
             reduce_batch=self.t.persist_reduce_batch, copy_batch=self.t.persist_copy_batch,
             norm_batch=self.t.persist_norm_batch, warp_copy_rounds=self.t.persist_warp_copy_rounds,
+            merge_loads=self.t.persist_merge_loads,
             dot_item_chunks=self.t.persist_dot_item_chunks, stage_instrs=self.t.persist_stage_instrs,
             norm_w_raw=int(bool(self.t.persist_norm_w_raw)),
             norm_late_scale=int(bool(self.t.persist_norm_late_scale)), item_shares=int(bool(self.item_shares)),

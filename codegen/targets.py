@@ -34,6 +34,9 @@ class TargetParams:
     persist_reduce_batch_head: int  # persistent: > 0: the LM head's batch instead (its long shares; 0: the above)
     persist_copy_batch: int  # persistent GEMV: 16-byte loads in flight a thread when it copies a tagged x (no norm)
     persist_norm_batch: int  # persistent GEMV: words of a tagged x a thread loads at once for a norm
+    # persistent, with persist_attn_consumer_merges: the output projection's 16-byte loads of partials' o words a lane
+    # at once (attention_merge.cuh: merge_partials; a head's at least)
+    persist_merge_loads: int
     persist_warp_copy_rounds: int  # persistent GEMV: rounds of a warp's own copy of tagged pairs loaded at once
     persist_evict_first: int  # persistent: 1: weight copies are first out of L2; 0: L2's default policy
     persist_walk_kept: int  # persistent: 1: the weight stream keeps a share's page walk (ring.cuh: PageWalk's KEPT)
@@ -574,6 +577,10 @@ TARGETS: dict[str, TargetParams] = {
                           # consumer's merge leaves the first out, for more words in its copy. Built in the
                           # forty-sixth session, not yet timed. Off
                           persist_attn_consumer_merges=0,
+                          # (scripts/ptxas.py MODEL persistent persist_attn_consumer_merges=N [persist_merge_loads=L]:
+                          # at 8 no spills on qwen3-1.7b and llama-3.1-8b at N 2-4, nor on llama-3.2-1b at N 2 (one
+                          # round trip), but 36 / 72 B there at N 3 / 4, none at 6; at 16, 32 B at N 2. Untimed. 8
+                          persist_merge_loads=8,
                           # in the fifteenth session's trace (llama-3.2-1b, position 64) the output projection's last
                           # tile was, in 9 of 16 layers, on an SM whose attention split was the one in use (~5 us
                           # against ~1 for the others: it signals last, then starts its own share), 0.26-0.77 us

@@ -846,8 +846,9 @@ def test_consumer_merges_reach_both_cases_or_are_refused_by_name(tmp_path, monke
 
 
 def test_copy_batch_reaches_the_kernel(tmp_path):
-    # persist_copy_batch, persist_norm_batch and persist_warp_copy_rounds: a tagged x's loads in flight a thread
-    # (copied, normed, a warp's own copy), defines of the persistent source
+    # persist_copy_batch, persist_norm_batch, persist_warp_copy_rounds and persist_merge_loads: a tagged x's loads in
+    # flight a thread (copied, normed, a warp's own copy, merged from attention's partials), defines of the persistent
+    # source
     import dataclasses
 
     from kiec.codegen.persistent import emit_persistent
@@ -856,13 +857,14 @@ def test_copy_batch_reaches_the_kernel(tmp_path):
     make_tiny_hf(tmp_path / "hf", "llama")
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
     program = pipeline.run(model.graph)
-    for copy, norm, rounds in ((8, 8, 4), (16, 12, 5)):
+    for copy, norm, rounds, merge in ((8, 8, 4, 8), (16, 12, 5, 6)):
         t = dataclasses.replace(target("sm_90"), persist_copy_batch=copy, persist_norm_batch=norm,
-                                persist_warp_copy_rounds=rounds)
+                                persist_warp_copy_rounds=rounds, persist_merge_loads=merge)
         text = emit_persistent(program, "bf16", 64, t, "x").files["model.cu"]
         assert f"#define KIEC_COPY_BATCH {copy} " in text
         assert f"#define KIEC_NORM_BATCH {norm} " in text
         assert f"#define KIEC_WARP_COPY_ROUNDS {rounds} " in text
+        assert f"#define KIEC_MERGE_LOADS {merge} " in text
 
 
 def test_x_direct_2_takes_only_the_gemvs_whose_warps_hold_a_segment_each(tmp_path):

@@ -76,7 +76,7 @@ __device__ __forceinline__ void ld_part2(const float* p2, size_t j, unsigned lon
 // loses the arrival, the merging split's loads of the others' partials and its output's hand-over. The geometry is
 // the attention's (the output projection's x is its output: heads of HEAD_DIM, GROUP a KV head).
 #ifndef KIEC_MERGE_LOADS
-#define KIEC_MERGE_LOADS 12  // merge_partials' 16-byte loads a lane at once
+#define KIEC_MERGE_LOADS 8  // merge_partials' 16-byte loads of o words a lane at once (persist_merge_loads)
 #endif
 struct NoConsumerMerge {
   static constexpr bool ON = false;
