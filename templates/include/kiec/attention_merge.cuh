@@ -257,11 +257,12 @@ __device__ __forceinline__ void attention_combine(int g, int active, const float
 // HEAD_DIM / 32): a split's o words are E / 2 loads of 16 bytes a lane. Its m and l (one 16-byte load) are the same
 // for the warp's lanes, so lane j loads those of (head j / MAX, split j % MAX) alone and the warp shuffles them
 // after. HB heads at once, their o loads at most KIEC_MERGE_LOADS a lane (with 16, ptxas spilled on llama-3.2-1b),
-// all settled together (settle_tags), their tags the attention phase's full tag (`tag`). Block-wide: every compute
-// thread calls it; no barrier (the caller's).
-template <typename MG, int K, int WARPS>
+// all settled together (settle_tags), their tags the attention phase's full tag (`tag`). stopped(): whether the
+// generation passed its stop (a split that saw it may never store its partial: the words left stale, x NaNs, as
+// attention_owner_merge's). Block-wide: every compute thread calls it; no barrier (the caller's).
+template <typename MG, int K, int WARPS, typename Stopped>
 __device__ __forceinline__ void merge_partials(const float* part_o, const float* part_ml, int active, unsigned tag,
-                                               float* xs) {
+                                               float* xs, Stopped stopped) {
   constexpr int HD = MG::HEAD_DIM, E = HD / 32, OL = E / 2, HEADS = K / HD;
   static_assert(K % HD == 0, "the output projection's x is whole heads");
   constexpr int HPW = (HEADS + WARPS - 1) / WARPS, LPH = MG::MAX * OL;  // heads a warp, o loads a head
@@ -314,7 +315,8 @@ __device__ __forceinline__ void merge_partials(const float* part_o, const float*
           }
           const int hb = e / (MG::MAX * E), s = e / E % MG::MAX;
           w[hb][s][e % E] = ld_part(o_word(hb, s, e % E), 0);
-        });
+        },
+        stopped);
     const float m_mine = ml_in ? part_value(ml[0], tag) : 0.f, l_mine = ml_in ? part_value(ml[1], tag) : 0.f;
 #pragma unroll
     for (int hb = 0; hb < HB; ++hb) {

@@ -891,7 +891,8 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
                                         threadIdx.x & 31, xs + (threadIdx.x >> 5) * WARP_COPY_FLOATS, xr);
         else if constexpr (MG::ON) {  // (TX, STAGED)
           if (consumer_merges<MG>(merge_active)) {
-            merge_partials<MG, K, WARPS>(part_o, part_ml, merge_active, word_tag(u, u.desc->tag_x), xs);
+            merge_partials<MG, K, WARPS>(part_o, part_ml, merge_active, word_tag(u, u.desc->tag_x), xs,
+                                         [&] { return stop_reached(u); });
             sync_block();
           } else {
             prologue.run_tagged(x, tag_of(u, u.desc->tag_x), norm_w, eps, xs, red);
