@@ -177,7 +177,7 @@ class _PersistentEmitter(_Emitter):
     def consumer_merge_count(self, program: Program, t: TargetParams) -> int:
         """persist_attn_consumer_merges as this model's kernel takes it (0: off): attention's output must be tagged
         words whose every reader is a GEMV that copies them into the scratch (no norm, not direct, not a warp's own
-        copy, not pairs), without owner merges (a narrow model's persist_attn_owner_merges_narrow too), tag waits or
+        copy, not pairs), heads a multiple of 64 wide, without owner merges (a narrow model's persist_attn_owner_merges_narrow too), tag waits or
         parity tags (the partials' words are 8 bytes with the full tag; at the positions the consumer merges, nothing
         writes the output, which parity tags count on)."""
         n = t.persist_attn_consumer_merges
@@ -193,7 +193,9 @@ class _PersistentEmitter(_Emitter):
                    isinstance(k, AttentionKernel) and k.attention.out in self.tags.writer for k in program.kernels)
                else "persist_attn_owner_merges (persist_attn_owner_merges_narrow on a narrow model) is on"
                if t.persist_attn_owner_merges else "persist_tag_waits is on" if self.tag_waits
-               else "persist_tag_parity is on" if t.persist_tag_parity else None)
+               else "persist_tag_parity is on" if t.persist_tag_parity
+               else "a head is not a multiple of 64 wide (a warp's lanes take a head's elements, an even count a lane)"
+               if any(isinstance(k, AttentionKernel) and k.head_dim % 64 for k in program.kernels) else None)
         if why:
             raise ValueError(f"persist_attn_consumer_merges {n}: {why}")
         return n

@@ -815,6 +815,7 @@ def test_consumer_merges_reach_both_cases_or_are_refused_by_name(tmp_path, monke
 
     from kiec.codegen import targets
     from kiec.codegen.persistent import _PersistentEmitter, emit_persistent
+    from kiec.ir.passes import pipeline
     from kiec.ir.passes.persistent import partials
     model, program, wide = tiny_tagged_llama(tmp_path)
     on = dataclasses.replace(wide, persist_attn_consumer_merges=2)
@@ -837,6 +838,10 @@ def test_consumer_merges_reach_both_cases_or_are_refused_by_name(tmp_path, monke
                         (dict(persist_tag_parity=1), "persist_tag_parity is on")):
         with pytest.raises(ValueError, match=rf"persist_attn_consumer_merges 2: {why}"):
             _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, **change))
+    make_tiny_hf(tmp_path / "narrow", "llama")  # (hidden 64 over 4 heads: 16 wide)
+    narrow = pipeline.run(kiec.load(str(tmp_path / "narrow"), dtype="bf16").graph)
+    with pytest.raises(ValueError, match=r"persist_attn_consumer_merges 2: a head is not a multiple of 64 wide"):
+        _PersistentEmitter(narrow, "bf16", 64, on)
     with pytest.raises(ValueError, match=r"persist_attn_consumer_merges 1: 0 \(off\) or the most splits in use"):
         _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, persist_attn_consumer_merges=1))
     monkeypatch.setitem(targets.TARGETS, "sm_90", on)
