@@ -176,10 +176,10 @@ class _PersistentEmitter(_Emitter):
 
     def consumer_merge_count(self, program: Program, t: TargetParams) -> int:
         """persist_attn_consumer_merges as this model's kernel takes it (0: off): attention's output must be tagged
-        words whose every reader is a GEMV that copies them into the scratch (no norm, not direct, not a warp's own
-        copy, not pairs), heads a multiple of 64 wide, without owner merges (a narrow model's persist_attn_owner_merges_narrow too), tag waits or
-        parity tags (the partials' words are 8 bytes with the full tag; at the positions the consumer merges, nothing
-        writes the output, which parity tags count on)."""
+        words whose every reader is a GEMV that copies them into the scratch as its x (no norm, not direct, not a
+        warp's own copy, not pairs: gemv() checks those), heads a multiple of 64 wide, without owner merges (a narrow
+        model's persist_attn_owner_merges_narrow too), tag waits or parity tags (the partials' words are 8 bytes with
+        the full tag; at the positions the consumer merges, nothing writes the output, which parity tags count on)."""
         n = t.persist_attn_consumer_merges
         if not n:
             return 0
@@ -195,10 +195,20 @@ class _PersistentEmitter(_Emitter):
                if t.persist_attn_owner_merges else "persist_tag_waits is on" if self.tag_waits
                else "persist_tag_parity is on" if t.persist_tag_parity
                else "a head is not a multiple of 64 wide (a warp's lanes take a head's elements, an even count a lane)"
-               if any(isinstance(k, AttentionKernel) and k.head_dim % 64 for k in program.kernels) else None)
+               if any(isinstance(k, AttentionKernel) and k.head_dim % 64 for k in program.kernels)
+               else "attention's output is read other than as a GEMV's x (at the merged positions nothing writes it)"
+               if any(not self.merged_by_readers(program, k) for k in program.kernels if isinstance(k, AttentionKernel))
+               else None)
         if why:
             raise ValueError(f"persist_attn_consumer_merges {n}: {why}")
         return n
+
+    @staticmethod
+    def merged_by_readers(program: Program, k: AttentionKernel) -> bool:
+        """Whether every reader of attention k's output is a GEMV taking it as its x (and it is no graph output)."""
+        out = k.attention.out
+        readers = [r for r in program.kernels if out in kernel_io(r)[0]]
+        return out not in program.graph.outputs and all(isinstance(r, GemvKernel) and r.x == out for r in readers)
 
     def merge_of(self, k: GemvKernel) -> AttentionKernel | None:
         """The attention kernel whose partials this GEMV merges into its x (persist_attn_consumer_merges), or None."""

@@ -810,7 +810,7 @@ def test_consumer_merges_reach_both_cases_or_are_refused_by_name(tmp_path, monke
     # argument) and the output projection's case a ConsumerMerge of the attention's geometry with the partials'
     # regions as its descriptor's a[2] and a[3] (8-byte words: twice the floats) and the attention's window; the
     # kernel builds (nvcc). Refused by name without tagged attention, with owner merges, tag waits or parity tags,
-    # or a count below 2
+    # heads not a multiple of 64 wide, attention's output read by more than the output projection, or a count below 2
     import dataclasses
 
     from kiec.codegen import targets
@@ -838,6 +838,11 @@ def test_consumer_merges_reach_both_cases_or_are_refused_by_name(tmp_path, monke
                         (dict(persist_tag_parity=1), "persist_tag_parity is on")):
         with pytest.raises(ValueError, match=rf"persist_attn_consumer_merges 2: {why}"):
             _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, **change))
+    program.graph.outputs.append(attn[0].attention.out)  # (read by the host too: at merged positions never written)
+    with pytest.raises(ValueError, match=r"persist_attn_consumer_merges 2: attention's output is read other than as a "
+                                         r"GEMV's x"):
+        _PersistentEmitter(program, "bf16", model.max_seq_len, on)
+    program.graph.outputs.pop()
     make_tiny_hf(tmp_path / "narrow", "llama")  # (hidden 64 over 4 heads: 16 wide)
     narrow = pipeline.run(kiec.load(str(tmp_path / "narrow"), dtype="bf16").graph)
     with pytest.raises(ValueError, match=r"persist_attn_consumer_merges 2: a head is not a multiple of 64 wide"):
