@@ -579,7 +579,8 @@ TARGETS: dict[str, TargetParams] = {
                           persist_attn_consumer_merges=0,
                           # (scripts/ptxas.py MODEL persistent persist_attn_consumer_merges=N [persist_merge_loads=L]:
                           # at 8 no spills on qwen3-1.7b and llama-3.1-8b at N 2-4, nor on llama-3.2-1b at N 2 (one
-                          # round trip), but 36 / 72 B there at N 3 / 4, none at 6; at 16, 32 B at N 2. Untimed. 8
+                          # round trip), but 36 / 72 B there at N 3 / 4, none at 6, and 32 B at N 2 at 16, where
+                          # llama-3.1-8b's N 2 has none (one round trip, two at 8). Untimed. 8
                           persist_merge_loads=8,
                           # in the fifteenth session's trace (llama-3.2-1b, position 64) the output projection's last
                           # tile was, in 9 of 16 layers, on an SM whose attention split was the one in use (~5 us
