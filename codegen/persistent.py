@@ -197,18 +197,17 @@ class _PersistentEmitter(_Emitter):
                else "a head is not a multiple of 64 wide (a warp's lanes take a head's elements, an even count a lane)"
                if any(isinstance(k, AttentionKernel) and k.head_dim % 64 for k in program.kernels)
                else "attention's output is read other than as a GEMV's x (at the merged positions nothing writes it)"
-               if any(not self.merged_by_readers(program, k) for k in program.kernels if isinstance(k, AttentionKernel))
+               if any(k.attention.out in program.graph.outputs or not self.read_as_x(k.attention.out)
+                      for k in program.kernels if isinstance(k, AttentionKernel))
                else None)
         if why:
             raise ValueError(f"persist_attn_consumer_merges {n}: {why}")
         return n
 
-    @staticmethod
-    def merged_by_readers(program: Program, k: AttentionKernel) -> bool:
-        """Whether every reader of attention k's output is a GEMV taking it as its x (and it is no graph output)."""
-        out = k.attention.out
-        readers = [r for r in program.kernels if out in kernel_io(r)[0]]
-        return out not in program.graph.outputs and all(isinstance(r, GemvKernel) and r.x == out for r in readers)
+    def read_as_x(self, v: str, also=lambda r: True) -> bool:
+        """Whether v is read, and only as the x of GEMVs (each one `also` holds for)."""
+        readers = [r for r in self.p.kernels if v in kernel_io(r)[0]]
+        return bool(readers) and all(isinstance(r, GemvKernel) and r.x == v and also(r) for r in readers)
 
     def merge_of(self, k: GemvKernel) -> AttentionKernel | None:
         """The attention kernel whose partials this GEMV merges into its x (persist_attn_consumer_merges), or None."""
@@ -389,9 +388,7 @@ class _PersistentEmitter(_Emitter):
             written |= {k.attention.out for k in ks if isinstance(k, AttentionKernel)}
 
         def copied(v: str) -> bool:  # read, and only as the x a GEMV copies into the scratch
-            readers = [r for r in ks if v in kernel_io(r)[0]]
-            return bool(readers) and all(isinstance(r, GemvKernel) and r.x == v and not r.norm and r.k % 4 == 0
-                                         and not self.x_direct(r) for r in readers)
+            return self.read_as_x(v, lambda r: not r.norm and r.k % 4 == 0 and not self.x_direct(r))
         return frozenset(v for v in written if self.tagged(v) and v not in self.p.graph.outputs and copied(v))
 
     def gemv(self, k: GemvKernel) -> None:

@@ -169,14 +169,15 @@ class VM:
             before = self.arrived.get(key, 0)
             # the owner merges (ready: the others' partials came), or leaves the merge to attention's readers
             # (consumer_merges); either way it arrives for all and counts for the head
-            if self._by_owner(ins, token) or self._by_consumer(ins, token):
+            consumer = self._consumer_merged(ins.kernel, token)
+            if self._by_owner(ins, token) or consumer:
                 if not self._owns(ins, token):
                     return False
                 if before != want * token:
                     raise ScheduleError(f"attention kernel {ins.kernel} head {ins.lo}: token {token}'s owner found "
                                         f"{before} arrivals, not the {want * token} of the tokens before")
                 self.arrived[key] = before + want
-                if not self._by_consumer(ins, token):
+                if not consumer:
                     self._combine(ins, token, k)
                 return True
             if before < want * token:  # the device counts a token's arrivals on top of all the earlier ones
@@ -283,7 +284,16 @@ class VM:
 
     def _used(self, ins: Instr, token: int) -> int:
         """The splits of this attention instruction's KV head in use at `token`."""
-        return len(split_rows(self.p.kernels[ins.kernel], token, self.s.splits[ins.kernel], self.s.min_keys))
+        return self._in_use(ins.kernel, token)
+
+    def _in_use(self, kernel: int, token: int) -> int:
+        """The splits of attention kernel `kernel`'s KV heads in use at `token`."""
+        return len(split_rows(self.p.kernels[kernel], token, self.s.splits[kernel], self.s.min_keys))
+
+    def _consumer_merged(self, kernel: int, token: int) -> bool:
+        """Whether attention kernel `kernel` leaves its merge to its output's readers at `token` (consumer_merges: 2
+        to that many splits in use)."""
+        return 2 <= self._in_use(kernel, token) <= self.s.consumer_merges
 
     def _partials_stamp(self, k: AttentionKernel, token: int) -> int:
         """The stamp this token's partials of attention kernel k carry (its phase's)."""
@@ -294,26 +304,23 @@ class VM:
         splits in use than it says."""
         return bool(self.s.owner_merges) and self._used(ins, token) <= self.s.owner_merges
 
-    def _by_consumer(self, ins: Instr, token: int) -> bool:
-        """Whether this attention instruction's KV head leaves its merge to attention's readers at `token`
-        (consumer_merges: 2 to that many splits in use)."""
-        return 2 <= self._used(ins, token) <= self.s.consumer_merges
-
     def _merges_x(self, ins: Instr, token: int, v: str) -> bool:
         """Whether this GEMV makes its read of v (attention's output) from the attention's partials at `token`."""
-        if v not in self.merged:
-            return False
-        k = self.p.kernels[self.merged[v]]
-        return 2 <= len(split_rows(k, token, self.s.splits[self.merged[v]], self.s.min_keys)) <= self.s.consumer_merges
+        return v in self.merged and self._consumer_merged(self.merged[v], token)
+
+    def _partial_stamps(self, kernel: int, token: int) -> tuple[torch.Tensor, int]:
+        """The stamps of attention kernel `kernel`'s partials of the splits in use at `token` (every KV head's), and
+        the one this token's carry."""
+        k = self.p.kernels[kernel]
+        return self.parts[kernel]["stamp"][:, :self._in_use(kernel, token)], self._partials_stamp(k, token)
 
     def _merged_x(self, ins: Instr, token: int, v: str) -> torch.Tensor:
         """Attention's output v as a consumer merges it (consumer_merges): every KV head's partials of the splits in
         use, which must be this token's (the device loads their words until they carry its tag), merged."""
         i = self.merged[v]
         k, part = self.p.kernels[i], self.parts[i]
-        used = len(split_rows(k, token, self.s.splits[i], self.s.min_keys))
-        want = self._partials_stamp(k, token)
-        got = part["stamp"][:, :used]
+        got, want = self._partial_stamps(i, token)
+        used = got.shape[1]
         if not bool((got == want).all()):
             raise ScheduleError(f"{ins.opcode} kernel {ins.kernel} tile {ins.tile} (token {token}) merged attention "
                                 f"kernel {i}'s partials stamped {got.tolist()}; the dataflow wants {want}")
@@ -355,10 +362,8 @@ class VM:
         not yet stored this token's."""
         k = self.p.kernels[ins.kernel]
         if isinstance(k, GemvKernel) and self._merges_x(ins, token, k.x):
-            i = self.merged[k.x]
-            used = len(split_rows(self.p.kernels[i], token, self.s.splits[i], self.s.min_keys))
-            want = self._partials_stamp(self.p.kernels[i], token)
-            return not bool((self.parts[i]["stamp"][:, :used] == want).all())
+            got, want = self._partial_stamps(self.merged[k.x], token)
+            return not bool((got == want).all())
         if ins.opcode != "attention" or not self.s.owner_merges:
             return False
         used = self._used(ins, token)  # (_by_owner's count, made once here: this runs at every ready check)

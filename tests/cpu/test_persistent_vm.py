@@ -30,6 +30,14 @@ def setup(tmp_path, family="qwen3", sms=7, min_keys=2, previous_first=False, own
     return m, prog, sched, weights, offsets, floats
 
 
+def tagged_schedule(prog, **fields):
+    """setup's schedule (7 SMs, 2 keys a split at least) with attention's input and output tagged (persist_tagged 2,
+    its counter then relaxed), the buffers laid out for it: (offsets, arena floats, schedule)."""
+    plan = tag_plan(prog, attention=True)
+    offsets, floats = plan_buffers(prog, {}, frozenset(plan.writer))
+    return offsets, floats, schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan, **fields)
+
+
 def first_attention(prog) -> int:
     """The index of the program's first attention kernel (layer 0's)."""
     return next(k for k, kern in enumerate(prog.kernels) if type(kern).__name__ == "AttentionKernel")
@@ -111,9 +119,7 @@ def test_owner_merges_computes_the_graph_on_any_interleaving(tmp_path, policy, s
     # head go 1, 2, 3 (min_keys 2, 3 splits), so with `most` 2 the last to arrive merges from the 5th token on
     m, prog, sched, weights, offsets, floats = setup(tmp_path, owner_merges=most)
     if tags:  # attention's input and output tagged (persist_tagged 2), its counter then relaxed
-        plan = tag_plan(prog, attention=True)
-        offsets, floats = plan_buffers(prog, {}, frozenset(plan.writer))
-        sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan, owner_merges=most)
+        offsets, floats, sched = tagged_schedule(prog, owner_merges=most)
     vm = VM(sched, weights, offsets, floats)
     prompt, steps = [5, 17, 99, 4, 8, 1], 12
     got = vm.run(prompt, steps, policy, seed)
@@ -138,9 +144,7 @@ def test_consumer_merges_compute_the_graph_on_any_interleaving(tmp_path, policy,
     # they are the token's (tagged attention, as the kernel has it); over 12 tokens the splits in use per KV head
     # go 1, 2, 3 (min_keys 2, 3 splits), so with `most` 2 the last to arrive merges again from the 5th token on
     m, prog, sched, weights, offsets, floats = setup(tmp_path)
-    plan = tag_plan(prog, attention=True)
-    offsets, floats = plan_buffers(prog, {}, frozenset(plan.writer))
-    sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan, consumer_merges=most)
+    offsets, floats, sched = tagged_schedule(prog, consumer_merges=most)
     vm = VM(sched, weights, offsets, floats)
     merged, merge = [], VM._merged_x
 
@@ -163,9 +167,7 @@ def test_a_consumer_merge_before_the_partials_came_is_caught(tmp_path, monkeypat
     # the output projection merges as soon as its counter wait is met (the owners' counts), without the other
     # splits' partials: the VM names the stale partials
     m, prog, sched, weights, offsets, floats = setup(tmp_path)
-    plan = tag_plan(prog, attention=True)
-    offsets, floats = plan_buffers(prog, {}, frozenset(plan.writer))
-    sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan, consumer_merges=3)
+    offsets, floats, sched = tagged_schedule(prog, consumer_merges=3)
     monkeypatch.setattr(VM, "partials_pending", lambda self, ins, token: False)
     with pytest.raises(ScheduleError, match=r"gemv kernel \d+ tile \d+ \(token \d+\) merged attention kernel \d+'s "
                                             r"partials stamped \[.*\]; the dataflow wants"):

@@ -96,10 +96,11 @@ struct ConsumerMerge {
     return active;
   }
 };
-// Whether the consumer merges at `active` splits in use (MG::MAX 0: never).
-template <typename MG>
+// Whether the consumer merges at `active` splits in use, MAX the most (0: never): the attention tiles' rule and
+// the output projection's, one rule.
+template <int MAX>
 __device__ __forceinline__ bool consumer_merges(int active) {
-  return MG::MAX >= 2 && active >= 2 && active <= MG::MAX;
+  return MAX >= 2 && active >= 2 && active <= MAX;
 }
 
 // Merge the warps of a slice: with one split in use the block writes the output, with several its partial
@@ -285,13 +286,13 @@ __device__ __forceinline__ void merge_partials(const float* part_o, const float*
     auto o_word = [&](int hb, int s, int k) { return lane_o + 2 * ((slot0[hb] + s * MG::GROUP) * HD + k); };
     const int mh = lane / MG::MAX, ms = lane % MG::MAX;  // the (head, split) whose m and l this lane loads
     bool ml_in = false;
-#pragma unroll
-    for (int hb = 0; hb < HB; ++hb)
-      if (hb == mh) ml_in = head_in[hb] && ms < active;
     const float* ml_word = part_ml;
 #pragma unroll
     for (int hb = 0; hb < HB; ++hb)
-      if (hb == mh) ml_word = part_ml + 4 * (slot0[hb] + ms * MG::GROUP);  // (m and l: words 2 slot, 2 slot + 1)
+      if (hb == mh) {  // (a constant index into head_in and slot0: registers)
+        ml_in = head_in[hb] && ms < active;
+        ml_word = part_ml + 4 * (slot0[hb] + ms * MG::GROUP);  // (m and l: words 2 slot, 2 slot + 1)
+      }
     if (ml_in) ld_part2(ml_word, 0, ml[0], ml[1]);
 #pragma unroll
     for (int hb = 0; hb < HB; ++hb)

@@ -155,7 +155,9 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
                 "codegen/persistent.py sized the tiles' scratch below AttentionSmem");
 #endif
   const unsigned mine = TAGGED ? tag_of(u, u.ins->counter) : 0u;
-  const bool by_consumer = CONSUMER >= 2 && active >= 2 && active <= CONSUMER;  // (no split merges)
+  // (the rule the output projection takes too; CONSUMER >= 2 first: the call alone, though it folds to false,
+  // moved 876 lines of llama-3.2-1b's default SASS)
+  const bool by_consumer = CONSUMER >= 2 && consumer_merges<CONSUMER>(active);  // (no split merges)
   const bool by_owner = (OWNER_MAX > 0 && active <= OWNER_MAX) || by_consumer;
   const bool merges = by_owner && split == active - 1;  // (with by_consumer: the owner, which signals)
   const bool merges_others = merges && active > 1 && !by_consumer;  // (alone in use, the owner writes the output)

@@ -890,7 +890,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
                                             (share.first_seg() + (threadIdx.x >> 5)) % SEGS,
                                         threadIdx.x & 31, xs + (threadIdx.x >> 5) * WARP_COPY_FLOATS, xr);
         else if constexpr (MG::ON) {  // (TX, STAGED)
-          if (consumer_merges<MG>(merge_active)) {
+          if (consumer_merges<MG::MAX>(merge_active)) {
             merge_partials<MG, K, WARPS>(part_o, part_ml, merge_active, word_tag(u, u.desc->tag_x), xs,
                                          [&] { return stop_reached(u); });
             sync_block();
