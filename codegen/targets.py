@@ -574,13 +574,18 @@ TARGETS: dict[str, TargetParams] = {
                           # 64 (the forty-second session's H200 recordings, default kernels): the last arrival's
                           # merge and signal 1.71 / 1.78 / 2.35 us a layer on llama-3.2-1b / qwen3-1.7b /
                           # llama-3.1-8b, then the output projection's x ready 0.98 / 1.00 / 1.34 us later. The
-                          # consumer's merge leaves the first out, for more words in its copy. Built in the
-                          # forty-sixth session, not yet timed. Off
+                          # consumer's merge leaves the first out, for more words in its copy. Forty-seventh session,
+                          # on an H100 (no H200 lent; e5cc345, bench/RESULTS.md): the same bits, compute-sanitizer
+                          # clean, but N 2 +0.1-0.3% on the three wide models, N 4 +3.0% on llama-3.2-1b. Traced, x
+                          # comes 0.5-0.9 us a layer sooner (each of the 124 output-projection tiles merging every head:
+                          # its prologue 0.8 -> 2.8 us), and gate/up waits that long more on its pages: that H100's
+                          # stream, at 94-96% of its ceiling, paces the token. Untimed on H200. Off
                           persist_attn_consumer_merges=0,
                           # (scripts/ptxas.py MODEL persistent persist_attn_consumer_merges=N [persist_merge_loads=L]:
                           # at 8 no spills on qwen3-1.7b and llama-3.1-8b at N 2-4, nor on llama-3.2-1b at N 2 (one
                           # round trip), but 36 / 72 B there at N 3 / 4, none at 6, and 32 B at N 2 at 16, where
-                          # llama-3.1-8b's N 2 has none (one round trip, two at 8). Untimed. 8
+                          # llama-3.1-8b's N 2 has none (one round trip, two at 8). On H100 (forty-seventh session)
+                          # llama-3.1-8b's N 2 at 16 -0.2% / +0.1% in two calls, at 8 +0.3%. 8
                           persist_merge_loads=8,
                           # in the fifteenth session's trace (llama-3.2-1b, position 64) the output projection's last
                           # tile was, in 9 of 16 layers, on an SM whose attention split was the one in use (~5 us
