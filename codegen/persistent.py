@@ -179,7 +179,9 @@ class _PersistentEmitter(_Emitter):
         words whose every reader is a GEMV that copies them into the scratch as its x (no norm, not direct, not a
         warp's own copy, not pairs: gemv() checks those), heads a multiple of 64 wide, without owner merges (a narrow
         model's persist_attn_owner_merges_narrow too), tag waits or parity tags (the partials' words are 8 bytes with
-        the full tag; at the positions the consumer merges, nothing writes the output, which parity tags count on)."""
+        the full tag; at the positions the consumer merges, nothing writes the output, which parity tags count on),
+        newest first or the idle probe, which the device code does not take with it (attention_tile's static_assert
+        says so too, but only at nvcc)."""
         n = t.persist_attn_consumer_merges
         if not n:
             return 0
@@ -194,6 +196,9 @@ class _PersistentEmitter(_Emitter):
                else "persist_attn_owner_merges (persist_attn_owner_merges_narrow on a narrow model) is on"
                if t.persist_attn_owner_merges else "persist_tag_waits is on" if self.tag_waits
                else "persist_tag_parity is on" if t.persist_tag_parity
+               else "persist_attn_newest_first (persist_attn_newest_first_narrow on a narrow model) is on"
+               if t.persist_attn_newest_first
+               else "persist_probe_attention_idle is on" if t.persist_probe_attention_idle
                else "a head is not a multiple of 64 wide (a warp's lanes take a head's elements, an even count a lane)"
                if any(isinstance(k, AttentionKernel) and k.head_dim % 64 for k in program.kernels)
                else "attention's output is read other than as a GEMV's x (at the merged positions nothing writes it)"

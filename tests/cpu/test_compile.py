@@ -809,8 +809,9 @@ def test_consumer_merges_reach_both_cases_or_are_refused_by_name(tmp_path, monke
     # persist_attn_consumer_merges: the attention case takes the most splits the consumer merges (CONSUMER, its last
     # argument) and the output projection's case a ConsumerMerge of the attention's geometry with the partials'
     # regions as its descriptor's a[2] and a[3] (8-byte words: twice the floats) and the attention's window; the
-    # kernel builds (nvcc). Refused by name without tagged attention, with owner merges, tag waits or parity tags,
-    # heads not a multiple of 64 wide, attention's output read by more than the output projection, or a count below 2
+    # kernel builds (nvcc). Refused by name without tagged attention, with owner merges, tag waits, parity tags, newest
+    # first or the idle probe, heads not a multiple of 64 wide, attention's output read by more than the output
+    # projection, or a count below 2
     import dataclasses
 
     from kiec.codegen import targets
@@ -835,7 +836,9 @@ def test_consumer_merges_reach_both_cases_or_are_refused_by_name(tmp_path, monke
     for change, why in ((dict(persist_tagged=1), "attention's output is not tagged words"),
                         (dict(persist_attn_owner_merges=8), "persist_attn_owner_merges"),
                         (dict(persist_tag_waits=1), "persist_tag_waits is on"),
-                        (dict(persist_tag_parity=1), "persist_tag_parity is on")):
+                        (dict(persist_tag_parity=1), "persist_tag_parity is on"),
+                        (dict(persist_attn_newest_first=1), "persist_attn_newest_first"),
+                        (dict(persist_probe_attention_idle=1), "persist_probe_attention_idle is on")):
         with pytest.raises(ValueError, match=rf"persist_attn_consumer_merges 2: {why}"):
             _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(on, **change))
     program.graph.outputs.append(attn[0].attention.out)  # (read by the host too: at merged positions never written)
