@@ -631,7 +631,12 @@ TARGETS: dict[str, TargetParams] = {
                           # model between 576 and 2048 timed, so where the line really lies is not known). Again on
                           # smollm2-135m at 30ad11b (seventeenth session): tags 2 0.515 / 0.515, 1 0.518 / 0.518, 2
                           # with tag waits 1 0.534, 2 0.566 vs 0.501 / 0.500 untagged
-                          persist_tagged=2, persist_tagged_min_width=1024,
+                          # 2026-12-05 forty-seventh session (b2372bb, on an H100, ms, two rounds, bench/RESULTS.md):
+                          # smollm2-135m with tags (min width 0) and the wide fields below (x direct, owner merges and
+                          # newest first 0) 0.400 / 0.401 vs 0.440 / 0.438 (-8.8%), at 8192 0.554 / 0.548 vs 0.613 /
+                          # 0.609 (-9.8%); tags with x direct 1 0.740 (+68%), without tags 0.458 (+4.5%). So 0: every
+                          # model tagged (not yet timed on H200)
+                          persist_tagged=2, persist_tagged_min_width=0,
                           # the norm's prologue stages x in the scratch: x loaded a word a thread, block_sum's two
                           # barriers, x scaled into shared memory, a third barrier, each warp's slice read back. On
                           # smollm2-135m (K 576: one segment, 3 rounds a lane) QKV's prologue and dots took 1.30 us a
@@ -706,8 +711,12 @@ TARGETS: dict[str, TargetParams] = {
                           # merges 64 0.482-0.484 but at 8192 0.782-0.783. So x direct 1, owner merges 8, newest first
                           # (llama-3.2-1b, wide: owner merges 8 with newest first 0.733 vs 0.741 but at 8192 0.908-0.909
                           # vs 0.901-0.902; wide models keep the fields above). No model between 576 and 2048 timed
-                          persist_narrow_width=1024, persist_x_direct_narrow=1, persist_attn_owner_merges_narrow=8,
-                          persist_attn_newest_first_narrow=1,
+                          # Forty-seventh session, with tags on smollm2-135m (persist_tagged_min_width): x direct 0,
+                          # owner merges 0, newest first 0 (the wide fields) 0.400 / 0.401 ms; owner merges 8 0.402 /
+                          # 0.401, newest first 1 0.401 / 0.401; at 8192 both 0.564 / 0.558 vs 0.554 / 0.548; x direct
+                          # 1 0.740 (an untagged model's choice). So the wide fields there too
+                          persist_narrow_width=1024, persist_x_direct_narrow=0, persist_attn_owner_merges_narrow=0,
+                          persist_attn_newest_first_narrow=0,
                           # combine batch (the same session, 57234f8, two rounds each): smollm2-135m at 8192 16
                           # 0.714 / 0.714, 8 0.758 / 0.759 vs 0.752 / 0.752 (its 44 splits in 3 batches of loads);
                           # at short context its owner merges, so it is unused there. llama-3.2-1b at 8192 8 0.909-0.910
