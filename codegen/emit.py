@@ -123,8 +123,9 @@ class _Emitter:
 
     def embed(self, k: EmbedKernel) -> None:
         vocab, dim = self.g.params[k.table].type.shape
-        self.launches.append(f"kiec::launch_pdl(kiec::embed_kernel<{self.ctype}>, dim3({(dim + 255) // 256}), dim3(256), "
-                             f"0, s, (const {self.ctype}*){self.lay.param(k.table)}, {dim}, {vocab}, c->tokens, "
+        self.launches.append(f"kiec::launch_pdl(kiec::embed_kernel<{self.ctype}>, dim3({(dim + 255) // 256}), "
+                             f"dim3(256), 0, s, (const {self.ctype}*){self.lay.param(k.table)}, {dim}, {vocab}, "
+                             f"c->tokens, "
                              f"{self.buf(k.out)}, c->st)")
         self.src.kernels.append(dict(name=k.name, family="embed", bytes=dim * self.esize * 2))
 
@@ -168,8 +169,9 @@ class _Emitter:
         spec = (f"attention_{self.dtype}_d{k.head_dim}_g{group}_r{r.rotary_dim}{'i' if r.interleaved else ''}"
                 f"{'_qknorm' if k.q_norm else ''}_w{t.attn_warps}s{splits}u{t.attn_unroll(group)}m{t.attn_min_keys}"
                 f"{'_l2' if t.attn_l2_prefetch else ''}")
-        self.spec_file(spec, "attention.cu.j2", "const float*, void*, int, int, const float*, const void*, const void*, "
-                       "float, float, float, int, float*, float*, unsigned int*, float*, kiec::StepState*, cudaStream_t",
+        self.spec_file(spec, "attention.cu.j2",
+                       "const float*, void*, int, int, const float*, const void*, const void*, float, float, float, "
+                       "int, float*, float*, unsigned int*, float*, kiec::StepState*, cudaStream_t",
                        True, head_dim=k.head_dim, group=group, rotary=r.rotary_dim, interleaved=r.interleaved,
                        qk_norm=k.q_norm is not None, warps=t.attn_warps, splits=splits, threads=t.attn_warps * 32,
                        unroll=t.attn_unroll(group), min_keys=t.attn_min_keys, l2_hint=bool(t.attn_l2_prefetch))

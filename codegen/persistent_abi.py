@@ -83,7 +83,8 @@ def header() -> str:
     lines += ["};", "", "struct Instr {"]
     lines += [f"  {ctype} {name};" for name, ctype, _ in INSTR_FIELDS]
     lines += ["  Wait waits[MAX_WAITS];", "};", "", "struct KernelDesc {"]
-    lines += [f"  {ctype} {name}{'[' + code[:-1] + ']' if len(code) > 1 else ''};" for name, ctype, code in KERNEL_FIELDS]
+    lines += [f"  {ctype} {name}{'[' + code[:-1] + ']' if len(code) > 1 else ''};"
+              for name, ctype, code in KERNEL_FIELDS]
     lines += ["};", ""]
     lines += [f"static_assert(sizeof(Wait) == {struct.calcsize(WAIT_FORMAT)}, \"Wait layout\");",
               f"static_assert(sizeof(Instr) == {struct.calcsize(INSTR_FORMAT)}, \"Instr layout\");",

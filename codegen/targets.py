@@ -728,7 +728,9 @@ TARGETS: dict[str, TargetParams] = {
                           # twenty-first session (663a37c, ms, two rounds each, bench/RESULTS.md): 4 pages 0.484 /
                           # 0.484 vs 0.489 / 0.489 (graph mode 0.478 / 0.476), 3 0.486, 6 0.487-0.488; at 8192 4 pages
                           # 0.699 / 0.698 vs 0.719 / 0.718. llama-3.2-1b (wide) wants the whole ring: 8 pages 0.758 /
-                          # 0.762, 6 0.790 / 0.791 vs 0.738 / 0.740. So 4 on narrow models
+                          # 0.762, 6 0.790 / 0.791 vs 0.738 / 0.740. So 4 on narrow models. Tagged (forty-seventh
+                          # session, an H100, 2962e4c): 8 pages 0.400 / 0.401 vs 0.403 / 0.400, at 8192 0.549 / 0.549
+                          # vs 0.553 / 0.551; every narrow field the wide one 0.405 and at 8192 0.669 (+21%)
                           persist_stages_narrow=4,
                           # (persist_attn_mma_ahead below: 2 on llama-3.2-1b, 1 on smollm2-135m)
                           persist_attn_mma_ahead_narrow=1,

@@ -74,8 +74,9 @@ class VM:
             found = int(got[bad])
             what = (f"written by phase {found // 1_000_000} at token {found % 1_000_000}" if found >= 0
                     else "before anything wrote it")
-            raise ScheduleError(f"{ins.opcode} kernel {ins.kernel} tile {ins.tile} (token {token}) read %{v}[{lo + bad}] "
-                                f"{what}; the dataflow wants phase {prod} at token {want % 1_000_000}")
+            raise ScheduleError(f"{ins.opcode} kernel {ins.kernel} tile {ins.tile} (token {token}) read "
+                                f"%{v}[{lo + bad}] {what}; the dataflow wants phase {prod} at token "
+                                f"{want % 1_000_000}")
         return self.arena[a:b].clone()
 
     def write(self, ins: Instr, token: int, v: str, lo: int, values: torch.Tensor) -> None:
@@ -213,8 +214,9 @@ class VM:
         tok, stamp = self.tokens.get(token, (None, -1))
         want = self.producer[TOKEN] * 1_000_000 + token - 1
         if stamp != want:
+            when = "before select wrote it" if stamp < 0 else f"stamped {stamp}"
             raise ScheduleError(f"{ins.opcode} kernel {ins.kernel} tile {ins.tile} (token {token}) read the token "
-                                f"{'before select wrote it' if stamp < 0 else f'stamped {stamp}'}; the dataflow wants {want}")
+                                f"{when}; the dataflow wants {want}")
         return tok
 
     def _attention_split(self, ins: Instr, token: int, k: AttentionKernel) -> None:
@@ -282,10 +284,6 @@ class VM:
         split = self._split(ins, token)
         return split is not None and split[3] == token + 1
 
-    def _used(self, ins: Instr, token: int) -> int:
-        """The splits of this attention instruction's KV head in use at `token`."""
-        return self._in_use(ins.kernel, token)
-
     def _in_use(self, kernel: int, token: int) -> int:
         """The splits of attention kernel `kernel`'s KV heads in use at `token`."""
         return len(split_rows(self.p.kernels[kernel], token, self.s.splits[kernel], self.s.min_keys))
@@ -302,7 +300,7 @@ class VM:
     def _by_owner(self, ins: Instr, token: int) -> bool:
         """Whether the owner merges this attention instruction's KV head at `token`: owner_merges on and no more
         splits in use than it says."""
-        return bool(self.s.owner_merges) and self._used(ins, token) <= self.s.owner_merges
+        return bool(self.s.owner_merges) and self._in_use(ins.kernel, token) <= self.s.owner_merges
 
     def _merges_x(self, ins: Instr, token: int, v: str) -> bool:
         """Whether this GEMV makes its read of v (attention's output) from the attention's partials at `token`."""
@@ -337,7 +335,7 @@ class VM:
         merged into its heads' outputs (the device skips the merge when one split is in use: that split wrote the
         output)."""
         g, group, dh = ins.lo, k.n_heads // k.kv_heads, k.head_dim
-        used, part, want = self._used(ins, token), self.parts[ins.kernel], self._partials_stamp(k, token)
+        used, part, want = self._in_use(ins.kernel, token), self.parts[ins.kernel], self._partials_stamp(k, token)
         got = part["stamp"][g, :used]
         if not bool((got == want).all()):
             raise ScheduleError(f"attention kernel {ins.kernel} head {g} (token {token}) merged partials stamped "
@@ -366,7 +364,7 @@ class VM:
             return not bool((got == want).all())
         if ins.opcode != "attention" or not self.s.owner_merges:
             return False
-        used = self._used(ins, token)  # (_by_owner's count, made once here: this runs at every ready check)
+        used = self._in_use(ins.kernel, token)  # (_by_owner's count, made once here: this runs at every ready check)
         if used > self.s.owner_merges or not self._owns(ins, token):
             return False
         want = self._partials_stamp(self.p.kernels[ins.kernel], token)

@@ -106,7 +106,8 @@ def test_a_merge_before_every_split_arrived_is_caught(tmp_path, monkeypatch):
     # a KV head's last split merges the partials once all its splits arrived; expecting one arrival fewer
     # lets a split merge before the others wrote theirs
     monkeypatch.setattr(VM, "arrivals", lambda self, kernel: self.s.splits[kernel] - 1)
-    with pytest.raises(ScheduleError, match=r"attention kernel \d+ head \d+ \(token \d+\) merged partials stamped \[.*\]; the dataflow wants"):
+    with pytest.raises(ScheduleError, match=r"attention kernel \d+ head \d+ \(token \d+\) merged partials stamped "
+                                             r"\[.*\]; the dataflow wants"):
         VM(sched, weights, offsets, floats).run([5, 17, 99, 4, 8], 6, "eager")
 
 
@@ -133,7 +134,8 @@ def test_an_owner_merge_before_the_partials_came_is_caught(tmp_path, monkeypatch
     m, prog, sched, weights, offsets, floats = setup(tmp_path, owner_merges=3)
     # the owner merges as soon as its own waits are met, without the other splits' partials
     monkeypatch.setattr(VM, "partials_pending", lambda self, ins, token: False)
-    with pytest.raises(ScheduleError, match=r"attention kernel \d+ head \d+ \(token \d+\) merged partials stamped \[.*\]; the dataflow wants"):
+    with pytest.raises(ScheduleError, match=r"attention kernel \d+ head \d+ \(token \d+\) merged partials stamped "
+                                             r"\[.*\]; the dataflow wants"):
         VM(sched, weights, offsets, floats).run([5, 17, 99, 4, 8], 6, "eager")
 
 
@@ -229,7 +231,8 @@ def test_a_missing_wait_on_the_previous_token_is_caught(tmp_path):
         for i, ins in enumerate(lst):
             if ins.kernel == 0:
                 lst[i] = dataclasses.replace(ins, waits=tuple(w for w in ins.waits if not w.previous))
-    with pytest.raises(ScheduleError, match=r"embed kernel 0 tile \d+ \(token 1\) read the token before select wrote it"):
+    with pytest.raises(ScheduleError,
+                       match=r"embed kernel 0 tile \d+ \(token 1\) read the token before select wrote it"):
         VM(sched, weights, offsets, floats).run([5, 17, 99], 3, "eager")
 
 
@@ -261,7 +264,8 @@ def test_instruction_header_and_packing_agree(tmp_path):
     assert got == {(ins.head, ins.tail) for lst in items.lists for ins in lst} and len(got) > 3
     if shutil.which("nvcc"):  # the generated header's static_asserts hold for the C++ compiler too
         (tmp_path / "abi.h").write_text(header())
-        (tmp_path / "t.cu").write_text('#include "abi.h"\nint main() { return sizeof(kiec::Instr) == %d ? 0 : 1; }\n' % size)
+        (tmp_path / "t.cu").write_text('#include "abi.h"\n'
+                                       'int main() { return sizeof(kiec::Instr) == %d ? 0 : 1; }\n' % size)
         r = subprocess.run(["nvcc", "-o", str(tmp_path / "t"), str(tmp_path / "t.cu")], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         assert subprocess.run([str(tmp_path / "t")]).returncode == 0
@@ -345,7 +349,7 @@ def test_newest_first_puts_the_owner_on_the_spared_sm_and_computes_the_graph(tmp
         for x in ins:
             s = x.tile % splits
             got = vm._split(x, token)
-            assert (got is not None) == (s < vm._used(x, token))
+            assert (got is not None) == (s < vm._in_use(x.kernel, token))
             assert vm._owns(x, token) == (s == 0), (token, x.tile)
         for g in range(2):  # the chunks taken by KV head g's splits in use: each one once, covering [0, token]
             rows = sorted(vm._split(x, token)[2:] for x in ins if x.lo == g and vm._split(x, token) is not None)

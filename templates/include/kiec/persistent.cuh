@@ -22,7 +22,8 @@
 #include "ring.cuh"
 
 #ifndef KIEC_COMBINE_BATCH
-#define KIEC_COMBINE_BATCH 0  // persist_combine_batch: splits' partials the last arrival loads at once (0: unrolled by 8)
+// persist_combine_batch: splits' partials the last arrival loads at once (0: unrolled by 8)
+#define KIEC_COMBINE_BATCH 0
 #endif
 
 namespace kiec {
