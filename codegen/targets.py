@@ -576,10 +576,10 @@ TARGETS: dict[str, TargetParams] = {
                           # llama-3.1-8b, then the output projection's x ready 0.98 / 1.00 / 1.34 us later. The
                           # consumer's merge leaves the first out, for more words in its copy. Forty-seventh session,
                           # on an H100 (no H200 lent; e5cc345, bench/RESULTS.md): the same bits, compute-sanitizer
-                          # clean, but N 2 +0.1-0.3% on the three wide models, N 4 +3.0% on llama-3.2-1b. Traced, x
-                          # comes 0.5-0.9 us a layer sooner (each of the 124 output-projection tiles merging every head:
-                          # its prologue 0.8 -> 2.8 us), and gate/up waits that long more on its pages: that H100's
-                          # stream, at 94-96% of its ceiling, paces the token. Untimed on H200. Off
+                          # clean, but N 2 +0.1-0.3% on the three wide models, N 4 +3.0% on llama-3.2-1b. Traced at
+                          # position 64, the output projection's median x comes 0.4-0.9 us a layer sooner, but its
+                          # last tile signals 0.4-0.75 us later (each of its 124 tiles merges every head: a prologue of
+                          # 0.8 -> 2.8 us), and gate/up ends when it did. Untimed on H200. Off
                           persist_attn_consumer_merges=0,
                           # (scripts/ptxas.py MODEL persistent persist_attn_consumer_merges=N [persist_merge_loads=L]:
                           # at 8 no spills on qwen3-1.7b and llama-3.1-8b at N 2-4, nor on llama-3.2-1b at N 2 (one

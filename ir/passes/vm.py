@@ -316,14 +316,20 @@ class VM:
         """Attention's output v as a consumer merges it (consumer_merges): every KV head's partials of the splits in
         use, which must be this token's (the device loads their words until they carry its tag), merged."""
         i = self.merged[v]
-        k, part = self.p.kernels[i], self.parts[i]
-        got, want = self._partial_stamps(i, token)
-        used = got.shape[1]
+        return self._merged(i, token, slice(None), f"{ins.opcode} kernel {ins.kernel} tile {ins.tile} (token {token}) "
+                                                   f"merged attention kernel {i}'s partials")
+
+    def _merged(self, kernel: int, token: int, heads: int | slice, who: str) -> torch.Tensor:
+        """KV head `heads` (or every one: a slice) of attention kernel `kernel`: the partials of the splits in use at
+        `token`, which must be this token's (else an error naming `who`), merged into its heads' outputs, in order."""
+        part = self.parts[kernel]
+        got, want = self._partial_stamps(kernel, token)
+        got = got[heads]
         if not bool((got == want).all()):
-            raise ScheduleError(f"{ins.opcode} kernel {ins.kernel} tile {ins.tile} (token {token}) merged attention "
-                                f"kernel {i}'s partials stamped {got.tolist()}; the dataflow wants {want}")
-        return torch.cat([merge_splits(part["o"][g, :used], part["m"][g, :used], part["l"][g, :used])
-                          for g in range(k.kv_heads)])
+            raise ScheduleError(f"{who} stamped {got.tolist()}; the dataflow wants {want}")
+        used = got.shape[-1]
+        gs = [heads] if isinstance(heads, int) else range(self.p.kernels[kernel].kv_heads)
+        return torch.cat([merge_splits(part["o"][g, :used], part["m"][g, :used], part["l"][g, :used]) for g in gs])
 
     def arrivals(self, kernel: int) -> int:
         """Arrivals a KV head's last split waits for a token before it merges: one per split (the device's
@@ -334,14 +340,10 @@ class VM:
         """KV head g's last split: the partials of the splits in use at this token, which must be this token's,
         merged into its heads' outputs (the device skips the merge when one split is in use: that split wrote the
         output)."""
-        g, group, dh = ins.lo, k.n_heads // k.kv_heads, k.head_dim
-        used, part, want = self._in_use(ins.kernel, token), self.parts[ins.kernel], self._partials_stamp(k, token)
-        got = part["stamp"][g, :used]
-        if not bool((got == want).all()):
-            raise ScheduleError(f"attention kernel {ins.kernel} head {g} (token {token}) merged partials stamped "
-                                f"{got.tolist()}; the dataflow wants {want}")
-        out = merge_splits(part["o"][g, :used], part["m"][g, :used], part["l"][g, :used])
-        self.write(ins, token, k.attention.out, g * group * dh, out)
+        g = ins.lo
+        out = self._merged(ins.kernel, token, g, f"attention kernel {ins.kernel} head {g} (token {token}) merged "
+                                                 f"partials")
+        self.write(ins, token, k.attention.out, g * (k.n_heads // k.kv_heads) * k.head_dim, out)
 
     # -- the machine
     def met(self, w, token: int) -> bool:
