@@ -136,8 +136,8 @@ class TargetParams:
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
     # persistent: a model narrower than persist_narrow_width (its embedding's row) runs persist_x_direct,
     # persist_attn_owner_merges, persist_attn_newest_first, persist_combine_batch, persist_stages,
-    # persist_attn_mma_ahead and persist_attn_mma_first with these values instead (codegen/persistent.py: for_model);
-    # 0: every model the fields above
+    # persist_attn_mma_ahead, persist_attn_mma_first and persist_tag_waits with these values instead
+    # (codegen/persistent.py: for_model); 0: every model the fields above
     persist_narrow_width: int
     persist_x_direct_narrow: int
     persist_attn_owner_merges_narrow: int
@@ -146,6 +146,7 @@ class TargetParams:
     persist_stages_narrow: int
     persist_attn_mma_ahead_narrow: int
     persist_attn_mma_first_narrow: int
+    persist_tag_waits_narrow: int
     # persistent: 1: a tagged value takes 4 bytes an element instead of 8, its tag the parity of its write in the
     # lowest mantissa bit (values to 23 bits); its slot its own, zeroed before each launch (ir/passes/persistent.py:
     # tag_parity)
@@ -757,6 +758,14 @@ TARGETS: dict[str, TargetParams] = {
                           # session; the eleventh measured it slower (the field's comment above), so off
                           # (again, thirty-third session at cc23327: llama-3.2-1b 0.748 / 0.749 vs 0.728 / 0.728)
                           persist_tag_waits=0, persist_tag_lead=100,
+                          # tag waits on smollm2-135m, tagged since the forty-seventh session (forty-eighth, an H100,
+                          # 4ff9b91, ms, two rounds, bench/RESULTS.md): 1 0.389 / 0.390 vs 0.404 / 0.401 and 0.391 /
+                          # 0.392 vs 0.401 / 0.401 (p10 0.362 vs 0.391), at 8192 0.543 / 0.538 vs 0.559 / 0.552; 2
+                          # 0.420 / 0.420. The wide models beside it: llama-3.2-1b 0.857 vs 0.858, qwen3-1.7b 1.251 /
+                          # 1.250 vs 1.253 / 1.257 (noise, at 91-94% of the H100's ceiling; not run on an H200). So 1
+                          # on narrow models. (Tag waits take the SiLU-mul's tagged pairs away: persistent.py,
+                          # paired_values; the variants above timed them so)
+                          persist_tag_waits_narrow=1,
                           # without previous_first: 0.772-0.773 vs 0.826-0.829 on 1B, smollm2 0.527 vs 0.566
                           # (the twice probe, persist_probe_twice, ninth session at a8b8076, ms, two rounds: dots twice
                           # 0.856 / 0.855 vs 0.765 on llama-3.2-1b, prologues twice 0.828; smollm2-135m 0.527 and 0.520

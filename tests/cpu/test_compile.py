@@ -424,7 +424,7 @@ def test_narrow_models_run_x_direct_owner_merges_and_newest_first(tmp_path):
                             persist_attn_owner_merges_narrow=8, persist_attn_newest_first_narrow=1,
                             persist_combine_batch_narrow=16, persist_stages=12, persist_stages_narrow=4,
                             persist_attn_mma_ahead=2, persist_attn_mma_ahead_narrow=1, persist_attn_mma_first=0,
-                            persist_attn_mma_first_narrow=2)
+                            persist_attn_mma_first_narrow=2, persist_tag_waits=0, persist_tag_waits_narrow=0)
     for width, want in [(257, (1, 8, 1, 16, 4, 1, 2)), (256, (0, 0, 0, 0, 12, 2, 0)), (0, (0, 0, 0, 0, 12, 2, 0))]:
         got = for_model(program, dataclasses.replace(t, persist_narrow_width=width))
         assert (got.persist_x_direct, got.persist_attn_owner_merges, got.persist_attn_newest_first,
@@ -441,6 +441,30 @@ def test_narrow_models_run_x_direct_owner_merges_and_newest_first(tmp_path):
     wide = emit_persistent(program, "bf16", 64, dataclasses.replace(t, persist_narrow_width=256), "x")
     assert "attention_tile" in wide.files["model.cu"] and wide.files != narrow.files
     assert wide.files == emit_persistent(program, "bf16", 64, dataclasses.replace(t, persist_narrow_width=0), "x").files
+
+
+def test_narrow_models_run_tag_waits(tmp_path):
+    # persist_tag_waits_narrow: a narrow tagged model spins on its tags (smollm2-135m timed faster so, the wide models
+    # at noise), exactly the kernel persist_tag_waits gives a wide one; a wider model the table's own
+    import dataclasses
+
+    from kiec.codegen.persistent import emit_persistent, for_model
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
+    program = pipeline.run(kiec.load(str(tmp_path / "hf"), dtype="bf16").graph)
+    t = dataclasses.replace(target("sm_90"), persist_tagged_min_width=0, persist_tag_waits=0,
+                            persist_tag_waits_narrow=1)
+    assert target("sm_90").persist_tag_waits_narrow == 1 and target("sm_90").persist_tag_waits == 0
+    assert [for_model(program, dataclasses.replace(t, persist_narrow_width=w)).persist_tag_waits
+            for w in (257, 256, 0)] == [1, 0, 0]
+    narrow = emit_persistent(program, "bf16", 64, dataclasses.replace(t, persist_narrow_width=257), "x")
+    assert "KIEC_TAG_WAITS" in narrow.files["model.cu"]
+    as_wide = dataclasses.replace(for_model(program, dataclasses.replace(t, persist_narrow_width=257)),
+                                  persist_narrow_width=0)
+    assert narrow.files == emit_persistent(program, "bf16", 64, as_wide, "x").files
+    wide = emit_persistent(program, "bf16", 64, dataclasses.replace(t, persist_narrow_width=256), "x")
+    assert "KIEC_TAG_WAITS" not in wide.files["model.cu"]
 
 
 def test_narrow_models_ask_l2_ahead(tmp_path):
