@@ -122,8 +122,9 @@ class _PersistentEmitter(_Emitter):
             raise ValueError(f"persist_tag_waits {t.persist_tag_waits}: 0, 1 (tag waits) or 2 (and write guards late)")
         self.tag_waits = t.persist_tag_waits if self.tags else 0  # (a model without tags has none to spin on)
         if self.tag_waits and t.persist_tag_parity:
-            raise ValueError("persist_tag_waits with persist_tag_parity: a parity tells a word's last write from the "
-                             "one before only, so its reader must wait for the writer's counter first")
+            raise ValueError("persist_tag_waits with persist_tag_parity (on a narrow model, persist_tag_waits_narrow): "
+                             "a parity tells a word's last write from the one before only, so its reader must wait for "
+                             "the writer's counter first")
         self.consumer_merges = self.consumer_merge_count(program, t)
         if t.persist_x_direct not in (0, 1, 2):
             raise ValueError(f"persist_x_direct {t.persist_x_direct}: 0, 1 (every GEMV without a norm) or 2 (those "
@@ -145,8 +146,9 @@ class _PersistentEmitter(_Emitter):
                              "output projection would wait on their tags whatever it waits for; time it with "
                              "persist_tagged 0 or 1")
         if self.tag_waits and t.persist_x_direct:
-            raise ValueError("persist_tag_waits with persist_x_direct: not supported (x slices read straight from "
-                             "memory have never run with words loaded before their writer's counter was met)")
+            raise ValueError("persist_tag_waits with persist_x_direct (on a narrow model, persist_tag_waits_narrow and "
+                             "persist_x_direct_narrow): not supported (x slices read straight from memory have never "
+                             "run with words loaded before their writer's counter was met)")
         self.warps = t.persist_warps
         self.paired = self.paired_values()  # (persist_tagged_pairs)
         # parity tags need every SM to read each write of the residual stream (tag_parity), which a spared SM
@@ -195,7 +197,8 @@ class _PersistentEmitter(_Emitter):
         why = ("attention's output is not tagged words (persist_tagged 2)" if not self.tags or not any(
                    isinstance(k, AttentionKernel) and k.attention.out in self.tags.writer for k in program.kernels)
                else "persist_attn_owner_merges (persist_attn_owner_merges_narrow on a narrow model) is on"
-               if t.persist_attn_owner_merges else "persist_tag_waits is on" if self.tag_waits
+               if t.persist_attn_owner_merges
+               else "persist_tag_waits (persist_tag_waits_narrow on a narrow model) is on" if self.tag_waits
                else "persist_tag_parity is on" if t.persist_tag_parity
                else "persist_attn_newest_first (persist_attn_newest_first_narrow on a narrow model) is on"
                if t.persist_attn_newest_first

@@ -859,7 +859,7 @@ def test_consumer_merges_reach_both_cases_or_are_refused_by_name(tmp_path, monke
     assert "ConsumerMerge" not in emit_persistent(program, "bf16", model.max_seq_len, wide, "x").files["model.cu"]
     for change, why in ((dict(persist_tagged=1), "attention's output is not tagged words"),
                         (dict(persist_attn_owner_merges=8), "persist_attn_owner_merges"),
-                        (dict(persist_tag_waits=1), "persist_tag_waits is on"),
+                        (dict(persist_tag_waits=1), r"persist_tag_waits \(persist_tag_waits_narrow on a narrow model\) is on"),
                         (dict(persist_tag_parity=1), "persist_tag_parity is on"),
                         (dict(persist_attn_newest_first=1), "persist_attn_newest_first"),
                         (dict(persist_probe_attention_idle=1), "persist_probe_attention_idle is on")):

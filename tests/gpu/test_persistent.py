@@ -27,17 +27,22 @@ FAMILIES = ["llama", "qwen2", "qwen3", "mistral"]
 # 2026-12-02 the narrow rules applied there, and many variants built their base's kernel
 WIDE_FIELDS = dict(persist_narrow_width=0, persist_tagged_min_width=0, persist_paced_min_width=0)
 # a narrow case of a test marks itself table_tags (pytest.param): the autouse fixture (tests/conftest.py) then keeps
-# the table's widths, under which a tiny model (hidden 256) runs a narrow model's fields (untagged, unpaced, owner
-# merges, newest first, x direct, a 4-page ring: smollm2-135m's way)
+# the table's widths, under which a tiny model (hidden 256) runs a narrow model's fields (unpaced, a 4-page ring, the
+# combine batch, one attention pass ahead, tag waits: smollm2-135m's way; until the forty-seventh session also
+# untagged, owner merges, newest first and x direct)
 NARROW = pytest.mark.table_tags
 
 
 def narrow_or_wide(tmp_path, wide):
-    """Checks that the base build of a test given WIDE_FIELDS or marked NARROW took those rules: its attention's
-    owner merges (the 17th template argument) are the narrow models' only without WIDE_FIELDS."""
-    tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / "base" / "src" / "model.cu").read()).group(1)
-    owner = tail.split(", ")[16] if len(tail.split(", ")) > 16 else "0"
-    assert (owner == str(targets.TARGETS["sm_90"].persist_attn_owner_merges_narrow)) != wide, tail
+    """Checks that the base build of a test given WIDE_FIELDS or marked NARROW took those rules: its ring's depth is
+    the narrow models' (persist_stages_narrow) only without WIDE_FIELDS, and so are its tag waits. (Until the
+    forty-eighth session this looked at the owner merges, which the narrow fields no longer change.)"""
+    t = targets.TARGETS["sm_90"]
+    assert t.persist_stages_narrow != t.persist_stages and t.persist_tag_waits_narrow != t.persist_tag_waits
+    src = open(tmp_path / "base" / "src" / "model.cu").read()
+    stages = re.search(r"kiec::Ring<(\d+), ", src).group(1)
+    assert (stages == str(t.persist_stages_narrow)) != wide, stages
+    assert ("#define KIEC_TAG_WAITS" in src) != wide
 
 
 def load_tiny(tmp_path, family, **overrides):
@@ -139,7 +144,7 @@ def test_item_shares_compute_the_same_bits(tmp_path, monkeypatch, hidden, inter,
     # A share's first segments are published as tagged words, the tile before adds them to its last row's: in segment
     # order, as a whole row's sums, so the same bits as whole-row shares: tagged (x as tagged words and pairs),
     # untagged, each warp copying its own segment of x, x slices straight from memory, and smollm2-135m's shapes
-    # under the narrow rules (untagged, x direct; its output projection one segment a row: whole rows). 2: gate/up
+    # under the narrow rules (tagged, tag waits; its output projection one segment a row: whole rows). 2: gate/up
     # too, its output tagged pairs completed a pair at a time (gate and up partials of up to two rows handed over);
     # 3: every GEMV (QKV's norm, its scale applied to the row sums; the LM head's argmax), tagged and untagged, where
     # an EOS and the host's stop end a generation as without (4,096 positions for the host's stop of a long one)
@@ -177,7 +182,7 @@ def test_item_shares_compute_the_same_bits(tmp_path, monkeypatch, hidden, inter,
 @pytest.mark.parametrize("hidden,inter,heads,kv_heads,late", [(576, 1536, 9, 3, 1), (576, 1536, 9, 3, 0),
                                                               (256, 384, 4, 2, 1)])
 def test_norm_in_warps_computes_the_same_bits(tmp_path, monkeypatch, hidden, inter, heads, kv_heads, late):
-    # persist_norm_in_warps on narrow models (the table's rules: untagged, x direct): QKV, gate/up and the LM head
+    # persist_norm_in_warps on narrow models (the table's rules: tagged, tag waits): QKV, gate/up and the LM head
     # normalize x in each warp's registers, K 576 (smollm2-135m's: 3 rounds a lane, the last with 8 lanes of 32) and
     # 256 (one full round); every logit over 24 steps within the budget and the same bits as the staged norm's, and
     # a 40-token generation the same tokens, with the norm's scale applied to the row sums (persist_norm_late_scale
@@ -198,7 +203,7 @@ def test_norm_in_warps_computes_the_same_bits(tmp_path, monkeypatch, hidden, int
 @pytest.mark.parametrize("change", [dict(persist_dot_half_warps=1),
                                     dict(persist_dot_half_warps=1, persist_norm_in_warps=1)])
 def test_dot_half_warps_within_budget(tmp_path, monkeypatch, change):
-    # persist_dot_half_warps on smollm2-135m's shapes (untagged, the table's narrow rules): gate/up (12 items a tile:
+    # persist_dot_half_warps on smollm2-135m's shapes (the table's narrow rules: tagged, tag waits): gate/up (12 items a tile:
     # 6 half-warp pairs, one straddling its 2 pages), the down projection (2 segments, a half each) and the LM head (a
     # vocabulary of 8192: 63 items, odd, so a last half takes none) an item a half-warp, alone and with the norm in
     # the warps (its sums over 16 lanes). Other sums, other bits: logits over 24 steps within the budget, and a
@@ -358,7 +363,7 @@ def test_attention_early_pass_and_lean_compute_the_same_bits(tmp_path, monkeypat
     # with the pipeline), 600 positions: with 512 keys a split at least, splits of up to 4 passes where the previous
     # row and the new one are in the last; with 128 over a window of 200, the window's start moving; with 8, many
     # splits and the one-pass short splits, whose only pass holds both rows. Wide: the large models' fields (tags
-    # 2); else a narrow model's (owner merges, newest first, untagged), smollm2-135m's way. Every logit the same bits
+    # 2); else a narrow model's (a 4-page ring, tag waits), smollm2-135m's way. Every logit the same bits
     # as without it, step by step and in one launch
     extra = {"sliding_window": window} if window else {}
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384, **extra)
@@ -385,8 +390,8 @@ def test_attention_on_tensor_cores_within_budget_of_the_fma_passes(tmp_path, mon
     # 128, persist_attn_mma_wide, qwen3 with its q/k norm: one pass's rows loaded at a time), 2 or 4 query heads a
     # KV head, 600 positions: a split's last pass cut short at every length (rows past its end zeros and masked),
     # with 512 keys a split at least up to 2 splits of many passes; a window of 200 whose start moves; with 8 keys,
-    # many splits of one pass or less and warps with no rows; a narrow model's fields (owner merges, newest first,
-    # untagged). Logits within the interpreter's budget and at most twice as far from the fp32
+    # many splits of one pass or less and warps with no rows; a narrow model's fields (a 4-page ring, tag
+    # waits). Logits within the interpreter's budget and at most twice as far from the fp32
     # interpreter's as the FMA passes' (their bits differ: 16 significant bits of q and the weights; either's
     # distance is mostly the bf16 cache's rounding of rows the difference moved: 1.1-1.3e-3 of the largest logit
     # between the two, 2026-12-03), and one launch's greedy tokens a step-by-step run's
@@ -445,7 +450,7 @@ def test_attention_on_tensor_cores_first_rows_beside_q_compute_the_same_bits(tmp
     # the cache has it, against the rows loaded after the new row's write: the same rows, so every logit the same
     # bits, step by step over 600 positions (up to 4 passes a warp; a moving window; 8 keys a split: many splits,
     # the one holding the new row, the one holding row pos - 1 alone and warps with no rows), one launch's greedy
-    # tokens; also a narrow model's fields (untagged, the owner merges)
+    # tokens; also a narrow model's fields (a 4-page ring, tag waits)
     extra = {"sliding_window": window} if window else {}
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384, **extra)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=min_keys,
