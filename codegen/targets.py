@@ -158,7 +158,8 @@ class TargetParams:
     # its writes are polled before its epilogue (ir/passes/persistent.py: late_waits; persistent_tile.cuh: wait_writes).
     # Off: slower on every model measured (bench/RESULTS.md, 2026-11-30 eleventh session: llama-3.2-1b 0.778 / 0.798
     # ms at 1 / 2 vs 0.761 in f330442's call 5; smollm2-135m with tags 0.544 vs 0.519 at 1 in e3615a3's call 6): the
-    # median tile sees its x sooner, the slowest one later, and a phase ends with its slowest tile
+    # median tile sees its x sooner, the slowest one later, and a phase ends with its slowest tile. On for narrow
+    # models since the forty-eighth session (persist_tag_waits_narrow)
     persist_tag_waits: int
     # persistent, with tag waits: below 100, such a tile still waits for all but this percentage (rounded up) of its
     # writer's tiles, then spins on the words over the last ones only (fewer loads again); 100: no wait at all
@@ -722,7 +723,8 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.714 / 0.714, 8 0.758 / 0.759 vs 0.752 / 0.752 (its 44 splits in 3 batches of loads);
                           # at short context its owner merges, so it is unused there. llama-3.2-1b at 8192 8 0.909-0.910
                           # vs 0.898-0.899; 16 spills 160 B there (ptxas): 0.984 vs 0.897-0.899 (nineteenth session).
-                          # So 16 on narrow models
+                          # So 16 on narrow models. Tagged (forty-eighth session, an H100, 4ff9b91): 0 at 8192 0.556 /
+                          # 0.551 vs 0.555 / 0.553, noise now; 16 kept
                           persist_combine_batch_narrow=16,
                           # the ring's depth on smollm2-135m, which streams 5-27 KB an SM a GEMV (3-4 of the 12 pages
                           # a layer): a freed page's refill goes out at once, into the hops' round trips. 2026-12-02
@@ -731,9 +733,11 @@ TARGETS: dict[str, TargetParams] = {
                           # 0.699 / 0.698 vs 0.719 / 0.718. llama-3.2-1b (wide) wants the whole ring: 8 pages 0.758 /
                           # 0.762, 6 0.790 / 0.791 vs 0.738 / 0.740. So 4 on narrow models. Tagged (forty-seventh
                           # session, an H100, 2962e4c): 8 pages 0.400 / 0.401 vs 0.403 / 0.400, at 8192 0.549 / 0.549
-                          # vs 0.553 / 0.551; every narrow field the wide one 0.405 and at 8192 0.669 (+21%)
+                          # vs 0.553 / 0.551; every narrow field the wide one 0.405 and at 8192 0.669 (+21%), of which
+                          # the ring (forty-eighth session, 4ff9b91): 12 pages at 8192 0.632 / 0.628 vs 0.555 / 0.553
                           persist_stages_narrow=4,
-                          # (persist_attn_mma_ahead below: 2 on llama-3.2-1b, 1 on smollm2-135m)
+                          # (persist_attn_mma_ahead below: 2 on llama-3.2-1b, 1 on smollm2-135m; tagged smollm2-135m at
+                          # 8192, forty-eighth session on an H100: 2 0.572 / 0.572 vs 0.555 / 0.553)
                           persist_attn_mma_ahead_narrow=1,
                           # (attention inside the output projection, persist_attn_o_below at fc7a3e4, taken out after
                           # its first run: below a position every attention tile of a KV head took the head's whole
@@ -750,7 +754,9 @@ TARGETS: dict[str, TargetParams] = {
                           # llama-3.2-1b 0.761 / 0.757 vs 0.765 / 0.762, qwen3-1.7b 1.140 / 1.145 vs 1.121 / 1.124,
                           # smollm2-135m with tags on 0.525 / 0.525 vs 0.520 / 0.518 (bench/RESULTS.md): the bytes
                           # are not what the prologues cost. So 0. (With it no splits are spared,
-                          # persist_attn_spare_splits: every SM must read each write of the residual stream)
+                          # persist_attn_spare_splits: every SM must read each write of the residual stream). Tagged
+                          # smollm2-135m (forty-eighth session, an H100): 0.414 / 0.411 vs 0.404 / 0.401, at 8192 0.574
+                          # / 0.573 vs 0.555 / 0.553
                           persist_tag_parity=0,
                           # a reader of tagged words polls its writer's counter, then loads the words: two round trips
                           # after the last write where one would do (the trace's hops: 0.3-0.6 us a phase, 4% of the
