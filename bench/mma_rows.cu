@@ -9,6 +9,10 @@
 // shared memory (no HBM), one block of 8 warps on every SM. Prints GB/s of weights an SM (one SM's share of a
 // 4.6 TB/s read ceiling is 35 GB/s) and each way's largest error against a double-precision dot of the same bf16
 // weights and fp32 x, relative to the sum of |w x|.
+// The third way (forty-eighth session): the same mmas on the FMA tile's row-major rows, each row's 16-byte chunks
+// stored XOR-swizzled in groups of 8 (chunk c at c ^ (row & 7): a permutation inside each 128 bytes, so a ring page
+// would still hold the same bytes of the same rows and the kernel's page walk would stay as it is). Without the
+// swizzle an ldmatrix of 8 rows K x 2 bytes apart reads one bank group 8 times over; with it, 8 different ones.
 // Build (GPU machine): nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include
 //   bench/mma_rows.cu -o /tmp/mma_rows   (scripts/gpu_run.sh: MMA=1)
 #include <cuda_bf16.h>
@@ -116,6 +120,65 @@ __global__ void __launch_bounds__(THREADS, 1) mma_rows(const __nv_bfloat16* w, f
   if (threadIdx.x < ROWS && keep == 12345.f) out[MAX_ROWS + threadIdx.x] = keep;  // (keeps the work)
 }
 
+// The tensor-core way on swizzled rows: ROWS rows x K, row-major, row j's logical chunk c at chunk
+// (j * K / 8 + (c ^ (j & 7))) % (BUF / 16) (the wrap as the FMA tile's; K / 8 a multiple of 8 keeps each row's groups
+// of 8 chunks on 128-byte lines). The same steps, fragments and sums as mma_rows: only the ldmatrix addresses differ.
+template <int K, int ROWS>
+__global__ void __launch_bounds__(THREADS, 1) swz_rows(const __nv_bfloat16* w, float* out, int reps) {
+  extern __shared__ __align__(128) char smem[];
+  float* red = reinterpret_cast<float*>(smem + BUF);  // [WARPS][ROWS]
+  constexpr int STEPS = K / 16, S = (STEPS + WARPS - 1) / WARPS, RB = ROWS / 16, ACC = S < 4 ? S : 4;
+  constexpr int CH = K / 8, CHUNKS = BUF / 16;
+  static_assert(K % 64 == 0 && ROWS % 16 == 0, "16 x 16 blocks, rows of whole 128-byte groups");
+  fill_buffer(smem, w);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  unsigned b[S][2];
+#pragma unroll
+  for (int i = 0; i < S; ++i) {
+    const int s = warp + i * WARPS, k = s * 16 + q * 2;
+    b[i][0] = b[i][1] = 0u;
+    if (s < STEPS && g < 2) {
+      float v[4] = {made_x(k), made_x(k + 1), made_x(k + 8), made_x(k + 9)};
+      if (g == 1)  // the lo pieces: x less its bf16 rounding
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] -= __bfloat162float(__float2bfloat16_rn(v[j]));
+      b[i][0] = kiec::pack_pair<__nv_bfloat16>(v[0], v[1]);
+      b[i][1] = kiec::pack_pair<__nv_bfloat16>(v[2], v[3]);
+    }
+  }
+  // this lane's row and chunk in an ldmatrix.x4 (mma_rows's matrices); its row's low bits are lane & 7, the swizzle's
+  const int m = lane >> 3, row16 = (m & 1) * 8 + (lane & 7), half = m >> 1, sw = lane & 7;
+  const unsigned base = shared_u32(smem);
+  __syncthreads();
+  float keep = 0.f;
+  for (int r = 0; r < reps; ++r) {
+#pragma unroll 1
+    for (int rb = 0; rb < RB; ++rb) {
+      float d[ACC][4] = {};
+      const int row_chunk = (rb * 16 + row16) * CH;
+#pragma unroll
+      for (int i = 0; i < S; ++i) {
+        const int s = warp + i * WARPS;
+        if (STEPS % WARPS == 0 || s < STEPS) {
+          unsigned a[4];
+          ldmatrix_x4(base + ((row_chunk + ((2 * s + half) ^ sw)) % CHUNKS) * 16, a);
+          kiec::mma_16816<__nv_bfloat16>(d[i % ACC], a, b[i][0], b[i][1]);
+        }
+      }
+#pragma unroll
+      for (int j = 1; j < ACC; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) d[0][e] += d[j][e];
+      if (q == 0) {  // columns 0 and 1: row g's hi and lo sums, then row g + 8's
+        red[warp * ROWS + rb * 16 + g] = d[0][0] + d[0][1];
+        red[warp * ROWS + rb * 16 + g + 8] = d[0][2] + d[0][3];
+      }
+    }
+    rows_out<ROWS, WARPS>(red, keep, out, r);
+  }
+  if (threadIdx.x < ROWS && keep == 12345.f) out[MAX_ROWS + threadIdx.x] = keep;  // (keeps the work)
+}
+
 // The FMA tile's way: ROWS rows x K, row-major; row j's 16-byte chunk c at (j * K / 8 + c) % (BUF / 16) chunks.
 // Each row cut into SEGS segments as codegen/persistent.py's row_segments cuts it (the fewest with at most 4 chunks
 // a lane); warp w takes segment w % SEGS of rows w / SEGS, + WARPS / SEGS, ...; lane l its chunks l, l + 32, ...
@@ -183,6 +246,10 @@ static float weight_row_major(const std::vector<__nv_bfloat16>& w, int j, int k,
   const size_t chunk = ((size_t)j * (K / 8) + k / 8) % (BUF / 16);
   return __bfloat162float(w[chunk * 8 + k % 8]);
 }
+static float weight_swizzled(const std::vector<__nv_bfloat16>& w, int j, int k, int K) {
+  const size_t chunk = ((size_t)j * (K / 8) + ((k / 8) ^ (j & 7))) % (BUF / 16);
+  return __bfloat162float(w[chunk * 8 + k % 8]);
+}
 
 template <int K, int ROWS>
 static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::vector<__nv_bfloat16>& hw,
@@ -190,14 +257,16 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
   const int shmem = BUF + WARPS * MAX_ROWS * 4;
   CHECK(cudaFuncSetAttribute(mma_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
   CHECK(cudaFuncSetAttribute(fma_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
+  CHECK(cudaFuncSetAttribute(swz_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
-  double gbs[2], err[2];
-  for (int way = 0; way < 2; ++way) {
+  double gbs[3], err[3];  // tile-major mma, FMA, swizzled mma
+  for (int way = 0; way < 3; ++way) {
     auto launch = [&](int reps) {
       if (way == 0) mma_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
-      else fma_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
+      else if (way == 1) fma_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
+      else swz_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
     };
     launch(2);  // warm
     CHECK(cudaDeviceSynchronize());
@@ -225,15 +294,17 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
     for (int j = 0; j < ROWS; ++j) {
       double ref = 0.0, mag = 0.0;
       for (int k = 0; k < K; ++k) {
-        const double wv = way == 0 ? weight_tile_major(hw, j, k, K) : weight_row_major(hw, j, k, K);
+        const double wv = way == 0 ? weight_tile_major(hw, j, k, K)
+                          : way == 1 ? weight_row_major(hw, j, k, K) : weight_swizzled(hw, j, k, K);
         ref += wv * made_x(k);
         mag += std::fabs(wv * made_x(k));
       }
       err[way] = std::max(err[way], std::fabs(out[j] - ref) / mag);
     }
   }
-  printf("%-26s K %5d rows %3d | mma %7.1f GB/s an SM, err %.1e | fma %7.1f GB/s an SM, err %.1e | mma/fma %.2fx\n",
-         what, K, ROWS, gbs[0], err[0], gbs[1], err[1], gbs[0] / gbs[1]);
+  printf("%-26s K %5d rows %3d | mma %7.1f GB/s an SM, err %.1e | fma %7.1f GB/s an SM, err %.1e | mma/fma %.2fx"
+         " | swizzled mma %7.1f, err %.1e, %.2fx\n", what, K, ROWS, gbs[0], err[0], gbs[1], err[1], gbs[0] / gbs[1],
+         gbs[2], err[2], gbs[2] / gbs[1]);
 }
 
 int main() {

@@ -176,8 +176,9 @@ if [ -n "${COMPUTE:-}" ]; then
       -DKIEC_PAGE_LOOK=$look -DKIEC_DOT_ITEMS=$u && timeout 60 /tmp/gemv_compute_${b}_${look}_$u
   done 2>&1 | tee "$OUT/gemv_compute.txt"
 fi
-# MMA=1: the GEMV tile's dot products on the tensor cores, 16 rows an mma (ldmatrix from a tile-major layout, x as
-# hi and lo bf16 columns), against the FMA tile's way, on shares already in shared memory (bench/mma_rows.cu)
+# MMA=1: the GEMV tile's dot products on the tensor cores, 16 rows an mma (ldmatrix from a tile-major layout, and from
+# row-major rows XOR-swizzled in 128-byte groups; x as hi and lo bf16 columns), against the FMA tile's way, on shares
+# already in shared memory (bench/mma_rows.cu)
 if [ -n "${MMA:-}" ]; then
   bench_build mma_rows mma_rows && timeout 120 /tmp/mma_rows 2>&1 | tee "$OUT/mma_rows.txt"
 fi
