@@ -66,70 +66,17 @@ __device__ __forceinline__ void rows_out(const float* red, float& keep, float* o
 // The tensor-core way: ROWS rows x K, tile-major (block (rb, s) holds rows 16 rb.. x elements 16 s.., row-major,
 // 32 bytes a row). Warp w takes steps w, w + WARPS, ...; x's pieces for them are in registers (column 0 of B the
 // hi pieces, column 1 the lo pieces, lanes 0-3 and 4-7; the other columns zero).
-template <int K, int ROWS>
+// SWIZZLED: the same steps, fragments and sums on row-major rows, row j's logical chunk c at chunk
+// (j * K / 8 + (c ^ (j & 7))) % (BUF / 16) (the wrap as the FMA tile's; K / 8 a multiple of 8 keeps each row's groups
+// of 8 chunks on 128-byte lines): only the ldmatrix addresses differ.
+template <int K, int ROWS, bool SWIZZLED = false>
 __global__ void __launch_bounds__(THREADS, 1) mma_rows(const __nv_bfloat16* w, float* out, int reps) {
   extern __shared__ __align__(128) char smem[];
   float* red = reinterpret_cast<float*>(smem + BUF);  // [WARPS][ROWS]
   constexpr int STEPS = K / 16, S = (STEPS + WARPS - 1) / WARPS, RB = ROWS / 16, ACC = S < 4 ? S : 4;
-  static_assert(K % 16 == 0 && ROWS % 16 == 0, "16 x 16 blocks");
-  fill_buffer(smem, w);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  unsigned b[S][2];
-#pragma unroll
-  for (int i = 0; i < S; ++i) {
-    const int s = warp + i * WARPS, k = s * 16 + q * 2;
-    b[i][0] = b[i][1] = 0u;
-    if (s < STEPS && g < 2) {
-      float v[4] = {made_x(k), made_x(k + 1), made_x(k + 8), made_x(k + 9)};
-      if (g == 1)  // the lo pieces: x less its bf16 rounding
-#pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] -= __bfloat162float(__float2bfloat16_rn(v[j]));
-      b[i][0] = kiec::pack_pair<__nv_bfloat16>(v[0], v[1]);
-      b[i][1] = kiec::pack_pair<__nv_bfloat16>(v[2], v[3]);
-    }
-  }
-  // this lane's row and column in an ldmatrix.x4: matrices (rows 0-7 | 8-15) x (elements 0-7 | 8-15)
-  const int m = lane >> 3, lane_off = (((m & 1) * 8 + (lane & 7)) * 32) + (m >> 1) * 16;
-  const unsigned base = shared_u32(smem) + lane_off;
-  __syncthreads();
-  float keep = 0.f;
-  for (int r = 0; r < reps; ++r) {
-#pragma unroll 1
-    for (int rb = 0; rb < RB; ++rb) {
-      float d[ACC][4] = {};
-#pragma unroll
-      for (int i = 0; i < S; ++i) {
-        const int s = warp + i * WARPS;
-        if (STEPS % WARPS == 0 || s < STEPS) {
-          unsigned a[4];
-          ldmatrix_x4(base + block_at(rb, s, STEPS) * BLOCK_BYTES, a);
-          kiec::mma_16816<__nv_bfloat16>(d[i % ACC], a, b[i][0], b[i][1]);
-        }
-      }
-#pragma unroll
-      for (int j = 1; j < ACC; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) d[0][e] += d[j][e];
-      if (q == 0) {  // columns 0 and 1: row g's hi and lo sums, then row g + 8's
-        red[warp * ROWS + rb * 16 + g] = d[0][0] + d[0][1];
-        red[warp * ROWS + rb * 16 + g + 8] = d[0][2] + d[0][3];
-      }
-    }
-    rows_out<ROWS, WARPS>(red, keep, out, r);
-  }
-  if (threadIdx.x < ROWS && keep == 12345.f) out[MAX_ROWS + threadIdx.x] = keep;  // (keeps the work)
-}
-
-// The tensor-core way on swizzled rows: ROWS rows x K, row-major, row j's logical chunk c at chunk
-// (j * K / 8 + (c ^ (j & 7))) % (BUF / 16) (the wrap as the FMA tile's; K / 8 a multiple of 8 keeps each row's groups
-// of 8 chunks on 128-byte lines). The same steps, fragments and sums as mma_rows: only the ldmatrix addresses differ.
-template <int K, int ROWS>
-__global__ void __launch_bounds__(THREADS, 1) swz_rows(const __nv_bfloat16* w, float* out, int reps) {
-  extern __shared__ __align__(128) char smem[];
-  float* red = reinterpret_cast<float*>(smem + BUF);  // [WARPS][ROWS]
-  constexpr int STEPS = K / 16, S = (STEPS + WARPS - 1) / WARPS, RB = ROWS / 16, ACC = S < 4 ? S : 4;
   constexpr int CH = K / 8, CHUNKS = BUF / 16;
-  static_assert(K % 64 == 0 && ROWS % 16 == 0, "16 x 16 blocks, rows of whole 128-byte groups");
+  static_assert(K % 16 == 0 && ROWS % 16 == 0, "16 x 16 blocks");
+  static_assert(!SWIZZLED || K % 64 == 0, "swizzled rows: whole 128-byte groups");
   fill_buffer(smem, w);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   unsigned b[S][2];
@@ -146,22 +93,26 @@ __global__ void __launch_bounds__(THREADS, 1) swz_rows(const __nv_bfloat16* w, f
       b[i][1] = kiec::pack_pair<__nv_bfloat16>(v[2], v[3]);
     }
   }
-  // this lane's row and chunk in an ldmatrix.x4 (mma_rows's matrices); its row's low bits are lane & 7, the swizzle's
+  // this lane's row and column in an ldmatrix.x4: matrices (rows 0-7 | 8-15) x (elements 0-7 | 8-15); swizzled, its
+  // row's low bits (lane & 7) are its chunks' swizzle
   const int m = lane >> 3, row16 = (m & 1) * 8 + (lane & 7), half = m >> 1, sw = lane & 7;
-  const unsigned base = shared_u32(smem);
+  const unsigned base = shared_u32(smem) + (SWIZZLED ? 0 : row16 * 32 + half * 16);
+  auto block = [&](int rb, int s) -> unsigned {
+    if constexpr (SWIZZLED) return base + (((rb * 16 + row16) * CH + ((2 * s + half) ^ sw)) % CHUNKS) * 16;
+    else return base + block_at(rb, s, STEPS) * BLOCK_BYTES;
+  };
   __syncthreads();
   float keep = 0.f;
   for (int r = 0; r < reps; ++r) {
 #pragma unroll 1
     for (int rb = 0; rb < RB; ++rb) {
       float d[ACC][4] = {};
-      const int row_chunk = (rb * 16 + row16) * CH;
 #pragma unroll
       for (int i = 0; i < S; ++i) {
         const int s = warp + i * WARPS;
         if (STEPS % WARPS == 0 || s < STEPS) {
           unsigned a[4];
-          ldmatrix_x4(base + ((row_chunk + ((2 * s + half) ^ sw)) % CHUNKS) * 16, a);
+          ldmatrix_x4(block(rb, s), a);
           kiec::mma_16816<__nv_bfloat16>(d[i % ACC], a, b[i][0], b[i][1]);
         }
       }
@@ -257,7 +208,7 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
   const int shmem = BUF + WARPS * MAX_ROWS * 4;
   CHECK(cudaFuncSetAttribute(mma_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
   CHECK(cudaFuncSetAttribute(fma_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
-  CHECK(cudaFuncSetAttribute(swz_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
+  CHECK(cudaFuncSetAttribute(mma_rows<K, ROWS, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
@@ -266,7 +217,7 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
     auto launch = [&](int reps) {
       if (way == 0) mma_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
       else if (way == 1) fma_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
-      else swz_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
+      else mma_rows<K, ROWS, true><<<sms, THREADS, shmem>>>(dw, dout, reps);
     };
     launch(2);  // warm
     CHECK(cudaDeviceSynchronize());
