@@ -13,6 +13,8 @@
 // stored XOR-swizzled in groups of 8 (chunk c at c ^ (row & 7): a permutation inside each 128 bytes, so a ring page
 // would still hold the same bytes of the same rows and the kernel's page walk would stay as it is). Without the
 // swizzle an ldmatrix of 8 rows K x 2 bytes apart reads one bank group 8 times over; with it, 8 different ones.
+// The fourth (mma8_rows): the swizzled rows 8 at a time as B, x's pieces as A's first two rows, so that a share's
+// rows need not come in 16s.
 // Build (GPU machine): nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include
 //   bench/mma_rows.cu -o /tmp/mma_rows   (scripts/gpu_run.sh: MMA=1)
 #include <cuda_bf16.h>
@@ -35,8 +37,21 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned addr, unsigned (&a)[4]) {
                : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3]) : "r"(addr));
 }
 
+__device__ __forceinline__ void ldmatrix_x2(unsigned addr, unsigned& a0, unsigned& a1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(a0), "=r"(a1) : "r"(addr));
+}
+
 // x[k] for the benchmark (finite, varied, some negative)
 __host__ __device__ __forceinline__ float made_x(int k) { return 0.5f + 0.37f * sinf(0.1f * k) - 1e-4f * k; }
+
+// x[k] and x[k + 1] as a bf16 pair: their hi pieces, or (lo) x less its bf16 rounding
+__device__ __forceinline__ unsigned x_pair(int k, bool lo) {
+  float v[2] = {made_x(k), made_x(k + 1)};
+  if (lo)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) v[j] -= __bfloat162float(__float2bfloat16_rn(v[j]));
+  return kiec::pack_pair<__nv_bfloat16>(v[0], v[1]);
+}
 
 // The 16 x 16 block (row block rb, step s) of a share with `steps` steps a row: where it sits in the buffer (the
 // buffer goes round: shares past 128 KB read its blocks again).
@@ -84,13 +99,9 @@ __global__ void __launch_bounds__(THREADS, 1) mma_rows(const __nv_bfloat16* w, f
   for (int i = 0; i < S; ++i) {
     const int s = warp + i * WARPS, k = s * 16 + q * 2;
     b[i][0] = b[i][1] = 0u;
-    if (s < STEPS && g < 2) {
-      float v[4] = {made_x(k), made_x(k + 1), made_x(k + 8), made_x(k + 9)};
-      if (g == 1)  // the lo pieces: x less its bf16 rounding
-#pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] -= __bfloat162float(__float2bfloat16_rn(v[j]));
-      b[i][0] = kiec::pack_pair<__nv_bfloat16>(v[0], v[1]);
-      b[i][1] = kiec::pack_pair<__nv_bfloat16>(v[2], v[3]);
+    if (s < STEPS && g < 2) {  // (g 1: the lo pieces)
+      b[i][0] = x_pair(k, g == 1);
+      b[i][1] = x_pair(k + 8, g == 1);
     }
   }
   // this lane's row and column in an ldmatrix.x4: matrices (rows 0-7 | 8-15) x (elements 0-7 | 8-15); swizzled, its
@@ -123,6 +134,86 @@ __global__ void __launch_bounds__(THREADS, 1) mma_rows(const __nv_bfloat16* w, f
       if (q == 0) {  // columns 0 and 1: row g's hi and lo sums, then row g + 8's
         red[warp * ROWS + rb * 16 + g] = d[0][0] + d[0][1];
         red[warp * ROWS + rb * 16 + g + 8] = d[0][2] + d[0][3];
+      }
+    }
+    rows_out<ROWS, WARPS>(red, keep, out, r);
+  }
+  if (threadIdx.x < ROWS && keep == 12345.f) out[MAX_ROWS + threadIdx.x] = keep;  // (keeps the work)
+}
+
+// The tensor-core way with x as A and 8 weight rows as B: the swizzled rows (mma_rows's SWIZZLED layout), an
+// mma.m16n8k16 a step of 16 elements of 8 rows (ldmatrix.x2: rows 8 rb.., chunks 2 s and 2 s + 1), A's row 0 x's hi
+// pieces and row 1 its lo pieces (the other 14 rows zeros), so an mma reads 256 bytes of weights, half of
+// mma_rows's, but the rows come 8 at a time: a share's last group wastes at most 7 rows' reads, not 15. Row n's sum
+// is D[0][n] + D[1][n]: lanes q and q + 4 hold them (columns 2q, 2q + 1), one shuffle. XS (more than 32 steps a warp:
+// K 8192's 64 held in registers spilled 200 B, ptxas): each step's pieces in shared memory (mma8_x_bytes), loaded
+// at the step, as a kernel's long-K share would take x from its scratch.
+template <int K>
+__host__ __device__ constexpr int mma8_x_bytes() { return (K / 16 + WARPS - 1) / WARPS > 32 ? K / 16 * 8 * 8 : 0; }
+template <int K, int ROWS>
+__global__ void __launch_bounds__(THREADS, 1) mma8_rows(const __nv_bfloat16* w, float* out, int reps) {
+  extern __shared__ __align__(128) char smem[];
+  float* red = reinterpret_cast<float*>(smem + BUF);  // [WARPS][ROWS]
+  uint2* xs = reinterpret_cast<uint2*>(smem + BUF + WARPS * MAX_ROWS * 4);  // (XS) [step][lane 0-7]
+  constexpr int STEPS = K / 16, S = (STEPS + WARPS - 1) / WARPS, RB = ROWS / 8, ACC = S < 4 ? S : 4;
+  constexpr int CH = K / 8, CHUNKS = BUF / 16;
+  constexpr bool XS = mma8_x_bytes<K>() > 0;
+  static_assert(K % 64 == 0 && ROWS % 8 == 0, "8-row groups of whole 128-byte chunk groups");
+  fill_buffer(smem, w);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  unsigned a[XS ? 1 : S][2];  // A's a0 and a2 (a1, a3: rows 8-15, zeros)
+#pragma unroll
+  for (int i = 0; i < S; ++i) {
+    const int s = warp + i * WARPS, k = s * 16 + q * 2;
+    unsigned p0 = 0u, p1 = 0u;
+    if (s < STEPS && g < 2) {  // (g 1: the lo pieces)
+      p0 = x_pair(k, g == 1);
+      p1 = x_pair(k + 8, g == 1);
+    }
+    if constexpr (XS) {
+      if (s < STEPS && lane < 8) xs[s * 8 + lane] = make_uint2(p0, p1);
+    } else {
+      a[i][0] = p0;
+      a[i][1] = p1;
+    }
+  }
+  // lanes 0-7 address matrix 0 (a step's first chunk), lanes 8-15 matrix 1 (its second): row lane & 7 of the group,
+  // whose swizzle it is (8 rb + n keeps n's low bits)
+  const int n = lane & 7, half = (lane >> 3) & 1;
+  const unsigned base = shared_u32(smem);
+  __syncthreads();
+  float keep = 0.f;
+  for (int r = 0; r < reps; ++r) {
+#pragma unroll 1
+    for (int rb = 0; rb < RB; ++rb) {
+      float d[ACC][4] = {};
+      const int row_chunk = (rb * 8 + n) * CH;
+#pragma unroll
+      for (int i = 0; i < S; ++i) {
+        const int s = warp + i * WARPS;
+        if (STEPS % WARPS == 0 || s < STEPS) {
+          unsigned b0, b1;
+          ldmatrix_x2(base + ((row_chunk + ((2 * s + half) ^ n)) % CHUNKS) * 16, b0, b1);
+          unsigned af[4] = {0u, 0u, 0u, 0u};
+          if constexpr (XS) {
+            const uint2 v = xs[s * 8 + (lane & 7)];
+            af[0] = lane < 8 ? v.x : 0u;
+            af[2] = lane < 8 ? v.y : 0u;
+          } else {
+            af[0] = a[i][0];
+            af[2] = a[i][1];
+          }
+          kiec::mma_16816<__nv_bfloat16>(d[i % ACC], af, b0, b1);
+        }
+      }
+#pragma unroll
+      for (int j = 1; j < ACC; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) d[0][e] += d[j][e];
+      const float lo0 = __shfl_down_sync(0xffffffffu, d[0][0], 4), lo1 = __shfl_down_sync(0xffffffffu, d[0][1], 4);
+      if (g == 0) {  // rows 2q and 2q + 1: their hi sums here, their lo sums from lane q + 4
+        red[warp * ROWS + rb * 8 + 2 * q] = d[0][0] + lo0;
+        red[warp * ROWS + rb * 8 + 2 * q + 1] = d[0][1] + lo1;
       }
     }
     rows_out<ROWS, WARPS>(red, keep, out, r);
@@ -209,15 +300,18 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
   CHECK(cudaFuncSetAttribute(mma_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
   CHECK(cudaFuncSetAttribute(fma_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
   CHECK(cudaFuncSetAttribute(mma_rows<K, ROWS, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
+  CHECK(cudaFuncSetAttribute(mma8_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             shmem + mma8_x_bytes<K>()));
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
-  double gbs[3], err[3];  // tile-major mma, FMA, swizzled mma
-  for (int way = 0; way < 3; ++way) {
+  double gbs[4], err[4];  // tile-major mma, FMA, swizzled mma, swizzled mma of 8 rows
+  for (int way = 0; way < 4; ++way) {
     auto launch = [&](int reps) {
       if (way == 0) mma_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
       else if (way == 1) fma_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
-      else mma_rows<K, ROWS, true><<<sms, THREADS, shmem>>>(dw, dout, reps);
+      else if (way == 2) mma_rows<K, ROWS, true><<<sms, THREADS, shmem>>>(dw, dout, reps);
+      else mma8_rows<K, ROWS><<<sms, THREADS, shmem + mma8_x_bytes<K>()>>>(dw, dout, reps);
     };
     launch(2);  // warm
     CHECK(cudaDeviceSynchronize());
@@ -254,8 +348,8 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
     }
   }
   printf("%-26s K %5d rows %3d | mma %7.1f GB/s an SM, err %.1e | fma %7.1f GB/s an SM, err %.1e | mma/fma %.2fx"
-         " | swizzled mma %7.1f, err %.1e, %.2fx\n", what, K, ROWS, gbs[0], err[0], gbs[1], err[1], gbs[0] / gbs[1],
-         gbs[2], err[2], gbs[2] / gbs[1]);
+         " | swizzled mma %7.1f, err %.1e, %.2fx | 8 rows %7.1f, err %.1e, %.2fx\n", what, K, ROWS, gbs[0], err[0],
+         gbs[1], err[1], gbs[0] / gbs[1], gbs[2], err[2], gbs[2] / gbs[1], gbs[3], err[3], gbs[3] / gbs[1]);
 }
 
 int main() {
