@@ -15,6 +15,8 @@
 // swizzle an ldmatrix of 8 rows K x 2 bytes apart reads one bank group 8 times over; with it, 8 different ones.
 // The fourth (mma8_rows): the swizzled rows 8 at a time as B, x's pieces as A's first two rows, so that a share's
 // rows need not come in 16s.
+// bench/mma_rows_emulate.py repeats the two swizzled ways' index arithmetic on the CPU under PTX's fragment rules (its
+// formulas copied from here: change both together).
 // Build (GPU machine): nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include
 //   bench/mma_rows.cu -o /tmp/mma_rows   (scripts/gpu_run.sh: MMA=1)
 #include <cuda_bf16.h>
