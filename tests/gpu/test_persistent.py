@@ -38,11 +38,20 @@ def narrow_or_wide(tmp_path, wide):
     the narrow models' (persist_stages_narrow) only without WIDE_FIELDS, and so are its tag waits. (Until the
     forty-eighth session this looked at the owner merges, which the narrow fields no longer change.)"""
     t = targets.TARGETS["sm_90"]
-    assert t.persist_stages_narrow != t.persist_stages and t.persist_tag_waits_narrow != t.persist_tag_waits
+    assert t.persist_stages_narrow != t.persist_stages and t.persist_tag_waits_narrow != t.persist_tag_waits, \
+        "the narrow fields no longer differ from the wide ones in the ring's depth and tag waits: tell them apart " \
+        "by another"
     src = open(tmp_path / "base" / "src" / "model.cu").read()
     stages = re.search(r"kiec::Ring<(\d+), ", src).group(1)
     assert (stages == str(t.persist_stages_narrow)) != wide, stages
     assert ("#define KIEC_TAG_WAITS" in src) != wide
+
+
+def gemv_tiles(art) -> list[list[str]]:
+    """The template arguments of each gemv_tile the artifact's kernel instantiates (persistent_gemv.cuh's order: T, K,
+    WARPS, NORM, EPI, BIAS, SEGS, DIRECT, TX, TY, TWICE, WNORM, BATCH, HALF, ...; those left out are their defaults)."""
+    src = open(os.path.join(art, "src", "model.cu")).read()
+    return [m.split(", ") for m in re.findall(r"kiec::gemv_tile<([^>]*)>", src)]
 
 
 def load_tiny(tmp_path, family, **overrides):
@@ -182,17 +191,20 @@ def test_item_shares_compute_the_same_bits(tmp_path, monkeypatch, hidden, inter,
 @pytest.mark.parametrize("hidden,inter,heads,kv_heads,late", [(576, 1536, 9, 3, 1), (576, 1536, 9, 3, 0),
                                                               (256, 384, 4, 2, 1)])
 def test_norm_in_warps_computes_the_same_bits(tmp_path, monkeypatch, hidden, inter, heads, kv_heads, late):
-    # persist_norm_in_warps on narrow models (the table's rules: tagged, tag waits): QKV, gate/up and the LM head
-    # normalize x in each warp's registers, K 576 (smollm2-135m's: 3 rounds a lane, the last with 8 lanes of 32) and
-    # 256 (one full round); every logit over 24 steps within the budget and the same bits as the staged norm's, and
-    # a 40-token generation the same tokens, with the norm's scale applied to the row sums (persist_norm_late_scale
-    # 1, the default: the warps keep it for the epilogue) and to x (0)
+    # persist_norm_in_warps on narrow models (the table's narrow rules, untagged: the norm in the warps reads an
+    # untagged x, and narrow models are tagged since the forty-seventh session, which left this test building its
+    # base's kernel until the forty-eighth): QKV, gate/up and the LM head normalize x in each warp's registers, K 576
+    # (smollm2-135m's: 3 rounds a lane, the last with 8 lanes of 32) and 256 (one full round); every logit over 24
+    # steps within the budget and the same bits as the staged norm's, and a 40-token generation the same tokens, with
+    # the norm's scale applied to the row sums (persist_norm_late_scale 1, the default: the warps keep it for the
+    # epilogue) and to x (0)
     make_tiny_hf(tmp_path / "hf", "llama", hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
                  num_key_value_heads=kv_heads)
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=256)
-    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "staged", persist_norm_in_warps=0,
-                                       persist_norm_late_scale=late))
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "staged", persist_tagged_min_width=4096,
+                                       persist_norm_in_warps=0, persist_norm_late_scale=late))
     art = compile_variant(model, tmp_path, monkeypatch, persist_norm_in_warps=1, persist_norm_late_scale=late)
+    assert sum(len(a) > 11 and a[11] == "true" for a in gemv_tiles(art)) == 3  # (WNORM: QKV, gate/up, the LM head)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, f"norm in warps (K {hidden}): logits over 24 positions")
     assert np.array_equal(ours, stepped_logits(base, tokens))
@@ -203,15 +215,17 @@ def test_norm_in_warps_computes_the_same_bits(tmp_path, monkeypatch, hidden, int
 @pytest.mark.parametrize("change", [dict(persist_dot_half_warps=1),
                                     dict(persist_dot_half_warps=1, persist_norm_in_warps=1)])
 def test_dot_half_warps_within_budget(tmp_path, monkeypatch, change):
-    # persist_dot_half_warps on smollm2-135m's shapes (the table's narrow rules: tagged, tag waits): gate/up (12 items a tile:
-    # 6 half-warp pairs, one straddling its 2 pages), the down projection (2 segments, a half each) and the LM head (a
-    # vocabulary of 8192: 63 items, odd, so a last half takes none) an item a half-warp, alone and with the norm in
-    # the warps (its sums over 16 lanes). Other sums, other bits: logits over 24 steps within the budget, and a
-    # 40-token generation graph mode's tokens
+    # persist_dot_half_warps on smollm2-135m's shapes (the table's narrow rules, untagged: half-warp items read an
+    # untagged x, and narrow models are tagged since the forty-seventh session, which left this test without half-warp
+    # items until the forty-eighth): gate/up (12 items a tile: 6 half-warp pairs, one straddling its 2 pages), the
+    # down projection (2 segments, a half each) and the LM head (a vocabulary of 8192: 63 items, odd, so a last half
+    # takes none) an item a half-warp, alone and with the norm in the warps (its sums over 16 lanes). Other sums, other
+    # bits: logits over 24 steps within the budget, and a 40-token generation graph mode's tokens
     make_tiny_hf(tmp_path / "hf", "llama", hidden_size=576, intermediate_size=1536, num_attention_heads=9,
                  num_key_value_heads=3, vocab_size=8192)
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=256)
-    art = compile_variant(model, tmp_path, monkeypatch, **change)
+    art = compile_variant(model, tmp_path, monkeypatch, persist_tagged_min_width=4096, **change)
+    assert any(len(a) > 13 and a[13] == "true" for a in gemv_tiles(art))  # (HALF)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, f"half-warp dots {change}: logits over 24 positions")
     graph = kiec.Engine(kiec.compile(model, str(tmp_path / "graph"), mode="graph"))
