@@ -80,6 +80,19 @@ __device__ __forceinline__ void rows_out(const float* red, float& keep, float* o
   __syncthreads();
 }
 
+// Every way's timing loop: `reps` times the share's sums (rep: this thread's part of them, into red), each rep's
+// rows out (rows_out), the kept sums stored only where they cannot be (so that the work stays).
+template <int ROWS, int PARTS, typename F>
+__device__ __forceinline__ void timed_reps(int reps, const float* red, float* out, F rep) {
+  __syncthreads();
+  float keep = 0.f;
+  for (int r = 0; r < reps; ++r) {
+    rep();
+    rows_out<ROWS, PARTS>(red, keep, out, r);
+  }
+  if (threadIdx.x < ROWS && keep == 12345.f) out[MAX_ROWS + threadIdx.x] = keep;  // (keeps the work)
+}
+
 // The tensor-core way: ROWS rows x K, tile-major (block (rb, s) holds rows 16 rb.. x elements 16 s.., row-major,
 // 32 bytes a row). Warp w takes steps w, w + WARPS, ...; x's pieces for them are in registers (column 0 of B the
 // hi pieces, column 1 the lo pieces, lanes 0-3 and 4-7; the other columns zero).
@@ -114,9 +127,7 @@ __global__ void __launch_bounds__(THREADS, 1) mma_rows(const __nv_bfloat16* w, f
     if constexpr (SWIZZLED) return base + (((rb * 16 + row16) * CH + ((2 * s + half) ^ sw)) % CHUNKS) * 16;
     else return base + block_at(rb, s, STEPS) * BLOCK_BYTES;
   };
-  __syncthreads();
-  float keep = 0.f;
-  for (int r = 0; r < reps; ++r) {
+  timed_reps<ROWS, WARPS>(reps, red, out, [&] {
 #pragma unroll 1
     for (int rb = 0; rb < RB; ++rb) {
       float d[ACC][4] = {};
@@ -138,9 +149,7 @@ __global__ void __launch_bounds__(THREADS, 1) mma_rows(const __nv_bfloat16* w, f
         red[warp * ROWS + rb * 16 + g + 8] = d[0][2] + d[0][3];
       }
     }
-    rows_out<ROWS, WARPS>(red, keep, out, r);
-  }
-  if (threadIdx.x < ROWS && keep == 12345.f) out[MAX_ROWS + threadIdx.x] = keep;  // (keeps the work)
+  });
 }
 
 // The tensor-core way with x as A and 8 weight rows as B: the swizzled rows (mma_rows's SWIZZLED layout), an
@@ -183,9 +192,7 @@ __global__ void __launch_bounds__(THREADS, 1) mma8_rows(const __nv_bfloat16* w, 
   // whose swizzle it is (8 rb + n keeps n's low bits)
   const int n = lane & 7, half = (lane >> 3) & 1;
   const unsigned base = shared_u32(smem);
-  __syncthreads();
-  float keep = 0.f;
-  for (int r = 0; r < reps; ++r) {
+  timed_reps<ROWS, WARPS>(reps, red, out, [&] {
 #pragma unroll 1
     for (int rb = 0; rb < RB; ++rb) {
       float d[ACC][4] = {};
@@ -218,9 +225,7 @@ __global__ void __launch_bounds__(THREADS, 1) mma8_rows(const __nv_bfloat16* w, 
         red[warp * ROWS + rb * 8 + 2 * q + 1] = d[0][1] + lo1;
       }
     }
-    rows_out<ROWS, WARPS>(red, keep, out, r);
-  }
-  if (threadIdx.x < ROWS && keep == 12345.f) out[MAX_ROWS + threadIdx.x] = keep;  // (keeps the work)
+  });
 }
 
 // The FMA tile's way: ROWS rows x K, row-major; row j's 16-byte chunk c at (j * K / 8 + c) % (BUF / 16) chunks.
@@ -247,10 +252,8 @@ __global__ void __launch_bounds__(THREADS, 1) fma_rows(const __nv_bfloat16* w, f
       const int c = v * 32 + lane;
       xr[v][i] = c < SEGC ? made_x((seg * SEGC + c) * 8 + i) : 0.f;
     }
-  __syncthreads();
-  float keep = 0.f;
   const uint4* chunks = reinterpret_cast<const uint4*>(smem);
-  for (int r = 0; r < reps; ++r) {
+  timed_reps<ROWS, SEGS>(reps, red, out, [&] {
 #pragma unroll 1
     for (int j = warp / SEGS; j < ROWS; j += WARPS / SEGS) {
       float p[ROUNDS];
@@ -275,9 +278,7 @@ __global__ void __launch_bounds__(THREADS, 1) fma_rows(const __nv_bfloat16* w, f
       for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
       if (lane == 0) red[seg * ROWS + j] = a;
     }
-    rows_out<ROWS, SEGS>(red, keep, out, r);
-  }
-  if (threadIdx.x < ROWS && keep == 12345.f) out[MAX_ROWS + threadIdx.x] = keep;  // (keeps the work)
+  });
 }
 
 // The share's row j, element k, as each layout holds it (the host's reference reads the same bits).

@@ -41,16 +41,17 @@ def token_span(col: dict[str, np.ndarray]) -> float:
     return (col["done"][ok].max() - col["start"][ok].min()) / 1e3
 
 
-def per_kind(ts: np.ndarray, slots: list[str], sched: list, kernels: list, sms: int) -> list[str]:
-    """SM-us per kind of instruction: waiting on inputs, then working, which is split into the prologue (inputs
-    ready to x ready: a GEMV's norm, an attention split's slice), waiting for weight pages, the dot products (a
-    GEMV's, the rest of its pages' time), the epilogue (a GEMV's, to its stores issued; everything after the
-    prologue for the other kinds) and the release (a GEMV's signal: the block's barrier and the release add, which
-    waits until the stores are acknowledged). Beside them: a GEMV's pages already in the ring when its x was
-    ready (mean)."""
-    col = columns(ts, slots)
+PARTS = ("waiting", "prologue", "pages", "dots", "epilogue", "release")  # kind_sums' parts of an instruction's time
+
+
+def kind_sums(col: dict[str, np.ndarray], sched: list, kernels: list) -> dict[str, collections.Counter]:
+    """SM-us per kind of instruction (columns' view of a recording): waiting on inputs, then working, which is split
+    into the prologue (inputs ready to x ready: a GEMV's norm, an attention split's slice), waiting for weight pages,
+    the dot products (a GEMV's, the rest of its pages' time), the epilogue (a GEMV's, to its stores issued;
+    everything after the prologue for the other kinds) and the release (a GEMV's signal: the block's barrier and the
+    release add, which waits until the stores are acknowledged); with each kind's count, and for GEMVs their count
+    (gemvs) and the pages already in the ring when their x was ready (pages_ready, summed)."""
     ok = col["start"] > 0
-    span = token_span(col)
     sums: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for i, (sm, opcode, k, *_) in enumerate(sched):
         if not ok[i]:
@@ -70,19 +71,26 @@ def per_kind(ts: np.ndarray, slots: list[str], sched: list, kernels: list, sms: 
         if opcode == "gemv":
             c["gemvs"] += 1
             c["pages_ready"] += int(col["pages_ready"][i])
-    parts = ("waiting", "prologue", "pages", "dots", "epilogue", "release")
+    return sums
+
+
+def per_kind(ts: np.ndarray, slots: list[str], sched: list, kernels: list, sms: int) -> list[str]:
+    """kind_sums as a table: SM-us per kind and part, the work per token per SM, and a GEMV's pages already in the
+    ring when its x was ready (mean)."""
+    col = columns(ts, slots)
+    span, sums = token_span(col), kind_sums(col, sched, kernels)
     lines = [f"token span {span:.1f} us over {sms} SMs ({span * sms:.0f} SM-us); per instruction kind, SM-us summed "
              f"over the SMs (working = prologue + pages + dots + epilogue + release; work/SM: per token per SM):",
-             f"{'kind':<24}{'count':>7}" + "".join(f"{p:>10}" for p in parts) + f"{'work/SM':>10}{'ready pg':>10}"]
+             f"{'kind':<24}{'count':>7}" + "".join(f"{p:>10}" for p in PARTS) + f"{'work/SM':>10}{'ready pg':>10}"]
     total = collections.Counter()
-    for name, c in sorted(sums.items(), key=lambda kv: -sum(kv[1][p] for p in parts)):
+    for name, c in sorted(sums.items(), key=lambda kv: -sum(kv[1][p] for p in PARTS)):
         total.update(c)
-        work = sum(c[p] for p in parts[1:])
+        work = sum(c[p] for p in PARTS[1:])
         ready = f"{c['pages_ready'] / c['gemvs']:>10.1f}" if c["gemvs"] else f"{'-':>10}"
-        lines.append(f"{name:<24}{c['count']:>7}" + "".join(f"{c[p]:>10.1f}" for p in parts) + f"{work / sms:>10.1f}"
+        lines.append(f"{name:<24}{c['count']:>7}" + "".join(f"{c[p]:>10.1f}" for p in PARTS) + f"{work / sms:>10.1f}"
                      + ready)
-    all_time = sum(total[p] for p in parts)
-    lines.append(f"{'total':<24}{total['count']:>7}" + "".join(f"{total[p]:>10.1f}" for p in parts)
+    all_time = sum(total[p] for p in PARTS)
+    lines.append(f"{'total':<24}{total['count']:>7}" + "".join(f"{total[p]:>10.1f}" for p in PARTS)
                  + f"  waiting {total['waiting'] / all_time * 100:.0f}% of the SMs' time")
     return lines
 

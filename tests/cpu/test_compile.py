@@ -859,7 +859,8 @@ def test_consumer_merges_reach_both_cases_or_are_refused_by_name(tmp_path, monke
     assert "ConsumerMerge" not in emit_persistent(program, "bf16", model.max_seq_len, wide, "x").files["model.cu"]
     for change, why in ((dict(persist_tagged=1), "attention's output is not tagged words"),
                         (dict(persist_attn_owner_merges=8), "persist_attn_owner_merges"),
-                        (dict(persist_tag_waits=1), r"persist_tag_waits \(persist_tag_waits_narrow on a narrow model\) is on"),
+                        (dict(persist_tag_waits=1),
+                         r"persist_tag_waits \(persist_tag_waits_narrow on a narrow model\) is on"),
                         (dict(persist_tag_parity=1), "persist_tag_parity is on"),
                         (dict(persist_attn_newest_first=1), "persist_attn_newest_first"),
                         (dict(persist_probe_attention_idle=1), "persist_probe_attention_idle is on")):
@@ -965,8 +966,9 @@ def test_x_warp_copy_takes_the_gemvs_whose_warps_hold_a_segment_each_and_frees_t
 
 @pytest.mark.table_tags
 def test_norm_in_warps_takes_the_gemvs_with_a_norm_whose_warps_hold_all_of_x(tmp_path, monkeypatch):
-    # persist_norm_in_warps: QKV, gate/up and the LM head (K 576: one segment of 3 rounds a lane, untagged) normalize x in each warp's registers, none of it staged in the scratch; the norm-less GEMVs are untouched,
-    # and so is a model whose rows are cut into segments (K 1536: 2) or whose x is tagged. The kernel builds (nvcc)
+    # persist_norm_in_warps: QKV, gate/up and the LM head (K 576: one segment of 3 rounds a lane, untagged) normalize
+    # x in each warp's registers, none of it staged in the scratch; the norm-less GEMVs are untouched, and so is a
+    # model whose rows are cut into segments (K 1536: 2) or whose x is tagged. The kernel builds (nvcc)
     import dataclasses
     import re
 

@@ -591,7 +591,7 @@ def test_tagged_pairs_within_budget_and_greedy_alike(tmp_path, monkeypatch, fami
     variant = compile_variant(model, tmp_path, monkeypatch, persist_tagged_pairs=level)
     with open(os.path.join(variant, "src", "model.cu")) as fh:  # gate/up's PY (argument 18), the down's PX (17)
         text = fh.read()
-    cases = [c.split(", ") for c in re.findall(r"kiec::gemv_tile<([^>]*)>", text)]
+    cases = gemv_tiles(variant)
     assert any(len(c) == 19 and c[4] == "kiec::EPI_SILU_MUL" and c[18] == "true" for c in cases), cases
     paired_x = sorted(int(c[1]) for c in cases if len(c) >= 18 and c[4] == "kiec::EPI_RESIDUAL" and c[17] == "true")
     attn_width = model.config.num_heads * model.config.head_dim  # (the output projection's K; qwen3's heads are 32)

@@ -2,48 +2,42 @@
 weights at the SM's share of the read ceiling (bench/RESULTS.md, forty-eighth session). The dot products run at the
 SM's clock, so they take the same time on an H100 and an H200, while the memory's time shrinks with its bandwidth:
 where an SM's own work (dots, prologues, epilogues, attention) and its waits for inputs come near the memory's time,
-the weight stream has no slack left to hide them in.
-Usage (from the repository root): python3 bench/results/2026-12-05/s48_sm_budget.py MODEL CEILING_TBPS FILE.npz
-(a recording that scripts/trace_summary.py reads; CEILING_TBPS: the read ceiling of the run that made it)"""
-import subprocess
+the weight stream has no slack left to hide them in. The layer's kernels, their weight bytes and the layer count
+come from the recording's manifest.
+Usage (from the repository root): python3 bench/results/2026-12-05/s48_sm_budget.py CEILING_TBPS FILE.npz ...
+(recordings that scripts/trace_summary.py reads; CEILING_TBPS: the read ceiling of the run that made them)"""
+import collections
+import os
+import re
 import sys
 
-SHAPES = {  # hidden, intermediate, query width, key/value width, layers
-    "llama-3.2-1b": (2048, 8192, 2048, 512, 16),
-    "qwen3-1.7b": (2048, 6144, 2048, 1024, 28),
-    "llama-3.1-8b": (4096, 14336, 4096, 1024, 32),
-}
-LAYER_KINDS = ("gemv:qkv", "attention", "gemv:x_attn", "gemv:act", "gemv:x_mlp")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts"))
+import trace_summary  # noqa: E402
 
 
-def per_kind(path: str) -> dict[str, list[float]]:
-    """trace_summary.py's first view: SM-us a token per kind (waiting, prologue, pages, dots, epilogue, release)."""
-    out = subprocess.run([sys.executable, "scripts/trace_summary.py", path], capture_output=True, text=True,
-                         check=True).stdout.splitlines()
-    rows = {}
-    for line in out[2:]:
-        if line.startswith("total"):
-            break
-        p = line.split()
-        rows[p[0]] = [float(x) if x != "-" else 0.0 for x in p[1:]]
-    return rows
-
-
-def main(model: str, ceiling: float, path: str) -> None:
-    h, i, q, kv, layers = SHAPES[model]
-    weights = ((q + 2 * kv) * h + h * q + 2 * i * h + h * i) * 2  # bf16 bytes of a layer's GEMVs
-    memory = weights / 132 / (ceiling * 1e12 / 132) * 1e6  # us a layer at the ceiling
-    rows = per_kind(path)
-    n = 132 * layers
-    got = {name: sum(rows[k][col] for k in LAYER_KINDS) / n for name, col in
-           [("inputs", 1), ("prologue", 2), ("pages", 3), ("dots", 4), ("epilogue", 5), ("release", 6)]}
+def budget(path: str, ceiling: float) -> None:
+    ts, m, _ = trace_summary.load(path)
+    kernels, sched, sms = m["kernels"], m["schedule"], m["sms"]
+    in_layer = [bool(re.match(r"L\d+\.", k["name"])) for k in kernels]
+    layers = sum(k["family"] == "attention" for k in kernels)
+    weights = sum(k["bytes"] for k, x in zip(kernels, in_layer) if x and k["family"] == "gemv") / layers
+    memory = weights / sms / (ceiling * 1e12 / sms) * 1e6  # us a layer at the ceiling
+    kinds = {trace_summary.kind(op, kernels[k]) for _, op, k, *_ in sched if in_layer[k]}
+    sums = trace_summary.kind_sums(trace_summary.columns(ts, m["trace_slots"]), sched, kernels)
+    got = collections.Counter()
+    for name in kinds:
+        got.update({p: v / (sms * layers) for p, v in sums[name].items() if p in trace_summary.PARTS})
     own = got["prologue"] + got["dots"] + got["epilogue"] + got["release"]
-    print(f"{model} at {ceiling} TB/s: us an SM a layer; memory {memory:.1f} (the layer's {weights / 1e6:.1f} MB)")
-    print(f"  dots {got['dots']:.1f}  prologues {got['prologue']:.1f}  epilogues + releases "
-          f"{got['epilogue'] + got['release']:.1f}  (own work {own:.1f}, {own / memory:.0%} of the memory's)")
-    print(f"  waiting for inputs {got['inputs']:.1f}, for pages {got['pages']:.1f}; own work + inputs "
-          f"{own + got['inputs']:.1f} ({(own + got['inputs']) / memory:.0%})")
+    rate = weights / sms / got["dots"] / 1e3  # GB/s of weights an SM in the dots (attention has none)
+    print(f"{os.path.basename(path)} at {ceiling} TB/s: us an SM a layer; memory {memory:.1f} (the layer's "
+          f"{weights / 1e6:.1f} MB)")
+    print(f"  dots {got['dots']:.1f} ({got['dots'] / own:.0%} of own work, {rate:.0f} GB/s of weights an SM)  "
+          f"prologues {got['prologue']:.1f}  epilogues + releases {got['epilogue'] + got['release']:.1f}  "
+          f"(own work {own:.1f}, {own / memory:.0%} of the memory's)")
+    print(f"  waiting for inputs {got['waiting']:.1f}, for pages {got['pages']:.1f}; own work + inputs "
+          f"{own + got['waiting']:.1f} ({(own + got['waiting']) / memory:.0%})")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], float(sys.argv[2]), sys.argv[3])
+    for f in sys.argv[2:]:
+        budget(f, float(sys.argv[1]))
