@@ -400,6 +400,16 @@ class _PersistentEmitter(_Emitter):
             return self.read_as_x(v, lambda r: not r.norm and r.k % 4 == 0 and not self.x_direct(r))
         return frozenset(v for v in written if self.tagged(v) and v not in self.p.graph.outputs and copied(v))
 
+    def dot_mma(self, k: GemvKernel, staged: bool, half: bool) -> bool:
+        """Whether this GEMV's dot products run on the tensor cores (persist_dot_mma: 1 every GEMV whose x is copied
+        into the scratch, whole or a warp's own segment, and that takes a warp an item, 2 those without a SiLU-mul
+        among them)."""
+        level = self.t.persist_dot_mma
+        if level not in (0, 1, 2):
+            raise ValueError(f"persist_dot_mma {level}: 0, 1 (every GEMV whose x is copied into the scratch) or 2 "
+                             f"(those without a SiLU-mul)")
+        return bool(level and staged and not half and (level == 1 or k.epilogue != "silu_mul"))
+
     def gemv(self, k: GemvKernel) -> None:
         if k.k % 8:
             raise ModeUnsupported(f"{k.name}: K = {k.k} is not a multiple of 8 (the GEMV reads 16-byte vectors)")
@@ -440,10 +450,12 @@ class _PersistentEmitter(_Emitter):
                              f"shares)")
         mg = (f"kiec::ConsumerMerge<{merge.head_dim}, {merge.n_heads // merge.kv_heads}, {self.splits[merge.name]}, "
               f"{self.t.attn_min_keys}, {self.consumer_merges}>" if merge else "kiec::NoConsumerMerge")
+        mma = self.dot_mma(k, staged=not direct and not wnorm, half=half)  # (x in the scratch: whole or a warp's)
+        dot_items = 1 if mma else dot_items
         tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums, dot_items, warp_copy,
-                              k.x in self.paired, k.out in self.paired, sk, mg],
+                              k.x in self.paired, k.out in self.paired, sk, mg, mma],
                              [False, False, False, 0, False, 0, False, False, 1, False, False, False, False,
-                              "kiec::NoConsumerMerge"])  # .. SK, MG
+                              "kiec::NoConsumerMerge", False])  # .. SK, MG, MMA
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
                 f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem"

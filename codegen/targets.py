@@ -115,6 +115,11 @@ class TargetParams:
     persist_dot_item_chunks: int
     # persistent: persist_dot_items only for the GEMVs where a warp of a tile has at least this many items (1: all)
     persist_dot_items_min_share: int
+    # persistent: 1: the dot products of every GEMV whose x is copied into the scratch, whole or a warp's own segment
+    # (and that takes a warp an item, one at a time), on the tensor cores: 16 chunks of an item's segment an
+    # mma.m16n8k16 as a block diagonal, x as hi and lo bf16 pieces (mma_dot.cuh: MmaX; other bits than the FMA pipe's,
+    # within the error budget); 2: only those without a SiLU-mul (gate/up keeps the FMA pipe); 0: none
+    persist_dot_mma: int
     # persistent: 1: each tile's instruction and kernel descriptor copied into shared memory tiles ahead (cp.async), so
     # that its first reads before its wait are on chip, not L2 round trips one after another (persistent.cuh:
     # InstrStage; the same bits)
@@ -666,6 +671,10 @@ TARGETS: dict[str, TargetParams] = {
                           # unrolled, refetched each phase), and a stream-bound share waits for U pages before it
                           # starts a step. Off
                           persist_dot_items=1, persist_dot_item_chunks=16, persist_dot_items_min_share=1,
+                          # bench/mma_rows.cu's diag_rows (forty-ninth session) times this way beside the FMA
+                          # tile's on shares already in shared memory: not yet run on a GPU, nor the kernel with it.
+                          # Off until it is
+                          persist_dot_mma=0,
                           # every acquire poll invalidates the SM's L1 (CCTL.IVALL), so a tile's instruction fields,
                           # its descriptor and its waits came from L2 one dependent round trip after another before
                           # its first poll, and a GEMV's held norm weights were converted (waited for) before it: the

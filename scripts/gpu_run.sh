@@ -177,8 +177,9 @@ if [ -n "${COMPUTE:-}" ]; then
   done 2>&1 | tee "$OUT/gemv_compute.txt"
 fi
 # MMA=1: the GEMV tile's dot products on the tensor cores, 16 rows an mma (ldmatrix from a tile-major layout, and from
-# row-major rows XOR-swizzled in 128-byte groups; x as hi and lo bf16 columns) and 8 swizzled rows an mma (x as A),
-# against the FMA tile's way, on shares already in shared memory (bench/mma_rows.cu)
+# row-major rows XOR-swizzled in 128-byte groups; x as hi and lo bf16 columns), 8 swizzled rows an mma (x as A) and
+# the FMA tile's own rows as block diagonals (persist_dot_mma's way), against the FMA tile's way, on shares already in
+# shared memory (bench/mma_rows.cu)
 if [ -n "${MMA:-}" ]; then
   bench_build mma_rows mma_rows && timeout 120 /tmp/mma_rows 2>&1 | tee "$OUT/mma_rows.txt"
 fi

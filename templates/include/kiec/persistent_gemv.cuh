@@ -7,6 +7,7 @@
 #include "gemv.cuh"
 #include "item_deal.cuh"
 #include "item_share.cuh"
+#include "mma_dot.cuh"
 #include "persistent_tile.cuh"
 #include "ring.cuh"
 #include "warp_batch.cuh"
@@ -325,10 +326,11 @@ __device__ __forceinline__ void load_x_slice_tagged(const float* x2, unsigned ta
 // TX: x as tagged words carrying `tag`; two rounds' loads in flight (8 pairs a lane, the block copy's batch).
 // PX (persist_tagged_pairs, TX): x as tagged pairs (common.cuh), four elements a 16-byte load: a round is 2 loads a
 // lane, and four rounds' loads go together (the same 8 a lane).
+// `round_out(v, xw)`: round v of the segment is in xw (its chunk c at xw + 8 c; the floats into xr by default).
 constexpr int WARP_COPY_FLOATS = 32 * 8;  // a warp's `xw`: a round of 32 chunks (codegen/persistent.py sizes it)
-template <typename G, bool TX, bool PX = false>
+template <typename G, bool TX, bool PX = false, typename Out>
 __device__ __forceinline__ void load_x_slice_warp_copy(const float* x, unsigned tag, int seg, int lane, float* xw,
-                                                       float (&xr)[G::ROUNDS][8]) {
+                                                       Out&& round_out) {
   static_assert(G::LANES == 32, "a warp's own copy: a warp an item");
   static_assert(!PX || TX, "tagged pairs are tagged");
   constexpr int PR = PX ? 2 : 4, RT = PX ? KIEC_WARP_COPY_ROUNDS : 2;  // 16-byte loads a lane a round; rounds at once
@@ -382,9 +384,16 @@ __device__ __forceinline__ void load_x_slice_warp_copy(const float* x, unsigned 
         reinterpret_cast<float2*>(xw)[p * 32 + lane] = make_float2(a, b);
       }
       __syncwarp();
-      load_chunk8(xw + lane * 8, G::SEGC % 32 == 0 || (v0 + g) * 32 + lane < G::SEGC, xr[v0 + g]);
+      round_out(v0 + g, xw);
     }
   }
+}
+template <typename G, bool TX, bool PX = false>
+__device__ __forceinline__ void load_x_slice_warp_copy(const float* x, unsigned tag, int seg, int lane, float* xw,
+                                                       float (&xr)[G::ROUNDS][8]) {
+  load_x_slice_warp_copy<G, TX, PX>(x, tag, seg, lane, xw, [&](int v, const float* w) {
+    load_chunk8(w + lane * 8, G::SEGC % 32 == 0 || v * 32 + lane < G::SEGC, xr[v]);
+  });
 }
 
 // The norm of a GEMV whose every warp holds all of x (WNORM, persist_norm_in_warps: one segment, 8 warps, x as plain
@@ -464,6 +473,32 @@ __device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const 
     a0 += p0[v];
     a1 += p1[v];
   }
+}
+
+// The tensor cores' operations MmaX (mma_dot.cuh) takes, in a kernel: ldmatrix.x4, mma.m16n8k16 with T operands and
+// fp32 sums, and x's hi and lo pieces (split_pair). (tests/cpu/mma_dot.cu gives it 32 host threads' instead.)
+template <typename T>
+struct TensorCores {
+  __device__ __forceinline__ void ldsm4(const char* p, unsigned (&m)[4]) const { ldmatrix_x4(p, m); }
+  __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) const {
+    mma_16816<T>(d, a, b0, b1);
+  }
+  __device__ __forceinline__ void split(float x, float y, unsigned& hi, unsigned& lo) const {
+    split_pair<T>(x, y, hi, lo);
+  }
+};
+
+// An item's dot products, this lane's part: on the FMA pipe from x's floats (dot_lanes), or on the tensor cores
+// (MmaX).
+template <typename T, typename G>
+__device__ __forceinline__ void item_dot(const char* w0, const char* w1, const float (&xr)[G::ROUNDS][8], int lane,
+                                         float& a0, float& a1) {
+  dot_lanes<T, G>(w0, w1, xr, lane, a0, a1);
+}
+template <typename T, typename G>
+__device__ __forceinline__ void item_dot(const char* w0, const char* w1, const MmaX<G, TensorCores<T>>& xm, int lane,
+                                         float& a0, float& a1) {
+  xm.dot(w0, w1, lane, a0, a1);
 }
 
 // Every page of a share of `items` items: this warp's items' segment sums into acc[(row * ROWS_PER_OUT + r) *
@@ -634,13 +669,13 @@ __device__ __forceinline__ long long gemv_pages_items(R& ring, int items, const 
 // the probe nor a dry pass) the items go several at once (gemv_pages_items), their sums in their own batch.
 // `share` (persist_item_shares, an ItemShare that is ON): the share's items from its head on, its lead rows' sums
 // published and its trailing unit's words asked for halfway; one item at a time.
+// xr: x's floats (dot_lanes), or an MmaX (the tensor cores: one item at a time).
 template <typename T, typename G, int WARPS, int SEGS, int TWICE = 0, int BATCH = 0, int ITEMS = KIEC_DOT_ITEMS,
-          typename R, typename Share = ItemShare<false, SEGS>>
-__device__ __forceinline__ long long gemv_pages(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
-                                                bool timed, bool dry = false, Share* share = nullptr,
-                                                const Instr* ins = nullptr) {
-  constexpr bool SK = Share::DEALT;
-  constexpr int U = items_at_once(ITEMS, G::PER_PAGE, WARPS, R::STAGES, G::ROUNDS, KIEC_DOT_ITEM_CHUNKS);
+          typename R, typename X, typename Share = ItemShare<false, SEGS>>
+__device__ __forceinline__ long long gemv_pages(R& ring, int items, const X& xr, float* acc, bool timed,
+                                                bool dry = false, Share* share = nullptr, const Instr* ins = nullptr) {
+  constexpr bool SK = Share::DEALT, MMA = __is_same(X, MmaX<G, TensorCores<T>>);
+  constexpr int U = MMA ? 1 : items_at_once(ITEMS, G::PER_PAGE, WARPS, R::STAGES, G::ROUNDS, KIEC_DOT_ITEM_CHUNKS);
   static_assert(!SK || U == 1, "a share dealt to the item: one item at a time");
   if constexpr (U > 1 && TWICE == 0 && G::LANES == 32)
     if (!dry) return gemv_pages_items<T, G, WARPS, SEGS, U>(ring, items, xr, acc, timed);
@@ -675,12 +710,12 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const float 
     const int first = p * G::PER_PAGE, n = min(G::PER_PAGE, items - first);
     for (int j = (warp - first % WARPS + WARPS) % WARPS; j < n; j += WARPS) {
       float a0, a1;
-      dot_lanes<T, G>(page + j * G::ITEM, page + (G::PER_PAGE + j) * G::ITEM, xr, lane, a0, a1);
+      item_dot<T, G>(page + j * G::ITEM, page + (G::PER_PAGE + j) * G::ITEM, xr, lane, a0, a1);
       if (TWICE & 1) {  // the same loads again, their sums kept alive times 0; the address moved by
         // gridDim.y - 1, 0 at run time but not known to ptxas, which merges identical shared loads (PTX has both)
         const int again = j * G::ITEM + (int)gridDim.y - 1;
         float b0, b1;
-        dot_lanes<T, G>(page + again, page + G::PER_PAGE * G::ITEM + again, xr, lane, b0, b1);
+        item_dot<T, G>(page + again, page + G::PER_PAGE * G::ITEM + again, xr, lane, b0, b1);
         a0 = fmaf(b0, 0.f, a0);
         a1 = fmaf(b1, 0.f, a1);
       }
@@ -816,10 +851,12 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // into the scratch): where the attention's splits in use at this position leave their merge to this GEMV
 // (consumer_merges), x is made from their partials at part_o and part_ml (merge_partials), words carrying the
 // attention phase's full tag (its counter: the descriptor's tag_x), instead of copied.
+// MMA (persist_dot_mma, x copied into the scratch, whole or a warp's own with WCOPY; a warp an item one at a time): the
+// dot products on the tensor cores (MmaX: x's hi and lo pieces from the scratch; other bits than the FMA pipe's).
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
           bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, bool HALF = false, bool SUMS = false,
           int ITEMS = 1, bool WCOPY = false, bool PX = false, bool PY = false, bool SK = false,
-          typename MG = NoConsumerMerge, typename R>
+          typename MG = NoConsumerMerge, bool MMA = false, typename R>
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
                                           float* y, int n_out, float* smem, unsigned long long* sums = nullptr,
                                           float* carry = nullptr, const float* part_o = nullptr,
@@ -839,6 +876,8 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   static_assert(!MG::ON || (TX && STAGED && !NORM && !PX && !SK && !SUMS && TWICE == 0 && !KIEC_TAG_WAITS),
                 "x merged from attention's partials: tagged, copied into the scratch, no norm, pairs, share, probe "
                 "or tag waits");
+  static_assert(!MMA || ((STAGED || WCOPY) && !HALF && ITEMS == 1),
+                "tensor-core dots: x copied into the scratch (whole, or a warp's own), a warp an item, one at a time");
   const int merge_active = MG::in_use(u.pos, u.desc->window);  // (MG::ON: the attention's splits in use)
   constexpr int UNIT = PY ? 2 : 1;  // (SK: the rows completed together)
   const int lo = u.ins->lo, outs = u.ins->hi - lo;  // the rows the share touches
@@ -862,7 +901,8 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   const bool res_mine = EPI == EPI_RESIDUAL && (int)threadIdx.x < end_rows() - lead_rows();
   float y_mine = 0.f;
   unsigned long long y_word = 0ull;
-  float xr[G::ROUNDS][8];  // this warp's segment of x
+  float xr[MMA ? 1 : G::ROUNDS][8];  // this warp's segment of x
+  MmaX<G, TensorCores<T>> xm;         // (MMA) the same as the tensor cores take it
   long long waited;
   // The tile from its wait to its sums: false if the generation ended first. `dry` (persist_probe_warm_code, a
   // timing probe; the same tokens): instead, the dot products over the tile's first page, if landed, with x zeros
@@ -871,10 +911,14 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   auto pass = [&](bool dry) {
     if (dry) {
       if (!ring.landed_at(0)) return true;
+      if constexpr (MMA) {
+        xm.zero();
+      } else {
 #pragma unroll
-      for (int v = 0; v < G::ROUNDS; ++v)
+        for (int v = 0; v < G::ROUNDS; ++v)
 #pragma unroll
-        for (int e = 0; e < 8; ++e) xr[v][e] = 0.f;
+          for (int e = 0; e < 8; ++e) xr[v][e] = 0.f;
+      }
     } else {
       if (!wait_inputs(u, nullptr, 0, &late_seen)) return false;
       // the residual this tile adds to, asked for now: its load's latency passes under the prologue and the pages
@@ -885,6 +929,11 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
       }
       auto stage_x = [&] {
         if constexpr (WNORM) wnorm.run(x, eps, threadIdx.x & 31, xr);
+        else if constexpr (WCOPY && MMA)
+          load_x_slice_warp_copy<G, TX, PX>(x, TX ? tag_of(u, u.desc->tag_x) : 0u,
+                                            (share.first_seg() + (threadIdx.x >> 5)) % SEGS, threadIdx.x & 31,
+                                            xs + (threadIdx.x >> 5) * WARP_COPY_FLOATS,
+                                            [&](int v, const float* w) { xm.load_round(w, v, threadIdx.x & 31); });
         else if constexpr (WCOPY)
           load_x_slice_warp_copy<G, TX, PX>(x, TX ? tag_of(u, u.desc->tag_x) : 0u,
                                             (share.first_seg() + (threadIdx.x >> 5)) % SEGS,
@@ -913,7 +962,10 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
         const int landed = ring.landed_warp((items + G::PER_PAGE - 1) / G::PER_PAGE, threadIdx.x);
         if (threadIdx.x == 0) trace_row(u)[TR_PAGES_READY] = landed;
       }
-      if constexpr (TX && DIRECT)
+      if constexpr (MMA) {
+        if constexpr (STAGED)  // (WCOPY: its rounds went into xm as they were copied)
+          xm.load(xs, (share.first_seg() + (threadIdx.x >> 5)) % SEGS, threadIdx.x & 31);
+      } else if constexpr (TX && DIRECT)
         load_x_slice_tagged<G>(x, tag_of(u, u.desc->tag_x), (share.first_seg() + (threadIdx.x >> 5)) % SEGS,
                                threadIdx.x & 31, xr);
       else if (!WNORM && !WCOPY)
@@ -925,12 +977,16 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     }
     // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
     // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
-    if constexpr (HALF) waited = gemv_pages_half<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
-    else if constexpr (SK) waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(
-        ring, share_items(*u.ins, SEGS), xr, acc, traced_step(u), false, &share, u.ins);  // (publishes, asks)
-    else waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(ring, dry ? min(outs * SEGS, G::PER_PAGE)
-                                                                           : outs * SEGS, xr, acc,
-                                                                    traced_step(u) && !dry, dry);
+    auto dots = [&](const auto& slice) {  // (x's floats, or xm)
+      if constexpr (HALF) waited = gemv_pages_half<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
+      else if constexpr (SK) waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(
+          ring, share_items(*u.ins, SEGS), slice, acc, traced_step(u), false, &share, u.ins);  // (publishes, asks)
+      else waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(ring, dry ? min(outs * SEGS, G::PER_PAGE)
+                                                                             : outs * SEGS, slice, acc,
+                                                                      traced_step(u) && !dry, dry);
+    };
+    if constexpr (MMA) dots(xm);
+    else dots(xr);
     return true;
   };
   if constexpr (KIEC_PROBE_WARM_CODE && !HALF) {
