@@ -17,8 +17,9 @@
 // rows need not come in 16s.
 // The fifth (diag_rows, forty-ninth session): the FMA tile's own rows and deal, unswizzled, 16 chunks of one row an
 // mma as a block diagonal (256 of its products read, as the fourth's), loaded a lane's chunk at a time like the FMA
-// tile's: if it is fast, the kernel's pages, deal and layout stay as they are and only the dot products change.
-// bench/mma_rows_emulate.py repeats the three newer ways' index arithmetic on the CPU under PTX's fragment rules (its
+// tile's, with the kernel's own code (persist_dot_mma's MmaX; tests/cpu/test_mma_dot.py checks its fragments): if it
+// is fast, the kernel's pages, deal and layout stay as they are and only the dot products change.
+// bench/mma_rows_emulate.py repeats the two swizzled ways' index arithmetic on the CPU under PTX's fragment rules (its
 // formulas copied from here: change both together).
 // Build (GPU machine): nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include
 //   bench/mma_rows.cu -o /tmp/mma_rows   (scripts/gpu_run.sh: MMA=1)
@@ -30,6 +31,9 @@
 #include <cmath>
 #include <vector>
 
+#define KIEC_COMPUTE_THREADS 256  // (the kernel's headers: diag_rows takes persist_dot_mma's MmaX from them)
+#include "persistent_abi.h"
+#include "kiec/persistent.cuh"
 #include "bench_common.cuh"
 
 constexpr int WARPS = 8, THREADS = WARPS * 32, BUF = 128 << 10, BLOCK_BYTES = 512, REPS = 400;
@@ -285,48 +289,36 @@ __global__ void __launch_bounds__(THREADS, 1) fma_rows(const __nv_bfloat16* w, f
 }
 
 // The fifth way (forty-ninth session): the FMA tile's own rows, deal and segments, unswizzled, on the tensor cores as
-// a block diagonal. An mma.m16n8k16 takes 16 contiguous chunks (256 bytes) of one row segment: B's column n is chunks
-// n (its k 0-7) and 8 + n (k 8-15) of the step, A's row n x's hi pieces of the same two chunks and row 8 + n their lo
-// pieces, so D[n][n] + D[8 + n][n] is column n's part of the row's dot (256 of the mma's 2048 products read, as
-// mma8_rows; the ninth session's diagonal read 128). An ldmatrix.x4 takes two steps with lane l's address at chunk
-// 32 v + l: the FMA tile's 16-byte load a lane, 512 contiguous bytes a warp, no bank conflicts and no layout change.
-// x's pieces for the warp's segment stay in registers (4 a step: as many as the FMA tile's floats of x); lane
-// 4 n + n / 2 holds column n's two sums, and a warp sum adds the columns, as the FMA tile adds its lanes.
+// a block diagonal, with the kernel's own code (kiec::MmaX over kiec::TensorCores, persist_dot_mma): an mma.m16n8k16
+// takes 16 contiguous chunks (256 bytes) of one row segment, B's column n chunks n (k 0-7) and 8 + n (k 8-15) of the
+// step, A's row n x's hi pieces of the same two chunks and row 8 + n their lo pieces, D[n][n] + D[8 + n][n] read (256
+// of the mma's 2048 products, as mma8_rows; the ninth session's diagonal read 128). An ldmatrix.x4 takes two steps
+// with lane l's address at chunk 32 v + l: the FMA tile's 16-byte load a lane, 512 contiguous bytes a warp, no bank
+// conflicts and no layout change. x's pieces for the warp's segment are made once from x's floats in shared memory
+// (as the kernel's scratch holds them) and stay in registers; a warp sum adds the lanes' parts, as the FMA tile's.
+template <int K>
+struct DiagShape {  // GemvShape's fields MmaX reads, with the FMA tile's segments
+  static constexpr int SEGC = K / 8 / segs_of(K / 8), ROUNDS = (SEGC + 31) / 32;
+  static constexpr bool SILU = false;
+};
 template <int K, int ROWS>
 __global__ void __launch_bounds__(THREADS, 1) diag_rows(const __nv_bfloat16* w, float* out, int reps) {
   extern __shared__ __align__(128) char smem[];
   float* red = reinterpret_cast<float*>(smem + BUF);  // [SEGS][ROWS]
-  constexpr int CH = K / 8, SEGS = segs_of(CH), SEGC = CH / SEGS, ROUNDS = (SEGC + 31) / 32, STEPS = 2 * ROUNDS;
-  constexpr int CHUNKS = BUF / 16, ACC = STEPS < 2 ? STEPS : 2;
+  float* xs = red + WARPS * MAX_ROWS;                 // x's K floats
+  constexpr int CH = K / 8, SEGS = segs_of(CH), SEGC = CH / SEGS, CHUNKS = BUF / 16;
   fill_buffer(smem, w);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, seg = warp % SEGS, g = lane >> 2, q = lane & 3;
-  unsigned a[STEPS][4];  // step t: A's rows g (hi) and 8 + g (lo) at chunks 16 t + g (a0, a1) and 16 t + 8 + g (a2, a3)
-#pragma unroll
-  for (int t = 0; t < STEPS; ++t)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int c = 16 * t + 8 * h + g, k = (seg * SEGC + c) * 8 + 2 * q;
-      const bool in = c < SEGC;  // (past the segment: zeros, so the clamped chunk below adds nothing)
-      kiec::split_pair<__nv_bfloat16>(in ? made_x(k) : 0.f, in ? made_x(k + 1) : 0.f, a[t][2 * h], a[t][2 * h + 1]);
-    }
-  const unsigned base = shared_u32(smem);
+  for (int k = threadIdx.x; k < K; k += THREADS) xs[k] = made_x(k);
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, seg = warp % SEGS;
+  kiec::MmaX<DiagShape<K>, kiec::TensorCores<__nv_bfloat16>> xm;
+  xm.load(xs, seg, lane);
   timed_reps<ROWS, SEGS>(reps, red, out, [&] {
 #pragma unroll 1
     for (int j = warp / SEGS; j < ROWS; j += WARPS / SEGS) {
-      float d[ACC][4] = {};
-#pragma unroll
-      for (int v = 0; v < ROUNDS; ++v) {
-        const int c = 32 * v + lane, cl = SEGC % 32 == 0 || c < SEGC ? c : 0;
-        unsigned b[4];
-        ldmatrix_x4(base + ((j * CH + seg * SEGC + cl) % CHUNKS) * 16, b);
-        kiec::mma_16816<__nv_bfloat16>(d[(2 * v) % ACC], a[2 * v], b[0], b[1]);
-        if (32 * v + 16 < SEGC) kiec::mma_16816<__nv_bfloat16>(d[(2 * v + 1) % ACC], a[2 * v + 1], b[2], b[3]);
-      }
-#pragma unroll
-      for (int i = 1; i < ACC; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) d[0][e] += d[i][e];
-      float s = q == g >> 1 ? (g & 1 ? d[0][1] + d[0][3] : d[0][0] + d[0][2]) : 0.f;
+      const char* item = smem + ((j * CH + seg * SEGC) % CHUNKS) * 16;  // (the shares here never wrap mid-item)
+      float s, unused;
+      xm.dot(item, item, lane, s, unused);
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
       if (lane == 0) red[seg * ROWS + j] = s;
@@ -358,7 +350,7 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
   CHECK(cudaFuncSetAttribute(mma_rows<K, ROWS, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
   CHECK(cudaFuncSetAttribute(mma8_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              shmem + mma8_x_bytes<K>()));
-  CHECK(cudaFuncSetAttribute(diag_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
+  CHECK(cudaFuncSetAttribute(diag_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem + K * 4));
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
@@ -369,7 +361,7 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
       else if (way == 1) fma_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
       else if (way == 2) mma_rows<K, ROWS, true><<<sms, THREADS, shmem>>>(dw, dout, reps);
       else if (way == 3) mma8_rows<K, ROWS><<<sms, THREADS, shmem + mma8_x_bytes<K>()>>>(dw, dout, reps);
-      else diag_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
+      else diag_rows<K, ROWS><<<sms, THREADS, shmem + K * 4>>>(dw, dout, reps);
     };
     launch(2);  // warm
     CHECK(cudaDeviceSynchronize());

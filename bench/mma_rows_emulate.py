@@ -1,7 +1,7 @@
-"""bench/mma_rows.cu's swizzled and block-diagonal tensor-core ways emulated on the CPU with PTX's fragment rules, to check their index
+"""bench/mma_rows.cu's swizzled tensor-core ways emulated on the CPU with PTX's fragment rules, to check their index
 arithmetic before a GPU runs them: each lane's ldmatrix row address, the fragments ldmatrix.m8n8.b16 gives it, what
 mma.m16n8k16.row.col sums, and the lanes that hold each row's sum (PTX ISA: "Matrix fragments for mma.m16n8k16"
-and "ldmatrix"). Prints each way's largest error against a direct dot of the same rows (swizzled, or row-major) with x = its hi piece
+and "ldmatrix"). Prints each way's largest error against a direct dot of the same swizzled rows with x = its hi piece
 plus its lo piece (here two unrelated values, so that a lane mixing them up shows: the fragments, not bf16's rounding,
 are under test) and the most rows of one 8 x 8 matrix on one
 16-byte bank group (1: no conflicts; the unswizzled rows for comparison). Exits 1 on a wrong sum or a conflict.
@@ -108,62 +108,6 @@ def rows8(K: int, ROWS: int) -> np.ndarray:
     return red
 
 
-def segs_of(chunks: int) -> int:
-    """mma_rows.cu's segs_of (codegen/persistent.py's row_segments for these shapes)."""
-    s = 1
-    while s < WARPS:
-        if chunks % s == 0 and (chunks // s + 31) // 32 <= 4:
-            return s
-        s *= 2
-    return WARPS
-
-
-def row_major(j: int, k: int, K: int) -> float:
-    """Row j's element k, rows one after another (mod the buffer)."""
-    return SMEM[(j * (K // 8) + k // 8) % CHUNKS * 8 + k % 8]
-
-
-def addr_diag(K: int, j: int, seg: int, v: int, lane: int) -> int:
-    """diag_rows's ldmatrix.x4 row address: lane l at chunk 32 v + l of row j's segment (clamped to its chunk 0 past
-    the segment)."""
-    segc = K // 8 // segs_of(K // 8)
-    c = 32 * v + lane
-    return (j * (K // 8) + seg * segc + (c if c < segc else 0)) % CHUNKS * 16
-
-
-def diag(K: int, ROWS: int) -> np.ndarray:
-    """diag_rows: B 16 chunks of one row segment (column n: chunks n and 8 + n of the step), A row n x's hi pieces of
-    the same chunks and row 8 + n their lo pieces; lane 4n + n / 2 holds D[n][n] and D[8 + n][n]."""
-    segs = segs_of(K // 8)
-    segc = K // 8 // segs
-    red = np.zeros(ROWS)
-    for warp in range(WARPS):
-        seg = warp % segs
-        for j in range(warp // segs, ROWS, WARPS // segs):
-            d = [np.zeros(4) for _ in range(32)]
-            for v in range((segc + 31) // 32):
-                frags = ldmatrix([addr_diag(K, j, seg, v, t) for t in range(32)], 4)
-                for h in range(2):  # step 2 v + h: matrices 2 h (k 0-7) and 2 h + 1 (k 8-15)
-                    t0 = 2 * v + h
-                    if 16 * t0 >= segc:
-                        continue
-                    a = []
-                    for t in range(32):
-                        g, q = t >> 2, t & 3
-                        regs = []
-                        for c in (16 * t0 + g, 16 * t0 + 8 + g):
-                            k = (seg * segc + c) * 8 + 2 * q
-                            ok = c < segc
-                            regs.append(((made_x(k), made_x(k + 1)) if ok else (0.0, 0.0),
-                                         (lo_piece(k), lo_piece(k + 1)) if ok else (0.0, 0.0)))
-                        a.append((regs[0][0], regs[0][1], regs[1][0], regs[1][1]))
-                    mma(d, a, [(frags[t][2 * h], frags[t][2 * h + 1]) for t in range(32)])
-            for n in range(8):
-                t = 4 * n + n // 2
-                red[j] += d[t][n % 2] + d[t][2 + n % 2]
-    return red
-
-
 def worst_bank_group(K: int, addr, matrices: int) -> int:
     """The most of one matrix's 8 row addresses on one 16-byte bank group (128-byte lines), over a few row groups."""
     worst = 1
@@ -171,7 +115,7 @@ def worst_bank_group(K: int, addr, matrices: int) -> int:
         for s in range(K // 16):
             addrs = [addr(K, rb, s, t) for t in range(32)]
             for i in range(matrices):
-                groups = [(a // 16) % 8 for a in set(addrs[8 * i:8 * i + 8])]  # (one address twice: one read)
+                groups = [(addrs[8 * i + r] // 16) % 8 for r in range(8)]
                 worst = max(worst, max(groups.count(x) for x in groups))
     return worst
 
@@ -184,17 +128,12 @@ def main() -> int:
             err = np.abs(way(K, ROWS) - ref).max() / np.abs(ref).max()
             ok &= err < 1e-12
             print(f"K {K:5d} rows {ROWS:3d} {name:<30} largest error {err:.1e} of the largest sum")
-        ref = np.array([sum(row_major(j, k, K) * (made_x(k) + lo_piece(k)) for k in range(K)) for j in range(ROWS)])
-        err = np.abs(diag(K, ROWS) - ref).max() / np.abs(ref).max()
-        ok &= err < 1e-12
-        print(f"K {K:5d} rows {ROWS:3d} {'block diagonal (diag_rows)':<30} largest error {err:.1e} of the largest sum")
     for K in (576, 2048, 8192):
         conflicts = (worst_bank_group(K, addr16, 4), worst_bank_group(K, addr8, 2),
-                     worst_bank_group(K, lambda *a: addr16(*a, swizzle=False), 4),
-                     worst_bank_group(K, lambda K, rb, s, t: addr_diag(K, rb, 0, s // 2, t), 4))
-        ok &= conflicts[:2] == (1, 1) and conflicts[3] == 1
+                     worst_bank_group(K, lambda *a: addr16(*a, swizzle=False), 4))
+        ok &= conflicts[:2] == (1, 1)
         print(f"K {K:5d} rows of a matrix on one bank group: swizzled 16 rows {conflicts[0]}, 8 rows {conflicts[1]}; "
-              f"unswizzled {conflicts[2]}; block diagonal (unswizzled) {conflicts[3]}")
+              f"unswizzled {conflicts[2]}")
     return 0 if ok else 1
 
 

@@ -119,7 +119,7 @@ fi
 [ -n "${SANITIZE:-}" ] && bash scripts/sanitize.sh persistent ${SANITIZE_FIELDS:-}  # SANITIZE_FIELDS: field=value ...
 # The device benchmarks (bench/*.cu) build against kiec's headers and the generated ABI header:
 # bench_build SOURCE OUT [nvcc flags ...] makes /tmp/OUT from bench/SOURCE.cu
-if [ -n "${HOPS:-}${COMPUTE:-}${L2:-}${STREAM:-}${CLUSTER:-}${ACQUIRE:-}${KVSLICE:-}" ]; then
+if [ -n "${HOPS:-}${COMPUTE:-}${L2:-}${STREAM:-}${CLUSTER:-}${ACQUIRE:-}${KVSLICE:-}${MMA:-}" ]; then
   mkdir -p /tmp/abi && python3 -c "from kiec.codegen.persistent_abi import header; print(header())" > /tmp/abi/persistent_abi.h
 fi
 # (scripts/bench_build.sh: a build carried as .carry/bench/OUT, made on the CPU machine by scripts/bench_carry.sh, is
