@@ -402,8 +402,8 @@ class _PersistentEmitter(_Emitter):
 
     def dot_mma(self, k: GemvKernel, staged: bool, half: bool) -> bool:
         """Whether this GEMV's dot products run on the tensor cores (persist_dot_mma: 1 every GEMV whose x is copied
-        into the scratch, whole or a warp's own segment, and that takes a warp an item, 2 those without a SiLU-mul
-        among them)."""
+        into the scratch, whole or a warp's own segment, and that takes a warp an item (not half-warps), 2 those
+        without a SiLU-mul among them)."""
         level = self.t.persist_dot_mma
         if level not in (0, 1, 2):
             raise ValueError(f"persist_dot_mma {level}: 0, 1 (every GEMV whose x is copied into the scratch) or 2 "
@@ -451,7 +451,6 @@ class _PersistentEmitter(_Emitter):
         mg = (f"kiec::ConsumerMerge<{merge.head_dim}, {merge.n_heads // merge.kv_heads}, {self.splits[merge.name]}, "
               f"{self.t.attn_min_keys}, {self.consumer_merges}>" if merge else "kiec::NoConsumerMerge")
         mma = self.dot_mma(k, staged=not direct and not wnorm, half=half)  # (x in the scratch: whole or a warp's)
-        dot_items = 1 if mma else dot_items
         tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums, dot_items, warp_copy,
                               k.x in self.paired, k.out in self.paired, sk, mg, mma],
                              [False, False, False, 0, False, 0, False, False, 1, False, False, False, False,

@@ -232,14 +232,14 @@ def test_dot_half_warps_within_budget(tmp_path, monkeypatch, change):
     greedy_alike(eng, graph, tokens[:5], 40)
 
 
-@pytest.mark.parametrize("width", ["narrow", "wide", "wide_copy"])
+@pytest.mark.parametrize("width", ["narrow", "wide", "wide_copy", "wide_items"])
 def test_tensor_core_dots_within_budget(tmp_path, monkeypatch, width):
     # persist_dot_mma 1: every GEMV whose x is staged in the scratch takes its dot products on the tensor cores (MmaX:
     # an mma a 16-chunk step of an item as a block diagonal, x as hi and lo bf16 pieces; other bits). On smollm2-135m's
     # shapes (K 576: one segment of 72 chunks, its third round 8 lanes, the fifth step half past the segment; the down
     # projection's 2 segments of 96) and on llama-3.2-1b's (K 2048: 2 segments of 128 chunks; the down projection's
     # K 8192, 8 of 128; wide_copy: its warps copy their own x, as llama-3.1-8b's K 14336 does, their pieces made a
-    # round at a time), tagged as the table makes them: logits over 24 steps within the budget and within 1e-3 of
+    # round at a time; wide_items: a warp's items two at once, persist_dot_items), tagged as the table makes them: logits over 24 steps within the budget and within 1e-3 of
     # their largest of the FMA pipe's (a step's chunks dropped or taken twice would be ~1e-2), a 40-token generation
     # graph mode's tokens
     if width == "narrow":
@@ -250,11 +250,13 @@ def test_tensor_core_dots_within_budget(tmp_path, monkeypatch, width):
                      num_key_value_heads=8, vocab_size=2048)
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=256)
     copy = {"persist_x_warp_copy_min_k": 8192} if width == "wide_copy" else {}
+    items = {"persist_dot_items": 2} if width == "wide_items" else {}  # (the FMA pipe's bits either way)
     fma = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, name="fma", **copy))
-    art = compile_variant(model, tmp_path, monkeypatch, persist_dot_mma=1)
+    art = compile_variant(model, tmp_path, monkeypatch, persist_dot_mma=1, **items)
     mma = [len(a) > 21 and a[21] == "true" for a in gemv_tiles(art)]
     assert len(mma) == 5 and all(mma), gemv_tiles(art)  # (MMA: every GEMV's x is in the scratch on these shapes)
     assert [len(a) > 16 and a[16] == "true" for a in gemv_tiles(art)].count(True) == (1 if copy else 0)  # (WCOPY)
+    assert all(a[15] == ("2" if width == "wide_items" else "1") for a in gemv_tiles(art))  # (ITEMS)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, f"tensor-core dots ({width}): logits over 24 positions")
     theirs = stepped_logits(fma, tokens)

@@ -637,9 +637,8 @@ struct TimedPages {  // half_warp_steps' and warp_item_steps' ring: the tile's, 
 // slower on every model, 1-4% with only the long shares (thirty-third session, codegen/targets.py): a short share's
 // step code, fetched again each phase, costs more than the overlap wins, and a stream-bound share waits for U pages
 // before each step. Off.
-template <typename T, typename G, int WARPS, int SEGS, int U, typename R>
-__device__ __forceinline__ long long gemv_pages_items(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
-                                                      bool timed) {
+template <typename T, typename G, int WARPS, int SEGS, int U, typename R, typename X>
+__device__ __forceinline__ long long gemv_pages_items(R& ring, int items, const X& xr, float* acc, bool timed) {
   static_assert(G::LANES == 32 && U >= 2 && (U & (U - 1)) == 0, "a warp an item, a power of two of them at once");
   static_assert(item_steps_reach(U, G::PER_PAGE, WARPS) < R::STAGES, "a step's pages fit the ring beside the oldest");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -649,7 +648,7 @@ __device__ __forceinline__ long long gemv_pages_items(R& ring, int items, const 
     float s0[U], s1[U];
 #pragma unroll
     for (int i = 0; i < U; ++i)
-      dot_lanes<T, G>(page[i] + at[i] * G::ITEM, page[i] + (G::PER_PAGE + at[i]) * G::ITEM, xr, lane, s0[i], s1[i]);
+      item_dot<T, G>(page[i] + at[i] * G::ITEM, page[i] + (G::PER_PAGE + at[i]) * G::ITEM, xr, lane, s0[i], s1[i]);
     store_item_sums<G, WARPS, SEGS, U>(s0, s1, acc, warp, lane, m0, n);
 #if KIEC_TRACE_DOTS
     if (timed && m0 == 0 && lane == 0) dot_stamps()[0][warp] = global_ns();  // (its first step's)
@@ -669,13 +668,13 @@ __device__ __forceinline__ long long gemv_pages_items(R& ring, int items, const 
 // the probe nor a dry pass) the items go several at once (gemv_pages_items), their sums in their own batch.
 // `share` (persist_item_shares, an ItemShare that is ON): the share's items from its head on, its lead rows' sums
 // published and its trailing unit's words asked for halfway; one item at a time.
-// xr: x's floats (dot_lanes), or an MmaX (the tensor cores: one item at a time).
+// xr: x's floats (dot_lanes), or an MmaX (the tensor cores).
 template <typename T, typename G, int WARPS, int SEGS, int TWICE = 0, int BATCH = 0, int ITEMS = KIEC_DOT_ITEMS,
           typename R, typename X, typename Share = ItemShare<false, SEGS>>
 __device__ __forceinline__ long long gemv_pages(R& ring, int items, const X& xr, float* acc, bool timed,
                                                 bool dry = false, Share* share = nullptr, const Instr* ins = nullptr) {
-  constexpr bool SK = Share::DEALT, MMA = __is_same(X, MmaX<G, TensorCores<T>>);
-  constexpr int U = MMA ? 1 : items_at_once(ITEMS, G::PER_PAGE, WARPS, R::STAGES, G::ROUNDS, KIEC_DOT_ITEM_CHUNKS);
+  constexpr bool SK = Share::DEALT;
+  constexpr int U = items_at_once(ITEMS, G::PER_PAGE, WARPS, R::STAGES, G::ROUNDS, KIEC_DOT_ITEM_CHUNKS);
   static_assert(!SK || U == 1, "a share dealt to the item: one item at a time");
   if constexpr (U > 1 && TWICE == 0 && G::LANES == 32)
     if (!dry) return gemv_pages_items<T, G, WARPS, SEGS, U>(ring, items, xr, acc, timed);
@@ -851,8 +850,8 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // into the scratch): where the attention's splits in use at this position leave their merge to this GEMV
 // (consumer_merges), x is made from their partials at part_o and part_ml (merge_partials), words carrying the
 // attention phase's full tag (its counter: the descriptor's tag_x), instead of copied.
-// MMA (persist_dot_mma, x copied into the scratch, whole or a warp's own with WCOPY; a warp an item one at a time): the
-// dot products on the tensor cores (MmaX: x's hi and lo pieces from the scratch; other bits than the FMA pipe's).
+// MMA (persist_dot_mma, x copied into the scratch, whole or a warp's own with WCOPY; a warp an item): the dot products
+// on the tensor cores (MmaX: x's hi and lo pieces from the scratch; other bits than the FMA pipe's).
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
           bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, bool HALF = false, bool SUMS = false,
           int ITEMS = 1, bool WCOPY = false, bool PX = false, bool PY = false, bool SK = false,
@@ -876,8 +875,8 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   static_assert(!MG::ON || (TX && STAGED && !NORM && !PX && !SK && !SUMS && TWICE == 0 && !KIEC_TAG_WAITS),
                 "x merged from attention's partials: tagged, copied into the scratch, no norm, pairs, share, probe "
                 "or tag waits");
-  static_assert(!MMA || ((STAGED || WCOPY) && !HALF && ITEMS == 1),
-                "tensor-core dots: x copied into the scratch (whole, or a warp's own), a warp an item, one at a time");
+  static_assert(!MMA || ((STAGED || WCOPY) && !HALF),
+                "tensor-core dots: x copied into the scratch (whole, or a warp's own), a warp an item");
   const int merge_active = MG::in_use(u.pos, u.desc->window);  // (MG::ON: the attention's splits in use)
   constexpr int UNIT = PY ? 2 : 1;  // (SK: the rows completed together)
   const int lo = u.ins->lo, outs = u.ins->hi - lo;  // the rows the share touches
