@@ -561,7 +561,7 @@ struct ItemShare {
   unsigned tag = 0u;
   float* carry = nullptr;  // this tile's slot
   unsigned long long word = 0ull;  // (warp 0's lanes below missing * RPO: word `lane` of the next tile's)
-  __device__ __forceinline__ ItemShare() = default;
+  ItemShare() = default;  // (a defaulted constructor takes no __device__: nvcc warns it ignores one)
   __device__ __forceinline__ ItemShare(const Instr& ins, unsigned tag_, float* carry_)
       : head(ins.head), lead(item_lead_rows<U>(ins.lo, ins.head)), tag(tag_),
         carry(carry_ + 2 * (size_t)ins.tile * SLOT) {}
