@@ -26,7 +26,7 @@ struct MmaX {
   static constexpr int STEPS = (G::SEGC + 15) / 16, ACC = STEPS < 2 ? STEPS : 2;  // (two chains of dependent mmas)
   Core core;
   unsigned a[STEPS][4];
-  // Round v of the segment's x (its 32 chunks' floats from xr on; nothing read past the segment):
+  // Round v of the segment's x (its 32 chunks' floats from xr on, 16-byte aligned; nothing read past the segment):
   // steps 2 v and 2 v + 1.
   __host__ __device__ __forceinline__ void load_round(const float* xr, int v, int lane) {
     const int g = lane >> 2, q = lane & 3;
@@ -38,12 +38,19 @@ struct MmaX {
       for (int h = 0; h < 2; ++h) {
         const int c = 16 * s + 8 * h + g;  // (in the round)
         const bool in = G::SEGC % 16 == 0 || 32 * v + c < G::SEGC;
-        const float* p = xr + c * 8 + 2 * q;
-        core.split(in ? p[0] : 0.f, in ? p[1] : 0.f, a[t][2 * h], a[t][2 * h + 1]);
+        float2 v = {0.f, 0.f};
+        if (in) {
+#ifdef __CUDA_ARCH__
+          v = *reinterpret_cast<const float2*>(xr + c * 8 + 2 * q);  // (one 8-byte load: xr is 16-byte aligned)
+#else
+          v = {xr[c * 8 + 2 * q], xr[c * 8 + 2 * q + 1]};
+#endif
+        }
+        core.split(v.x, v.y, a[t][2 * h], a[t][2 * h + 1]);
       }
     }
   }
-  // Segment `seg` of x (floats: the scratch).
+  // Segment `seg` of x (floats, 16-byte aligned: the scratch).
   __host__ __device__ __forceinline__ void load(const float* xs, int seg, int lane) {
 #pragma unroll
     for (int v = 0; v < G::ROUNDS; ++v) load_round(xs + (seg * G::SEGC + 32 * v) * 8, v, lane);
