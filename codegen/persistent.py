@@ -138,6 +138,8 @@ class _PersistentEmitter(_Emitter):
         if t.persist_dot_items not in (1, 2, 4, 8) or t.persist_dot_item_chunks < 1:
             raise ValueError(f"persist_dot_items {t.persist_dot_items}: 1, 2, 4 or 8 items a warp at once, with "
                              f"persist_dot_item_chunks ({t.persist_dot_item_chunks}) at least 1")
+        if t.persist_dot_mma_chains not in (1, 2, 4):
+            raise ValueError(f"persist_dot_mma_chains {t.persist_dot_mma_chains}: 1, 2 or 4 chains of mmas an item")
         if not 0 <= t.persist_tag_lead <= 100:
             raise ValueError(f"persist_tag_lead {t.persist_tag_lead}: a percentage of the writer's tiles, 0 to 100")
         if t.persist_probe_o_local and self.tags and any(
@@ -617,6 +619,7 @@ class _PersistentEmitter(_Emitter):
             norm_batch=self.t.persist_norm_batch, warp_copy_rounds=self.t.persist_warp_copy_rounds,
             merge_loads=self.t.persist_merge_loads,
             dot_item_chunks=self.t.persist_dot_item_chunks, stage_instrs=self.t.persist_stage_instrs,
+            dot_mma_chains=self.t.persist_dot_mma_chains if self.t.persist_dot_mma else 0,
             norm_w_raw=int(bool(self.t.persist_norm_w_raw)),
             norm_late_scale=int(bool(self.t.persist_norm_late_scale)), item_shares=int(bool(self.item_shares)),
             select_host_late=int(bool(self.t.persist_select_host_late)),

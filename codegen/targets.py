@@ -120,6 +120,9 @@ class TargetParams:
     # mma.m16n8k16 as a block diagonal, x as hi and lo bf16 pieces (mma_dot.cuh: MmaX; other bits than the FMA pipe's,
     # within the error budget); 2: only those without a SiLU-mul (gate/up keeps the FMA pipe); 0: none
     persist_dot_mma: int
+    # persistent: with persist_dot_mma, an item's mmas go in up to this many independent chains (1, 2 or 4: each a
+    # set of 4 fp32 sums a lane, added at the item's end; more chains, more mmas in flight and more registers)
+    persist_dot_mma_chains: int
     # persistent: 1: each tile's instruction and kernel descriptor copied into shared memory tiles ahead (cp.async), so
     # that its first reads before its wait are on chip, not L2 round trips one after another (persistent.cuh:
     # InstrStage; the same bits)
@@ -674,7 +677,7 @@ TARGETS: dict[str, TargetParams] = {
                           # bench/mma_rows.cu's diag_rows (forty-ninth session) times this way beside the FMA
                           # tile's on shares already in shared memory: not yet run on a GPU, nor the kernel with it.
                           # Off until it is
-                          persist_dot_mma=0,
+                          persist_dot_mma=0, persist_dot_mma_chains=2,
                           # every acquire poll invalidates the SM's L1 (CCTL.IVALL), so a tile's instruction fields,
                           # its descriptor and its waits came from L2 one dependent round trip after another before
                           # its first poll, and a GEMV's held norm weights were converted (waited for) before it: the

@@ -1219,7 +1219,7 @@ def test_tensor_core_dots_take_the_staged_gemvs_and_compile(tmp_path, monkeypatc
     # persist_dot_mma: gemv_tile's MMA (its 22nd template argument, after MG; false, the default, left out) on every
     # GEMV whose x is copied into the scratch, whole or a warp's own (1), or those without a SiLU-mul (2); a GEMV that
     # reads x straight from memory (persist_x_direct) keeps the FMA pipe; persist_dot_items applies to it too; the
-    # kernel builds (nvcc) with it and with 4 items at once; another level is refused by name before anything is written. (MmaX's fragments:
+    # kernel builds (nvcc) with it and with 4 items at once in 4 chains of mmas; another level is refused by name before anything is written. (MmaX's fragments:
     # test_mma_dot.py.)
     model = tiny_llama(tmp_path)
 
@@ -1237,9 +1237,14 @@ def test_tensor_core_dots_take_the_staged_gemvs_and_compile(tmp_path, monkeypatc
         (epi, 4, True) for epi, *_ in base]  # (several items a warp at once on them too)
     with pytest.raises(kiec.KiecError, match="persist_dot_mma 3: 0, 1"):
         persistent_cu(model, persist_dot_mma=3)
+    # its chains of mmas an item (persist_dot_mma_chains): defined only where the tensor cores take some GEMV
+    assert "KIEC_MMA_CHAINS" not in persistent_cu(model, persist_dot_mma_chains=4)
+    assert "#define KIEC_MMA_CHAINS 4" in persistent_cu(model, persist_dot_mma=1, persist_dot_mma_chains=4)
+    with pytest.raises(kiec.KiecError, match="persist_dot_mma_chains 3: 1, 2 or 4"):
+        persistent_cu(model, persist_dot_mma=1, persist_dot_mma_chains=3)
     compile_persistent(model, tmp_path / "art", monkeypatch, persist_dot_mma=1)
     compile_persistent(model, tmp_path / "items_art", monkeypatch, persist_dot_mma=1, persist_dot_items=4,
-                       persist_dot_item_chunks=32)
+                       persist_dot_item_chunks=32, persist_dot_mma_chains=4)
     # a down projection of K 8192 (8 segments, a warp each) whose warps copy their own x (persist_x_warp_copy_min_k):
     # its rounds go into the tensor cores' pieces as they are copied (WCOPY, gemv_tile's 17th argument, and MMA)
     make_tiny_hf(tmp_path / "wide", "llama", intermediate_size=8192)

@@ -239,7 +239,8 @@ def test_tensor_core_dots_within_budget(tmp_path, monkeypatch, width):
     # shapes (K 576: one segment of 72 chunks, its third round 8 lanes, the fifth step half past the segment; the down
     # projection's 2 segments of 96) and on llama-3.2-1b's (K 2048: 2 segments of 128 chunks; the down projection's
     # K 8192, 8 of 128; wide_copy: its warps copy their own x, as llama-3.1-8b's K 14336 does, their pieces made a
-    # round at a time; wide_items: a warp's items two at once, persist_dot_items), tagged as the table makes them: logits over 24 steps within the budget and within 1e-3 of
+    # round at a time; wide_items: a warp's items two at once, persist_dot_items, in 4 chains of mmas each), tagged as
+    # the table makes them: logits over 24 steps within the budget and within 1e-3 of
     # their largest of the FMA pipe's (a step's chunks dropped or taken twice would be ~1e-2), a 40-token generation
     # graph mode's tokens
     if width == "narrow":
@@ -250,7 +251,7 @@ def test_tensor_core_dots_within_budget(tmp_path, monkeypatch, width):
                      num_key_value_heads=8, vocab_size=2048)
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=256)
     copy = {"persist_x_warp_copy_min_k": 8192} if width == "wide_copy" else {}
-    items = {"persist_dot_items": 2} if width == "wide_items" else {}  # (the FMA pipe's bits either way)
+    items = {"persist_dot_items": 2, "persist_dot_mma_chains": 4} if width == "wide_items" else {}
     fma = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, name="fma", **copy))
     art = compile_variant(model, tmp_path, monkeypatch, persist_dot_mma=1, **items)
     mma = [len(a) > 21 and a[21] == "true" for a in gemv_tiles(art)]

@@ -3,6 +3,10 @@
 // operations emulated (tests/cpu/mma_dot.cu), so its fragments are checked without a GPU.
 #pragma once
 
+#ifndef KIEC_MMA_CHAINS
+#define KIEC_MMA_CHAINS 2  // an item's independent chains of dependent mmas at most (persist_dot_mma_chains)
+#endif
+
 namespace kiec {
 
 // 16 chunks (128 elements) of an item's segment an mma.m16n8k16, as a block diagonal (bench/mma_rows.cu's diag_rows,
@@ -23,7 +27,7 @@ namespace kiec {
 // (d += A B) and split(x, y, hi, lo) (two elements' hi and lo pieces, packed as a pair each).
 template <typename G, typename Core>
 struct MmaX {
-  static constexpr int STEPS = (G::SEGC + 15) / 16, ACC = STEPS < 2 ? STEPS : 2;  // (two chains of dependent mmas)
+  static constexpr int STEPS = (G::SEGC + 15) / 16, ACC = STEPS < KIEC_MMA_CHAINS ? STEPS : KIEC_MMA_CHAINS;
   Core core;
   unsigned a[STEPS][4];
   // Round v of the segment's x (its 32 chunks' floats from xr on, 16-byte aligned; nothing read past the segment):
