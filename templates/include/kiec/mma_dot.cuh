@@ -15,8 +15,8 @@ namespace kiec {
 // lane, so the layout, pages and deal stay as they are, free of bank conflicts. A's row n holds x's hi pieces of the
 // same two chunks and row 8 + n their lo pieces (x = hi + lo: 16 significant bits with bf16), so D[n][n] + D[8 + n][n]
 // is column n's part of the item's dot; D's other 112 entries are products nobody reads (256 of the mma's 2048 used:
-// one mma a 256-byte step, where the ninth session's diagonal, taken out, took two). Sums in fp32 in the tensor
-// cores' order: not dot_lanes' bits.
+// one mma a 256-byte step, where the ninth session's diagonal, taken out, took two), in up to KIEC_MMA_CHAINS chains
+// of dependent mmas added at the item's end. Sums in fp32 in the tensor cores' order: not dot_lanes' bits.
 // A lane (g = lane / 4, q = lane % 4) holds step t's A in a[t]: x's elements 2q, 2q + 1 of chunk 16 t + g (a0 hi,
 // a1 lo) and of chunk 16 t + 8 + g (a2, a3), zeros past the segment, where the lanes' loads are clamped to the item's
 // first chunk (whose finite weights then add nothing); as many registers as dot_lanes' floats of x. D[n][n] and
@@ -42,15 +42,15 @@ struct MmaX {
       for (int h = 0; h < 2; ++h) {
         const int c = 16 * s + 8 * h + g;  // (in the round)
         const bool in = G::SEGC % 16 == 0 || 32 * v + c < G::SEGC;
-        float2 v = {0.f, 0.f};
+        float2 pair = {0.f, 0.f};
         if (in) {
 #ifdef __CUDA_ARCH__
-          v = *reinterpret_cast<const float2*>(xr + c * 8 + 2 * q);  // (one 8-byte load: xr is 16-byte aligned)
+          pair = *reinterpret_cast<const float2*>(xr + c * 8 + 2 * q);  // (one 8-byte load: xr is 16-byte aligned)
 #else
-          v = {xr[c * 8 + 2 * q], xr[c * 8 + 2 * q + 1]};
+          pair = {xr[c * 8 + 2 * q], xr[c * 8 + 2 * q + 1]};
 #endif
         }
-        core.split(v.x, v.y, a[t][2 * h], a[t][2 * h + 1]);
+        core.split(pair.x, pair.y, a[t][2 * h], a[t][2 * h + 1]);
       }
     }
   }
