@@ -53,13 +53,11 @@ __device__ __forceinline__ void ldmatrix_x2(unsigned addr, unsigned& a0, unsigne
 // x[k] for the benchmark (finite, varied, some negative)
 __host__ __device__ __forceinline__ float made_x(int k) { return 0.5f + 0.37f * sinf(0.1f * k) - 1e-4f * k; }
 
-// x[k] and x[k + 1] as a bf16 pair: their hi pieces, or (lo) x less its bf16 rounding
+// x[k] and x[k + 1] as a bf16 pair: their hi pieces, or (lo) x less its bf16 rounding (kiec::split_pair)
 __device__ __forceinline__ unsigned x_pair(int k, bool lo) {
-  float v[2] = {made_x(k), made_x(k + 1)};
-  if (lo)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) v[j] -= __bfloat162float(__float2bfloat16_rn(v[j]));
-  return kiec::pack_pair<__nv_bfloat16>(v[0], v[1]);
+  unsigned hi, low;
+  kiec::split_pair<__nv_bfloat16>(made_x(k), made_x(k + 1), hi, low);
+  return lo ? low : hi;
 }
 
 // The 16 x 16 block (row block rb, step s) of a share with `steps` steps a row: where it sits in the buffer (the
@@ -296,11 +294,6 @@ __global__ void __launch_bounds__(THREADS, 1) fma_rows(const __nv_bfloat16* w, f
 // with lane l's address at chunk 32 v + l: the FMA tile's 16-byte load a lane, 512 contiguous bytes a warp, no bank
 // conflicts and no layout change. x's pieces for the warp's segment are made once from x's floats in shared memory
 // (as the kernel's scratch holds them) and stay in registers; a warp sum adds the lanes' parts, as the FMA tile's.
-template <int K>
-struct DiagShape {  // GemvShape's fields MmaX reads, with the FMA tile's segments
-  static constexpr int SEGC = K / 8 / segs_of(K / 8), ROUNDS = (SEGC + 31) / 32;
-  static constexpr bool SILU = false;
-};
 template <int K, int ROWS>
 __global__ void __launch_bounds__(THREADS, 1) diag_rows(const __nv_bfloat16* w, float* out, int reps) {
   extern __shared__ __align__(128) char smem[];
@@ -311,7 +304,8 @@ __global__ void __launch_bounds__(THREADS, 1) diag_rows(const __nv_bfloat16* w, 
   for (int k = threadIdx.x; k < K; k += THREADS) xs[k] = made_x(k);
   __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, seg = warp % SEGS;
-  kiec::MmaX<DiagShape<K>, kiec::TensorCores<__nv_bfloat16>> xm;
+  using G = kiec::GemvShape<__nv_bfloat16, K, WARPS, kiec::EPI_STORE, SEGS, 16 << 10>;  // (the FMA tile's segments)
+  kiec::MmaX<G, kiec::TensorCores<__nv_bfloat16>> xm;
   xm.load(xs, seg, lane);
   timed_reps<ROWS, SEGS>(reps, red, out, [&] {
 #pragma unroll 1

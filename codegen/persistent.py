@@ -138,6 +138,9 @@ class _PersistentEmitter(_Emitter):
         if t.persist_dot_items not in (1, 2, 4, 8) or t.persist_dot_item_chunks < 1:
             raise ValueError(f"persist_dot_items {t.persist_dot_items}: 1, 2, 4 or 8 items a warp at once, with "
                              f"persist_dot_item_chunks ({t.persist_dot_item_chunks}) at least 1")
+        if t.persist_dot_mma not in (0, 1, 2):
+            raise ValueError(f"persist_dot_mma {t.persist_dot_mma}: 0, 1 (every GEMV whose x is copied into the "
+                             f"scratch) or 2 (those without a SiLU-mul)")
         if t.persist_dot_mma_chains not in (1, 2, 4):
             raise ValueError(f"persist_dot_mma_chains {t.persist_dot_mma_chains}: 1, 2 or 4 chains of mmas an item")
         if not 0 <= t.persist_tag_lead <= 100:
@@ -407,9 +410,6 @@ class _PersistentEmitter(_Emitter):
         into the scratch, whole or a warp's own segment, and that takes a warp an item (not half-warps), 2 those
         without a SiLU-mul among them)."""
         level = self.t.persist_dot_mma
-        if level not in (0, 1, 2):
-            raise ValueError(f"persist_dot_mma {level}: 0, 1 (every GEMV whose x is copied into the scratch) or 2 "
-                             f"(those without a SiLU-mul)")
         return bool(level and staged and not half and (level == 1 or k.epilogue != "silu_mul"))
 
     def gemv(self, k: GemvKernel) -> None:

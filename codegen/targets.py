@@ -116,9 +116,10 @@ class TargetParams:
     # persistent: persist_dot_items only for the GEMVs where a warp of a tile has at least this many items (1: all)
     persist_dot_items_min_share: int
     # persistent: 1: the dot products of every GEMV whose x is copied into the scratch, whole or a warp's own segment
-    # (and that takes a warp an item; with persist_dot_items, several at once), on the tensor cores: 16 chunks of an item's segment an
-    # mma.m16n8k16 as a block diagonal, x as hi and lo bf16 pieces (mma_dot.cuh: MmaX; other bits than the FMA pipe's,
-    # within the error budget); 2: only those without a SiLU-mul (gate/up keeps the FMA pipe); 0: none
+    # (and that takes a warp an item; with persist_dot_items, several at once), on the tensor cores: 16 chunks of an
+    # item's segment an mma.m16n8k16 as a block diagonal, x as hi and lo bf16 pieces (mma_dot.cuh: MmaX; other bits
+    # than the FMA pipe's, within the error budget); 2: only those without a SiLU-mul (gate/up keeps the FMA pipe); 0:
+    # none
     persist_dot_mma: int
     # persistent: with persist_dot_mma, an item's mmas go in up to this many independent chains (1, 2 or 4: each a
     # set of 4 fp32 sums a lane, added at the item's end; more chains, more mmas in flight and more registers)

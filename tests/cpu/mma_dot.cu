@@ -98,7 +98,7 @@ static int failures(std::mt19937& rng, int trials) {
       row.assign(SPAN * 8, NAN_BF16);
       for (int e = 0; e < SEGC * 8; ++e) row[e] = bf16_round(val(rng));
     }
-    std::vector<float> xs(SEGS * SEGC * 8, NAN), want(2, 0.0f);  // x: NaN but the warp's segment
+    std::vector<float> xs(SEGS * SEGC * 8, NAN);  // x: NaN but the warp's segment
     for (int e = 0; e < SEGC * 8; ++e) xs[SEG * SEGC * 8 + e] = std::ldexp(val(rng), (int)(rng() % 7) - 3);
     double ref[2] = {0.0, 0.0}, mag[2] = {0.0, 0.0};
     for (int r = 0; r < 2; ++r)

@@ -1219,8 +1219,8 @@ def test_tensor_core_dots_take_the_staged_gemvs_and_compile(tmp_path, monkeypatc
     # persist_dot_mma: gemv_tile's MMA (its 22nd template argument, after MG; false, the default, left out) on every
     # GEMV whose x is copied into the scratch, whole or a warp's own (1), or those without a SiLU-mul (2); a GEMV that
     # reads x straight from memory (persist_x_direct) keeps the FMA pipe; persist_dot_items applies to it too; the
-    # kernel builds (nvcc) with it and with 4 items at once in 4 chains of mmas; another level is refused by name before anything is written. (MmaX's fragments:
-    # test_mma_dot.py.)
+    # kernel builds (nvcc) with it and with 4 items at once in 4 chains of mmas; another level is refused by name
+    # before anything is written. (MmaX's fragments: test_mma_dot.py.)
     model = tiny_llama(tmp_path)
 
     def tiles(**fields):  # (EPI, ITEMS, MMA) of each GEMV case, in the order of the cases

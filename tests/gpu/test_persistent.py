@@ -254,10 +254,11 @@ def test_tensor_core_dots_within_budget(tmp_path, monkeypatch, width):
     items = {"persist_dot_items": 2, "persist_dot_mma_chains": 4} if width == "wide_items" else {}
     fma = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, name="fma", **copy))
     art = compile_variant(model, tmp_path, monkeypatch, persist_dot_mma=1, **items)
-    mma = [len(a) > 21 and a[21] == "true" for a in gemv_tiles(art)]
-    assert len(mma) == 5 and all(mma), gemv_tiles(art)  # (MMA: every GEMV's x is in the scratch on these shapes)
-    assert [len(a) > 16 and a[16] == "true" for a in gemv_tiles(art)].count(True) == (1 if copy else 0)  # (WCOPY)
-    assert all(a[15] == ("2" if width == "wide_items" else "1") for a in gemv_tiles(art))  # (ITEMS)
+    tiles = gemv_tiles(art)
+    mma = [len(a) > 21 and a[21] == "true" for a in tiles]
+    assert len(mma) == 5 and all(mma), tiles  # (MMA: every GEMV's x is in the scratch on these shapes)
+    assert [len(a) > 16 and a[16] == "true" for a in tiles].count(True) == (1 if copy else 0)  # (WCOPY)
+    assert all(a[15] == ("2" if width == "wide_items" else "1") for a in tiles)  # (ITEMS)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, f"tensor-core dots ({width}): logits over 24 positions")
     theirs = stepped_logits(fma, tokens)

@@ -326,7 +326,7 @@ __device__ __forceinline__ void load_x_slice_tagged(const float* x2, unsigned ta
 // TX: x as tagged words carrying `tag`; two rounds' loads in flight (8 pairs a lane, the block copy's batch).
 // PX (persist_tagged_pairs, TX): x as tagged pairs (common.cuh), four elements a 16-byte load: a round is 2 loads a
 // lane, and four rounds' loads go together (the same 8 a lane).
-// `round_out(v, xw)`: round v of the segment is in xw (its chunk c at xw + 8 c; the floats into xr by default).
+// `round_out(v, xw)`: round v of the segment is in xw (its chunk c at xw + 8 c), for the caller to take.
 constexpr int WARP_COPY_FLOATS = 32 * 8;  // a warp's `xw`: a round of 32 chunks (codegen/persistent.py sizes it)
 template <typename G, bool TX, bool PX = false, typename Out>
 __device__ __forceinline__ void load_x_slice_warp_copy(const float* x, unsigned tag, int seg, int lane, float* xw,
@@ -387,13 +387,6 @@ __device__ __forceinline__ void load_x_slice_warp_copy(const float* x, unsigned 
       round_out(v0 + g, xw);
     }
   }
-}
-template <typename G, bool TX, bool PX = false>
-__device__ __forceinline__ void load_x_slice_warp_copy(const float* x, unsigned tag, int seg, int lane, float* xw,
-                                                       float (&xr)[G::ROUNDS][8]) {
-  load_x_slice_warp_copy<G, TX, PX>(x, tag, seg, lane, xw, [&](int v, const float* w) {
-    load_chunk8(w + lane * 8, G::SEGC % 32 == 0 || v * 32 + lane < G::SEGC, xr[v]);
-  });
 }
 
 // The norm of a GEMV whose every warp holds all of x (WNORM, persist_norm_in_warps: one segment, 8 warps, x as plain
@@ -900,8 +893,8 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   const bool res_mine = EPI == EPI_RESIDUAL && (int)threadIdx.x < end_rows() - lead_rows();
   float y_mine = 0.f;
   unsigned long long y_word = 0ull;
-  float xr[MMA ? 1 : G::ROUNDS][8];  // this warp's segment of x
-  MmaX<G, TensorCores<T>> xm;         // (MMA) the same as the tensor cores take it
+  // this warp's segment of x: its floats, or (MMA) its pieces as the tensor cores take them
+  std::conditional_t<MMA, MmaX<G, TensorCores<T>>, float[G::ROUNDS][8]> xr;
   long long waited;
   // The tile from its wait to its sums: false if the generation ended first. `dry` (persist_probe_warm_code, a
   // timing probe; the same tokens): instead, the dot products over the tile's first page, if landed, with x zeros
@@ -911,7 +904,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     if (dry) {
       if (!ring.landed_at(0)) return true;
       if constexpr (MMA) {
-        xm.zero();
+        xr.zero();
       } else {
 #pragma unroll
         for (int v = 0; v < G::ROUNDS; ++v)
@@ -928,15 +921,14 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
       }
       auto stage_x = [&] {
         if constexpr (WNORM) wnorm.run(x, eps, threadIdx.x & 31, xr);
-        else if constexpr (WCOPY && MMA)
-          load_x_slice_warp_copy<G, TX, PX>(x, TX ? tag_of(u, u.desc->tag_x) : 0u,
-                                            (share.first_seg() + (threadIdx.x >> 5)) % SEGS, threadIdx.x & 31,
-                                            xs + (threadIdx.x >> 5) * WARP_COPY_FLOATS,
-                                            [&](int v, const float* w) { xm.load_round(w, v, threadIdx.x & 31); });
         else if constexpr (WCOPY)
           load_x_slice_warp_copy<G, TX, PX>(x, TX ? tag_of(u, u.desc->tag_x) : 0u,
-                                            (share.first_seg() + (threadIdx.x >> 5)) % SEGS,
-                                        threadIdx.x & 31, xs + (threadIdx.x >> 5) * WARP_COPY_FLOATS, xr);
+                                            (share.first_seg() + (threadIdx.x >> 5)) % SEGS, threadIdx.x & 31,
+                                            xs + (threadIdx.x >> 5) * WARP_COPY_FLOATS, [&](int v, const float* w) {
+            const int lane = threadIdx.x & 31;
+            if constexpr (MMA) xr.load_round(w, v, lane);  // (its pieces made a round at a time)
+            else load_chunk8(w + lane * 8, G::SEGC % 32 == 0 || v * 32 + lane < G::SEGC, xr[v]);
+          });
         else if constexpr (MG::ON) {  // (TX, STAGED)
           if (consumer_merges<MG::MAX>(merge_active)) {
             merge_partials<MG, K, WARPS>(part_o, part_ml, merge_active, word_tag(u, u.desc->tag_x), xs,
@@ -962,8 +954,8 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
         if (threadIdx.x == 0) trace_row(u)[TR_PAGES_READY] = landed;
       }
       if constexpr (MMA) {
-        if constexpr (STAGED)  // (WCOPY: its rounds went into xm as they were copied)
-          xm.load(xs, (share.first_seg() + (threadIdx.x >> 5)) % SEGS, threadIdx.x & 31);
+        if constexpr (STAGED)  // (WCOPY: its rounds went into xr as they were copied)
+          xr.load(xs, (share.first_seg() + (threadIdx.x >> 5)) % SEGS, threadIdx.x & 31);
       } else if constexpr (TX && DIRECT)
         load_x_slice_tagged<G>(x, tag_of(u, u.desc->tag_x), (share.first_seg() + (threadIdx.x >> 5)) % SEGS,
                                threadIdx.x & 31, xr);
@@ -976,16 +968,12 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     }
     // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
     // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
-    auto dots = [&](const auto& slice) {  // (x's floats, or xm)
-      if constexpr (HALF) waited = gemv_pages_half<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
-      else if constexpr (SK) waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(
-          ring, share_items(*u.ins, SEGS), slice, acc, traced_step(u), false, &share, u.ins);  // (publishes, asks)
-      else waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(ring, dry ? min(outs * SEGS, G::PER_PAGE)
-                                                                             : outs * SEGS, slice, acc,
-                                                                      traced_step(u) && !dry, dry);
-    };
-    if constexpr (MMA) dots(xm);
-    else dots(xr);
+    if constexpr (HALF) waited = gemv_pages_half<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
+    else if constexpr (SK) waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(
+        ring, share_items(*u.ins, SEGS), xr, acc, traced_step(u), false, &share, u.ins);  // (publishes, asks)
+    else waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(ring, dry ? min(outs * SEGS, G::PER_PAGE)
+                                                                           : outs * SEGS, xr, acc,
+                                                                    traced_step(u) && !dry, dry);
     return true;
   };
   if constexpr (KIEC_PROBE_WARM_CODE && !HALF) {
