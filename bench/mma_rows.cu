@@ -294,7 +294,9 @@ __global__ void __launch_bounds__(THREADS, 1) fma_rows(const __nv_bfloat16* w, f
 // with lane l's address at chunk 32 v + l: the FMA tile's 16-byte load a lane, 512 contiguous bytes a warp, no bank
 // conflicts and no layout change. x's pieces for the warp's segment are made once from x's floats in shared memory
 // (as the kernel's scratch holds them) and stay in registers; a warp sum adds the lanes' parts, as the FMA tile's.
-template <int K, int ROWS>
+// U: a warp's items at once (persist_dot_items: their mma chains and warp sums independent, interleaved), in
+// KIEC_MMA_CHAINS chains each (the build's -D, persist_dot_mma_chains).
+template <int K, int ROWS, int U>
 __global__ void __launch_bounds__(THREADS, 1) diag_rows(const __nv_bfloat16* w, float* out, int reps) {
   extern __shared__ __align__(128) char smem[];
   float* red = reinterpret_cast<float*>(smem + BUF);  // [SEGS][ROWS]
@@ -308,14 +310,24 @@ __global__ void __launch_bounds__(THREADS, 1) diag_rows(const __nv_bfloat16* w, 
   kiec::MmaX<G, kiec::TensorCores<__nv_bfloat16>> xm;
   xm.load(xs, seg, lane);
   timed_reps<ROWS, SEGS>(reps, red, out, [&] {
+    constexpr int STRIDE = WARPS / SEGS;  // (rows a warp apart)
 #pragma unroll 1
-    for (int j = warp / SEGS; j < ROWS; j += WARPS / SEGS) {
-      const char* item = smem + ((j * CH + seg * SEGC) % CHUNKS) * 16;  // (the shares here never wrap mid-item)
-      float s, unused;
-      xm.dot(item, item, lane, s, unused);
+    for (int j0 = warp / SEGS; j0 < ROWS; j0 += U * STRIDE) {
+      float s[U], unused;
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      if (lane == 0) red[seg * ROWS + j] = s;
+      for (int u = 0; u < U; ++u) {
+        const int j = j0 + u * STRIDE;
+        const char* item = smem + ((j * CH + seg * SEGC) % CHUNKS) * 16;  // (the shares here never wrap mid-item)
+        s[u] = 0.f;
+        if (j < ROWS) xm.dot(item, item, lane, s[u], unused);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int u = 0; u < U; ++u) s[u] += __shfl_xor_sync(0xffffffffu, s[u], o);
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (lane == 0 && j0 + u * STRIDE < ROWS) red[seg * ROWS + j0 + u * STRIDE] = s[u];
     }
   });
 }
@@ -344,18 +356,23 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
   CHECK(cudaFuncSetAttribute(mma_rows<K, ROWS, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
   CHECK(cudaFuncSetAttribute(mma8_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              shmem + mma8_x_bytes<K>()));
-  CHECK(cudaFuncSetAttribute(diag_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem + K * 4));
+  CHECK(cudaFuncSetAttribute(diag_rows<K, ROWS, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem + K * 4));
+  CHECK(cudaFuncSetAttribute(diag_rows<K, ROWS, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem + K * 4));
+  CHECK(cudaFuncSetAttribute(diag_rows<K, ROWS, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem + K * 4));
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
-  double gbs[5], err[5];  // tile-major mma, FMA, swizzled mma, swizzled mma of 8 rows, block-diagonal mma
-  for (int way = 0; way < 5; ++way) {
+  // tile-major mma, FMA, swizzled mma, swizzled mma of 8 rows, block-diagonal mma an item at a time, 2 and 4 at once
+  double gbs[7], err[7];
+  for (int way = 0; way < 7; ++way) {
     auto launch = [&](int reps) {
       if (way == 0) mma_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
       else if (way == 1) fma_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
       else if (way == 2) mma_rows<K, ROWS, true><<<sms, THREADS, shmem>>>(dw, dout, reps);
       else if (way == 3) mma8_rows<K, ROWS><<<sms, THREADS, shmem + mma8_x_bytes<K>()>>>(dw, dout, reps);
-      else diag_rows<K, ROWS><<<sms, THREADS, shmem + K * 4>>>(dw, dout, reps);
+      else if (way == 4) diag_rows<K, ROWS, 1><<<sms, THREADS, shmem + K * 4>>>(dw, dout, reps);
+      else if (way == 5) diag_rows<K, ROWS, 2><<<sms, THREADS, shmem + K * 4>>>(dw, dout, reps);
+      else diag_rows<K, ROWS, 4><<<sms, THREADS, shmem + K * 4>>>(dw, dout, reps);
     };
     launch(2);  // warm
     CHECK(cudaDeviceSynchronize());
@@ -384,7 +401,7 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
       double ref = 0.0, mag = 0.0;
       for (int k = 0; k < K; ++k) {
         const double wv = way == 0 ? weight_tile_major(hw, j, k, K)
-                          : way == 1 || way == 4 ? weight_row_major(hw, j, k, K) : weight_swizzled(hw, j, k, K);
+                          : way == 1 || way >= 4 ? weight_row_major(hw, j, k, K) : weight_swizzled(hw, j, k, K);
         ref += wv * made_x(k);
         mag += std::fabs(wv * made_x(k));
       }
@@ -392,9 +409,11 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
     }
   }
   printf("%-26s K %5d rows %3d | mma %7.1f GB/s an SM, err %.1e | fma %7.1f GB/s an SM, err %.1e | mma/fma %.2fx"
-         " | swizzled mma %7.1f, err %.1e, %.2fx | 8 rows %7.1f, err %.1e, %.2fx | diagonal %7.1f, err %.1e, %.2fx\n",
+         " | swizzled mma %7.1f, err %.1e, %.2fx | 8 rows %7.1f, err %.1e, %.2fx | diagonal %7.1f, err %.1e, %.2fx"
+         " | 2 items %7.1f, err %.1e, %.2fx | 4 items %7.1f, err %.1e, %.2fx (%d chains)\n",
          what, K, ROWS, gbs[0], err[0], gbs[1], err[1], gbs[0] / gbs[1], gbs[2], err[2], gbs[2] / gbs[1], gbs[3],
-         err[3], gbs[3] / gbs[1], gbs[4], err[4], gbs[4] / gbs[1]);
+         err[3], gbs[3] / gbs[1], gbs[4], err[4], gbs[4] / gbs[1], gbs[5], err[5], gbs[5] / gbs[1], gbs[6], err[6],
+         gbs[6] / gbs[1], KIEC_MMA_CHAINS);
 }
 
 int main() {

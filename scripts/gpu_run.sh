@@ -179,9 +179,14 @@ fi
 # MMA=1: the GEMV tile's dot products on the tensor cores, 16 rows an mma (ldmatrix from a tile-major layout, and from
 # row-major rows XOR-swizzled in 128-byte groups; x as hi and lo bf16 columns), 8 swizzled rows an mma (x as A) and
 # the FMA tile's own rows as block diagonals (persist_dot_mma's way), against the FMA tile's way, on shares already in
-# shared memory (bench/mma_rows.cu)
+# shared memory (bench/mma_rows.cu); the diagonal also 2 and 4 items a warp at once (persist_dot_items), in 2 chains of
+# mmas an item, or (MMA=chains) in 1, 2 and 4, a build each (persist_dot_mma_chains)
 if [ -n "${MMA:-}" ]; then
-  bench_build mma_rows mma_rows && timeout 120 /tmp/mma_rows 2>&1 | tee "$OUT/mma_rows.txt"
+  chains=2; [ "$MMA" = chains ] && chains="2 1 4"
+  for c in $chains; do
+    out=mma_rows flags=(); [ "$c" != 2 ] && out=mma_rows_c$c flags=(-DKIEC_MMA_CHAINS=$c)
+    bench_build mma_rows "$out" "${flags[@]}" && timeout 120 "/tmp/$out"
+  done 2>&1 | tee "$OUT/mma_rows.txt"
 fi
 # MODES=graph,persistent: the modes kiec bench compiles and times (default graph)
 # VARIANTS="model v1 v2 ... [/ model v1 ...]": A/B of target-table variants (scripts/variants.py); VARIANTS_TRACE=POS:
