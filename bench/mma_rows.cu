@@ -19,7 +19,9 @@
 // mma as a block diagonal (256 of its products read, as the fourth's), loaded a lane's chunk at a time like the FMA
 // tile's, with the kernel's own code (persist_dot_mma's MmaX; tests/cpu/test_mma_dot.py checks its fragments): if it
 // is fast, the kernel's pages, deal and layout stay as they are and only the dot products change.
-// bench/mma_rows_emulate.py repeats the two swizzled ways' index arithmetic on the CPU under PTX's fragment rules (its
+// The sixth (page_rows, fiftieth session): the kernel's pages and items, swizzled, the warps splitting each item's
+// steps; 8 items an mma (below).
+// bench/mma_rows_emulate.py repeats the three swizzled ways' index arithmetic on the CPU under PTX's fragment rules (its
 // formulas copied from here: change both together).
 // Build (GPU machine): nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include
 //   bench/mma_rows.cu -o /tmp/mma_rows   (scripts/gpu_run.sh: MMA=1)
@@ -332,6 +334,93 @@ __global__ void __launch_bounds__(THREADS, 1) diag_rows(const __nv_bfloat16* w, 
   });
 }
 
+// The sixth way (fiftieth session): the kernel's own pages and items (16 KB pages, each row cut into SEGS segments as
+// the FMA tile cuts it, item i = row i / SEGS's segment i % SEGS, PER_PAGE whole items a page), each item's 16-byte
+// chunks XOR-swizzled in 128-byte groups by its slot in the page (chunk c at c ^ (slot & 7)), and the warps splitting
+// every item's steps instead of taking items: warp w takes steps w, w + WARPS, ... of the page's items. An
+// mma.m16n8k16 takes 8 of a page's items as B's columns x 16 elements at one step (ldmatrix.x4: two steps, lane l
+// the address of item l & 7's chunk), with x's hi and lo pieces of segment g at that step as A's rows 2 g and 2 g + 1
+// (SEGS <= 8), so D[2 seg(n)][n] + D[2 seg(n) + 1][n] is item n's part: 2 of each column's 16 products read, and no warp
+// sum an item (its hi and lo rows meet in one shuffle; the warps' parts in shared memory at the page's end).
+template <int K>
+struct PagedShape {
+  static constexpr int CH = K / 8, SEGS = segs_of(CH), SEGC = CH / SEGS, ITEM = SEGC * 16, PAGE = 16 << 10,
+                       PER_PAGE = PAGE / ITEM, STEPS = SEGC / 2, S = (STEPS + WARPS - 1) / WARPS,
+                       TILES = (PER_PAGE + 7) / 8, WRAP = BUF / PAGE;
+  static_assert(SEGC % 8 == 0 && 2 * SEGS <= 16 && PER_PAGE >= 1, "whole 128-byte groups, 8 segments at most");
+  // byte offset of item i's logical chunk c (the buffer goes round a page at a time)
+  __host__ __device__ static constexpr int at(int i, int c) {
+    return (i / PER_PAGE % WRAP) * PAGE + (i % PER_PAGE) * ITEM + (c ^ (i % PER_PAGE & 7)) * 16;
+  }
+};
+
+template <int K, int ROWS>
+__global__ void __launch_bounds__(THREADS, 1) page_rows(const __nv_bfloat16* w, float* out, int reps) {
+  extern __shared__ __align__(128) char smem[];
+  using P = PagedShape<K>;
+  constexpr int ITEMS = ROWS * P::SEGS, PAGES = (ITEMS + P::PER_PAGE - 1) / P::PER_PAGE, ACC = P::S < 2 ? P::S : 2;
+  float* red = reinterpret_cast<float*>(smem + BUF);  // [WARPS * SEGS][ROWS]: warp w's part of row j's segment g
+  fill_buffer(smem, w);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  // A at this warp's steps s = warp + i WARPS: rows g and g + 8 are segment (row / 2)'s hi (even) or lo (odd) pieces
+  unsigned a[P::S][4];
+#pragma unroll
+  for (int i = 0; i < P::S; ++i) {
+    const int s = warp + i * WARPS;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int m = g + 8 * r, k = (m >> 1) * P::SEGC * 8 + s * 16 + 2 * q;
+      const bool in = s < P::STEPS && m < 2 * P::SEGS;
+      a[i][r] = in ? x_pair(k, m & 1) : 0u;          // (k 0-7 of the step)
+      a[i][2 + r] = in ? x_pair(k + 8, m & 1) : 0u;  // (k 8-15)
+    }
+  }
+  const unsigned base = shared_u32(smem);
+  const int mat = lane >> 3, n = lane & 7;  // this lane's ldmatrix address: item n of the tile, matrix mat
+  timed_reps<ROWS, WARPS * P::SEGS>(reps, red, out, [&] {
+#pragma unroll 1
+    for (int p = 0; p < PAGES; ++p) {
+      const int first = p * P::PER_PAGE, here = min(P::PER_PAGE, ITEMS - first);
+#pragma unroll
+      for (int t = 0; t < P::TILES; ++t) {
+        // (a column past the page's items reads slot n's if it has one, whose swizzle no other lane's has, else 0's)
+        const int slot = 8 * t + n, item = first + (slot < here ? slot : n < here ? n : 0);
+        float d[ACC][4] = {};
+#pragma unroll
+        for (int i = 0; i < P::S; i += 2) {
+          const int s0 = warp + i * WARPS, s1 = warp + (i + 1) * WARPS;
+          const bool two = i + 1 < P::S && (P::STEPS % WARPS == 0 || s1 < P::STEPS);
+          if (P::STEPS % WARPS == 0 || s0 < P::STEPS) {  // (the warp's last steps may be past the item's)
+            const int step = mat < 2 || !two ? s0 : s1;
+            unsigned b[4];
+            ldmatrix_x4(base + P::at(item, 2 * step + (mat & 1)), b);
+            kiec::mma_16816<__nv_bfloat16>(d[i % ACC], a[i], b[0], b[1]);
+            if (two) kiec::mma_16816<__nv_bfloat16>(d[(i + 1) % ACC], a[i + 1], b[2], b[3]);
+          }
+        }
+#pragma unroll
+        for (int j = 1; j < ACC; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) d[0][e] += d[j][e];
+        float v[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[e] = d[0][e] + __shfl_xor_sync(0xffffffffu, d[0][e], 4);  // (hi + lo rows)
+        if ((g & 1) == 0) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int sl = 8 * t + 2 * q + e, i = first + sl;  // item 2 q + e of the tile: D's column
+            if (sl < here) {
+              const int seg = i % P::SEGS, row = i / P::SEGS;
+              if (seg == g >> 1) red[(warp * P::SEGS + seg) * ROWS + row] = v[e];
+              else if (seg == (g + 8) >> 1) red[(warp * P::SEGS + seg) * ROWS + row] = v[2 + e];
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
 // The share's row j, element k, as each layout holds it (the host's reference reads the same bits).
 static float weight_tile_major(const std::vector<__nv_bfloat16>& w, int j, int k, int K) {
   const int rb = j / 16, s = k / 16, steps = K / 16;
@@ -341,6 +430,12 @@ static float weight_tile_major(const std::vector<__nv_bfloat16>& w, int j, int k
 static float weight_row_major(const std::vector<__nv_bfloat16>& w, int j, int k, int K) {
   const size_t chunk = ((size_t)j * (K / 8) + k / 8) % (BUF / 16);
   return __bfloat162float(w[chunk * 8 + k % 8]);
+}
+template <int K>
+static float weight_paged(const std::vector<__nv_bfloat16>& w, int j, int k) {
+  using P = PagedShape<K>;
+  const int c = k / 8;
+  return __bfloat162float(w[P::at(j * P::SEGS + c / P::SEGC, c % P::SEGC) / 2 + k % 8]);
 }
 static float weight_swizzled(const std::vector<__nv_bfloat16>& w, int j, int k, int K) {
   const size_t chunk = ((size_t)j * (K / 8) + ((k / 8) ^ (j & 7))) % (BUF / 16);
@@ -359,12 +454,15 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
   CHECK(cudaFuncSetAttribute(diag_rows<K, ROWS, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem + K * 4));
   CHECK(cudaFuncSetAttribute(diag_rows<K, ROWS, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem + K * 4));
   CHECK(cudaFuncSetAttribute(diag_rows<K, ROWS, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem + K * 4));
+  const int paged_shmem = BUF + WARPS * PagedShape<K>::SEGS * ROWS * 4;
+  CHECK(cudaFuncSetAttribute(page_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, paged_shmem));
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
-  // tile-major mma, FMA, swizzled mma, swizzled mma of 8 rows, block-diagonal mma an item at a time, 2 and 4 at once
-  double gbs[7], err[7];
-  for (int way = 0; way < 7; ++way) {
+  // tile-major mma, FMA, swizzled mma, swizzled mma of 8 rows, block-diagonal mma an item at a time, 2 and 4 at once,
+  // the kernel's pages swizzled with the warps splitting the items' steps
+  double gbs[8], err[8];
+  for (int way = 0; way < 8; ++way) {
     auto launch = [&](int reps) {
       if (way == 0) mma_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
       else if (way == 1) fma_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
@@ -372,7 +470,8 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
       else if (way == 3) mma8_rows<K, ROWS><<<sms, THREADS, shmem + mma8_x_bytes<K>()>>>(dw, dout, reps);
       else if (way == 4) diag_rows<K, ROWS, 1><<<sms, THREADS, shmem + K * 4>>>(dw, dout, reps);
       else if (way == 5) diag_rows<K, ROWS, 2><<<sms, THREADS, shmem + K * 4>>>(dw, dout, reps);
-      else diag_rows<K, ROWS, 4><<<sms, THREADS, shmem + K * 4>>>(dw, dout, reps);
+      else if (way == 6) diag_rows<K, ROWS, 4><<<sms, THREADS, shmem + K * 4>>>(dw, dout, reps);
+      else page_rows<K, ROWS><<<sms, THREADS, paged_shmem>>>(dw, dout, reps);
     };
     launch(2);  // warm
     CHECK(cudaDeviceSynchronize());
@@ -401,7 +500,9 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
       double ref = 0.0, mag = 0.0;
       for (int k = 0; k < K; ++k) {
         const double wv = way == 0 ? weight_tile_major(hw, j, k, K)
-                          : way == 1 || way >= 4 ? weight_row_major(hw, j, k, K) : weight_swizzled(hw, j, k, K);
+                          : way == 1 || (way >= 4 && way < 7) ? weight_row_major(hw, j, k, K)
+                          : way == 7                           ? weight_paged<K>(hw, j, k)
+                                                               : weight_swizzled(hw, j, k, K);
         ref += wv * made_x(k);
         mag += std::fabs(wv * made_x(k));
       }
@@ -410,10 +511,11 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
   }
   printf("%-26s K %5d rows %3d | mma %7.1f GB/s an SM, err %.1e | fma %7.1f GB/s an SM, err %.1e | mma/fma %.2fx"
          " | swizzled mma %7.1f, err %.1e, %.2fx | 8 rows %7.1f, err %.1e, %.2fx | diagonal %7.1f, err %.1e, %.2fx"
-         " | 2 items %7.1f, err %.1e, %.2fx | 4 items %7.1f, err %.1e, %.2fx (%d chains)\n",
+         " | 2 items %7.1f, err %.1e, %.2fx | 4 items %7.1f, err %.1e, %.2fx (%d chains)"
+         " | paged, steps split %7.1f, err %.1e, %.2fx\n",
          what, K, ROWS, gbs[0], err[0], gbs[1], err[1], gbs[0] / gbs[1], gbs[2], err[2], gbs[2] / gbs[1], gbs[3],
          err[3], gbs[3] / gbs[1], gbs[4], err[4], gbs[4] / gbs[1], gbs[5], err[5], gbs[5] / gbs[1], gbs[6], err[6],
-         gbs[6] / gbs[1], KIEC_MMA_CHAINS);
+         gbs[6] / gbs[1], KIEC_MMA_CHAINS, gbs[7], err[7], gbs[7] / gbs[1]);
 }
 
 int main() {

@@ -108,6 +108,100 @@ def rows8(K: int, ROWS: int) -> np.ndarray:
     return red
 
 
+def segs_of(chunks: int) -> int:
+    """mma_rows.cu's segs_of: the FMA tile's segments a row (at most 4 chunks a lane)."""
+    s = 1
+    while s < WARPS:
+        if chunks % s == 0 and (chunks // s + 31) // 32 <= 4:
+            return s
+        s *= 2
+    return WARPS
+
+
+class Paged:
+    """mma_rows.cu's PagedShape<K>: 16 KB pages of whole items (row j's segment g is item j SEGS + g), each item's
+    chunks XOR-swizzled in 128-byte groups by its slot in the page."""
+    PAGE = 16 << 10
+
+    def __init__(self, K: int):
+        self.segs = segs_of(K // 8)
+        self.segc = K // 8 // self.segs
+        self.item = self.segc * 16
+        self.per_page = self.PAGE // self.item
+        self.steps = self.segc // 2
+        self.s = -(-self.steps // WARPS)
+        self.tiles = -(-self.per_page // 8)
+
+    def at(self, i: int, c: int) -> int:
+        slot = i % self.per_page
+        return (i // self.per_page % (BUF // self.PAGE)) * self.PAGE + slot * self.item + (c ^ (slot & 7)) * 16
+
+    def weight(self, j: int, k: int) -> float:
+        c = k // 8
+        return SMEM[self.at(j * self.segs + c // self.segc, c % self.segc) // 2 + k % 8]
+
+
+def paged_addr(P: Paged, first: int, here: int, t: int, s0: int, s1: int, two: bool, lane: int) -> int:
+    """page_rows's ldmatrix.x4 row address: item n = lane % 8 of tile t (past the page's items: slot n, or 0),
+    matrices 0 and 1 step s0's chunks 2 s0 and 2 s0 + 1, matrices 2 and 3 step s1's (s0's where there is no second)."""
+    mat, n = lane >> 3, lane & 7
+    slot = 8 * t + n
+    step = s0 if mat < 2 or not two else s1
+    return P.at(first + (slot if slot < here else n if n < here else 0), 2 * step + (mat & 1))
+
+
+def paged_a(P: Paged, s: int, lane: int) -> tuple:
+    """page_rows's A at step s: rows g and g + 8 are segment row // 2's hi (made_x) or lo (lo_piece) pieces."""
+    g, q = lane >> 2, lane & 3
+    regs = [None] * 4
+    for r in range(2):
+        m = g + 8 * r
+        k = (m >> 1) * P.segc * 8 + s * 16 + 2 * q
+        f = made_x if m % 2 == 0 else lo_piece
+        live = s < P.steps and m < 2 * P.segs
+        regs[r] = (f(k), f(k + 1)) if live else (0.0, 0.0)
+        regs[2 + r] = (f(k + 8), f(k + 9)) if live else (0.0, 0.0)
+    return tuple(regs)
+
+
+def rows_paged(K: int, ROWS: int) -> np.ndarray:
+    """page_rows: B 8 items of a page, A every segment's x pieces; the hi and lo rows added by a shuffle (lane ^ 4),
+    lanes of even g keep the item's part from the row pair of its segment."""
+    P = Paged(K)
+    items = ROWS * P.segs
+    red = np.zeros((WARPS * P.segs, ROWS))
+    for warp in range(WARPS):
+        for p in range(-(-items // P.per_page)):
+            first = p * P.per_page
+            here = min(P.per_page, items - first)
+            for t in range(P.tiles):
+                d = [np.zeros(4) for _ in range(32)]
+                for i in range(0, P.s, 2):
+                    s0, s1 = warp + i * WARPS, warp + (i + 1) * WARPS
+                    two = i + 1 < P.s and s1 < P.steps
+                    if s0 >= P.steps:
+                        continue
+                    b = ldmatrix([paged_addr(P, first, here, t, s0, s1, two, u) for u in range(32)], 4)
+                    mma(d, [paged_a(P, s0, u) for u in range(32)], [tuple(f[:2]) for f in b])
+                    if two:
+                        mma(d, [paged_a(P, s1, u) for u in range(32)], [tuple(f[2:]) for f in b])
+                v = [d[u] + d[u ^ 4] for u in range(32)]
+                for u in range(32):
+                    g, q = u >> 2, u & 3
+                    if g % 2:
+                        continue
+                    for e in range(2):
+                        sl = 8 * t + 2 * q + e
+                        if sl < here:
+                            i = first + sl
+                            seg, row = i % P.segs, i // P.segs
+                            if seg == g >> 1:
+                                red[warp * P.segs + seg, row] = v[u][e]
+                            elif seg == (g + 8) >> 1:
+                                red[warp * P.segs + seg, row] = v[u][2 + e]
+    return red.sum(axis=0)
+
+
 def worst_bank_group(K: int, addr, matrices: int) -> int:
     """The most of one matrix's 8 row addresses on one 16-byte bank group (128-byte lines), over a few row groups."""
     worst = 1
@@ -128,10 +222,20 @@ def main() -> int:
             err = np.abs(way(K, ROWS) - ref).max() / np.abs(ref).max()
             ok &= err < 1e-12
             print(f"K {K:5d} rows {ROWS:3d} {name:<30} largest error {err:.1e} of the largest sum")
+    for K, ROWS in [(576, 16), (2048, 32), (8192, 16), (4096, 32)]:
+        P = Paged(K)
+        ref = np.array([sum(P.weight(j, k) * (made_x(k) + lo_piece(k)) for k in range(K)) for j in range(ROWS)])
+        err = np.abs(rows_paged(K, ROWS) - ref).max() / np.abs(ref).max()
+        ok &= err < 1e-12
+        print(f"K {K:5d} rows {ROWS:3d} {'paged, steps split (page_rows)':<30} largest error {err:.1e} of the "
+              f"largest sum ({P.segs} segments, {P.per_page} items a page)")
     for K in (576, 2048, 8192):
+        P = Paged(K)
         conflicts = (worst_bank_group(K, addr16, 4), worst_bank_group(K, addr8, 2),
-                     worst_bank_group(K, lambda *a: addr16(*a, swizzle=False), 4))
-        ok &= conflicts[:2] == (1, 1)
+                     worst_bank_group(K, lambda *a: addr16(*a, swizzle=False), 4),
+                     worst_bank_group(K, lambda K_, t, s, u: paged_addr(P, 0, P.per_page, t % P.tiles, s, s, False, u), 4))
+        ok &= conflicts[:2] == (1, 1) and conflicts[3] == 1
+        print(f"K {K:5d} rows of a matrix on one bank group: paged items {conflicts[3]}")
         print(f"K {K:5d} rows of a matrix on one bank group: swizzled 16 rows {conflicts[0]}, 8 rows {conflicts[1]}; "
               f"unswizzled {conflicts[2]}")
     return 0 if ok else 1

@@ -180,7 +180,8 @@ fi
 # row-major rows XOR-swizzled in 128-byte groups; x as hi and lo bf16 columns), 8 swizzled rows an mma (x as A) and
 # the FMA tile's own rows as block diagonals (persist_dot_mma's way), against the FMA tile's way, on shares already in
 # shared memory (bench/mma_rows.cu); the diagonal also 2 and 4 items a warp at once (persist_dot_items), in 2 chains of
-# mmas an item, or (MMA=chains) in 1, 2 and 4, a build each (persist_dot_mma_chains)
+# mmas an item, or (MMA=chains) in 1, 2 and 4, a build each (persist_dot_mma_chains); and the kernel's own pages with
+# each item's chunks swizzled, 8 items an mma, the warps splitting the items' steps (page_rows)
 if [ -n "${MMA:-}" ]; then
   chains=2; [ "$MMA" = chains ] && chains="2 1 4"
   for c in $chains; do
