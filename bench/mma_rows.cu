@@ -342,15 +342,17 @@ __global__ void __launch_bounds__(THREADS, 1) diag_rows(const __nv_bfloat16* w, 
 // the address of item l & 7's chunk), with x's hi and lo pieces of segment g at that step as A's rows 2 g and 2 g + 1
 // (SEGS <= 8), so D[2 seg(n)][n] + D[2 seg(n) + 1][n] is item n's part: 2 of each column's 16 products read, and no warp
 // sum an item (its hi and lo rows meet in one shuffle; the warps' parts in shared memory at the page's end).
-template <int K>
-struct PagedShape {
-  static constexpr int CH = K / 8, SEGS = segs_of(CH), SEGC = CH / SEGS, ITEM = SEGC * 16, PAGE = 16 << 10,
-                       PER_PAGE = PAGE / ITEM, STEPS = SEGC / 2, S = (STEPS + WARPS - 1) / WARPS,
-                       TILES = (PER_PAGE + 7) / 8, WRAP = BUF / PAGE;
-  static_assert(SEGC % 8 == 0 && 2 * SEGS <= 16 && PER_PAGE >= 1, "whole 128-byte groups, 8 segments at most");
+// The kernel's geometry (kiec::GemvShape: SEGC, ITEM, PER_PAGE) with the FMA tile's segments and 16 KB pages, and
+// what page_rows adds to it.
+template <int K, int SEGS_ = segs_of(K / 8), int PAGE_ = 16 << 10>
+struct PagedShape : kiec::GemvShape<__nv_bfloat16, K, WARPS, kiec::EPI_STORE, SEGS_, PAGE_> {
+  using G = kiec::GemvShape<__nv_bfloat16, K, WARPS, kiec::EPI_STORE, SEGS_, PAGE_>;
+  static constexpr int SEGS = SEGS_, PAGE = PAGE_, STEPS = G::SEGC / 2, S = (STEPS + WARPS - 1) / WARPS,
+                       TILES = (G::PER_PAGE + 7) / 8, WRAP = BUF / PAGE;
+  static_assert(G::SEGC % 8 == 0 && 2 * SEGS <= 16, "whole 128-byte groups, 8 segments at most");
   // byte offset of item i's logical chunk c (the buffer goes round a page at a time)
   __host__ __device__ static constexpr int at(int i, int c) {
-    return (i / PER_PAGE % WRAP) * PAGE + (i % PER_PAGE) * ITEM + (c ^ (i % PER_PAGE & 7)) * 16;
+    return (i / G::PER_PAGE % WRAP) * PAGE + (i % G::PER_PAGE) * G::ITEM + (c ^ (i % G::PER_PAGE & 7)) * 16;
   }
 };
 

@@ -675,9 +675,11 @@ TARGETS: dict[str, TargetParams] = {
                           # unrolled, refetched each phase), and a stream-bound share waits for U pages before it
                           # starts a step. Off
                           persist_dot_items=1, persist_dot_item_chunks=16, persist_dot_items_min_share=1,
-                          # bench/mma_rows.cu's diag_rows (forty-ninth session) times this way beside the FMA
-                          # tile's on shares already in shared memory: not yet run on a GPU, nor the kernel with it.
-                          # Off until it is
+                          # slower than the FMA tile on an H100 (fiftieth session, bench/RESULTS.md):
+                          # bench/mma_rows.cu's diag_rows 0.84-0.92x its GB/s an SM on the wide shapes, one item a
+                          # warp at a time in 2 chains;
+                          # the kernel 0.853 / 0.850 -> 0.857 / 0.856 ms on llama-3.2-1b, 1.253 / 1.251 -> 1.254 /
+                          # 1.255 on qwen3-1.7b, 0.390 / 0.378 -> 0.413 / 0.407 on smollm2-135m. Off
                           persist_dot_mma=0, persist_dot_mma_chains=2,
                           # every acquire poll invalidates the SM's L1 (CCTL.IVALL), so a tile's instruction fields,
                           # its descriptor and its waits came from L2 one dependent round trip after another before
