@@ -20,7 +20,8 @@
 // tile's, with the kernel's own code (persist_dot_mma's MmaX; tests/cpu/test_mma_dot.py checks its fragments): if it
 // is fast, the kernel's pages, deal and layout stay as they are and only the dot products change.
 // The sixth (page_rows, fiftieth session): the kernel's pages and items, swizzled, the warps splitting each item's
-// steps; 8 items an mma (below).
+// steps; 8 items an mma (below), in KIEC_MMA_CHAINS chains of mmas, a page's tile of 8 items at a time and (fifty-first
+// session) two at once.
 // bench/mma_rows_emulate.py repeats the three swizzled ways' index arithmetic on the CPU under PTX's fragment rules (its
 // formulas copied from here: change both together).
 // Build (GPU machine): nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include
@@ -356,11 +357,15 @@ struct PagedShape : kiec::GemvShape<__nv_bfloat16, K, WARPS, kiec::EPI_STORE, SE
   }
 };
 
-template <int K, int ROWS>
+// PU: a warp's units (a page's tile of 8 items) taken PU at a time, their ldmatrix and mma chains side by side (the
+// kernel would take two landed pages at once); ACC: chains of dependent mmas a unit (KIEC_MMA_CHAINS, as the
+// diagonal's).
+template <int K, int ROWS, int PU = 1>
 __global__ void __launch_bounds__(THREADS, 1) page_rows(const __nv_bfloat16* w, float* out, int reps) {
   extern __shared__ __align__(128) char smem[];
   using P = PagedShape<K>;
-  constexpr int ITEMS = ROWS * P::SEGS, PAGES = (ITEMS + P::PER_PAGE - 1) / P::PER_PAGE, ACC = P::S < 2 ? P::S : 2;
+  constexpr int ITEMS = ROWS * P::SEGS, PAGES = (ITEMS + P::PER_PAGE - 1) / P::PER_PAGE, UNITS = PAGES * P::TILES,
+                ACC = P::S < KIEC_MMA_CHAINS ? P::S : KIEC_MMA_CHAINS;
   float* red = reinterpret_cast<float*>(smem + BUF);  // [WARPS * SEGS][ROWS]: warp w's part of row j's segment g
   fill_buffer(smem, w);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -381,32 +386,39 @@ __global__ void __launch_bounds__(THREADS, 1) page_rows(const __nv_bfloat16* w, 
   const int mat = lane >> 3, n = lane & 7;  // this lane's ldmatrix address: item n of the tile, matrix mat
   timed_reps<ROWS, WARPS * P::SEGS>(reps, red, out, [&] {
 #pragma unroll 1
-    for (int p = 0; p < PAGES; ++p) {
-      const int first = p * P::PER_PAGE, here = min(P::PER_PAGE, ITEMS - first);
+    for (int u0 = 0; u0 < UNITS; u0 += PU) {
+      float d[PU][ACC][4] = {};
 #pragma unroll
-      for (int t = 0; t < P::TILES; ++t) {
-        // (a column past the page's items reads slot n's if it has one, whose swizzle no other lane's has, else 0's)
-        const int slot = 8 * t + n, item = first + (slot < here ? slot : n < here ? n : 0);
-        float d[ACC][4] = {};
+      for (int i = 0; i < P::S; i += 2)
 #pragma unroll
-        for (int i = 0; i < P::S; i += 2) {
+        for (int x = 0; x < PU; ++x) {
+          const int unit = u0 + x, p = unit / P::TILES, t = unit % P::TILES, first = p * P::PER_PAGE,
+                    here = min(P::PER_PAGE, ITEMS - first);
+          if (UNITS % PU != 0 && unit >= UNITS) continue;
+          // (a column past the page's items reads slot n's if it has one, whose swizzle no other lane's has, else 0's)
+          const int slot = 8 * t + n, item = first + (slot < here ? slot : n < here ? n : 0);
           const int s0 = warp + i * WARPS, s1 = warp + (i + 1) * WARPS;
           const bool two = i + 1 < P::S && (P::STEPS % WARPS == 0 || s1 < P::STEPS);
           if (P::STEPS % WARPS == 0 || s0 < P::STEPS) {  // (the warp's last steps may be past the item's)
             const int step = mat < 2 || !two ? s0 : s1;
             unsigned b[4];
             ldmatrix_x4(base + P::at(item, 2 * step + (mat & 1)), b);
-            kiec::mma_16816<__nv_bfloat16>(d[i % ACC], a[i], b[0], b[1]);
-            if (two) kiec::mma_16816<__nv_bfloat16>(d[(i + 1) % ACC], a[i + 1], b[2], b[3]);
+            kiec::mma_16816<__nv_bfloat16>(d[x][i % ACC], a[i], b[0], b[1]);
+            if (two) kiec::mma_16816<__nv_bfloat16>(d[x][(i + 1) % ACC], a[i + 1], b[2], b[3]);
           }
         }
 #pragma unroll
+      for (int x = 0; x < PU; ++x) {
+        const int unit = u0 + x, p = unit / P::TILES, t = unit % P::TILES, first = p * P::PER_PAGE,
+                  here = min(P::PER_PAGE, ITEMS - first);
+        if (UNITS % PU != 0 && unit >= UNITS) continue;
+#pragma unroll
         for (int j = 1; j < ACC; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) d[0][e] += d[j][e];
+          for (int e = 0; e < 4; ++e) d[x][0][e] += d[x][j][e];
         float v[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) v[e] = d[0][e] + __shfl_xor_sync(0xffffffffu, d[0][e], 4);  // (hi + lo rows)
+        for (int e = 0; e < 4; ++e) v[e] = d[x][0][e] + __shfl_xor_sync(0xffffffffu, d[x][0][e], 4);  // (hi + lo)
         if ((g & 1) == 0) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
@@ -458,13 +470,14 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
   CHECK(cudaFuncSetAttribute(diag_rows<K, ROWS, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem + K * 4));
   const int paged_shmem = BUF + WARPS * PagedShape<K>::SEGS * ROWS * 4;
   CHECK(cudaFuncSetAttribute(page_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, paged_shmem));
+  CHECK(cudaFuncSetAttribute(page_rows<K, ROWS, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, paged_shmem));
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
   // tile-major mma, FMA, swizzled mma, swizzled mma of 8 rows, block-diagonal mma an item at a time, 2 and 4 at once,
-  // the kernel's pages swizzled with the warps splitting the items' steps
-  double gbs[8], err[8];
-  for (int way = 0; way < 8; ++way) {
+  // the kernel's pages swizzled with the warps splitting the items' steps, a unit at a time and two
+  double gbs[9], err[9];
+  for (int way = 0; way < 9; ++way) {
     auto launch = [&](int reps) {
       if (way == 0) mma_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
       else if (way == 1) fma_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
@@ -473,7 +486,8 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
       else if (way == 4) diag_rows<K, ROWS, 1><<<sms, THREADS, shmem + K * 4>>>(dw, dout, reps);
       else if (way == 5) diag_rows<K, ROWS, 2><<<sms, THREADS, shmem + K * 4>>>(dw, dout, reps);
       else if (way == 6) diag_rows<K, ROWS, 4><<<sms, THREADS, shmem + K * 4>>>(dw, dout, reps);
-      else page_rows<K, ROWS><<<sms, THREADS, paged_shmem>>>(dw, dout, reps);
+      else if (way == 7) page_rows<K, ROWS><<<sms, THREADS, paged_shmem>>>(dw, dout, reps);
+      else page_rows<K, ROWS, 2><<<sms, THREADS, paged_shmem>>>(dw, dout, reps);
     };
     launch(2);  // warm
     CHECK(cudaDeviceSynchronize());
@@ -503,7 +517,7 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
       for (int k = 0; k < K; ++k) {
         const double wv = way == 0 ? weight_tile_major(hw, j, k, K)
                           : way == 1 || (way >= 4 && way < 7) ? weight_row_major(hw, j, k, K)
-                          : way == 7                           ? weight_paged<K>(hw, j, k)
+                          : way >= 7                           ? weight_paged<K>(hw, j, k)
                                                                : weight_swizzled(hw, j, k, K);
         ref += wv * made_x(k);
         mag += std::fabs(wv * made_x(k));
@@ -514,10 +528,10 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
   printf("%-26s K %5d rows %3d | mma %7.1f GB/s an SM, err %.1e | fma %7.1f GB/s an SM, err %.1e | mma/fma %.2fx"
          " | swizzled mma %7.1f, err %.1e, %.2fx | 8 rows %7.1f, err %.1e, %.2fx | diagonal %7.1f, err %.1e, %.2fx"
          " | 2 items %7.1f, err %.1e, %.2fx | 4 items %7.1f, err %.1e, %.2fx (%d chains)"
-         " | paged, steps split %7.1f, err %.1e, %.2fx\n",
+         " | paged, steps split %7.1f, err %.1e, %.2fx | 2 units %7.1f, err %.1e, %.2fx\n",
          what, K, ROWS, gbs[0], err[0], gbs[1], err[1], gbs[0] / gbs[1], gbs[2], err[2], gbs[2] / gbs[1], gbs[3],
          err[3], gbs[3] / gbs[1], gbs[4], err[4], gbs[4] / gbs[1], gbs[5], err[5], gbs[5] / gbs[1], gbs[6], err[6],
-         gbs[6] / gbs[1], KIEC_MMA_CHAINS, gbs[7], err[7], gbs[7] / gbs[1]);
+         gbs[6] / gbs[1], KIEC_MMA_CHAINS, gbs[7], err[7], gbs[7] / gbs[1], gbs[8], err[8], gbs[8] / gbs[1]);
 }
 
 int main() {
