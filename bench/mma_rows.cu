@@ -15,10 +15,10 @@
 // swizzle an ldmatrix of 8 rows K x 2 bytes apart reads one bank group 8 times over; with it, 8 different ones.
 // The fourth (mma8_rows): the swizzled rows 8 at a time as B, x's pieces as A's first two rows, so that a share's
 // rows need not come in 16s.
-// The fifth (diag_rows, forty-ninth session): the FMA tile's own rows and deal, unswizzled, 16 chunks of one row an
-// mma as a block diagonal (256 of its products read, as the fourth's), loaded a lane's chunk at a time like the FMA
-// tile's, with the kernel's own code (persist_dot_mma's MmaX; tests/cpu/test_mma_dot.py checks its fragments): if it
-// is fast, the kernel's pages, deal and layout stay as they are and only the dot products change.
+// (The forty-ninth session's fifth, diag_rows: the FMA tile's own rows and deal, unswizzled, 16 chunks of one row an
+// mma as a block diagonal with persist_dot_mma's MmaX, also 2 and 4 items a warp at once; 0.84-1.34x the FMA tile on
+// an H100, and the kernel slower with it: taken out with persist_dot_mma in the fifty-first session, `git show
+// e9d6f36:bench/mma_rows.cu`.)
 // The sixth (page_rows, fiftieth session): the kernel's pages and items, swizzled, the warps splitting each item's
 // steps; 8 items an mma (below), in KIEC_MMA_CHAINS chains of mmas, a page's tile of 8 items at a time and (fifty-first
 // session) two at once.
@@ -34,13 +34,16 @@
 #include <cmath>
 #include <vector>
 
-#define KIEC_COMPUTE_THREADS 256  // (the kernel's headers: diag_rows takes persist_dot_mma's MmaX from them)
+#define KIEC_COMPUTE_THREADS 256  // (the kernel's headers: page_rows takes kiec::GemvShape and the mma from them)
 #include "persistent_abi.h"
 #include "kiec/persistent.cuh"
 #include "bench_common.cuh"
 
 constexpr int WARPS = 8, THREADS = WARPS * 32, BUF = 128 << 10, BLOCK_BYTES = 512, REPS = 400;
 constexpr int MAX_ROWS = 64;
+#ifndef KIEC_MMA_CHAINS
+#define KIEC_MMA_CHAINS 2  // page_rows' independent chains of mmas a unit at most (the build's -D: 1, 2 or 4)
+#endif
 
 __device__ __forceinline__ unsigned shared_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
@@ -289,52 +292,6 @@ __global__ void __launch_bounds__(THREADS, 1) fma_rows(const __nv_bfloat16* w, f
   });
 }
 
-// The fifth way (forty-ninth session): the FMA tile's own rows, deal and segments, unswizzled, on the tensor cores as
-// a block diagonal, with the kernel's own code (kiec::MmaX over kiec::TensorCores, persist_dot_mma): an mma.m16n8k16
-// takes 16 contiguous chunks (256 bytes) of one row segment, B's column n chunks n (k 0-7) and 8 + n (k 8-15) of the
-// step, A's row n x's hi pieces of the same two chunks and row 8 + n their lo pieces, D[n][n] + D[8 + n][n] read (256
-// of the mma's 2048 products, as mma8_rows; the ninth session's diagonal read 128). An ldmatrix.x4 takes two steps
-// with lane l's address at chunk 32 v + l: the FMA tile's 16-byte load a lane, 512 contiguous bytes a warp, no bank
-// conflicts and no layout change. x's pieces for the warp's segment are made once from x's floats in shared memory
-// (as the kernel's scratch holds them) and stay in registers; a warp sum adds the lanes' parts, as the FMA tile's.
-// U: a warp's items at once (persist_dot_items: their mma chains and warp sums independent, interleaved), in
-// KIEC_MMA_CHAINS chains each (the build's -D, persist_dot_mma_chains).
-template <int K, int ROWS, int U>
-__global__ void __launch_bounds__(THREADS, 1) diag_rows(const __nv_bfloat16* w, float* out, int reps) {
-  extern __shared__ __align__(128) char smem[];
-  float* red = reinterpret_cast<float*>(smem + BUF);  // [SEGS][ROWS]
-  float* xs = red + WARPS * MAX_ROWS;                 // x's K floats
-  constexpr int CH = K / 8, SEGS = segs_of(CH), SEGC = CH / SEGS, CHUNKS = BUF / 16;
-  fill_buffer(smem, w);
-  for (int k = threadIdx.x; k < K; k += THREADS) xs[k] = made_x(k);
-  __syncthreads();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, seg = warp % SEGS;
-  using G = kiec::GemvShape<__nv_bfloat16, K, WARPS, kiec::EPI_STORE, SEGS, 16 << 10>;  // (the FMA tile's segments)
-  kiec::MmaX<G, kiec::TensorCores<__nv_bfloat16>> xm;
-  xm.load(xs, seg, lane);
-  timed_reps<ROWS, SEGS>(reps, red, out, [&] {
-    constexpr int STRIDE = WARPS / SEGS;  // (rows a warp apart)
-#pragma unroll 1
-    for (int j0 = warp / SEGS; j0 < ROWS; j0 += U * STRIDE) {
-      float s[U], unused;
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int j = j0 + u * STRIDE;
-        const char* item = smem + ((j * CH + seg * SEGC) % CHUNKS) * 16;  // (the shares here never wrap mid-item)
-        s[u] = 0.f;
-        if (j < ROWS) xm.dot(item, item, lane, s[u], unused);
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-        for (int u = 0; u < U; ++u) s[u] += __shfl_xor_sync(0xffffffffu, s[u], o);
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (lane == 0 && j0 + u * STRIDE < ROWS) red[seg * ROWS + j0 + u * STRIDE] = s[u];
-    }
-  });
-}
-
 // The sixth way (fiftieth session): the kernel's own pages and items (16 KB pages, each row cut into SEGS segments as
 // the FMA tile cuts it, item i = row i / SEGS's segment i % SEGS, PER_PAGE whole items a page), each item's 16-byte
 // chunks XOR-swizzled in 128-byte groups by its slot in the page (chunk c at c ^ (slot & 7)), and the warps splitting
@@ -358,8 +315,7 @@ struct PagedShape : kiec::GemvShape<__nv_bfloat16, K, WARPS, kiec::EPI_STORE, SE
 };
 
 // PU: a warp's units (a page's tile of 8 items) taken PU at a time, their ldmatrix and mma chains side by side (the
-// kernel would take two landed pages at once); ACC: chains of dependent mmas a unit (KIEC_MMA_CHAINS, as the
-// diagonal's).
+// kernel would take two landed pages at once); ACC: chains of dependent mmas a unit (KIEC_MMA_CHAINS).
 template <int K, int ROWS, int PU = 1>
 __global__ void __launch_bounds__(THREADS, 1) page_rows(const __nv_bfloat16* w, float* out, int reps) {
   extern __shared__ __align__(128) char smem[];
@@ -456,39 +412,47 @@ static float weight_swizzled(const std::vector<__nv_bfloat16>& w, int j, int k, 
   return __bfloat162float(w[chunk * 8 + k % 8]);
 }
 
+// The weight layouts the ways read the same buffer as.
+enum Layout { TILE_MAJOR, ROW_MAJOR, SWIZZLED, PAGED };
+
+template <int K>
+static float weight(Layout layout, const std::vector<__nv_bfloat16>& w, int j, int k) {
+  switch (layout) {
+    case TILE_MAJOR: return weight_tile_major(w, j, k, K);
+    case ROW_MAJOR: return weight_row_major(w, j, k, K);
+    case SWIZZLED: return weight_swizzled(w, j, k, K);
+    default: return weight_paged<K>(w, j, k);
+  }
+}
+
+// One way: its kernel, the dynamic shared memory it takes and the layout it reads the weights as.
+struct Way {
+  const char* name;
+  void (*kernel)(const __nv_bfloat16*, float*, int);
+  int shmem;
+  Layout layout;
+};
+
 template <int K, int ROWS>
 static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::vector<__nv_bfloat16>& hw,
                 float* dout) {
-  const int shmem = BUF + WARPS * MAX_ROWS * 4;
-  CHECK(cudaFuncSetAttribute(mma_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
-  CHECK(cudaFuncSetAttribute(fma_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
-  CHECK(cudaFuncSetAttribute(mma_rows<K, ROWS, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
-  CHECK(cudaFuncSetAttribute(mma8_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             shmem + mma8_x_bytes<K>()));
-  CHECK(cudaFuncSetAttribute(diag_rows<K, ROWS, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem + K * 4));
-  CHECK(cudaFuncSetAttribute(diag_rows<K, ROWS, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem + K * 4));
-  CHECK(cudaFuncSetAttribute(diag_rows<K, ROWS, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem + K * 4));
-  const int paged_shmem = BUF + WARPS * PagedShape<K>::SEGS * ROWS * 4;
-  CHECK(cudaFuncSetAttribute(page_rows<K, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, paged_shmem));
-  CHECK(cudaFuncSetAttribute(page_rows<K, ROWS, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, paged_shmem));
+  const int shmem = BUF + WARPS * MAX_ROWS * 4, paged = BUF + WARPS * PagedShape<K>::SEGS * ROWS * 4;
+  const Way ways[] = {  // the FMA tile first: every other way's rate is given against its
+      {"fma", fma_rows<K, ROWS>, shmem, ROW_MAJOR},
+      {"tile-major mma", mma_rows<K, ROWS>, shmem, TILE_MAJOR},
+      {"swizzled mma", mma_rows<K, ROWS, true>, shmem, SWIZZLED},
+      {"8 rows", mma8_rows<K, ROWS>, shmem + mma8_x_bytes<K>(), SWIZZLED},
+      {"paged, steps split", page_rows<K, ROWS>, paged, PAGED},
+      {"2 units", page_rows<K, ROWS, 2>, paged, PAGED},
+  };
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
-  // tile-major mma, FMA, swizzled mma, swizzled mma of 8 rows, block-diagonal mma an item at a time, 2 and 4 at once,
-  // the kernel's pages swizzled with the warps splitting the items' steps, a unit at a time and two
-  double gbs[9], err[9];
-  for (int way = 0; way < 9; ++way) {
-    auto launch = [&](int reps) {
-      if (way == 0) mma_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
-      else if (way == 1) fma_rows<K, ROWS><<<sms, THREADS, shmem>>>(dw, dout, reps);
-      else if (way == 2) mma_rows<K, ROWS, true><<<sms, THREADS, shmem>>>(dw, dout, reps);
-      else if (way == 3) mma8_rows<K, ROWS><<<sms, THREADS, shmem + mma8_x_bytes<K>()>>>(dw, dout, reps);
-      else if (way == 4) diag_rows<K, ROWS, 1><<<sms, THREADS, shmem + K * 4>>>(dw, dout, reps);
-      else if (way == 5) diag_rows<K, ROWS, 2><<<sms, THREADS, shmem + K * 4>>>(dw, dout, reps);
-      else if (way == 6) diag_rows<K, ROWS, 4><<<sms, THREADS, shmem + K * 4>>>(dw, dout, reps);
-      else if (way == 7) page_rows<K, ROWS><<<sms, THREADS, paged_shmem>>>(dw, dout, reps);
-      else page_rows<K, ROWS, 2><<<sms, THREADS, paged_shmem>>>(dw, dout, reps);
-    };
+  printf("%-26s K %5d rows %3d", what, K, ROWS);
+  double fma = 0.0;
+  for (const Way& way : ways) {
+    CHECK(cudaFuncSetAttribute((const void*)way.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, way.shmem));
+    auto launch = [&](int reps) { way.kernel<<<sms, THREADS, way.shmem>>>(dw, dout, reps); };
     launch(2);  // warm
     CHECK(cudaDeviceSynchronize());
     // the loading of 128 KB into shared memory timed apart: 2 reps against REPS + 2
@@ -508,30 +472,23 @@ static void run(const char* what, int sms, const __nv_bfloat16* dw, const std::v
       CHECK(cudaEventElapsedTime(&ms, e0, e1));
       best = std::min(best, ms);
     }
-    gbs[way] = (double)REPS * ROWS * K * 2 / ((best - base) * 1e-3) / 1e9;
+    const double gbs = (double)REPS * ROWS * K * 2 / ((best - base) * 1e-3) / 1e9;
     std::vector<float> out(ROWS);
     CHECK(cudaMemcpy(out.data(), dout, ROWS * 4, cudaMemcpyDeviceToHost));
-    err[way] = 0.0;
+    double err = 0.0;
     for (int j = 0; j < ROWS; ++j) {
       double ref = 0.0, mag = 0.0;
       for (int k = 0; k < K; ++k) {
-        const double wv = way == 0 ? weight_tile_major(hw, j, k, K)
-                          : way == 1 || (way >= 4 && way < 7) ? weight_row_major(hw, j, k, K)
-                          : way >= 7                           ? weight_paged<K>(hw, j, k)
-                                                               : weight_swizzled(hw, j, k, K);
+        const double wv = weight<K>(way.layout, hw, j, k);
         ref += wv * made_x(k);
         mag += std::fabs(wv * made_x(k));
       }
-      err[way] = std::max(err[way], std::fabs(out[j] - ref) / mag);
+      err = std::max(err, std::fabs(out[j] - ref) / mag);
     }
+    if (way.kernel == ways[0].kernel) fma = gbs;
+    printf(" | %s %7.1f GB/s an SM, err %.1e, %.2fx", way.name, gbs, err, gbs / fma);
   }
-  printf("%-26s K %5d rows %3d | mma %7.1f GB/s an SM, err %.1e | fma %7.1f GB/s an SM, err %.1e | mma/fma %.2fx"
-         " | swizzled mma %7.1f, err %.1e, %.2fx | 8 rows %7.1f, err %.1e, %.2fx | diagonal %7.1f, err %.1e, %.2fx"
-         " | 2 items %7.1f, err %.1e, %.2fx | 4 items %7.1f, err %.1e, %.2fx (%d chains)"
-         " | paged, steps split %7.1f, err %.1e, %.2fx | 2 units %7.1f, err %.1e, %.2fx\n",
-         what, K, ROWS, gbs[0], err[0], gbs[1], err[1], gbs[0] / gbs[1], gbs[2], err[2], gbs[2] / gbs[1], gbs[3],
-         err[3], gbs[3] / gbs[1], gbs[4], err[4], gbs[4] / gbs[1], gbs[5], err[5], gbs[5] / gbs[1], gbs[6], err[6],
-         gbs[6] / gbs[1], KIEC_MMA_CHAINS, gbs[7], err[7], gbs[7] / gbs[1], gbs[8], err[8], gbs[8] / gbs[1]);
+  printf(" (%d chains)\n", KIEC_MMA_CHAINS);
 }
 
 int main() {

@@ -138,11 +138,6 @@ class _PersistentEmitter(_Emitter):
         if t.persist_dot_items not in (1, 2, 4, 8) or t.persist_dot_item_chunks < 1:
             raise ValueError(f"persist_dot_items {t.persist_dot_items}: 1, 2, 4 or 8 items a warp at once, with "
                              f"persist_dot_item_chunks ({t.persist_dot_item_chunks}) at least 1")
-        if t.persist_dot_mma not in (0, 1, 2):
-            raise ValueError(f"persist_dot_mma {t.persist_dot_mma}: 0, 1 (every GEMV whose x is copied into the "
-                             f"scratch) or 2 (those without a SiLU-mul)")
-        if t.persist_dot_mma_chains not in (1, 2, 4):
-            raise ValueError(f"persist_dot_mma_chains {t.persist_dot_mma_chains}: 1, 2 or 4 chains of mmas an item")
         if not 0 <= t.persist_tag_lead <= 100:
             raise ValueError(f"persist_tag_lead {t.persist_tag_lead}: a percentage of the writer's tiles, 0 to 100")
         if t.persist_probe_o_local and self.tags and any(
@@ -405,13 +400,6 @@ class _PersistentEmitter(_Emitter):
             return self.read_as_x(v, lambda r: not r.norm and r.k % 4 == 0 and not self.x_direct(r))
         return frozenset(v for v in written if self.tagged(v) and v not in self.p.graph.outputs and copied(v))
 
-    def dot_mma(self, k: GemvKernel, staged: bool, half: bool) -> bool:
-        """Whether this GEMV's dot products run on the tensor cores (persist_dot_mma: 1 every GEMV whose x is copied
-        into the scratch, whole or a warp's own segment, and that takes a warp an item (not half-warps), 2 those
-        without a SiLU-mul among them)."""
-        level = self.t.persist_dot_mma
-        return bool(level and staged and not half and (level == 1 or k.epilogue != "silu_mul"))
-
     def gemv(self, k: GemvKernel) -> None:
         if k.k % 8:
             raise ModeUnsupported(f"{k.name}: K = {k.k} is not a multiple of 8 (the GEMV reads 16-byte vectors)")
@@ -452,11 +440,10 @@ class _PersistentEmitter(_Emitter):
                              f"shares)")
         mg = (f"kiec::ConsumerMerge<{merge.head_dim}, {merge.n_heads // merge.kv_heads}, {self.splits[merge.name]}, "
               f"{self.t.attn_min_keys}, {self.consumer_merges}>" if merge else "kiec::NoConsumerMerge")
-        mma = self.dot_mma(k, staged=not direct and not wnorm, half=half)  # (x in the scratch: whole or a warp's)
         tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums, dot_items, warp_copy,
-                              k.x in self.paired, k.out in self.paired, sk, mg, mma],
+                              k.x in self.paired, k.out in self.paired, sk, mg],
                              [False, False, False, 0, False, 0, False, False, 1, False, False, False, False,
-                              "kiec::NoConsumerMerge", False])  # .. SK, MG, MMA
+                              "kiec::NoConsumerMerge"])  # .. SK, MG
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
                 f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem"
@@ -619,7 +606,6 @@ class _PersistentEmitter(_Emitter):
             norm_batch=self.t.persist_norm_batch, warp_copy_rounds=self.t.persist_warp_copy_rounds,
             merge_loads=self.t.persist_merge_loads,
             dot_item_chunks=self.t.persist_dot_item_chunks, stage_instrs=self.t.persist_stage_instrs,
-            dot_mma_chains=self.t.persist_dot_mma_chains if self.t.persist_dot_mma else 0,
             norm_w_raw=int(bool(self.t.persist_norm_w_raw)),
             norm_late_scale=int(bool(self.t.persist_norm_late_scale)), item_shares=int(bool(self.item_shares)),
             select_host_late=int(bool(self.t.persist_select_host_late)),

@@ -115,15 +115,6 @@ class TargetParams:
     persist_dot_item_chunks: int
     # persistent: persist_dot_items only for the GEMVs where a warp of a tile has at least this many items (1: all)
     persist_dot_items_min_share: int
-    # persistent: 1: the dot products of every GEMV whose x is copied into the scratch, whole or a warp's own segment
-    # (and that takes a warp an item; with persist_dot_items, several at once), on the tensor cores: 16 chunks of an
-    # item's segment an mma.m16n8k16 as a block diagonal, x as hi and lo bf16 pieces (mma_dot.cuh: MmaX; other bits
-    # than the FMA pipe's, within the error budget); 2: only those without a SiLU-mul (gate/up keeps the FMA pipe); 0:
-    # none
-    persist_dot_mma: int
-    # persistent: with persist_dot_mma, an item's mmas go in up to this many independent chains (1, 2 or 4: each a
-    # set of 4 fp32 sums a lane, added at the item's end; more chains, more mmas in flight and more registers)
-    persist_dot_mma_chains: int
     # persistent: 1: each tile's instruction and kernel descriptor copied into shared memory tiles ahead (cp.async), so
     # that its first reads before its wait are on chip, not L2 round trips one after another (persistent.cuh:
     # InstrStage; the same bits)
@@ -675,12 +666,13 @@ TARGETS: dict[str, TargetParams] = {
                           # unrolled, refetched each phase), and a stream-bound share waits for U pages before it
                           # starts a step. Off
                           persist_dot_items=1, persist_dot_item_chunks=16, persist_dot_items_min_share=1,
-                          # slower than the FMA tile on an H100 (fiftieth session, bench/RESULTS.md):
-                          # bench/mma_rows.cu's diag_rows 0.84-0.92x its GB/s an SM on the wide shapes, one item a
-                          # warp at a time in 2 chains;
-                          # the kernel 0.853 / 0.850 -> 0.857 / 0.856 ms on llama-3.2-1b, 1.253 / 1.251 -> 1.254 /
-                          # 1.255 on qwen3-1.7b, 0.390 / 0.378 -> 0.413 / 0.407 on smollm2-135m. Off
-                          persist_dot_mma=0, persist_dot_mma_chains=2,
+                          # (the dots on the tensor cores again, persist_dot_mma at 16c31c8 ... e9d6f36: an item's
+                          # 16-chunk steps as block diagonals of an mma.m16n8k16, the layout, pages and deal kept. On
+                          # an H100, bench/mma_rows.cu: 0.84-0.92x the FMA tile's GB/s an SM one item a warp at a
+                          # time, 1.09-1.34x 4 at once in 4 chains; the kernel +0.2-0.6% on llama-3.2-1b and
+                          # qwen3-1.7b, +6.8% on smollm2-135m, +3.1% / +5.9% with 2 / 4 items at once on
+                          # llama-3.2-1b (fiftieth and fifty-first sessions, bench/RESULTS.md). Taken out in the
+                          # fifty-first session, `git show e9d6f36`)
                           # every acquire poll invalidates the SM's L1 (CCTL.IVALL), so a tile's instruction fields,
                           # its descriptor and its waits came from L2 one dependent round trip after another before
                           # its first poll, and a GEMV's held norm weights were converted (waited for) before it: the

@@ -178,11 +178,9 @@ if [ -n "${COMPUTE:-}" ]; then
 fi
 # MMA=1: the GEMV tile's dot products on the tensor cores, 16 rows an mma (ldmatrix from a tile-major layout, and from
 # row-major rows XOR-swizzled in 128-byte groups; x as hi and lo bf16 columns), 8 swizzled rows an mma (x as A) and
-# the FMA tile's own rows as block diagonals (persist_dot_mma's way), against the FMA tile's way, on shares already in
-# shared memory (bench/mma_rows.cu); the diagonal also 2 and 4 items a warp at once (persist_dot_items), in 2 chains of
-# mmas an item, or (MMA=chains) in 1, 2 and 4, a build each (persist_dot_mma_chains); and the kernel's own pages with
-# each item's chunks swizzled, 8 items an mma, the warps splitting the items' steps, a tile of 8 items and two at
-# once (page_rows; its chains of mmas as the diagonal's)
+# the kernel's own pages with each item's chunks swizzled, 8 items an mma, the warps splitting the items' steps, a tile
+# of 8 items and two at once (page_rows), against the FMA tile's way, on shares already in shared memory
+# (bench/mma_rows.cu); page_rows' mmas in 2 chains, or (MMA=chains) in 1, 2 and 4, a build each
 if [ -n "${MMA:-}" ]; then
   chains=2; [ "$MMA" = chains ] && chains="2 1 4"
   for c in $chains; do

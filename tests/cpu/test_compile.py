@@ -1215,47 +1215,6 @@ def test_several_items_a_warp_at_once_compile_and_bad_counts_are_refused(tmp_pat
     compile_persistent(model, tmp_path / "art", monkeypatch, persist_dot_items=4)
 
 
-def test_tensor_core_dots_take_the_staged_gemvs_and_compile(tmp_path, monkeypatch):
-    # persist_dot_mma: gemv_tile's MMA (its 22nd template argument, after MG; false, the default, left out) on every
-    # GEMV whose x is copied into the scratch, whole or a warp's own (1), or those without a SiLU-mul (2); a GEMV that
-    # reads x straight from memory (persist_x_direct) keeps the FMA pipe; persist_dot_items applies to it too; the
-    # kernel builds (nvcc) with it and with 4 items at once in 4 chains of mmas; another level is refused by name
-    # before anything is written. (MmaX's fragments: test_mma_dot.py.)
-    model = tiny_llama(tmp_path)
-
-    def tiles(**fields):  # (EPI, ITEMS, MMA) of each GEMV case, in the order of the cases
-        text = persistent_cu(model, **fields)
-        args = [a.split(", ") for a in re.findall(r"gemv_tile<(T, [^>]*(?:<[^>]*>)?[^>]*)>\(", text)]
-        return [(a[4], int(a[15]) if len(a) > 15 else 1, len(a) > 21 and a[21] == "true") for a in args]
-    base = tiles()
-    assert len(base) == 5 and not any(mma for *_, mma in base)
-    assert [mma for *_, mma in tiles(persist_dot_mma=1)] == [True] * 5
-    assert [mma for epi, _, mma in tiles(persist_dot_mma=2)] == [epi != "kiec::EPI_SILU_MUL" for epi, *_ in base]
-    direct = tiles(persist_dot_mma=1, persist_x_direct=1)  # (O and down have no norm: x straight from memory)
-    assert [mma for *_, mma in direct] == [True, False, True, False, True]
-    assert tiles(persist_dot_mma=1, persist_dot_items=4, persist_dot_item_chunks=32) == [
-        (epi, 4, True) for epi, *_ in base]  # (several items a warp at once on them too)
-    with pytest.raises(kiec.KiecError, match="persist_dot_mma 3: 0, 1"):
-        persistent_cu(model, persist_dot_mma=3)
-    # its chains of mmas an item (persist_dot_mma_chains): defined only where the tensor cores take some GEMV
-    assert "KIEC_MMA_CHAINS" not in persistent_cu(model, persist_dot_mma_chains=4)
-    assert "#define KIEC_MMA_CHAINS 4" in persistent_cu(model, persist_dot_mma=1, persist_dot_mma_chains=4)
-    with pytest.raises(kiec.KiecError, match="persist_dot_mma_chains 3: 1, 2 or 4"):
-        persistent_cu(model, persist_dot_mma=1, persist_dot_mma_chains=3)
-    compile_persistent(model, tmp_path / "art", monkeypatch, persist_dot_mma=1)
-    compile_persistent(model, tmp_path / "items_art", monkeypatch, persist_dot_mma=1, persist_dot_items=4,
-                       persist_dot_item_chunks=32, persist_dot_mma_chains=4)
-    # a down projection of K 8192 (8 segments, a warp each) whose warps copy their own x (persist_x_warp_copy_min_k):
-    # its rounds go into the tensor cores' pieces as they are copied (WCOPY, gemv_tile's 17th argument, and MMA)
-    make_tiny_hf(tmp_path / "wide", "llama", intermediate_size=8192)
-    wide = kiec.load(str(tmp_path / "wide"), dtype="bf16")
-    args = [a.split(", ") for a in re.findall(r"gemv_tile<(T, [^>]*)>\(",
-                                              persistent_cu(wide, persist_dot_mma=1, persist_x_warp_copy_min_k=8192))]
-    assert [(a[1], a[6], a[16], a[21]) for a in args if a[4] == "kiec::EPI_RESIDUAL" and a[1] == "8192"] == \
-        [("8192", "8", "true", "true")]
-    compile_persistent(wide, tmp_path / "wide_art", monkeypatch, persist_dot_mma=1, persist_x_warp_copy_min_k=8192)
-
-
 def test_staged_instructions_and_raw_norm_weights_compile_where_asked(tmp_path, monkeypatch):
     # persist_stage_instrs, persist_norm_w_raw: the kernel defines KIEC_STAGE_INSTRS and KIEC_NORM_W_RAW (1 by
     # default) and builds (nvcc) with both; the staged slots' shared memory is kept out of the ring's room

@@ -232,44 +232,6 @@ def test_dot_half_warps_within_budget(tmp_path, monkeypatch, change):
     greedy_alike(eng, graph, tokens[:5], 40)
 
 
-@pytest.mark.parametrize("width", ["narrow", "wide", "wide_copy", "wide_items"])
-def test_tensor_core_dots_within_budget(tmp_path, monkeypatch, width):
-    # persist_dot_mma 1: every GEMV whose x is staged in the scratch takes its dot products on the tensor cores (MmaX:
-    # an mma a 16-chunk step of an item as a block diagonal, x as hi and lo bf16 pieces; other bits). On smollm2-135m's
-    # shapes (K 576: one segment of 72 chunks, its third round 8 lanes, the fifth step half past the segment; the down
-    # projection's 2 segments of 96) and on llama-3.2-1b's (K 2048: 2 segments of 128 chunks; the down projection's
-    # K 8192, 8 of 128; wide_copy: its warps copy their own x, as llama-3.1-8b's K 14336 does, their pieces made a
-    # round at a time; wide_items: a warp's items two at once, persist_dot_items, in 4 chains of mmas each), tagged as
-    # the table makes them: logits over 24 steps within the budget, no farther from the FMA pipe's than those are from
-    # the f32 reference (two sums of the same bf16 model part by the activations' bf16 roundings that a last-bit
-    # difference flips, ~1e-3 of the largest logit on the narrow shapes, 2026-12-05 on an H100: a step's chunks
-    # dropped or taken twice part them by far more), a 40-token generation graph mode's tokens
-    if width == "narrow":
-        make_tiny_hf(tmp_path / "hf", "llama", hidden_size=576, intermediate_size=1536, num_attention_heads=9,
-                     num_key_value_heads=3, vocab_size=8192)
-    else:
-        make_tiny_hf(tmp_path / "hf", "llama", hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
-                     num_key_value_heads=8, vocab_size=2048)
-    model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=256)
-    copy = {"persist_x_warp_copy_min_k": 8192} if width == "wide_copy" else {}
-    items = {"persist_dot_items": 2, "persist_dot_mma_chains": 4} if width == "wide_items" else {}
-    fma = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, name="fma", **copy))
-    art = compile_variant(model, tmp_path, monkeypatch, persist_dot_mma=1, **items)
-    tiles = gemv_tiles(art)
-    mma = [len(a) > 21 and a[21] == "true" for a in tiles]
-    assert len(mma) == 5 and all(mma), tiles  # (MMA: every GEMV's x is in the scratch on these shapes)
-    assert [len(a) > 16 and a[16] == "true" for a in tiles].count(True) == (1 if copy else 0)  # (WCOPY)
-    assert all(a[15] == ("2" if width == "wide_items" else "1") for a in tiles)  # (ITEMS)
-    eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
-    budget_check(ours, r32, r16, f"tensor-core dots ({width}): logits over 24 positions")
-    theirs = stepped_logits(fma, tokens)
-    apart, fma_err = np.abs(ours - theirs).max(), np.abs(theirs - r32).max()
-    assert apart <= fma_err, (f"tensor-core dots ({width}): {apart:.4g} from the FMA pipe's logits, which are "
-                              f"{fma_err:.4g} from f32")
-    graph = kiec.Engine(kiec.compile(model, str(tmp_path / "graph"), mode="graph"))
-    greedy_alike(eng, graph, tokens[:5], 40)
-
-
 @pytest.mark.parametrize("waits,lead", [(1, 100), (1, 10), (2, 100)])
 def test_tag_waits_on_wide_rows_compute_the_same_bits(tmp_path, monkeypatch, waits, lead):
     # tag waits where the prologues load words before the wait (preload: 4 of a K 1536 norm's 6 words a thread, the

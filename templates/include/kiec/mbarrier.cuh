@@ -50,14 +50,6 @@ __device__ __forceinline__ uint4 lds128(const void* p) {
   return v;
 }
 
-// Four 8 x 8 matrices of 16-bit elements from shared memory (ldmatrix.x4): lane 8 i + r gives row r of matrix i (16
-// bytes, 16-byte aligned); lane l gets of each matrix i row l / 4's elements 2 (l % 4) and 2 (l % 4) + 1 in m[i], the
-// fragment an mma.m16n8k16 takes (B's from rows that are B's columns). volatile as lds128.
-__device__ __forceinline__ void ldmatrix_x4(const void* p, unsigned (&m)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(m[0]), "=r"(m[1]), "=r"(m[2]), "=r"(m[3]) : "r"(smem_addr(p)));
-}
-
 // `bytes` (a multiple of 16) from global src to shared dst; bar's transaction count drops by them on arrival.
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar,
                                           unsigned long long policy) {

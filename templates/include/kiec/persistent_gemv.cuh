@@ -7,7 +7,6 @@
 #include "gemv.cuh"
 #include "item_deal.cuh"
 #include "item_share.cuh"
-#include "mma_dot.cuh"
 #include "persistent_tile.cuh"
 #include "ring.cuh"
 #include "warp_batch.cuh"
@@ -468,32 +467,6 @@ __device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const 
   }
 }
 
-// The tensor cores' operations MmaX (mma_dot.cuh) takes, in a kernel: ldmatrix.x4, mma.m16n8k16 with T operands and
-// fp32 sums, and x's hi and lo pieces (split_pair). (tests/cpu/mma_dot.cu gives it 32 host threads' instead.)
-template <typename T>
-struct TensorCores {
-  __device__ __forceinline__ void ldsm4(const char* p, unsigned (&m)[4]) const { ldmatrix_x4(p, m); }
-  __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) const {
-    mma_16816<T>(d, a, b0, b1);
-  }
-  __device__ __forceinline__ void split(float x, float y, unsigned& hi, unsigned& lo) const {
-    split_pair<T>(x, y, hi, lo);
-  }
-};
-
-// An item's dot products, this lane's part: on the FMA pipe from x's floats (dot_lanes), or on the tensor cores
-// (MmaX).
-template <typename T, typename G>
-__device__ __forceinline__ void item_dot(const char* w0, const char* w1, const float (&xr)[G::ROUNDS][8], int lane,
-                                         float& a0, float& a1) {
-  dot_lanes<T, G>(w0, w1, xr, lane, a0, a1);
-}
-template <typename T, typename G>
-__device__ __forceinline__ void item_dot(const char* w0, const char* w1, const MmaX<G, TensorCores<T>>& xm, int lane,
-                                         float& a0, float& a1) {
-  xm.dot(w0, w1, lane, a0, a1);
-}
-
 // Every page of a share of `items` items: this warp's items' segment sums into acc[(row * ROWS_PER_OUT + r) *
 // SEGS + seg]; each thread releases each page when done with it. Items are dealt round-robin, so a warp's k-th item
 // is warp + k * WARPS; its lane parts wait in a batch of KIEC_REDUCE_BATCH (a shift register: static indices) to be
@@ -630,8 +603,9 @@ struct TimedPages {  // half_warp_steps' and warp_item_steps' ring: the tile's, 
 // slower on every model, 1-4% with only the long shares (thirty-third session, codegen/targets.py): a short share's
 // step code, fetched again each phase, costs more than the overlap wins, and a stream-bound share waits for U pages
 // before each step. Off.
-template <typename T, typename G, int WARPS, int SEGS, int U, typename R, typename X>
-__device__ __forceinline__ long long gemv_pages_items(R& ring, int items, const X& xr, float* acc, bool timed) {
+template <typename T, typename G, int WARPS, int SEGS, int U, typename R>
+__device__ __forceinline__ long long gemv_pages_items(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
+                                                      bool timed) {
   static_assert(G::LANES == 32 && U >= 2 && (U & (U - 1)) == 0, "a warp an item, a power of two of them at once");
   static_assert(item_steps_reach(U, G::PER_PAGE, WARPS) < R::STAGES, "a step's pages fit the ring beside the oldest");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -641,7 +615,7 @@ __device__ __forceinline__ long long gemv_pages_items(R& ring, int items, const 
     float s0[U], s1[U];
 #pragma unroll
     for (int i = 0; i < U; ++i)
-      item_dot<T, G>(page[i] + at[i] * G::ITEM, page[i] + (G::PER_PAGE + at[i]) * G::ITEM, xr, lane, s0[i], s1[i]);
+      dot_lanes<T, G>(page[i] + at[i] * G::ITEM, page[i] + (G::PER_PAGE + at[i]) * G::ITEM, xr, lane, s0[i], s1[i]);
     store_item_sums<G, WARPS, SEGS, U>(s0, s1, acc, warp, lane, m0, n);
 #if KIEC_TRACE_DOTS
     if (timed && m0 == 0 && lane == 0) dot_stamps()[0][warp] = global_ns();  // (its first step's)
@@ -661,11 +635,11 @@ __device__ __forceinline__ long long gemv_pages_items(R& ring, int items, const 
 // the probe nor a dry pass) the items go several at once (gemv_pages_items), their sums in their own batch.
 // `share` (persist_item_shares, an ItemShare that is ON): the share's items from its head on, its lead rows' sums
 // published and its trailing unit's words asked for halfway; one item at a time.
-// xr: x's floats (dot_lanes), or an MmaX (the tensor cores).
 template <typename T, typename G, int WARPS, int SEGS, int TWICE = 0, int BATCH = 0, int ITEMS = KIEC_DOT_ITEMS,
-          typename R, typename X, typename Share = ItemShare<false, SEGS>>
-__device__ __forceinline__ long long gemv_pages(R& ring, int items, const X& xr, float* acc, bool timed,
-                                                bool dry = false, Share* share = nullptr, const Instr* ins = nullptr) {
+          typename R, typename Share = ItemShare<false, SEGS>>
+__device__ __forceinline__ long long gemv_pages(R& ring, int items, const float (&xr)[G::ROUNDS][8], float* acc,
+                                                bool timed, bool dry = false, Share* share = nullptr,
+                                                const Instr* ins = nullptr) {
   constexpr bool SK = Share::DEALT;
   constexpr int U = items_at_once(ITEMS, G::PER_PAGE, WARPS, R::STAGES, G::ROUNDS, KIEC_DOT_ITEM_CHUNKS);
   static_assert(!SK || U == 1, "a share dealt to the item: one item at a time");
@@ -702,12 +676,12 @@ __device__ __forceinline__ long long gemv_pages(R& ring, int items, const X& xr,
     const int first = p * G::PER_PAGE, n = min(G::PER_PAGE, items - first);
     for (int j = (warp - first % WARPS + WARPS) % WARPS; j < n; j += WARPS) {
       float a0, a1;
-      item_dot<T, G>(page + j * G::ITEM, page + (G::PER_PAGE + j) * G::ITEM, xr, lane, a0, a1);
+      dot_lanes<T, G>(page + j * G::ITEM, page + (G::PER_PAGE + j) * G::ITEM, xr, lane, a0, a1);
       if (TWICE & 1) {  // the same loads again, their sums kept alive times 0; the address moved by
         // gridDim.y - 1, 0 at run time but not known to ptxas, which merges identical shared loads (PTX has both)
         const int again = j * G::ITEM + (int)gridDim.y - 1;
         float b0, b1;
-        item_dot<T, G>(page + again, page + G::PER_PAGE * G::ITEM + again, xr, lane, b0, b1);
+        dot_lanes<T, G>(page + again, page + G::PER_PAGE * G::ITEM + again, xr, lane, b0, b1);
         a0 = fmaf(b0, 0.f, a0);
         a1 = fmaf(b1, 0.f, a1);
       }
@@ -843,12 +817,10 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // into the scratch): where the attention's splits in use at this position leave their merge to this GEMV
 // (consumer_merges), x is made from their partials at part_o and part_ml (merge_partials), words carrying the
 // attention phase's full tag (its counter: the descriptor's tag_x), instead of copied.
-// MMA (persist_dot_mma, x copied into the scratch, whole or a warp's own with WCOPY; a warp an item): the dot products
-// on the tensor cores (MmaX: x's hi and lo pieces from the scratch; other bits than the FMA pipe's).
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
           bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, bool HALF = false, bool SUMS = false,
           int ITEMS = 1, bool WCOPY = false, bool PX = false, bool PY = false, bool SK = false,
-          typename MG = NoConsumerMerge, bool MMA = false, typename R>
+          typename MG = NoConsumerMerge, typename R>
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
                                           float* y, int n_out, float* smem, unsigned long long* sums = nullptr,
                                           float* carry = nullptr, const float* part_o = nullptr,
@@ -868,8 +840,6 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   static_assert(!MG::ON || (TX && STAGED && !NORM && !PX && !SK && !SUMS && TWICE == 0 && !KIEC_TAG_WAITS),
                 "x merged from attention's partials: tagged, copied into the scratch, no norm, pairs, share, probe "
                 "or tag waits");
-  static_assert(!MMA || ((STAGED || WCOPY) && !HALF),
-                "tensor-core dots: x copied into the scratch (whole, or a warp's own), a warp an item");
   const int merge_active = MG::in_use(u.pos, u.desc->window);  // (MG::ON: the attention's splits in use)
   constexpr int UNIT = PY ? 2 : 1;  // (SK: the rows completed together)
   const int lo = u.ins->lo, outs = u.ins->hi - lo;  // the rows the share touches
@@ -893,8 +863,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   const bool res_mine = EPI == EPI_RESIDUAL && (int)threadIdx.x < end_rows() - lead_rows();
   float y_mine = 0.f;
   unsigned long long y_word = 0ull;
-  // this warp's segment of x: its floats, or (MMA) its pieces as the tensor cores take them
-  std::conditional_t<MMA, MmaX<G, TensorCores<T>>, float[G::ROUNDS][8]> xr;
+  float xr[G::ROUNDS][8];  // this warp's segment of x
   long long waited;
   // The tile from its wait to its sums: false if the generation ended first. `dry` (persist_probe_warm_code, a
   // timing probe; the same tokens): instead, the dot products over the tile's first page, if landed, with x zeros
@@ -903,14 +872,10 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   auto pass = [&](bool dry) {
     if (dry) {
       if (!ring.landed_at(0)) return true;
-      if constexpr (MMA) {
-        xr.zero();
-      } else {
 #pragma unroll
-        for (int v = 0; v < G::ROUNDS; ++v)
+      for (int v = 0; v < G::ROUNDS; ++v)
 #pragma unroll
-          for (int e = 0; e < 8; ++e) xr[v][e] = 0.f;
-      }
+        for (int e = 0; e < 8; ++e) xr[v][e] = 0.f;
     } else {
       if (!wait_inputs(u, nullptr, 0, &late_seen)) return false;
       // the residual this tile adds to, asked for now: its load's latency passes under the prologue and the pages
@@ -926,8 +891,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
                                             (share.first_seg() + (threadIdx.x >> 5)) % SEGS, threadIdx.x & 31,
                                             xs + (threadIdx.x >> 5) * WARP_COPY_FLOATS, [&](int v, const float* w) {
             const int lane = threadIdx.x & 31;
-            if constexpr (MMA) xr.load_round(w, v, lane);  // (its pieces made a round at a time)
-            else load_chunk8(w + lane * 8, G::SEGC % 32 == 0 || v * 32 + lane < G::SEGC, xr[v]);
+            load_chunk8(w + lane * 8, G::SEGC % 32 == 0 || v * 32 + lane < G::SEGC, xr[v]);
           });
         else if constexpr (MG::ON) {  // (TX, STAGED)
           if (consumer_merges<MG::MAX>(merge_active)) {
@@ -953,10 +917,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
         const int landed = ring.landed_warp((items + G::PER_PAGE - 1) / G::PER_PAGE, threadIdx.x);
         if (threadIdx.x == 0) trace_row(u)[TR_PAGES_READY] = landed;
       }
-      if constexpr (MMA) {
-        if constexpr (STAGED)  // (WCOPY: its rounds went into xr as they were copied)
-          xr.load(xs, (share.first_seg() + (threadIdx.x >> 5)) % SEGS, threadIdx.x & 31);
-      } else if constexpr (TX && DIRECT)
+      if constexpr (TX && DIRECT)
         load_x_slice_tagged<G>(x, tag_of(u, u.desc->tag_x), (share.first_seg() + (threadIdx.x >> 5)) % SEGS,
                                threadIdx.x & 31, xr);
       else if (!WNORM && !WCOPY)
