@@ -22,8 +22,8 @@
 // The sixth (page_rows, fiftieth session): the kernel's pages and items, swizzled, the warps splitting each item's
 // steps; 8 items an mma (below), in KIEC_MMA_CHAINS chains of mmas, a page's tile of 8 items at a time and (fifty-first
 // session) two at once.
-// bench/mma_rows_emulate.py repeats the three swizzled ways' index arithmetic on the CPU under PTX's fragment rules (its
-// formulas copied from here: change both together).
+// bench/mma_rows_emulate.py repeats the three swizzled ways' index arithmetic on the CPU under PTX's fragment rules
+// (its formulas copied from here: change both together).
 // Build (GPU machine): nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include
 //   bench/mma_rows.cu -o /tmp/mma_rows   (scripts/gpu_run.sh: MMA=1)
 #include <cuda_bf16.h>
@@ -298,8 +298,8 @@ __global__ void __launch_bounds__(THREADS, 1) fma_rows(const __nv_bfloat16* w, f
 // every item's steps instead of taking items: warp w takes steps w, w + WARPS, ... of the page's items. An
 // mma.m16n8k16 takes 8 of a page's items as B's columns x 16 elements at one step (ldmatrix.x4: two steps, lane l
 // the address of item l & 7's chunk), with x's hi and lo pieces of segment g at that step as A's rows 2 g and 2 g + 1
-// (SEGS <= 8), so D[2 seg(n)][n] + D[2 seg(n) + 1][n] is item n's part: 2 of each column's 16 products read, and no warp
-// sum an item (its hi and lo rows meet in one shuffle; the warps' parts in shared memory at the page's end).
+// (SEGS <= 8), so D[2 seg(n)][n] + D[2 seg(n) + 1][n] is item n's part: 2 of each column's 16 products read, and no
+// warp sum an item (its hi and lo rows meet in one shuffle; the warps' parts in shared memory at the page's end).
 // The kernel's geometry (kiec::GemvShape: SEGC, ITEM, PER_PAGE) with the FMA tile's segments and 16 KB pages, and
 // what page_rows adds to it.
 template <int K, int SEGS_ = segs_of(K / 8), int PAGE_ = 16 << 10>
