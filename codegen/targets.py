@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass
 
 
@@ -873,8 +874,21 @@ TARGETS: dict[str, TargetParams] = {
 
 def with_fields(params, assignments: dict[str, str]):
     """A copy of a dataclass (a TargetParams, a cost table) with `field: value` strings from a command line applied,
-    each converted to its field's type (the A/B scripts: variants.py, ptxas.py, time_model.py)."""
-    return dataclasses.replace(params, **{k: type(getattr(params, k))(v) for k, v in assignments.items()})
+    each converted to its field's type (the A/B scripts: variants.py, ptxas.py, time_model.py). A name that is no
+    field (a typo, or a field taken out) or a value of the wrong type is a ValueError naming it."""
+    names = [f.name for f in dataclasses.fields(params)]
+    values = {}
+    for k, v in assignments.items():
+        if k not in names:
+            close = difflib.get_close_matches(k, names, n=3)
+            raise ValueError(f"{type(params).__name__} has no field {k!r}"
+                             + (f" (did you mean {', '.join(close)}?)" if close else ""))
+        kind = type(getattr(params, k))
+        try:
+            values[k] = kind(v)
+        except ValueError:
+            raise ValueError(f"{k}={v!r}: not a value of its type ({kind.__name__})") from None
+    return dataclasses.replace(params, **values)
 
 
 def target(arch: str) -> TargetParams:

@@ -23,6 +23,7 @@ import trace_summary
 import kiec
 from kiec.bench import engine, measure_ceilings, positions_needed, release, time_kiec
 from kiec.codegen import targets
+from kiec.modes import MODES
 from kiec.summary import bytes_per_token
 
 
@@ -155,7 +156,24 @@ def parse(argv: list[str]) -> tuple[list[tuple[str, list[str]]], int | None, int
     return lists, int(opts["--trace"]) if "--trace" in opts else None, rounds
 
 
+def check_fields(lists: list[tuple[str, list[str]]]) -> None:
+    """Every variant's fields, before anything is compiled or timed: a name that is no TargetParams field or a value
+    of the wrong type stops the run here, not after the models before it have spent the call's GPU time."""
+    for spec, variants in lists:
+        for v in variants:
+            changes = dict(kv.split("=", 1) for kv in v.split(",") if "=" in kv)
+            mode = changes.pop("mode", "graph")
+            if mode not in MODES:
+                raise SystemExit(f"variants.py: {spec} {v}: mode={mode}: one of {', '.join(MODES)}")
+            changes.pop("seq", None)
+            try:
+                targets.with_fields(targets.TARGETS["sm_90"], changes)
+            except ValueError as e:
+                raise SystemExit(f"variants.py: {spec} {v}: {e}") from None
+
+
 if __name__ == "__main__":
     lists, pos, rounds = parse(sys.argv[1:])
+    check_fields(lists)
     for spec, variants in lists:
         main(spec, variants, pos, rounds)
