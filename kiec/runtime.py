@@ -56,6 +56,7 @@ class Engine:
             raise KiecError(f"{artifact_dir}: no manifest.json (not a kiec artifact, or an unfinished compile)")
         with open(manifest_path) as fh:
             self.manifest = json.load(fh)
+        self.artifact_dir = artifact_dir
         if self.manifest.get("abi") != ABI_VERSION:
             raise KiecError(f"{artifact_dir}: artifact ABI {self.manifest.get('abi')}, this kiec reads {ABI_VERSION}")
         lib = load_library(os.path.join(artifact_dir, "libkiec_model.so"))
@@ -214,6 +215,9 @@ class Engine:
         manifest["trace_slots"] (codegen/persistent_abi.py's TRACE_SLOTS says what each holds). warm: that many
         traced launches first, their recordings dropped (the traced step's own code paths and the recording's
         pages then run a second time, not a first)."""
+        if not self.manifest.get("traceable", True):
+            raise KiecError(f"{self.artifact_dir}: compiled without the trace's code (persist_trace_code 0): "
+                            f"Engine.trace needs an artifact compiled with it")
         self._usable()
         n, slots = self.manifest["instructions"], len(self.manifest["trace_slots"])
         for _ in range(warm + 1):

@@ -36,7 +36,9 @@ def traces(arts: dict[str, str], pos: int, prefix: str = "") -> None:
     save_dir = os.environ.get("VARIANTS_TRACE_DIR")  # each recording kept there as an .npz (trace_summary.py reads it)
     for v, art in arts.items():
         eng = engine(art)
-        if eng.manifest.get("mode") == "persistent":
+        if eng.manifest.get("mode") == "persistent" and not eng.manifest.get("traceable", True):
+            print(f"  {v}: not traced (compiled without the trace's code)")
+        elif eng.manifest.get("mode") == "persistent":
             recs[v] = (eng.trace(pos), eng.manifest)
             if save_dir:
                 os.makedirs(save_dir, exist_ok=True)

@@ -559,6 +559,29 @@ def test_trace_stamps_compile_when_asked(tmp_path, monkeypatch):
         assert slots[8] == "stored"
 
 
+def test_trace_code_leaves_the_kernel_when_asked(tmp_path, monkeypatch):
+    # persist_trace_code 0: KIEC_TRACE_CODE 0 (no step is traced: every traced branch compiles out), the manifest says
+    # the artifact cannot be traced and Engine.trace refuses it by name before it touches the GPU; the kernel builds
+    # (nvcc). The stamps that add to a traced step are refused without its code. Default 1: traceable, as before.
+    import types
+
+    model = tiny_llama(tmp_path)
+    assert "#define KIEC_TRACE_CODE 1 " in persistent_cu(model)
+    assert "#define KIEC_TRACE_CODE 0 " in persistent_cu(model, persist_trace_code=0)
+    for field in ("persist_trace_attention", "persist_trace_dots", "persist_trace_stream"):
+        with pytest.raises(kiec.KiecError, match="they need its code"):
+            persistent_cu(model, persist_trace_code=0, **{field: 1})
+    manifests = {}
+    for code in (1, 0):
+        art = compile_persistent(model, tmp_path / f"art{code}", monkeypatch, persist_trace_code=code)
+        with open(os.path.join(art, "manifest.json")) as fh:
+            manifests[code] = json.load(fh)
+    assert manifests[1]["traceable"] is True and manifests[0]["traceable"] is False
+    untraceable = types.SimpleNamespace(manifest=manifests[0], artifact_dir=str(tmp_path / "art0"))
+    with pytest.raises(kiec.KiecError, match=r"art0: compiled without the trace's code \(persist_trace_code 0\)"):
+        kiec.Engine.trace(untraceable, 64)
+
+
 @pytest.mark.parametrize("tagged", [0, 2])
 def test_attention_pipeline_halves_the_keys_a_pass_and_sets_its_flag(tmp_path, tagged):
     # persist_attn_pipeline: attention_tile's PIPE after TAGGED, U halved (two passes' rows in registers at once);

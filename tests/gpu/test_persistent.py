@@ -120,6 +120,23 @@ def test_warp_copy_of_x_computes_the_same_bits(tmp_path, monkeypatch, inter, cha
     assert eng.generate(tokens[:5], 40) == base.generate(tokens[:5], 40)
 
 
+def test_a_kernel_without_the_trace_code_computes_the_same_bits(tmp_path, monkeypatch):
+    # persist_trace_code 0 (the kernel without the traced step's code, a probe of what that code costs): within the
+    # budget, the same logits' bits and tokens as the default kernel, and Engine.trace refused by name
+    model = load_tiny(tmp_path, "llama", hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
+                      num_key_value_heads=8, vocab_size=2048)
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base"))
+    art = compile_variant(model, tmp_path, monkeypatch, persist_trace_code=0)
+    assert "#define KIEC_TRACE_CODE 0 " in open(os.path.join(art, "src", "model.cu")).read()
+    eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
+    budget_check(ours, r32, r16, "without the trace's code: logits over 24 positions")
+    assert np.array_equal(ours, stepped_logits(base, tokens))
+    assert eng.generate(tokens[:5], 40) == base.generate(tokens[:5], 40)
+    with pytest.raises(kiec.KiecError, match="persist_trace_code 0"):
+        eng.trace(8)
+    assert base.trace(8).shape[0] == base.manifest["instructions"]
+
+
 def test_loads_at_once_compute_the_same_bits(tmp_path, monkeypatch):
     # llama-3.1-8b's widths (hidden 4096: a norm's 16 tagged words a thread; intermediate 14336: each warp's own copy
     # of the down projection's x, 7 rounds of tagged pairs a lane): the norm's words all at once (persist_norm_batch
@@ -835,6 +852,7 @@ TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
     pytest.param(dict(persist_dot_items=4, persist_stages=6, persist_page_bytes=1024), id="dot-items4-small-pages"),
     pytest.param(dict(persist_dot_items=4, persist_tagged=0, persist_trace_dots=1), id="dot-items4-untagged-traced"),
     pytest.param(dict(persist_dot_items=2, persist_dot_items_min_share=8), id="dot-items2-long-shares"),
+    pytest.param(dict(persist_trace_code=0), id="untraceable"),
     pytest.param(dict(persist_stage_instrs=0), id="unstaged-instrs"),
     pytest.param(dict(persist_stage_instrs=0, attn_min_keys=8, persist_trace_dots=1), id="unstaged-instrs-splits-traced"),
     pytest.param(dict(persist_norm_w_raw=0), id="norm-w-converted"),

@@ -400,7 +400,7 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
 #endif
     sync_block();
     if (stopped) break;
-    const bool traced = a.trace && pos == a.trace_pos;
+    const bool traced = KIEC_TRACE_CODE && a.trace && pos == a.trace_pos;  // (0: every traced branch compiled out)
     int i = begin;
     for (; i < end; ++i) {
 #if KIEC_STAGE_INSTRS

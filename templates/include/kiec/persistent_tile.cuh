@@ -45,6 +45,9 @@ __device__ __forceinline__ void trace(const Turn& u, TraceSlot what) {
 #ifndef KIEC_POLL_SLEEP_NS
 #define KIEC_POLL_SLEEP_NS 0
 #endif
+#ifndef KIEC_TRACE_CODE  // 0: no step is ever traced (persistent.cuh: persistent_kernel), and none of the code is there
+#define KIEC_TRACE_CODE 1
+#endif
 #ifndef KIEC_TRACE_ATTENTION  // 1: attention splits stamp two more moments of a traced step (persistent.cuh)
 #define KIEC_TRACE_ATTENTION 0
 #endif
