@@ -55,6 +55,11 @@ def row_segments(k: int, warps: int, page_bytes: int, silu: bool) -> int:
     return short[0] if short else fits[-1]
 
 
+def traceable(t) -> bool:
+    """Whether the kernel carries the traced step's code (persist_trace_code, or a field that stamps more of it)."""
+    return bool(t.persist_trace_code or t.persist_trace_attention or t.persist_trace_dots or t.persist_trace_stream)
+
+
 def template_tail(values: list, defaults: list) -> str:
     """A tile function's trailing template arguments (each with a default in its header): `values` written up to
     the last one that differs from its default."""
@@ -135,9 +140,6 @@ class _PersistentEmitter(_Emitter):
         if t.persist_attn_mma_first not in (0, 1, 2):
             raise ValueError(f"persist_attn_mma_first {t.persist_attn_mma_first}: 0, 1 (the first passes' rows "
                              f"loaded beside q's words) or 2 (before the tile's wait)")
-        if not t.persist_trace_code and (t.persist_trace_attention or t.persist_trace_dots or t.persist_trace_stream):
-            raise ValueError("persist_trace_attention, persist_trace_dots and persist_trace_stream stamp more of a "
-                             "traced step: they need its code (persist_trace_code 1)")
         if t.persist_dot_items not in (1, 2, 4, 8) or t.persist_dot_item_chunks < 1:
             raise ValueError(f"persist_dot_items {t.persist_dot_items}: 1, 2, 4 or 8 items a warp at once, with "
                              f"persist_dot_item_chunks ({t.persist_dot_item_chunks}) at least 1")
@@ -590,7 +592,7 @@ class _PersistentEmitter(_Emitter):
         # the instruction table's order, for reading kiec_trace's timestamps: [sm, opcode, kernel, phase] each
         instructions = sum(len(x) for x in self.sched.lists)
         src.manifest = dict(sms=self.sched.sms, instructions=instructions,
-                            traceable=bool(self.t.persist_trace_code),
+                            traceable=traceable(self.t),
                             trace_slots=trace_slots(bool(self.t.persist_trace_dots), bool(self.t.persist_trace_stream)),
                             schedule=[[sm, ins.opcode, ins.kernel, ins.counter, ins.hi - ins.lo,
                                        self.tile_items(ins)] for sm, lst in enumerate(self.sched.lists) for ins in lst])
@@ -603,7 +605,7 @@ class _PersistentEmitter(_Emitter):
             poll_sleep_ns=self.t.persist_poll_sleep_ns, waits_together=int(bool(self.t.persist_waits_together)),
             probe_relaxed_signal=self.t.persist_probe_relaxed_signal, probe_warm_code=self.t.persist_probe_warm_code,
             page_look=self.t.persist_page_look,
-            trace_code=int(bool(self.t.persist_trace_code)),
+            trace_code=int(traceable(self.t)),
             trace_attention=self.t.persist_trace_attention, trace_dots=self.t.persist_trace_dots,
             trace_stream=self.t.persist_trace_stream,
             tagged=int(self.tags is not None), tag_parity=self.parity_table(), tag_waits=self.tag_waits,

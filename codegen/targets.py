@@ -189,9 +189,8 @@ class TargetParams:
     # variants.py's --trace): a step at the armed position stamps each instruction's moments, and every tile tests
     # for it. 0: none of that code (7.1% fewer instructions on llama-3.2-1b, 8208 -> 7624, 6.4% on smollm2-135m,
     # 8168 -> 7648; llama-3.1-8b 6.3%, qwen3-1.7b 6.1%; scripts/sass.py at 0265e3c; the same 168 registers, no
-    # spills on llama-3.2-1b) and Engine.trace refused; a probe of what the trace's code costs the
-    # tokens where no step is traced (the bounds tests dropped in the forty-fifth session were 2-8% of the
-    # instructions and 1.0-1.9% of the token on the wide models)
+    # spills on llama-3.2-1b) and Engine.trace refused. persist_trace_attention, _dots and _stream bring it with
+    # them (they stamp more of a traced step)
     persist_trace_code: int
     # persistent, a timing aid: 1: in a traced step (Engine.trace) each attention split also stamps the moment its q
     # is rotated and its new row written (sums_done) and the moment its keys are done (stored); trace_summary.py
@@ -802,9 +801,13 @@ TARGETS: dict[str, TargetParams] = {
                           persist_probe_relaxed_signal=0, persist_probe_warm_code=0, persist_probe_twice=0,
                           persist_trace_attention=0,
                           persist_trace_dots=0, persist_trace_stream=0,
-                          # the recording's code in every kernel, so that any artifact can be traced (not yet timed
-                          # without it: persist_trace_code=0 is the probe)
-                          persist_trace_code=1,
+                          # the traced step's code in every kernel costs every token: without it (H200, 7de685a,
+                          # variants.py, ms, two rounds; fifty-first session, bench/RESULTS.md) llama-3.2-1b 0.655 /
+                          # 0.656 vs 0.669 / 0.670 (-2.1%), qwen3-1.7b 0.989 / 0.990 vs 1.012 / 1.012 (-2.2%),
+                          # llama-3.1-8b 3.625 / 3.634 vs 3.682 / 3.685 (-1.5%), smollm2-135m 0.363 / 0.363 vs 0.387 /
+                          # 0.387 (-6.2%); the same bits (its GPU test). So 0: a trace compiles its artifact with 1
+                          # (trace_summary.py does, variants.py --trace does)
+                          persist_trace_code=0,
                           # persist_probe_o_local (thirty-ninth session, calls 2 and 3, ms, two rounds): llama-3.2-1b
                           # untagged 0.732 / 0.733 vs 0.734 / 0.735 (-0.3%, most of it from the positions with one
                           # split in use, whose SMs the spared splits leave out of the output projection: p10 0.705 vs

@@ -276,6 +276,32 @@ def load(path: str) -> tuple[np.ndarray, dict, int]:
         return f["ts"], json.loads(str(f["manifest"])), int(f["pos"])
 
 
+def traceable_engine(path: str):
+    """An Engine of the artifact at `path`, or, where it was compiled without the traced step's code (persist_trace_code
+    0, the default), of the same model compiled with it at path + "-traceable" (the table's other fields, the
+    artifact's weights linked), saying so."""
+    import dataclasses
+
+    import kiec
+    from kiec.codegen import targets
+    eng = kiec.Engine(path)
+    if eng.manifest.get("traceable", True):
+        return eng
+    man = eng.manifest
+    eng.close()
+    out = path.rstrip("/") + "-traceable"
+    print(f"{path}: compiled without the trace's code; tracing {out}, the same model compiled with it "
+          f"(persist_trace_code 1, the table's other fields)")
+    key = man.get("arch") if man.get("arch") in targets.TARGETS else "sm_90"
+    base = targets.TARGETS[key]
+    targets.TARGETS[key] = dataclasses.replace(base, persist_trace_code=1)
+    try:
+        model = kiec.load(man["source"], dtype=man["dtype"], max_seq_len=man["max_seq_len"])
+        return kiec.Engine(kiec.compile(model, out, mode="persistent", weights_like=path))
+    finally:
+        targets.TARGETS[key] = base
+
+
 def summary(eng, pos: int, save_to: str | None = None, warm: int = 0) -> str:
     ts = eng.trace(pos, warm=warm)
     if save_to:
@@ -457,6 +483,5 @@ if __name__ == "__main__":
     if args[0].endswith(".npz"):  # a saved recording: no GPU
         print(summary_of(*load(args[0])))
     else:
-        import kiec
-        print(summary(kiec.Engine(args[0]), int(args[1]) if len(args) > 1 else 64, saves[0] if saves else None,
+        print(summary(traceable_engine(args[0]), int(args[1]) if len(args) > 1 else 64, saves[0] if saves else None,
                       warm[0] if warm else 0))

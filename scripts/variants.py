@@ -12,7 +12,8 @@ artifacts are deleted after its timing (the lent machine's disk holds 64 GB: thr
 did not, unless a variant's weights.bin is the first's, linked; a variant that may not fit the free space is left
 out, with the rest of the list, before it is written). --trace=POS: then
 each persistent variant's step at POS traced in the kernel (Engine.trace), side by side: per kind of phase its mean
-hop and span along the chain (scripts/trace_summary.py), then each variant's whole summary."""
+hop and span along the chain (scripts/trace_summary.py), then each variant's whole summary; each persistent variant
+is then compiled, and timed, with the traced step's code (persist_trace_code 1, off by default) unless it says."""
 import os
 import re
 import shutil
@@ -107,6 +108,8 @@ def main(spec: str, variants: list[str], trace_pos: int | None = None, rounds: i
             break
         changes = dict(kv.split("=", 1) for kv in v.split(",") if "=" in kv)
         mode = changes.pop("mode", "graph")
+        if trace_pos is not None and mode == "persistent":
+            changes.setdefault("persist_trace_code", "1")  # (traced: the step's code in, in every variant alike)
         seq = int(changes.pop("seq", context + 512))
         need = positions_needed(context, 32, 256)  # (kiec bench's count for the same timing)
         if seq < need:

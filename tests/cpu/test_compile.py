@@ -559,18 +559,17 @@ def test_trace_stamps_compile_when_asked(tmp_path, monkeypatch):
         assert slots[8] == "stored"
 
 
-def test_trace_code_leaves_the_kernel_when_asked(tmp_path, monkeypatch):
-    # persist_trace_code 0: KIEC_TRACE_CODE 0 (no step is traced: every traced branch compiles out), the manifest says
-    # the artifact cannot be traced and Engine.trace refuses it by name before it touches the GPU; the kernel builds
-    # (nvcc). The stamps that add to a traced step are refused without its code. Default 1: traceable, as before.
+def test_trace_code_is_in_the_kernel_only_when_asked(tmp_path, monkeypatch):
+    # persist_trace_code 0, the default: KIEC_TRACE_CODE 0 (no step is traced: every traced branch compiles out), the
+    # manifest says the artifact cannot be traced and Engine.trace refuses it by name before it touches the GPU. 1, or
+    # a field that stamps more of a traced step: KIEC_TRACE_CODE 1, traceable. Both build (nvcc).
     import types
 
     model = tiny_llama(tmp_path)
-    assert "#define KIEC_TRACE_CODE 1 " in persistent_cu(model)
-    assert "#define KIEC_TRACE_CODE 0 " in persistent_cu(model, persist_trace_code=0)
+    assert "#define KIEC_TRACE_CODE 0 " in persistent_cu(model)
+    assert "#define KIEC_TRACE_CODE 1 " in persistent_cu(model, persist_trace_code=1)
     for field in ("persist_trace_attention", "persist_trace_dots", "persist_trace_stream"):
-        with pytest.raises(kiec.KiecError, match="they need its code"):
-            persistent_cu(model, persist_trace_code=0, **{field: 1})
+        assert "#define KIEC_TRACE_CODE 1 " in persistent_cu(model, **{field: 1})
     manifests = {}
     for code in (1, 0):
         art = compile_persistent(model, tmp_path / f"art{code}", monkeypatch, persist_trace_code=code)

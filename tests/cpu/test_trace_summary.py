@@ -349,3 +349,35 @@ def test_variants_leave_out_what_may_not_fit_the_disk_before_writing_it(monkeypa
     msg = variants.no_room("llama-3.1-8b", 3, 16 * 10**9, 12 * 10**9)
     assert msg == "llama-3.1-8b: 3 variants left out: one may take 16 GB of weights, the disk has 12 GB free"
     assert variants.no_room("llama-3.1-8b", 1, 16 * 10**9, 12 * 10**9).startswith("llama-3.1-8b: 1 variant left out")
+
+
+def test_an_artifact_without_the_trace_code_is_traced_through_a_copy_built_with_it(tmp_path, monkeypatch):
+    # traceable_engine: an artifact compiled without the traced step's code (persist_trace_code 0, the default) is
+    # compiled again from its manifest's model with the code (nvcc here; the Engine, which needs the GPU, is a stand-in
+    # that reads the manifest), at ARTIFACT-traceable, and the table's entry is left as it was; a traceable artifact
+    # is opened as it is, nothing compiled
+    import json
+
+    import kiec
+    from kiec.codegen import targets
+    from tests.tiny_hf import make_tiny_hf
+
+    class Engine:
+        def __init__(self, path):
+            self.path = path
+            with open(os.path.join(path, "manifest.json")) as fh:
+                self.manifest = json.load(fh)
+
+        def close(self):
+            pass
+
+    make_tiny_hf(tmp_path / "hf", "llama")
+    art = kiec.compile(kiec.load(str(tmp_path / "hf"), dtype="bf16"), str(tmp_path / "art"), mode="persistent")
+    monkeypatch.setattr(kiec, "Engine", Engine)
+    before = targets.TARGETS["sm_90"]
+    eng = trace_summary.traceable_engine(art)
+    assert eng.path == art + "-traceable" and eng.manifest["traceable"] is True
+    assert "#define KIEC_TRACE_CODE 1 " in open(os.path.join(eng.path, "src", "model.cu")).read()
+    assert targets.TARGETS["sm_90"] is before and not before.persist_trace_code
+    again = trace_summary.traceable_engine(eng.path)
+    assert again.path == eng.path

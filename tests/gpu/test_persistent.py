@@ -121,20 +121,21 @@ def test_warp_copy_of_x_computes_the_same_bits(tmp_path, monkeypatch, inter, cha
 
 
 def test_a_kernel_without_the_trace_code_computes_the_same_bits(tmp_path, monkeypatch):
-    # persist_trace_code 0 (the kernel without the traced step's code, a probe of what that code costs): within the
-    # budget, the same logits' bits and tokens as the default kernel, and Engine.trace refused by name
+    # persist_trace_code 0 (the default: the kernel without the traced step's code) against 1: within the budget, the
+    # same logits' bits and tokens, and Engine.trace refused by name without the code (until the fifty-first session
+    # 1 was the default: 7de685a's run of this test compared them the other way round)
     model = load_tiny(tmp_path, "llama", hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
                       num_key_value_heads=8, vocab_size=2048)
-    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base"))
+    traced = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "traced", persist_trace_code=1))
     art = compile_variant(model, tmp_path, monkeypatch, persist_trace_code=0)
     assert "#define KIEC_TRACE_CODE 0 " in open(os.path.join(art, "src", "model.cu")).read()
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, "without the trace's code: logits over 24 positions")
-    assert np.array_equal(ours, stepped_logits(base, tokens))
-    assert eng.generate(tokens[:5], 40) == base.generate(tokens[:5], 40)
+    assert np.array_equal(ours, stepped_logits(traced, tokens))
+    assert eng.generate(tokens[:5], 40) == traced.generate(tokens[:5], 40)
     with pytest.raises(kiec.KiecError, match="persist_trace_code 0"):
         eng.trace(8)
-    assert base.trace(8).shape[0] == base.manifest["instructions"]
+    assert traced.trace(8).shape[0] == traced.manifest["instructions"]
 
 
 def test_loads_at_once_compute_the_same_bits(tmp_path, monkeypatch):
@@ -641,11 +642,11 @@ def test_smollm2_persistent_greedy_tokens_equal_graph_mode(tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize("warm", [0, 1])
-def test_trace_times_every_instruction_of_one_step(tmp_path, warm):
+def test_trace_times_every_instruction_of_one_step(tmp_path, monkeypatch, warm):
     # warm 1: a traced launch first, its recording written over by the second's, which is whole: one step's span,
-    # not more (against a plain trace's, with room for the spread)
-    model, art = compile_tiny(tmp_path, "qwen3")
-    eng = kiec.Engine(art)
+    # not more (against a plain trace's, with room for the spread). (The traced step's code: persist_trace_code.)
+    model, _ = compile_tiny(tmp_path, "qwen3")
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_trace_code=1))
     ts = eng.trace(10, warm=warm).astype(np.int64)
     if warm:
         plain = eng.trace(10).astype(np.int64)
@@ -852,7 +853,7 @@ TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
     pytest.param(dict(persist_dot_items=4, persist_stages=6, persist_page_bytes=1024), id="dot-items4-small-pages"),
     pytest.param(dict(persist_dot_items=4, persist_tagged=0, persist_trace_dots=1), id="dot-items4-untagged-traced"),
     pytest.param(dict(persist_dot_items=2, persist_dot_items_min_share=8), id="dot-items2-long-shares"),
-    pytest.param(dict(persist_trace_code=0), id="untraceable"),
+    pytest.param(dict(persist_trace_code=1), id="traceable"),
     pytest.param(dict(persist_stage_instrs=0), id="unstaged-instrs"),
     pytest.param(dict(persist_stage_instrs=0, attn_min_keys=8, persist_trace_dots=1), id="unstaged-instrs-splits-traced"),
     pytest.param(dict(persist_norm_w_raw=0), id="norm-w-converted"),
