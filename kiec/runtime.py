@@ -214,7 +214,8 @@ class Engine:
         from pos - 1): [instructions, slots] in the artifact's instruction order, the slots named by
         manifest["trace_slots"] (codegen/persistent_abi.py's TRACE_SLOTS says what each holds). warm: that many
         traced launches first, their recordings dropped (the traced step's own code paths and the recording's
-        pages then run a second time, not a first)."""
+        pages then run a second time, not a first). Needs an artifact built with the traced step's code
+        (persist_trace_code 1; the default kernel has none: scripts/trace_summary.py builds such a copy)."""
         if not self.manifest.get("traceable", True):
             raise KiecError(f"{self.artifact_dir}: compiled without the trace's code (persist_trace_code 0): "
                             f"Engine.trace needs an artifact compiled with it")
