@@ -16,9 +16,9 @@
 // The fourth (mma8_rows): the swizzled rows 8 at a time as B, x's pieces as A's first two rows, so that a share's
 // rows need not come in 16s.
 // (The forty-ninth session's fifth, diag_rows: the FMA tile's own rows and deal, unswizzled, 16 chunks of one row an
-// mma as a block diagonal with persist_dot_mma's MmaX, also 2 and 4 items a warp at once; 0.84-1.34x the FMA tile on
-// an H100, and the kernel slower with it: taken out with persist_dot_mma in the fifty-first session, `git show
-// e9d6f36:bench/mma_rows.cu`.)
+// mma as a block diagonal with persist_dot_mma's MmaX, also 2 and 4 items a warp at once; on an H100 0.84-0.92x the
+// FMA tile on the wide shapes an item at a time, at most 1.34x four at once in 4 chains, and the kernel slower with
+// it: taken out with persist_dot_mma in the fifty-first session, `git show e9d6f36:bench/mma_rows.cu`.)
 // The sixth (page_rows, fiftieth session): the kernel's pages and items, swizzled, the warps splitting each item's
 // steps; 8 items an mma (below), in KIEC_MMA_CHAINS chains of mmas, a page's tile of 8 items at a time and (fifty-first
 // session) two at once.
@@ -340,6 +340,12 @@ __global__ void __launch_bounds__(THREADS, 1) page_rows(const __nv_bfloat16* w, 
   }
   const unsigned base = shared_u32(smem);
   const int mat = lane >> 3, n = lane & 7;  // this lane's ldmatrix address: item n of the tile, matrix mat
+  // unit u: page p's tile t, the page's first item and its items `here`
+  auto unit_at = [](int u, int& t, int& first, int& here) {
+    t = u % P::TILES;
+    first = u / P::TILES * P::PER_PAGE;
+    here = min(P::PER_PAGE, ITEMS - first);
+  };
   timed_reps<ROWS, WARPS * P::SEGS>(reps, red, out, [&] {
 #pragma unroll 1
     for (int u0 = 0; u0 < UNITS; u0 += PU) {
@@ -348,9 +354,9 @@ __global__ void __launch_bounds__(THREADS, 1) page_rows(const __nv_bfloat16* w, 
       for (int i = 0; i < P::S; i += 2)
 #pragma unroll
         for (int x = 0; x < PU; ++x) {
-          const int unit = u0 + x, p = unit / P::TILES, t = unit % P::TILES, first = p * P::PER_PAGE,
-                    here = min(P::PER_PAGE, ITEMS - first);
-          if (UNITS % PU != 0 && unit >= UNITS) continue;
+          if (UNITS % PU != 0 && u0 + x >= UNITS) continue;
+          int t, first, here;
+          unit_at(u0 + x, t, first, here);
           // (a column past the page's items reads slot n's if it has one, whose swizzle no other lane's has, else 0's)
           const int slot = 8 * t + n, item = first + (slot < here ? slot : n < here ? n : 0);
           const int s0 = warp + i * WARPS, s1 = warp + (i + 1) * WARPS;
@@ -365,9 +371,9 @@ __global__ void __launch_bounds__(THREADS, 1) page_rows(const __nv_bfloat16* w, 
         }
 #pragma unroll
       for (int x = 0; x < PU; ++x) {
-        const int unit = u0 + x, p = unit / P::TILES, t = unit % P::TILES, first = p * P::PER_PAGE,
-                  here = min(P::PER_PAGE, ITEMS - first);
-        if (UNITS % PU != 0 && unit >= UNITS) continue;
+        if (UNITS % PU != 0 && u0 + x >= UNITS) continue;
+        int t, first, here;
+        unit_at(u0 + x, t, first, here);
 #pragma unroll
         for (int j = 1; j < ACC; ++j)
 #pragma unroll

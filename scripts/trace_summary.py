@@ -292,14 +292,14 @@ def traceable_engine(path: str):
     out = path.rstrip("/") + "-traceable"
     print(f"{path}: compiled without the trace's code; tracing {out}, the same model compiled with it "
           f"(persist_trace_code 1, the table's other fields)")
-    key = man.get("arch") if man.get("arch") in targets.TARGETS else "sm_90"
-    base = targets.TARGETS[key]
-    targets.TARGETS[key] = dataclasses.replace(base, persist_trace_code=1)
+    arch = man["arch"]  # (the table entry it was built from: kiec.compile checked it is one)
+    base = targets.TARGETS[arch]
+    targets.TARGETS[arch] = dataclasses.replace(base, persist_trace_code=1)
     try:
         model = kiec.load(man["source"], dtype=man["dtype"], max_seq_len=man["max_seq_len"])
-        return kiec.Engine(kiec.compile(model, out, mode="persistent", weights_like=path))
+        return kiec.Engine(kiec.compile(model, out, arch=arch, tp=man["tp"], mode="persistent", weights_like=path))
     finally:
-        targets.TARGETS[key] = base
+        targets.TARGETS[arch] = base
 
 
 def summary(eng, pos: int, save_to: str | None = None, warm: int = 0) -> str:

@@ -106,11 +106,10 @@ def main(spec: str, variants: list[str], trace_pos: int | None = None, rounds: i
         if full:
             print(full)
             break
-        changes = dict(kv.split("=", 1) for kv in v.split(",") if "=" in kv)
-        mode = changes.pop("mode", "graph")
+        mode, seq, changes = split_variant(v)
         if trace_pos is not None and mode == "persistent":
             changes.setdefault("persist_trace_code", "1")  # (traced: the step's code in, in every variant alike)
-        seq = int(changes.pop("seq", context + 512))
+        seq = int(seq or context + 512)
         need = positions_needed(context, 32, 256)  # (kiec bench's count for the same timing)
         if seq < need:
             raise SystemExit(f"{model_name} {v}: seq={seq} is short of the {need} positions this timing needs")
@@ -161,16 +160,20 @@ def parse(argv: list[str]) -> tuple[list[tuple[str, list[str]]], int | None, int
     return lists, int(opts["--trace"]) if "--trace" in opts else None, rounds
 
 
+def split_variant(v: str) -> tuple[str, str | None, dict[str, str]]:
+    """A variant's text as (mode, seq or None, the TargetParams fields it replaces): "mode=persistent,seq=9000,f=1"."""
+    changes = dict(kv.split("=", 1) for kv in v.split(",") if "=" in kv)
+    return changes.pop("mode", "graph"), changes.pop("seq", None), changes
+
+
 def check_fields(lists: list[tuple[str, list[str]]]) -> None:
     """Every variant's fields, before anything is compiled or timed: a name that is no TargetParams field or a value
     of the wrong type stops the run here, not after the models before it have spent the call's GPU time."""
     for spec, variants in lists:
         for v in variants:
-            changes = dict(kv.split("=", 1) for kv in v.split(",") if "=" in kv)
-            mode = changes.pop("mode", "graph")
+            mode, _, changes = split_variant(v)
             if mode not in MODES:
                 raise SystemExit(f"variants.py: {spec} {v}: mode={mode}: one of {', '.join(MODES)}")
-            changes.pop("seq", None)
             try:
                 targets.with_fields(targets.TARGETS["sm_90"], changes)
             except ValueError as e:
