@@ -34,6 +34,7 @@ class PackedTensor:
     dtype: str  # bf16 | f16 | f32 | i32
     offset: int
     values: tuple[float, ...] = ()  # a constant table's contents (RoPE frequencies, the persistent schedule)
+    layout: str = ""  # "" row-major; "blocks16xW": 16-row blocks W elements wide, swizzled (mma_blocked)
 
     @property
     def nbytes(self) -> int:
@@ -52,18 +53,50 @@ class Sources:
     manifest: dict = field(default_factory=dict)  # what the mode adds to manifest.json
 
 
+def mma_block_width(layout: str, shape: tuple[int, ...]) -> int:
+    """The block width W of a "blocks16xW" layout for a matrix of `shape` (a ValueError names what does not fit)."""
+    width = int(layout[len("blocks16x"):]) if layout.startswith("blocks16x") and layout[9:].isdigit() else 0
+    if width <= 0 or width % 64:
+        raise ValueError(f"weight layout {layout!r}: blocks16xW with W a multiple of 64")
+    if len(shape) != 2 or shape[0] % 16 or shape[1] % width:
+        raise ValueError(f"weight layout {layout!r}: a matrix of {shape} is not whole blocks of 16 rows x {width}")
+    return width
+
+
+def mma_blocked(w, layout: str):
+    """A [n, k] matrix (a torch tensor) in a "blocks16xW" layout (gemv_mma.cuh): blocks of 16 rows x W elements, row
+    block after row block and, within one, K block after K block; inside a block, row r's 8-element chunk c at chunk
+    c ^ (r & 7)."""
+    import torch
+    width = mma_block_width(layout, tuple(w.shape))
+    n, k = w.shape
+    b = w.reshape(n // 16, 16, k // width, width // 8, 8).permute(0, 2, 1, 3, 4)  # [row block, K block, r, c, e]
+    r = torch.arange(16)[:, None]
+    src = torch.arange(width // 8)[None, :] ^ (r & 7)  # chunk c' holds chunk c' ^ (r & 7) (an involution)
+    return b[:, :, r, src].contiguous().reshape(n, k)
+
+
+def mma_block_offset(row: int, col: int, k: int, width: int) -> int:
+    """Where element (row, col) of a [n, k] matrix sits in its blocks16x`width` layout, in elements."""
+    r, c = row % 16, (col % width) // 8
+    return ((row // 16 * (k // width) + col // width) * 16 + r) * width + (c ^ (r & 7)) * 8 + col % 8
+
+
 class _Layout:
     def __init__(self, graph, dtype):
         self.graph, self.dtype = graph, dtype
         self.entries: dict[str, PackedTensor] = {}
         self.size = 0
 
-    def add(self, name, sources=(), shape=None, dtype=None, values=()) -> int:
+    def add(self, name, sources=(), shape=None, dtype=None, values=(), layout="") -> int:
         if name not in self.entries:
             if shape is None:
                 rows = sum(self.graph.params[s].type.shape[0] for s in sources)
                 shape = (rows, *self.graph.params[sources[0]].type.shape[1:])
-            t = PackedTensor(name, tuple(sources), tuple(shape), dtype or self.dtype, self.size, tuple(values))
+            if layout:
+                mma_block_width(layout, shape)  # (checks it)
+            t = PackedTensor(name, tuple(sources), tuple(shape), dtype or self.dtype, self.size, tuple(values),
+                             layout)
             self.entries[name] = t
             self.size += (t.nbytes + ALIGN - 1) // ALIGN * ALIGN
         return self.entries[name].offset

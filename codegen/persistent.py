@@ -156,6 +156,7 @@ class _PersistentEmitter(_Emitter):
                              "run with words loaded before their writer's counter was met)")
         self.warps = t.persist_warps
         self.paired = self.paired_values()  # (persist_tagged_pairs)
+        self.mma = self.mma_gemvs()  # (persist_mma_rows)
         # parity tags need every SM to read each write of the residual stream (tag_parity), which a spared SM
         # skips at the output projection: they take no spared splits
         self.sched: Schedule = schedule(program, t.sms, slot_of=dict(self.arena), min_keys=t.attn_min_keys,
@@ -170,7 +171,7 @@ class _PersistentEmitter(_Emitter):
                                         early_pass=bool(t.persist_attn_early_pass),
                                         pair_rows=frozenset(i for i, k in enumerate(program.kernels)
                                                             if isinstance(k, GemvKernel) and k.out in self.paired),
-                                        item_segs=self.item_shares)
+                                        item_segs=self.item_shares, block_rows=self.mma)
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):
             self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)
@@ -369,6 +370,43 @@ class _PersistentEmitter(_Emitter):
         dots = bool(probe & 1 or (probe & 4 and beside) or (probe & 8 and not beside))
         return int(dots) | (2 if probe & 2 else 0)
 
+    def mma_gemvs(self) -> frozenset[int]:
+        """persist_mma_rows: the GEMVs (by index) whose dot products run on the tensor cores (gemv_mma.cuh), those of
+        the kinds it names that can: n a multiple of 16, K of the block width (mma_width), x staged in the scratch
+        (not x direct, a warp's own copy or the norm in the warps), no item shares, consumer merge or probe."""
+        text, kinds = self.t.persist_mma_rows.strip(), ("qkv", "o", "gate_up", "down", "head")
+        named = {x.strip() for x in text.split("+") if x.strip()}
+        if named - set(kinds):
+            raise ValueError(f"persist_mma_rows {text!r}: {', '.join(sorted(named - set(kinds)))} is no kind of GEMV "
+                             f"({', '.join(kinds)}, joined by +)")
+        if not named:
+            return frozenset()
+        t = self.t
+        if t.persist_page_bytes != 16 << 10 or 16 % self.warps:
+            raise ValueError(f"persist_mma_rows with {t.persist_page_bytes}-byte pages and {self.warps} warps: the "
+                             f"tensor-core blocks fill 16 KB pages, their steps dealt over 1, 2, 4, 8 or 16 warps")
+        probes = t.persist_probe_warm_code or t.persist_probe_twice or t.persist_probe_mlp_local >= 2
+        return frozenset(
+            i for i, k in enumerate(self.p.kernels)
+            if isinstance(k, GemvKernel) and self.gemv_kind(k) in named and k.n_out % 16 == 0
+            and k.k % self.mma_width(k) == 0 and not self.x_direct(k) and not self.x_warp_copy(k)
+            and not self.norm_in_warps(k) and i not in self.item_shares and self.merge_of(k) is None and not probes)
+
+    @staticmethod
+    def mma_width(k: GemvKernel) -> int:
+        """A tensor-core GEMV's block width (gemv_mma.cuh's BW): 512 elements (16 KB, a page), a SiLU-mul's 256."""
+        return 256 if k.epilogue == "silu_mul" else 512
+
+    def mma_slots(self, k: GemvKernel) -> int:
+        """A tensor-core GEMV's staging slots (gemv_mma.cuh: MmaShape's NSLOT) for the ring's most pages."""
+        return self.t.persist_stages // (k.k // self.mma_width(k)) + 2
+
+    def norm_in_warps(self, k: GemvKernel) -> bool:
+        """persist_norm_in_warps for this GEMV: the norm in each warp's registers where every warp holds all of x,
+        read untagged."""
+        return bool(self.t.persist_norm_in_warps and k.norm and self.segments(k) == 1 and self.warps == 8
+                    and not self.tagged(k.x))
+
     def segments(self, k: GemvKernel) -> int:
         return row_segments(k.k, self.t.persist_warps, self.t.persist_page_bytes, k.epilogue == "silu_mul")
 
@@ -409,14 +447,16 @@ class _PersistentEmitter(_Emitter):
         if k.k % 8:
             raise ModeUnsupported(f"{k.name}: K = {k.k} is not a multiple of 8 (the GEMV reads 16-byte vectors)")
         packed = "+".join(k.weights)
-        w_off = self.lay.add(packed, k.weights)
+        mma = self.p.kernels.index(k) in self.mma  # (persist_mma_rows: the weights as 16-row blocks, a copy of their own)
+        layout = f"blocks16x{self.mma_width(k)}" if mma else ""
+        w_off = self.lay.add(packed + ("@" + layout if mma else ""), k.weights, layout=layout)
         b_off = self.lay.add(packed + ".bias", k.biases) if k.biases else -1
         silu = k.epilogue == "silu_mul"
         segs = self.segments(k)
         tx, ty = self.tagged(k.x), self.tagged(k.out)
         direct, warp_copy = self.x_direct(k), self.x_warp_copy(k)
         # the norm in each warp's registers (persist_norm_in_warps): where every warp holds all of x, read untagged
-        wnorm = bool(self.t.persist_norm_in_warps and k.norm and segs == 1 and self.warps == 8 and not tx)
+        wnorm = self.norm_in_warps(k)
         # an item a half-warp (persist_dot_half_warps): where a tile gives some warp more than one item, x is untagged
         # and a half-warp's rounds stay few (registers: 8 floats of x a round); not with the twice probe
         rows = self.rows[self.p.kernels.index(k)]  # the most outputs one of its tiles computes
@@ -424,19 +464,19 @@ class _PersistentEmitter(_Emitter):
         half_rounds = -(-(k.k // 8 // segs) // 16)
         sk = self.p.kernels.index(k) in self.item_shares  # (dealt to the item: one item at a time, a warp each)
         half = bool(self.t.persist_dot_half_warps and not tx and items > self.warps and half_rounds <= 6
-                    and not self.twice(k) and not warp_copy and not sk)
+                    and not self.twice(k) and not warp_copy and not sk and not mma)
         # the LM head's warp sums in their own batch (persist_reduce_batch_head; 0: the table's persist_reduce_batch)
         batch = self.t.persist_reduce_batch_head if k.epilogue == "argmax" else 0
         if batch not in (0, 1, 2, 4, 8, 16, 32):
             raise ValueError(f"persist_reduce_batch_head {batch}: 0 or a power of two up to 32 (warp_batch.cuh)")
-        batch = 0 if half else batch  # (half-warp items sum over 16 lanes their own way)
+        batch = 0 if half or mma else batch  # (half-warp items sum over 16 lanes their own way, mma blocks theirs)
         # persist_probe_mlp_local 2: a down projection's tiles add 1 to each of its outputs' int64 sums (a timing probe)
         sums = self.t.persist_probe_mlp_local >= 2 and self.after_silu(k)
         # a warp's items several at once (persist_dot_items) where a warp of its tiles has at least
         # persist_dot_items_min_share of them (the long shares: gate/up, down, the LM head on llama-3.2-1b)
         per_warp = -(-items // self.warps)
         dot_items = (self.t.persist_dot_items if per_warp >= self.t.persist_dot_items_min_share and not half
-                     and not sk else 1)
+                     and not sk and not mma else 1)
         # persist_attn_consumer_merges: x made from the attention's partials (ConsumerMerge)
         merge = self.merge_of(k)
         if merge and (k.norm or direct or warp_copy or not tx or k.x in self.paired or sums or sk or self.twice(k)):
@@ -446,9 +486,9 @@ class _PersistentEmitter(_Emitter):
         mg = (f"kiec::ConsumerMerge<{merge.head_dim}, {merge.n_heads // merge.kv_heads}, {self.splits[merge.name]}, "
               f"{self.t.attn_min_keys}, {self.consumer_merges}>" if merge else "kiec::NoConsumerMerge")
         tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums, dot_items, warp_copy,
-                              k.x in self.paired, k.out in self.paired, sk, mg],
+                              k.x in self.paired, k.out in self.paired, sk, mg, mma],
                              [False, False, False, 0, False, 0, False, False, 1, False, False, False, False,
-                              "kiec::NoConsumerMerge"])  # .. SK, MG
+                              "kiec::NoConsumerMerge", False])  # .. SK, MG, MMA
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
                 f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem"
@@ -457,7 +497,8 @@ class _PersistentEmitter(_Emitter):
         if k.epilogue == "argmax":
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
         self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, row_bytes=k.k * self.esize,
-                   item_bytes=k.k // 8 // segs * 16, silu=silu, tag_x=self.tag_writer(k.x),
+                   item_bytes=16 * self.mma_width(k) * self.esize if mma else k.k // 8 // segs * 16, silu=silu,
+                   blocks=mma, tag_x=self.tag_writer(k.x),
                    tag_res=self.tag_writer(k.residual), pace=self.kind_paces.get(self.gemv_kind(k), 0),
                    w=(w_off, b_off, self._w(k.norm and k.norm.weight)), window=merge.attention.window if merge else 0,
                    a=(self.arena[k.x], self.arena[k.out]) + ((self.arena[PROBE_SUMS],) if sums else ())
@@ -466,7 +507,11 @@ class _PersistentEmitter(_Emitter):
         staged = not direct and not wnorm  # x in the scratch: all of it, or a round of its segment a warp (warp_copy)
         x_floats = (self.warps * WARP_COPY_FLOATS if warp_copy else k.k) if staged else 0
         rows += 1 if sk and k.out in self.paired else 0  # (a trailing pair's row past the share's: ItemShare)
-        self.smem = max(self.smem, (x_floats + (2 if silu else 1) * rows * segs + self.warps) * 4)
+        # acc (a sum a segment of each row, or a row's with mma), the warps' words, mma's slots and their counts
+        slots = self.mma_slots(k) if mma else 0  # (its counts; a slot a block of the share, up to that many)
+        staging = slots + min(slots, rows // 16) * self.warps * 16 * (2 if silu else 1)
+        self.smem = max(self.smem, (x_floats + (2 if silu else 1) * rows * (1 if mma else segs) + self.warps
+                                    + staging) * 4)
         self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * (2 if silu else 1) * k.k * self.esize))
 
     def attention(self, k: AttentionKernel) -> None:

@@ -275,6 +275,15 @@ class TargetParams:
     # 2 and 3 spill 8 bytes in llama-3.2-1b's kernel (scripts/ptxas.py), none in qwen3-1.7b's, llama-3.1-8b's or
     # smollm2-135m's
     persist_item_shares: int
+    # persistent: the kinds of GEMV (qkv, o, gate_up, down, head, joined by +) whose dot products run on the tensor
+    # cores, 16 weight rows an mma.m16n8k16 (gemv_mma.cuh), where the FMA tile takes a row a warp: their weights laid
+    # out in weights.bin as 16-row blocks of 512 elements (256 for a SiLU-mul, a gate and an up block a page),
+    # XOR-swizzled, and their shares dealt in whole 16-row blocks. Only where the GEMV's n is a multiple of 16, its K
+    # of the block width, the page 16 KB, x staged in the scratch (not x direct, a warp's own copy or the norm in the
+    # warps) and neither item shares, consumer merges nor a probe on it; the others keep the FMA tile. Other bits
+    # (x to 16 significant bits as a bf16 pair, the tensor cores' order). A tied LM head gets its own copy of the
+    # table (the embedding reads rows). "": none
+    persist_mma_rows: str = ""
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from kiec.codegen.emit import INCLUDE_DIR, TEMPLATES, Sources, emit
+from kiec.codegen.emit import INCLUDE_DIR, TEMPLATES, Sources, emit, mma_blocked
 from kiec.codegen.persistent import emit_persistent
 from kiec.codegen.targets import TARGETS, TargetParams, target as target_params
 from kiec.errors import KiecError, ModeUnsupported
@@ -60,13 +60,13 @@ def _reusable(like: str | None, model: Model, dtype: str) -> tuple[str | None, d
     if (man.get("model"), man.get("source"), man.get("dtype")) != (model.name, model.source, dtype) \
             or not os.path.isfile(path) or os.path.getsize(path) != man.get("weight_bytes"):
         return None, {}
-    return path, {(tuple(w["sources"]), tuple(w["shape"]), w["dtype"]): w["offset"]
+    return path, {(tuple(w["sources"]), tuple(w["shape"]), w["dtype"], w.get("layout", "")): w["offset"]
                   for w in man.get("weights", []) if w["sources"]}
 
 
 def _key(t) -> tuple:
     """How a packed model tensor is looked up in a like artifact's manifest (_reusable's keys)."""
-    return t.sources, t.shape, t.dtype
+    return t.sources, t.shape, t.dtype, t.layout
 
 
 def _table_bytes(t) -> bytes:
@@ -123,7 +123,10 @@ def write_weights(model: Model, src: Sources, path: str, dtype: str, like: str |
                 copied += len(data)
             else:
                 parts = [model.weights[s].to(tdt) for s in t.sources]
-                data = (parts[0] if len(parts) == 1 else torch.cat(parts)).contiguous().view(torch.int16).numpy().tobytes()
+                w = parts[0] if len(parts) == 1 else torch.cat(parts)
+                if t.layout:  # (a tensor-core GEMV's blocks: persist_mma_rows)
+                    w = mma_blocked(w, t.layout)
+                data = w.contiguous().view(torch.int16).numpy().tobytes()
             fh.write(data)
             fh.write(b"\0" * ((-len(data)) % 256))
             done += len(data)
@@ -177,8 +180,8 @@ def make_manifest(model: Model, src: Sources, dtype: str, target: str, arch: str
         mode=mode, max_seq_len=model.max_seq_len, vocab_size=model.config.vocab_size,
         eos_token_ids=list(model.config.eos_token_ids), bos_token_id=model.config.bos_token_id,
         weight_bytes=src.weight_bytes, kernels=src.kernels, **src.manifest,
-        weights=[dict(name=t.name, sources=list(t.sources), shape=list(t.shape), dtype=t.dtype, offset=t.offset)
-                 for t in src.weights],
+        weights=[dict(name=t.name, sources=list(t.sources), shape=list(t.shape), dtype=t.dtype, offset=t.offset,
+                      **({"layout": t.layout} if t.layout else {})) for t in src.weights],
         tokenizer=None if model.tokenizer is None else dict(
             kind=model.tokenizer.kind, path=os.path.abspath(model.tokenizer.path),
             chat_template=model.tokenizer.chat_template),

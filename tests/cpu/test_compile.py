@@ -1318,3 +1318,32 @@ def test_item_shares_compile_where_asked(tmp_path, monkeypatch):
         assert not os.path.exists(tmp_path / "bad")
     monkeypatch.setitem(targets.TARGETS, "sm_90", table)
     compile_persistent(model, tmp_path / "art", monkeypatch, persist_item_shares=3)
+
+
+def test_tensor_core_gemvs_weights_are_their_blocks_and_like_reuse_keeps_layouts_apart(tmp_path, monkeypatch, capsys):
+    # persist_mma_rows: each GEMV on the tensor cores has its weights in weights.bin as mma_blocked's 16-row blocks
+    # (a copy of their own beside a tied table's rows), named in the manifest with their layout; an artifact built
+    # like a row-major one copies none of its blocks from that one's rows
+    from kiec.codegen.emit import mma_blocked
+    make_tiny_hf(tmp_path / "hf", "llama-tied", hidden_size=512, intermediate_size=1024, num_attention_heads=8,
+                 num_key_value_heads=2, vocab_size=512)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    plain = kiec.compile(model, str(tmp_path / "plain"), mode="persistent")
+    capsys.readouterr()
+    art = compile_persistent(model, tmp_path / "mma", monkeypatch, persist_mma_rows="qkv+o+gate_up+down+head")
+    with open(os.path.join(art, "manifest.json")) as fh:
+        entries = json.load(fh)["weights"]
+    raw = np.fromfile(os.path.join(art, "weights.bin"), dtype=np.uint8)
+    blocked = [e for e in entries if e.get("layout")]
+    assert {e["layout"] for e in blocked} == {"blocks16x512", "blocks16x256"}
+    assert len(blocked) == 2 * 4 + 1  # (2 layers' QKV, O, gate/up and down, and the LM head)
+    for e in blocked:
+        n = int(np.prod(e["shape"]))
+        got = torch.from_numpy(raw[e["offset"]: e["offset"] + 2 * n].copy().view(np.int16)).view(torch.bfloat16)
+        rows = torch.cat([model.weights[s] for s in e["sources"]])
+        assert torch.equal(got, mma_blocked(rows, e["layout"]).flatten()), e["name"]
+    assert any(e["sources"] == blocked[-1]["sources"] and not e.get("layout") for e in entries)  # (the table's rows)
+    kiec.compile(model, str(tmp_path / "like"), mode="persistent", weights_like=plain)
+    with open(os.path.join(tmp_path / "like", "weights.bin"), "rb") as a, open(os.path.join(art, "weights.bin"),
+                                                                                "rb") as b:
+        assert a.read() == b.read()  # (the blocks converted, not copied from plain's rows)

@@ -36,7 +36,13 @@ def expected_pages(e: _PersistentEmitter, p0: int, p_end: int, page: int) -> lis
                 segs = row_segments(k.k, e.warps, page, silu)
                 item, row = k.k // 8 // segs * 16, 2 * k.k
                 per_page, items = page // (item * (2 if silu else 1)), share_items(ins, segs)
-                base = e.lay.entries["+".join(k.weights)].offset + ins.lo * row + ins.head * item
+                packed = "+".join(k.weights)
+                if ins.kernel in e.mma:  # (persist_mma_rows: 16-row blocks of a K block each, a copy of their own)
+                    width = e.mma_width(k)
+                    item, items, packed = 16 * width * 2, (ins.hi - ins.lo) // 16 * (k.k // width), \
+                        f"{packed}@blocks16x{width}"
+                    per_page = page // (item * (2 if silu else 1))
+                base = e.lay.entries[packed].offset + ins.lo * row + ins.head * item
                 for first in range(0, items, per_page):
                     gate = base + first * item
                     out.append((sm, gate, gate + k.n_out * row if silu else -1,
@@ -73,12 +79,18 @@ def run_walk(tmp_path, family, page, sms, p0, p_end, kept=False, **target_fields
                                                                  ("qwen3", 1024, 5, 3, 5, True, 0),
                                                                  ("llama", 16384, 132, 3, 5, True, 1),
                                                                  ("qwen3", 1024, 7, 3, 5, False, 1),
-                                                                 ("qwen3", 1024, 7, 3, 5, True, 3)])
+                                                                 ("qwen3", 1024, 7, 3, 5, True, 3),
+                                                                 ("llama", 16384, 13, 3, 5, True, -1),
+                                                                 ("qwen3", 16384, 132, 3, 5, False, -1)])
 def test_the_streaming_thread_copies_the_pages_the_gemv_tiles_read(tmp_path, family, page, sms, p0, p_end, kept,
                                                                    items):
     # (kept: the walk that keeps a share's first byte, items and sizes from the page that entered it, the same pages;
-    # items: persist_item_shares, the residual GEMVs' shares from a row's segment to another's, or every GEMV's: 3)
-    e, got, _ = run_walk(tmp_path, family, page, sms, p0, p_end, kept, persist_item_shares=items)
+    # items: persist_item_shares, the residual GEMVs' shares from a row's segment to another's, or every GEMV's: 3;
+    # -1: none, but every kind of GEMV asked for on the tensor cores, persist_mma_rows: the tiny model's gate/up
+    # (K 256) takes it, in 16-row blocks)
+    mma = dict(persist_mma_rows="qkv+o+gate_up+down+head") if items < 0 else {}
+    e, got, _ = run_walk(tmp_path, family, page, sms, p0, p_end, kept, persist_item_shares=max(items, 0), **mma)
+    assert bool(e.mma) == (items < 0)
     want = expected_pages(e, p0, p_end, page)
     assert len(got) == len(want) and got == want
     assert any(g[2] >= 0 for g in got) and len({g[3] for g in got}) > 1  # SiLU pages and short last pages seen

@@ -406,14 +406,14 @@ def test_each_kernels_weights_are_dealt_evenly_over_132_sms(name, bound):
 
 @pytest.mark.parametrize("name", ["smollm2-135m", "llama-3.2-1b", "qwen3-1.7b", "llama-3.1-8b"])
 def test_the_weight_stream_and_the_gemv_tiles_page_each_share_alike(name):
-    # the streaming thread pages a share from its kernel descriptor (row_bytes, item_bytes, silu), the GEMV tile
+    # the streaming thread pages a share from its kernel descriptor (row_bytes, item_bytes, flags), the GEMV tile
     # from its template arguments (K, SEGS, the epilogue): both must cut the rows into the same items, and a page
     # must hold one (persistent.cuh: stream_weights, gemv_tile)
     import re
     import struct
 
     from kiec.codegen.persistent import _PersistentEmitter, walk
-    from kiec.codegen.persistent_abi import KERNEL_FIELDS, KERNEL_FORMAT
+    from kiec.codegen.persistent_abi import FLAG_BLOCKS, FLAG_SILU, KERNEL_FIELDS, KERNEL_FORMAT
     from kiec.codegen.targets import target
     from kiec.ir.passes import pipeline
     prog = pipeline.run(kiec.load(name, max_seq_len=256).graph)
@@ -433,8 +433,9 @@ def test_the_weight_stream_and_the_gemv_tiles_page_each_share_alike(name):
         K, segs = int(K), int(segs)
         assert K == k.k and d["row_bytes"] == 2 * K and d["row_bytes"] // d["item_bytes"] == segs
         assert d["row_bytes"] % d["item_bytes"] == 0 and d["item_bytes"] % 16 == 0
-        assert bool(d["silu"]) == (k.epilogue == "silu_mul") == (epi == "kiec::EPI_SILU_MUL") and d["n"] == k.n_out
-        assert page // (d["item_bytes"] * (2 if d["silu"] else 1)) >= 1
+        silu = d["flags"] & FLAG_SILU
+        assert bool(silu) == (k.epilogue == "silu_mul") == (epi == "kiec::EPI_SILU_MUL") and d["n"] == k.n_out
+        assert page // (d["item_bytes"] * (2 if silu else 1)) >= 1 and not d["flags"] & FLAG_BLOCKS  # (the default)
         streamed += 1
     assert streamed == sum(type(k).__name__ == "GemvKernel" for k in prog.kernels)
 

@@ -229,6 +229,27 @@ def test_norm_in_warps_computes_the_same_bits(tmp_path, monkeypatch, hidden, int
     assert eng.generate(tokens[:5], 40) == base.generate(tokens[:5], 40)
 
 
+@pytest.mark.parametrize("family,hidden,inter,heads,kv_heads,more", [("llama-tied", 1024, 4096, 16, 4, {}),
+                                                                      ("qwen3", 512, 1536, 8, 2, dict(head_dim=64))])
+def test_tensor_core_rows_within_budget(tmp_path, monkeypatch, family, hidden, inter, heads, kv_heads, more):
+    # persist_mma_rows (gemv_mma.cuh) on every kind of GEMV, with the wide models' fields: K 1024 (2 pages a QKV, O
+    # or LM-head block, 4 a gate/up block, 8 a down block) and K 512 (1 page a block: the most staging slots), a tied
+    # LM head (its blocks a copy beside the embedding's rows). Other bits than the FMA tile's (x to 16 significant
+    # bits): the logits over 24 steps within the budget, against the FMA build too, and graph mode's greedy tokens
+    make_tiny_hf(tmp_path / "hf", family, hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
+                 num_key_value_heads=kv_heads, vocab_size=2048, **more)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=256)
+    base = compile_variant(model, tmp_path, monkeypatch, "base", **WIDE_FIELDS)
+    art = compile_variant(model, tmp_path, monkeypatch, persist_mma_rows="qkv+o+gate_up+down+head")
+    assert sum(a[-1] == "true" and "NoConsumerMerge" in a[-2] for a in gemv_tiles(art)) == 5  # (MMA, every kind)
+    eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
+    budget_check(ours, r32, r16, f"tensor-core rows {family}: logits over 24 positions")
+    fma = stepped_logits(kiec.Engine(base), tokens)
+    budget_check(ours, r32, fma, f"tensor-core rows {family} against the FMA tile's logits")
+    graph = kiec.Engine(kiec.compile(model, str(tmp_path / "graph"), mode="graph"))
+    greedy_alike(eng, graph, tokens[:5], 40)
+
+
 @pytest.mark.table_tags
 @pytest.mark.parametrize("change", [dict(persist_dot_half_warps=1),
                                     dict(persist_dot_half_warps=1, persist_norm_in_warps=1)])

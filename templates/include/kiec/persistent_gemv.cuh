@@ -5,6 +5,7 @@
 
 #include "attention_merge.cuh"
 #include "gemv.cuh"
+#include "gemv_mma.cuh"
 #include "item_deal.cuh"
 #include "item_share.cuh"
 #include "persistent_tile.cuh"
@@ -817,10 +818,13 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // into the scratch): where the attention's splits in use at this position leave their merge to this GEMV
 // (consumer_merges), x is made from their partials at part_o and part_ml (merge_partials), words carrying the
 // attention phase's full tag (its counter: the descriptor's tag_x), instead of copied.
+// MMA (persist_mma_rows; x staged in the scratch, one item at a time, no probe): the dot products on the tensor cores
+// over the weights' 16-row blocks (gemv_mma.cuh), the share whole blocks; x's pieces made in the scratch after the
+// prologue, one sum a row in acc (other bits than the FMA tile's: x to 16 significant bits, the tensor cores' order).
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
           bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, bool HALF = false, bool SUMS = false,
           int ITEMS = 1, bool WCOPY = false, bool PX = false, bool PY = false, bool SK = false,
-          typename MG = NoConsumerMerge, typename R>
+          typename MG = NoConsumerMerge, bool MMA = false, typename R>
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
                                           float* y, int n_out, float* smem, unsigned long long* sums = nullptr,
                                           float* carry = nullptr, const float* part_o = nullptr,
@@ -840,6 +844,11 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   static_assert(!MG::ON || (TX && STAGED && !NORM && !PX && !SK && !SUMS && TWICE == 0 && !KIEC_TAG_WAITS),
                 "x merged from attention's partials: tagged, copied into the scratch, no norm, pairs, share, probe "
                 "or tag waits");
+  static_assert(!MMA || (STAGED && !HALF && !SK && !MG::ON && TWICE == 0 && ITEMS == 1 && !SUMS
+                         && !KIEC_PROBE_WARM_CODE),
+                "tensor-core dots: x staged in the scratch, one item at a time, no consumer merge, share or probe");
+  using M = MmaShape<MMA, K, G::SILU, WARPS, R::STAGES>;
+  constexpr int PARTS = MMA ? 1 : SEGS;               // sums a row in acc: a segment's, or the row's
   const int merge_active = MG::in_use(u.pos, u.desc->window);  // (MG::ON: the attention's splits in use)
   constexpr int UNIT = PY ? 2 : 1;  // (SK: the rows completed together)
   const int lo = u.ins->lo, outs = u.ins->hi - lo;  // the rows the share touches
@@ -849,8 +858,11 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   auto lead_rows = [&] { return share.lead_rows(); };
   auto end_rows = [&] { return share.end_rows(*u.ins, outs); };
   float* xs = smem;  // K: the prologue's output (STAGED), or WARP_COPY_FLOATS a warp (WCOPY: a round of its segment)
-  float* acc = smem + (STAGED ? K : WCOPY ? WARPS * WARP_COPY_FLOATS : 0);  // [ROWS_PER_OUT * rows][SEGS]: row sums
-  float* red = acc + G::ROWS_PER_OUT * (SK ? outs + UNIT - 1 : outs) * SEGS;  // WARPS (past a trailing unit's rows)
+  float* acc = smem + (STAGED ? K : WCOPY ? WARPS * WARP_COPY_FLOATS : 0);  // [ROWS_PER_OUT * rows][PARTS]: row sums
+  float* red = acc + G::ROWS_PER_OUT * (SK ? outs + UNIT - 1 : outs) * PARTS;  // WARPS (past a trailing unit's rows)
+  // (MMA: M::NSLOT counts, then a slot of sums for each of the share's blocks up to M::NSLOT)
+  int* counts = reinterpret_cast<int*>(red + WARPS);
+  float* stage = red + WARPS + M::NSLOT;
 
   Prologue<T, K, NORM && !WNORM, WARPS * 32, PX> prologue;
   WarpNorm<T, G, K, WARPS * 32> wnorm;
@@ -906,6 +918,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
       };
       if constexpr ((TWICE & 2) != 0) stage_x();  // the probe: the same x written once more before
       stage_x();
+      if constexpr (MMA) mma_x_pieces<T, K, WARPS * 32, M::NSLOT>(xs, counts);
       trace(u, TR_X_READY);
 #if KIEC_PAGE_PACE_AHEAD_NS
       ring.consuming(u);  // (the weight stream's pace: ring.cuh)
@@ -914,13 +927,14 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
       // page, held its warp's dots back ~0.13 us a page, thirty-second session)
       if (traced_step(u) && threadIdx.x < 32) {
         const int items = SK ? share_items(*u.ins, SEGS) : outs * SEGS;
-        const int landed = ring.landed_warp((items + G::PER_PAGE - 1) / G::PER_PAGE, threadIdx.x);
+        const int landed = ring.landed_warp(MMA ? outs / 16 * M::PPB : (items + G::PER_PAGE - 1) / G::PER_PAGE,
+                                            threadIdx.x);
         if (threadIdx.x == 0) trace_row(u)[TR_PAGES_READY] = landed;
       }
       if constexpr (TX && DIRECT)
         load_x_slice_tagged<G>(x, tag_of(u, u.desc->tag_x), (share.first_seg() + (threadIdx.x >> 5)) % SEGS,
                                threadIdx.x & 31, xr);
-      else if (!WNORM && !WCOPY)
+      else if (!WNORM && !WCOPY && !MMA)
         load_x_slice<G>(DIRECT ? x : xs, (HALF ? 2 * (threadIdx.x >> 5) + ((threadIdx.x >> 4) & 1)
                                                : share.first_seg() + (threadIdx.x >> 5)) % SEGS, threadIdx.x & 31, xr);
 #if KIEC_TRACE_DOTS
@@ -929,7 +943,15 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     }
     // every thread times its page waits in the traced step: with a branch only thread 0 took, the traced step of
     // llama-3.2-1b ran 1609 us against 859 untraced, its GEMVs about twice as long (93b2612, 2026-11-30)
-    if constexpr (HALF) waited = gemv_pages_half<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
+    if constexpr (MMA) {
+#if KIEC_TRACE_DOTS
+      if (traced_step(u) && (threadIdx.x & 31) == 0) dot_stamps()[0][threadIdx.x >> 5] = global_ns();
+#endif
+      waited = gemv_pages_mma<T, K, WARPS, G::SILU>(ring, outs, xs, acc, stage, counts, traced_step(u));
+#if KIEC_TRACE_DOTS
+      if (traced_step(u) && (threadIdx.x & 31) == 0) dot_stamps()[1][threadIdx.x >> 5] = global_ns();
+#endif
+    } else if constexpr (HALF) waited = gemv_pages_half<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
     else if constexpr (SK) waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(
         ring, share_items(*u.ins, SEGS), xr, acc, traced_step(u), false, &share, u.ins);  // (publishes, asks)
     else waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(ring, dry ? min(outs * SEGS, G::PER_PAGE)
@@ -976,7 +998,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   const unsigned res_tag = TY && EPI == EPI_RESIDUAL ? tag_of(u, u.desc->tag_res) : 0u;
   const int lead = lead_rows();
   if (TY && res_mine) y_mine = tagged_value(y_word, y, lo + lead + threadIdx.x, res_tag);
-  gemv_epilogue<T, SEGS, EPI, BIAS, WARPS * 32, TY, PY>(u, acc + lead * G::ROWS_PER_OUT * SEGS, bias, y, lo + lead,
+  gemv_epilogue<T, PARTS, EPI, BIAS, WARPS * 32, TY, PY>(u, acc + lead * G::ROWS_PER_OUT * PARTS, bias, y, lo + lead,
                                                         end_rows() - lead, n_out, y_mine,
                                                         TY ? tag_of(u, u.ins->counter) : 0u, res_tag,
                                                         WNORM ? wnorm.late

@@ -164,13 +164,14 @@ struct PageWalk {
         }
         const KernelDesc& d = a->kernels[ins.kernel];
         if (KEPT && first > 0) continue;  // (its pages are done: the test above walked them)
-        per_page = items_per_page(PAGE, d.item_bytes, d.silu);
-        items = share_items(ins, d.row_bytes / d.item_bytes);
+        per_page = items_per_page(PAGE, d.item_bytes, d.flags & FLAG_SILU);
+        items = d.flags & FLAG_BLOCKS ? (ins.hi - ins.lo) / 16 * (16 * d.row_bytes / d.item_bytes)  // (gemv_mma.cuh)
+                                      : share_items(ins, d.row_bytes / d.item_bytes);
         if (items <= (KEPT ? 0 : first)) continue;  // (KEPT: first is 0 here)
         item_bytes = d.item_bytes;
         pace = d.pace;
         share = a->weights + d.w[0] + (size_t)ins.lo * d.row_bytes + (KIEC_ITEM_SHARES ? ins.head * d.item_bytes : 0);
-        up_off = d.silu ? (size_t)d.n * d.row_bytes : 0;
+        up_off = d.flags & FLAG_SILU ? (size_t)d.n * d.row_bytes : 0;
         page();
         return true;
       }

@@ -1,0 +1,140 @@
+// The persistent GEMV tile's dot products on the tensor cores (persist_mma_rows): 16 weight rows an
+// mma.m16n8k16, where the FMA tile (persistent_gemv.cuh: dot_lanes) takes one row a warp. bench/mma_rows.cu timed
+// this way (its "swizzled 16 rows") at 1.9-2.7x the FMA tile's rate on the same SMs (fiftieth session, H100).
+//
+// Layout (codegen/emit.py: mma_blocked, weights.bin): such a GEMV's weights are stored in blocks of 16 rows x BW
+// elements, row block after row block and, within one, K block after K block; inside a block row r's 16-byte chunk
+// c sits at chunk c ^ (r & 7) (a permutation within each 128 bytes), so that the 8 rows an ldmatrix matrix reads lie
+// on 8 different bank groups. A block is 16 KB (BW 512) and fills a ring page; a SiLU-mul's blocks are 8 KB (BW 256),
+// a gate block and its up block a page. The schedule deals such a GEMV in whole 16-row blocks (its n a multiple of
+// 16), so a tile's share is a run of whole blocks, and the ring streams it as it streams items: a block is an item.
+//
+// x: after the prologue, each 16 elements of the scratch (an mma's step of K) are rewritten in place as the 8 lanes'
+// B fragments (mma_x_pieces): column 0 x's bf16 rounding (hi), column 1 what the rounding left (lo), so that the
+// fp32 sums see 16 significant bits of x (kiec::split_pair; the other 6 columns zero). Each warp takes every WARPS-th
+// step of each page, over the block's pages in two chains of mmas; at a block's end the warps' sums of each of its 16
+// rows meet in shared memory (a slot of `stage` a block, NSLOT of them in turn), and the warp that arrives last adds
+// them in warp order into acc: one sum a row (RPO: gate and up), the same bits whichever warp adds them.
+#pragma once
+
+#include "common.cuh"
+#include "mbarrier.cuh"
+
+namespace kiec {
+
+// A tensor-core GEMV's geometry: K blocks of BW elements, PPB pages a 16-row block, STEPS mma steps a page's block
+// (ON false: a GEMV on the FMA tile, which names it but uses none of it).
+template <bool ON, int K, bool SILU, int WARPS, int STAGES>
+struct MmaShape {
+  static constexpr int BW = SILU ? 256 : 512;
+  static_assert(!ON || K % BW == 0, "a tensor-core GEMV's K is a multiple of its blocks' width");
+  static constexpr int PPB = ON ? K / BW : 1, STEPS = BW / 16, RPO = SILU ? 2 : 1;
+  static_assert(!ON || STEPS % WARPS == 0, "a page's steps divide among the warps");
+  static constexpr int BLOCK_BYTES = 16 * BW * 2;  // (2-byte weights)
+  // the staging slots: a warp runs at most STAGES pages (STAGES / PPB blocks) ahead of the last to finish a block,
+  // which reads its slot before it releases that block's last page (codegen/persistent.py: mma_slots, the same)
+  static constexpr int NSLOT = STAGES / PPB + 2;
+};
+
+// One ldmatrix.x4: four 8 x 8 matrices of 2-byte elements, lane l giving row l & 7 of matrix l >> 3.
+__device__ __forceinline__ void ldsm_x4(unsigned addr, unsigned (&a)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3]) : "r"(addr));
+}
+
+// xs (K floats, the prologue's output) rewritten as the mma's B fragments: step s's 64 bytes become 8 uint2, lane
+// l's (l < 8: column l >> 2, hi or lo; k pairs 2 (l & 3) and 2 (l & 3) + 8 of the step). Each step is read and
+// written by one thread, in place; `counts` (NSLOT ints) zeroed for the block reductions. A block barrier after.
+template <typename T, int K, int THREADS, int NSLOT>
+__device__ __forceinline__ void mma_x_pieces(float* xs, int* counts) {
+  static_assert(K % 16 == 0, "x's steps of 16");
+  for (int s = threadIdx.x; s < K / 16; s += THREADS) {
+    float4* p = reinterpret_cast<float4*>(xs + 16 * s);
+    const float4 a = p[0], b = p[1], c = p[2], d = p[3];
+    const float v[16] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w, c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
+    unsigned h[8], l[8];  // pair i: elements 2 i and 2 i + 1
+#pragma unroll
+    for (int i = 0; i < 8; ++i) split_pair<T>(v[2 * i], v[2 * i + 1], h[i], l[i]);
+    uint4* q = reinterpret_cast<uint4*>(p);
+    q[0] = make_uint4(h[0], h[4], h[1], h[5]);  // lanes 0, 1 (hi; pairs t and t + 4)
+    q[1] = make_uint4(h[2], h[6], h[3], h[7]);  // lanes 2, 3
+    q[2] = make_uint4(l[0], l[4], l[1], l[5]);  // lanes 4, 5 (lo)
+    q[3] = make_uint4(l[2], l[6], l[3], l[7]);  // lanes 6, 7
+  }
+  if ((int)threadIdx.x < NSLOT) counts[threadIdx.x] = 0;
+  sync_block();
+}
+
+// Every page of a share of `outs` rows (whole 16-row blocks) of a tensor-core GEMV: row j's sum (RPO: gate, up) into
+// acc[j * RPO + r]. xq: mma_x_pieces' fragments. `timed`: the SM cycles this thread waited for pages (else 0).
+template <typename T, int K, int WARPS, bool SILU, typename R>
+__device__ __forceinline__ long long gemv_pages_mma(R& ring, int outs, const float* xq, float* acc, float* stage,
+                                                    int* counts, bool timed) {
+  using M = MmaShape<true, K, SILU, WARPS, R::STAGES>;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const uint2* xf = reinterpret_cast<const uint2*>(xq);
+  // this lane's ldmatrix row (matrices 0 and 2: rows 0-7, 1 and 3: rows 8-15) and its step's half of K (2, 3)
+  const int row = (lane & 7) + (lane & 8), khalf = lane >> 4;
+  const unsigned row_at = (unsigned)row * M::BW * 2;
+  long long waited = 0;
+  for (int b = 0; b < outs / 16; ++b) {
+    float d[M::RPO][2][4];  // two chains of mmas a row set
+#pragma unroll
+    for (int r = 0; r < M::RPO; ++r)
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) d[r][c][e] = 0.f;
+    for (int p = 0; p < M::PPB; ++p) {
+      const long long c0 = timed ? clock64() : 0;
+      const unsigned page = smem_addr(ring.next_page());
+      if (timed) waited += clock64() - c0;
+#pragma unroll
+      for (int j = 0; j < M::STEPS / WARPS; ++j) {
+        const int s = warp + j * WARPS;  // the page's step
+        const uint2 xb = lane < 8 ? xf[(p * M::STEPS + s) * 8 + lane] : make_uint2(0u, 0u);
+        const unsigned at = page + row_at + (unsigned)(((2 * s + khalf) ^ (row & 7)) * 16);
+#pragma unroll
+        for (int r = 0; r < M::RPO; ++r) {
+          unsigned a[4];
+          ldsm_x4(at + r * M::BLOCK_BYTES, a);
+          mma_16816<T>(d[r][j & 1], a, xb.x, xb.y);
+        }
+      }
+      if (p + 1 < M::PPB) ring.release();
+    }
+    // the block's sums: lane 4 g holds rows g (d 0: hi, 1: lo) and g + 8 (2, 3) of each chain
+    const int slot = b % M::NSLOT;
+    float* st = stage + slot * (WARPS * 16 * M::RPO);
+    if ((lane & 3) == 0) {
+      const int g = lane >> 2;
+#pragma unroll
+      for (int r = 0; r < M::RPO; ++r) {
+        st[(warp * M::RPO + r) * 16 + g] = (d[r][0][0] + d[r][0][1]) + (d[r][1][0] + d[r][1][1]);
+        st[(warp * M::RPO + r) * 16 + g + 8] = (d[r][0][2] + d[r][0][3]) + (d[r][1][2] + d[r][1][3]);
+      }
+    }
+    __syncwarp();
+    int last = 0;
+    if (lane == 0) {
+      __threadfence_block();  // (the warp's sums before its count: release)
+      last = atomicAdd(counts + slot, 1) % WARPS == WARPS - 1;
+    }
+    if (__shfl_sync(0xffffffffu, last, 0)) {
+      __threadfence_block();  // (acquire: the other warps' sums)
+      if (lane < 16 * M::RPO) {
+        const int r = lane >> 4, g = lane & 15;
+        const volatile float* vs = st;
+        float v = 0.f;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) v += vs[(w * M::RPO + r) * 16 + g];
+        acc[(b * 16 + g) * M::RPO + r] = v;
+      }
+      __syncwarp();
+    }
+    ring.release();  // (the block's last page: after its slot was read, so no warp reaches the slot's next use first)
+  }
+  return waited;
+}
+
+}  // namespace kiec
