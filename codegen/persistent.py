@@ -373,7 +373,8 @@ class _PersistentEmitter(_Emitter):
     def mma_gemvs(self) -> frozenset[int]:
         """persist_mma_rows: the GEMVs (by index) whose dot products run on the tensor cores (gemv_mma.cuh), those of
         the kinds it names that can: n a multiple of 16, K of the block width (mma_width), x staged in the scratch
-        (not x direct, a warp's own copy or the norm in the warps), no item shares, consumer merge or probe."""
+        (not x direct, a warp's own copy or the norm in the warps), no item shares, consumer merge or probe, and
+        dealt in whole blocks about as evenly as by the row (persist_mma_share_excess)."""
         text, kinds = self.t.persist_mma_rows.strip(), ("qkv", "o", "gate_up", "down", "head")
         named = {x.strip() for x in text.split("+") if x.strip()}
         if named - set(kinds):
@@ -390,7 +391,8 @@ class _PersistentEmitter(_Emitter):
             i for i, k in enumerate(self.p.kernels)
             if isinstance(k, GemvKernel) and self.gemv_kind(k) in named and k.n_out % 16 == 0
             and k.k % self.mma_width(k) == 0 and not self.x_direct(k) and not self.x_warp_copy(k)
-            and not self.norm_in_warps(k) and i not in self.item_shares and self.merge_of(k) is None and not probes)
+            and not self.norm_in_warps(k) and i not in self.item_shares and self.merge_of(k) is None and not probes
+            and 100 * 16 * -(-k.n_out // 16 // t.sms) <= (100 + t.persist_mma_share_excess) * -(-k.n_out // t.sms))
 
     @staticmethod
     def mma_width(k: GemvKernel) -> int:

@@ -282,8 +282,15 @@ class TargetParams:
     # of the block width, the page 16 KB, x staged in the scratch (not x direct, a warp's own copy or the norm in the
     # warps) and neither item shares, consumer merges nor a probe on it; the others keep the FMA tile. Other bits
     # (x to 16 significant bits as a bf16 pair, the tensor cores' order). A tied LM head gets its own copy of the
-    # table (the embedding reads rows). "": none
+    # table (the embedding reads rows). "": none. First run (fifty-second session, H100, bench/RESULTS.md): the same
+    # logits within the budget; llama-3.2-1b -0.9% with o+gate_up+down+head, +1.0% with qkv too (192 blocks over 132
+    # SMs: the largest share 32 rows against 24), qwen3-1.7b -1.2% with every kind, llama-3.1-8b +0.1%,
+    # smollm2-135m's down projection (36 blocks) +2.9%; hence persist_mma_share_excess
     persist_mma_rows: str = ""
+    # persistent: persist_mma_rows only for the GEMVs whose largest share in whole 16-row blocks is at most this many
+    # percent above their largest share dealt by the row (llama-3.2-1b's QKV: 32 rows against 24, +33%; its other
+    # GEMVs and qwen3-1.7b's, llama-3.1-8b's: 0-2%)
+    persist_mma_share_excess: int = 5
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads

@@ -190,9 +190,14 @@ def test_a_wrong_mma_field_is_refused_by_name(fields, match):
         emitter("llama-3.2-1b", **fields)
 
 
-def test_a_gemv_whose_k_is_no_whole_blocks_keeps_the_fma_tile():
-    # smollm2-135m: K 576 is no whole number of 512- or 256-element blocks; only the down projection (K 1536) takes
-    # the tensor cores of the kinds asked for
-    prog, e, src = emitter("smollm2-135m", persist_mma_rows="qkv+o+gate_up+down+head")
-    assert {e.gemv_kind(prog.kernels[i]) for i in e.mma} == {"down"}
-    assert src.files["model.cu"].count("NoConsumerMerge, true>") == 1
+@pytest.mark.parametrize("name,excess,kinds", [
+    ("smollm2-135m", 5, set()), ("smollm2-135m", 400, {"down"}),
+    ("llama-3.2-1b", 5, {"o", "gate_up", "down", "head"}), ("llama-3.2-1b", 50, {"qkv", "o", "gate_up", "down", "head"}),
+    ("qwen3-1.7b", 5, {"qkv", "o", "gate_up", "down", "head"})])
+def test_only_gemvs_of_whole_blocks_dealt_evenly_take_the_tensor_cores(name, excess, kinds):
+    # every kind asked for: smollm2-135m's K 576 is no whole number of 512- or 256-element blocks, and its down
+    # projection's (K 1536) 36 blocks would put 16 rows on 36 SMs where rows put 5 on each of 132 (+220%);
+    # llama-3.2-1b's QKV, 192 blocks, 32 rows against 24 (+33%); each within persist_mma_share_excess when it allows
+    prog, e, src = emitter(name, persist_mma_rows="qkv+o+gate_up+down+head", persist_mma_share_excess=excess)
+    assert {e.gemv_kind(prog.kernels[i]) for i in e.mma} == kinds
+    assert src.files["model.cu"].count("NoConsumerMerge, true>") == len(kinds)
