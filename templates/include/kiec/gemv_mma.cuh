@@ -42,13 +42,14 @@ __device__ __forceinline__ void ldsm_x4(unsigned addr, unsigned (&a)[4]) {
                : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3]) : "r"(addr));
 }
 
-// xs (K floats, the prologue's output) rewritten as the mma's B fragments: step s's 64 bytes become 8 uint2, lane
-// l's (l < 8: column l >> 2, hi or lo; k pairs 2 (l & 3) and 2 (l & 3) + 8 of the step). Each step is read and
-// written by one thread, in place; `counts` (NSLOT ints) zeroed for the block reductions. A block barrier after.
-template <typename T, int K, int THREADS, int NSLOT>
-__device__ __forceinline__ void mma_x_pieces(float* xs, int* counts) {
-  static_assert(K % 16 == 0, "x's steps of 16");
-  for (int s = threadIdx.x; s < K / 16; s += THREADS) {
+// xs (K floats, the prologue's output, after its block barrier) rewritten as the mma's B fragments: step s's 64
+// bytes become 8 uint2, lane l's (l < 8: column l >> 2, hi or lo; k pairs 2 (l & 3) and 2 (l & 3) + 8 of the step).
+// Each warp takes the steps it alone reads (gemv_pages_mma: s % WARPS == warp), one thread a step, in place, so a
+// warp barrier after is enough.
+template <typename T, int K, int WARPS>
+__device__ __forceinline__ void mma_x_pieces(float* xs) {
+  static_assert(K % (16 * WARPS) == 0, "x's steps of 16, as many for each warp");
+  for (int s = (threadIdx.x >> 5) + WARPS * (threadIdx.x & 31); s < K / 16; s += 32 * WARPS) {
     float4* p = reinterpret_cast<float4*>(xs + 16 * s);
     const float4 a = p[0], b = p[1], c = p[2], d = p[3];
     const float v[16] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w, c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
@@ -61,8 +62,7 @@ __device__ __forceinline__ void mma_x_pieces(float* xs, int* counts) {
     q[2] = make_uint4(l[0], l[4], l[1], l[5]);  // lanes 4, 5 (lo)
     q[3] = make_uint4(l[2], l[6], l[3], l[7]);  // lanes 6, 7
   }
-  if ((int)threadIdx.x < NSLOT) counts[threadIdx.x] = 0;
-  sync_block();
+  __syncwarp();
 }
 
 // Every page of a share of `outs` rows (whole 16-row blocks) of a tensor-core GEMV: row j's sum (RPO: gate, up) into

@@ -916,9 +916,11 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
         } else if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, u.desc->tag_x), norm_w, eps, xs, red);
         else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
       };
+      if constexpr (MMA)  // (the block reductions' counts, before the prologue's barrier)
+        if ((int)threadIdx.x < M::NSLOT) counts[threadIdx.x] = 0;
       if constexpr ((TWICE & 2) != 0) stage_x();  // the probe: the same x written once more before
       stage_x();
-      if constexpr (MMA) mma_x_pieces<T, K, WARPS * 32, M::NSLOT>(xs, counts);
+      if constexpr (MMA) mma_x_pieces<T, K, WARPS>(xs);
       trace(u, TR_X_READY);
 #if KIEC_PAGE_PACE_AHEAD_NS
       ring.consuming(u);  // (the weight stream's pace: ring.cuh)
