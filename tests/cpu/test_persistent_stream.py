@@ -88,7 +88,7 @@ def test_the_streaming_thread_copies_the_pages_the_gemv_tiles_read(tmp_path, fam
     # items: persist_item_shares, the residual GEMVs' shares from a row's segment to another's, or every GEMV's: 3;
     # -1: none, but every kind of GEMV asked for on the tensor cores, persist_mma_rows: the tiny model's gate/up
     # (K 256) takes it, in 16-row blocks)
-    mma = dict(persist_mma_rows="qkv+o+gate_up+down+head") if items < 0 else {}
+    mma = dict(persist_mma_rows="qkv+o+gate_up+down+head", persist_mma_share_excess=10000) if items < 0 else {}
     e, got, _ = run_walk(tmp_path, family, page, sms, p0, p_end, kept, persist_item_shares=max(items, 0), **mma)
     assert bool(e.mma) == (items < 0)
     want = expected_pages(e, p0, p_end, page)

@@ -240,7 +240,8 @@ def test_tensor_core_rows_within_budget(tmp_path, monkeypatch, family, hidden, i
                  num_key_value_heads=kv_heads, vocab_size=2048, **more)
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=256)
     base = compile_variant(model, tmp_path, monkeypatch, "base", **WIDE_FIELDS)
-    art = compile_variant(model, tmp_path, monkeypatch, persist_mma_rows="qkv+o+gate_up+down+head")
+    art = compile_variant(model, tmp_path, monkeypatch, persist_mma_rows="qkv+o+gate_up+down+head",
+                          persist_mma_share_excess=10000)  # (a tiny model's blocks cannot deal evenly)
     assert sum(a[-1] == "true" and "NoConsumerMerge" in a[-2] for a in gemv_tiles(art)) == 5  # (MMA, every kind)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
     budget_check(ours, r32, r16, f"tensor-core rows {family}: logits over 24 positions")
