@@ -6,7 +6,9 @@ smollm2-135m's widths (hidden 576, 1536, 9 heads over 3 KV heads) and a vocabula
 some warps several items, as persist_dot_half_warps needs; h128=1: hidden 512 as 4 heads 128 wide over one KV head,
 llama-3.1-8b's group, which by default run the tensor-core attention passes' one-pass-at-a-time loop; longk=1: hidden
 256 and intermediate 4352, so that the down projection's rows are cut into a segment a warp, 68 chunks each, as
-persist_x_warp_copy_min_k's copy takes them)"""
+persist_x_warp_copy_min_k's copy takes them; mma=1: hidden 512 and intermediate 1024, 8 heads over 2 KV heads and a
+vocabulary of 2048, so that every kind of GEMV has whole blocks for persist_mma_rows, with persist_mma_share_excess
+high enough for a tiny model's few blocks)"""
 import os
 import sys
 
@@ -29,7 +31,9 @@ if __name__ == "__main__":
               "h128": dict(hidden_size=512, intermediate_size=384, num_attention_heads=4, num_key_value_heads=1,
                            vocab_size=300),
               "longk": dict(hidden_size=256, intermediate_size=4352, num_attention_heads=4, num_key_value_heads=2,
-                            vocab_size=300)}
+                            vocab_size=300),
+              "mma": dict(hidden_size=512, intermediate_size=1024, num_attention_heads=8, num_key_value_heads=2,
+                          vocab_size=2048)}
     shape = {k: v for name, s in shapes.items() if fields.pop(name, "0") == "1" for k, v in s.items()}
     targets.TARGETS["sm_90"] = targets.with_fields(targets.TARGETS["sm_90"], fields)
     make_tiny_hf(art + "-hf", "llama", **shape)

@@ -65,7 +65,7 @@ def emulate(w: np.ndarray, x: np.ndarray, silu: bool, warps: int = 8, layout=mma
             for warp in range(warps):
                 d = np.zeros((rpo, 2, 32, 4))
                 for j in range(steps // warps):
-                    s = warp + j * warps
+                    s = warp * (steps // warps) + j  # (a warp's run of the page's steps)
                     # B: lane l < 8 loads entry l of x's step; the others zeros
                     breg = np.zeros((32, 2, 2))
                     breg[:8] = xf[p * steps + s]
@@ -201,3 +201,23 @@ def test_only_gemvs_of_whole_blocks_dealt_evenly_take_the_tensor_cores(name, exc
     prog, e, src = emitter(name, persist_mma_rows="qkv+o+gate_up+down+head", persist_mma_share_excess=excess)
     assert {e.gemv_kind(prog.kernels[i]) for i in e.mma} == kinds
     assert src.files["model.cu"].count("NoConsumerMerge, true>") == len(kinds)
+
+
+@pytest.mark.parametrize("K,silu", [(512, False), (2048, False), (8192, False), (256, True), (2048, True)])
+def test_each_warp_makes_the_x_pieces_it_reads(K, silu, warps=8):
+    # mma_x_pieces is followed by a warp barrier only: the steps a warp converts (two lanes a step, each its own two
+    # quarters) must be exactly the steps its mmas read in gemv_pages_mma, each step once (formulas copied)
+    steps = (256 if silu else 512) // 16
+    run, own = steps // warps, K // 16 // warps
+    made = {}
+    for warp in range(warps):
+        for lane in range(32):
+            for n in range(lane >> 1, own, 16):
+                s = n // run * steps + warp * run + n % run
+                for quarter in (lane & 1, 2 + (lane & 1)):
+                    assert (s, quarter) not in made
+                    made[s, quarter] = warp
+    assert sorted(made) == [(s, q) for s in range(K // 16) for q in range(4)]
+    for warp in range(warps):
+        read = {p * steps + warp * run + j for p in range(K // (steps * 16)) for j in range(run)}
+        assert read == {s for (s, _), w in made.items() if w == warp}

@@ -11,8 +11,8 @@
 //
 // x: after the prologue, each 16 elements of the scratch (an mma's step of K) are rewritten in place as the 8 lanes'
 // B fragments (mma_x_pieces): column 0 x's bf16 rounding (hi), column 1 what the rounding left (lo), so that the
-// fp32 sums see 16 significant bits of x (kiec::split_pair; the other 6 columns zero). Each warp takes every WARPS-th
-// step of each page, over the block's pages in two chains of mmas; at a block's end the warps' sums of each of its 16
+// fp32 sums see 16 significant bits of x (kiec::split_pair; the other 6 columns zero). Each warp takes a run of
+// STEPS / WARPS of each page's steps, over the block's pages in two chains of mmas; at a block's end the warps' sums of each of its 16
 // rows meet in shared memory (a slot of `stage` a block, NSLOT of them in turn), and the warp that arrives last adds
 // them in warp order into acc: one sum a row (RPO: gate and up), the same bits whichever warp adds them.
 #pragma once
@@ -44,23 +44,28 @@ __device__ __forceinline__ void ldsm_x4(unsigned addr, unsigned (&a)[4]) {
 
 // xs (K floats, the prologue's output, after its block barrier) rewritten as the mma's B fragments: step s's 64
 // bytes become 8 uint2, lane l's (l < 8: column l >> 2, hi or lo; k pairs 2 (l & 3) and 2 (l & 3) + 8 of the step).
-// Each warp takes the steps it alone reads (gemv_pages_mma: s % WARPS == warp), one thread a step, in place, so a
-// warp barrier after is enough.
-template <typename T, int K, int WARPS>
+// Each warp takes the steps it alone reads (gemv_pages_mma: a run of R of each page's), two lanes a step, each
+// reading the two 16-byte quarters it writes back (lane 2j: quarters 0 and 2, pairs 0, 1, 4, 5; lane 2j + 1: 1 and
+// 3), so the lanes never touch each other's words and a warp barrier after is enough. (One lane a step, the steps
+// a warp's own 512 bytes apart, put every lane's loads on one bank group: 16-way conflicts, and a kernel 1.4%
+// slower than with a block's threads taking consecutive steps; fifty-second session, H100.)
+template <typename T, int K, int WARPS, int STEPS>
 __device__ __forceinline__ void mma_x_pieces(float* xs) {
-  static_assert(K % (16 * WARPS) == 0, "x's steps of 16, as many for each warp");
-  for (int s = (threadIdx.x >> 5) + WARPS * (threadIdx.x & 31); s < K / 16; s += 32 * WARPS) {
-    float4* p = reinterpret_cast<float4*>(xs + 16 * s);
-    const float4 a = p[0], b = p[1], c = p[2], d = p[3];
-    const float v[16] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w, c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
-    unsigned h[8], l[8];  // pair i: elements 2 i and 2 i + 1
-#pragma unroll
-    for (int i = 0; i < 8; ++i) split_pair<T>(v[2 * i], v[2 * i + 1], h[i], l[i]);
-    uint4* q = reinterpret_cast<uint4*>(p);
-    q[0] = make_uint4(h[0], h[4], h[1], h[5]);  // lanes 0, 1 (hi; pairs t and t + 4)
-    q[1] = make_uint4(h[2], h[6], h[3], h[7]);  // lanes 2, 3
-    q[2] = make_uint4(l[0], l[4], l[1], l[5]);  // lanes 4, 5 (lo)
-    q[3] = make_uint4(l[2], l[6], l[3], l[7]);  // lanes 6, 7
+  constexpr int R = STEPS / WARPS, OWN = K / 16 / WARPS;  // a warp's run of a page's steps; its steps in all
+  static_assert(K % (16 * STEPS) == 0 && STEPS % WARPS == 0, "x's steps of 16, as many for each warp");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, half = lane & 1;
+  for (int n = lane >> 1; n < OWN; n += 16) {
+    const int s = n / R * STEPS + warp * R + n % R;  // the warp's n-th step
+    float4* q = reinterpret_cast<float4*>(xs + 16 * s) + half;
+    const float4 a = q[0], b = q[2];  // pairs 2 half, 2 half + 1; 4 + 2 half, 5 + 2 half
+    unsigned h[4], l[4];
+    split_pair<T>(a.x, a.y, h[0], l[0]);
+    split_pair<T>(a.z, a.w, h[1], l[1]);
+    split_pair<T>(b.x, b.y, h[2], l[2]);
+    split_pair<T>(b.z, b.w, h[3], l[3]);
+    uint4* o = reinterpret_cast<uint4*>(q);
+    o[0] = make_uint4(h[0], h[2], h[1], h[3]);  // lanes 2 half, 2 half + 1 (hi; pairs t and t + 4)
+    o[2] = make_uint4(l[0], l[2], l[1], l[3]);  // lanes 4 + 2 half, 5 + 2 half (lo)
   }
   __syncwarp();
 }
@@ -91,7 +96,7 @@ __device__ __forceinline__ long long gemv_pages_mma(R& ring, int outs, const flo
       if (timed) waited += clock64() - c0;
 #pragma unroll
       for (int j = 0; j < M::STEPS / WARPS; ++j) {
-        const int s = warp + j * WARPS;  // the page's step
+        const int s = warp * (M::STEPS / WARPS) + j;  // the page's step (a warp's run: mma_x_pieces)
         const uint2 xb = lane < 8 ? xf[(p * M::STEPS + s) * 8 + lane] : make_uint2(0u, 0u);
         const unsigned at = page + row_at + (unsigned)(((2 * s + khalf) ^ (row & 7)) * 16);
 #pragma unroll

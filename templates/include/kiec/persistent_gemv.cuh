@@ -920,7 +920,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
         if ((int)threadIdx.x < M::NSLOT) counts[threadIdx.x] = 0;
       if constexpr ((TWICE & 2) != 0) stage_x();  // the probe: the same x written once more before
       stage_x();
-      if constexpr (MMA) mma_x_pieces<T, K, WARPS>(xs);
+      if constexpr (MMA) mma_x_pieces<T, K, WARPS, M::STEPS>(xs);
       trace(u, TR_X_READY);
 #if KIEC_PAGE_PACE_AHEAD_NS
       ring.consuming(u);  // (the weight stream's pace: ring.cuh)
