@@ -47,8 +47,9 @@ __device__ __forceinline__ void ldsm_x4(unsigned addr, unsigned (&a)[4]) {
 // Each warp takes the steps it alone reads (gemv_pages_mma: a run of R of each page's), two lanes a step, each
 // reading the two 16-byte quarters it writes back (lane 2j: quarters 0 and 2, pairs 0, 1, 4, 5; lane 2j + 1: 1 and
 // 3), so the lanes never touch each other's words and a warp barrier after is enough. (One lane a step, the steps
-// a warp's own 512 bytes apart, put every lane's loads on one bank group: 16-way conflicts, and a kernel 1.4%
-// slower than with a block's threads taking consecutive steps; fifty-second session, H100.)
+// a warp's own 512 bytes apart, put every lane's loads on one bank group, 16-way conflicts by the bank arithmetic;
+// that build ran +0.5% against the FMA tile on llama-3.2-1b on one H100 where the block's threads taking
+// consecutive steps had run -0.9% on another: two machines, not a same-run A/B; fifty-second session.)
 template <typename T, int K, int WARPS, int STEPS>
 __device__ __forceinline__ void mma_x_pieces(float* xs) {
   constexpr int R = STEPS / WARPS, OWN = K / 16 / WARPS;  // a warp's run of a page's steps; its steps in all
