@@ -282,11 +282,18 @@ class TargetParams:
     # of the block width, the page 16 KB, x staged in the scratch (not x direct, a warp's own copy or the norm in the
     # warps) and neither item shares, consumer merges nor a probe on it; the others keep the FMA tile. Other bits
     # (x to 16 significant bits as a bf16 pair, the tensor cores' order). A tied LM head gets its own copy of the
-    # table (the embedding reads rows). "": none. First run (fifty-second session, H100, bench/RESULTS.md): the same
-    # logits within the budget; llama-3.2-1b -0.9% with o+gate_up+down+head, +1.0% with qkv too (192 blocks over 132
-    # SMs: the largest share 32 rows against 24), qwen3-1.7b -1.2% with every kind, llama-3.1-8b +0.1%,
-    # smollm2-135m's down projection (36 blocks) +2.9%; hence persist_mma_share_excess
-    persist_mma_rows: str = ""
+    # table (the embedding reads rows). "": none. Fifty-second session (bench/RESULTS.md; H100s only, no H200 lent;
+    # scripts/variants.py, every kind named, same-run A/B against the FMA tile): at fbcb390 llama-3.2-1b -1.5% (0.829 vs
+    # 0.843 / 0.840 ms, MBU 97.4%), qwen3-1.7b -1.4%, llama-3.2-1b at 8192 -1.1%; the logits within the budget, against
+    # the FMA build's too, and graph mode's greedy tokens (two GPU tests); compute-sanitizer not yet over these tiles.
+    # Earlier builds: 6a46f2b (x's pieces made by the block, a block barrier) llama-3.2-1b -0.9% without QKV, +1.0%
+    # with it (192 blocks over 132 SMs: the largest share 32 rows against 24), qwen3-1.7b -1.2%, llama-3.1-8b +0.1%
+    # (its down projection keeps the FMA tile: a warp's own copy of x), smollm2-135m's down projection (36 blocks)
+    # +2.9%, hence persist_mma_share_excess; d437ecd (one lane a step, 16-way bank conflicts) +0.3% to +0.8% on
+    # another H100. So every kind, which the share rule takes down to o, gate_up, down and head on llama-3.2-1b,
+    # qkv, o, gate_up and head on llama-3.1-8b, none on smollm2-135m. Not yet timed on an H200, nor llama-3.1-8b at
+    # the default's build
+    persist_mma_rows: str = "qkv+o+gate_up+down+head"
     # persistent: persist_mma_rows only for the GEMVs whose largest share in whole 16-row blocks is at most this many
     # percent above their largest share dealt by the row (llama-3.2-1b's QKV: 32 rows against 24, +33%; its other
     # GEMVs and qwen3-1.7b's, llama-3.1-8b's: 0-2%)

@@ -431,11 +431,17 @@ def test_the_weight_stream_and_the_gemv_tiles_page_each_share_alike(name):
             continue
         K, epi, segs = re.search(r"gemv_tile<T, (\d+), \d+, \w+, ([\w:]+), \w+, (\d+)[,>]", body).groups()
         K, segs = int(K), int(segs)
-        assert K == k.k and d["row_bytes"] == 2 * K and d["row_bytes"] // d["item_bytes"] == segs
-        assert d["row_bytes"] % d["item_bytes"] == 0 and d["item_bytes"] % 16 == 0
         silu = d["flags"] & FLAG_SILU
+        mma = body.rstrip(");").split("(u, ring")[0].endswith("NoConsumerMerge, true>")  # (persist_mma_rows: MMA)
+        assert bool(d["flags"] & FLAG_BLOCKS) == mma == (prog.kernels.index(k) in e.mma)
+        if mma:  # a 16-row block of 512 elements (a SiLU-mul's 256: gate and up a page), whole blocks a share
+            width = 256 if silu else 512
+            assert K == k.k and d["row_bytes"] == 2 * K and d["item_bytes"] == 16 * width * 2 and K % width == 0
+        else:
+            assert K == k.k and d["row_bytes"] == 2 * K and d["row_bytes"] // d["item_bytes"] == segs
+            assert d["row_bytes"] % d["item_bytes"] == 0 and d["item_bytes"] % 16 == 0
         assert bool(silu) == (k.epilogue == "silu_mul") == (epi == "kiec::EPI_SILU_MUL") and d["n"] == k.n_out
-        assert page // (d["item_bytes"] * (2 if silu else 1)) >= 1 and not d["flags"] & FLAG_BLOCKS  # (the default)
+        assert page // (d["item_bytes"] * (2 if silu else 1)) >= 1
         streamed += 1
     assert streamed == sum(type(k).__name__ == "GemvKernel" for k in prog.kernels)
 
