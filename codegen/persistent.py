@@ -449,7 +449,7 @@ class _PersistentEmitter(_Emitter):
         if k.k % 8:
             raise ModeUnsupported(f"{k.name}: K = {k.k} is not a multiple of 8 (the GEMV reads 16-byte vectors)")
         packed = "+".join(k.weights)
-        mma = self.p.kernels.index(k) in self.mma  # (persist_mma_rows: the weights as 16-row blocks, a copy of their own)
+        mma = self.p.kernels.index(k) in self.mma  # (persist_mma_rows: the weights as 16-row blocks, a copy apart)
         layout = f"blocks16x{self.mma_width(k)}" if mma else ""
         w_off = self.lay.add(packed + ("@" + layout if mma else ""), k.weights, layout=layout)
         b_off = self.lay.add(packed + ".bias", k.biases) if k.biases else -1

@@ -95,9 +95,9 @@ def emulate(w: np.ndarray, x: np.ndarray, silu: bool, warps: int = 8, layout=mma
                             d[r, j & 1, lane] += [D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1]]
                 for lane in range(0, 32, 4):
                     g = lane >> 2
-                    for r in range(rpo):
-                        parts[warp, r, g] += (d[r, 0, lane, 0] + d[r, 0, lane, 1]) + (d[r, 1, lane, 0] + d[r, 1, lane, 1])
-                        parts[warp, r, g + 8] += (d[r, 0, lane, 2] + d[r, 0, lane, 3]) + (d[r, 1, lane, 2] + d[r, 1, lane, 3])
+                    for r in range(rpo):  # (row g: columns 0 and 1 of both chains; row g + 8: c2, c3)
+                        parts[warp, r, g] += d[r, :, lane, 0].sum() + d[r, :, lane, 1].sum()
+                        parts[warp, r, g + 8] += d[r, :, lane, 2].sum() + d[r, :, lane, 3].sum()
         for g in range(16):
             for r in range(rpo):
                 acc[(b * 16 + g) * rpo + r] = parts[:, r, g].sum()
@@ -141,7 +141,8 @@ def test_block_rows_are_dealt_in_whole_blocks(name):
     gemvs = frozenset(i for i, k in enumerate(prog.kernels) if isinstance(k, GemvKernel))
     sched = schedule(prog, 132, block_rows=gemvs)
     for i in gemvs:
-        shares = sorted((ins.lo, ins.hi) for lst in sched.lists for ins in lst if ins.kernel == i and ins.opcode == "gemv")
+        shares = sorted((ins.lo, ins.hi) for lst in sched.lists for ins in lst
+                        if ins.kernel == i and ins.opcode == "gemv")
         assert all(lo % 16 == 0 and hi % 16 == 0 and hi > lo for lo, hi in shares)
         assert [lo for lo, _ in shares[1:]] == [hi for _, hi in shares[:-1]] and shares[-1][1] == prog.kernels[i].n_out
 
@@ -192,7 +193,8 @@ def test_a_wrong_mma_field_is_refused_by_name(fields, match):
 
 @pytest.mark.parametrize("name,excess,kinds", [
     ("smollm2-135m", 5, set()), ("smollm2-135m", 400, {"down"}),
-    ("llama-3.2-1b", 5, {"o", "gate_up", "down", "head"}), ("llama-3.2-1b", 50, {"qkv", "o", "gate_up", "down", "head"}),
+    ("llama-3.2-1b", 5, {"o", "gate_up", "down", "head"}),
+    ("llama-3.2-1b", 50, {"qkv", "o", "gate_up", "down", "head"}),
     ("qwen3-1.7b", 5, {"qkv", "o", "gate_up", "down", "head"})])
 def test_only_gemvs_of_whole_blocks_dealt_evenly_take_the_tensor_cores(name, excess, kinds):
     # every kind asked for: smollm2-135m's K 576 is no whole number of 512- or 256-element blocks, and its down

@@ -12,9 +12,10 @@
 // x: after the prologue, each 16 elements of the scratch (an mma's step of K) are rewritten in place as the 8 lanes'
 // B fragments (mma_x_pieces): column 0 x's bf16 rounding (hi), column 1 what the rounding left (lo), so that the
 // fp32 sums see 16 significant bits of x (kiec::split_pair; the other 6 columns zero). Each warp takes a run of
-// STEPS / WARPS of each page's steps, over the block's pages in two chains of mmas; at a block's end the warps' sums of each of its 16
-// rows meet in shared memory (a slot of `stage` a block, NSLOT of them in turn), and the warp that arrives last adds
-// them in warp order into acc: one sum a row (RPO: gate and up), the same bits whichever warp adds them.
+// STEPS / WARPS of each page's steps, over the block's pages in two chains of mmas; at a block's end the warps' sums
+// of each of its 16 rows meet in shared memory (a slot of `stage` a block, NSLOT of them in turn), and the warp that
+// arrives last adds them in warp order into acc: one sum a row (RPO: gate and up), the same bits whichever warp adds
+// them.
 #pragma once
 
 #include "common.cuh"
@@ -79,7 +80,8 @@ __device__ __forceinline__ long long gemv_pages_mma(R& ring, int outs, const flo
   using M = MmaShape<true, K, SILU, WARPS, R::STAGES>;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const uint2* xf = reinterpret_cast<const uint2*>(xq);
-  // this lane's ldmatrix row (matrices 0 and 2: rows 0-7, 1 and 3: rows 8-15) and its step's half of K (2, 3)
+  // this lane's ldmatrix row (matrices 0 and 2: rows 0-7, 1 and 3: rows 8-15) and its step's half of K (matrices 0
+  // and 1: k 0-7, 2 and 3: k 8-15)
   const int row = (lane & 7) + (lane & 8), khalf = lane >> 4;
   const unsigned row_at = (unsigned)row * M::BW * 2;
   long long waited = 0;

@@ -848,7 +848,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
                          && !KIEC_PROBE_WARM_CODE),
                 "tensor-core dots: x staged in the scratch, one item at a time, no consumer merge, share or probe");
   using M = MmaShape<MMA, K, G::SILU, WARPS, R::STAGES>;
-  constexpr int PARTS = MMA ? 1 : SEGS;               // sums a row in acc: a segment's, or the row's
+  constexpr int PARTS = MMA ? 1 : SEGS;  // sums a row in acc: a segment's, or the row's
   const int merge_active = MG::in_use(u.pos, u.desc->window);  // (MG::ON: the attention's splits in use)
   constexpr int UNIT = PY ? 2 : 1;  // (SK: the rows completed together)
   const int lo = u.ins->lo, outs = u.ins->hi - lo;  // the rows the share touches
