@@ -374,7 +374,8 @@ class _PersistentEmitter(_Emitter):
         """persist_mma_rows: the GEMVs (by index) whose dot products run on the tensor cores (gemv_mma.cuh), those of
         the kinds it names that can: n a multiple of 16, K of the block width (mma_width), x staged in the scratch
         (not x direct, a warp's own copy or the norm in the warps), no item shares, consumer merge or probe, and
-        dealt in whole blocks about as evenly as by the row (persist_mma_share_excess)."""
+        dealt in whole blocks about as evenly as by the row (persist_mma_share_excess); none unless the ring's pages
+        are 16 KB (a block's) and the warps divide a page's 16 or 32 steps."""
         text, kinds = self.t.persist_mma_rows.strip(), ("qkv", "o", "gate_up", "down", "head")
         named = {x.strip() for x in text.split("+") if x.strip()}
         if named - set(kinds):
@@ -383,9 +384,8 @@ class _PersistentEmitter(_Emitter):
         if not named:
             return frozenset()
         t = self.t
-        if t.persist_page_bytes != 16 << 10 or 16 % self.warps:
-            raise ValueError(f"persist_mma_rows with {t.persist_page_bytes}-byte pages and {self.warps} warps: the "
-                             f"tensor-core blocks fill 16 KB pages, their steps dealt over 1, 2, 4, 8 or 16 warps")
+        if t.persist_page_bytes != 16 << 10 or 16 % self.warps:  # (a block fills a page; its steps go to the warps)
+            return frozenset()
         probes = t.persist_probe_warm_code or t.persist_probe_twice or t.persist_probe_mlp_local >= 2
         return frozenset(
             i for i, k in enumerate(self.p.kernels)
