@@ -418,8 +418,8 @@ def test_the_weight_stream_and_the_gemv_tiles_page_each_share_alike(name):
     from kiec.ir.passes import pipeline
     import dataclasses
     prog = pipeline.run(kiec.load(name, max_seq_len=256).graph)
-    # (the table's tensor-core GEMVs, which tests/conftest.py takes off for the knob tests)
-    t = dataclasses.replace(target("sm_90"), persist_mma_rows=type(target("sm_90")).persist_mma_rows)
+    # (every kind on the tensor cores, the share rule choosing: the FMA tile's GEMVs and the tensor cores' both)
+    t = dataclasses.replace(target("sm_90"), persist_mma_rows="qkv+o+gate_up+down+head")
     e = _PersistentEmitter(prog, "bf16", 256, t)
     assert bool(e.mma) == (name != "smollm2-135m")
     src = walk(e, prog, "test")

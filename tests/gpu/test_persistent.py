@@ -229,15 +229,18 @@ def test_norm_in_warps_computes_the_same_bits(tmp_path, monkeypatch, hidden, int
     assert eng.generate(tokens[:5], 40) == base.generate(tokens[:5], 40)
 
 
-@pytest.mark.parametrize("family,hidden,inter,heads,kv_heads,more", [("llama-tied", 1024, 4096, 16, 4, {}),
-                                                                      ("qwen3", 512, 1536, 8, 2, dict(head_dim=64))])
-def test_tensor_core_rows_within_budget(tmp_path, monkeypatch, family, hidden, inter, heads, kv_heads, more):
+@pytest.mark.parametrize("family,hidden,inter,heads,kv_heads,vocab,more", [
+    ("llama-tied", 1024, 4096, 16, 4, 2048, {}), ("qwen3", 512, 1536, 8, 2, 2048, dict(head_dim=64)),
+    ("llama-tied", 1024, 4096, 16, 4, 32768, {})])
+def test_tensor_core_rows_within_budget(tmp_path, monkeypatch, family, hidden, inter, heads, kv_heads, vocab, more):
     # persist_mma_rows (gemv_mma.cuh) on every kind of GEMV, with the wide models' fields: K 1024 (2 pages a QKV, O
     # or LM-head block, 4 a gate/up block, 8 a down block) and K 512 (1 page a block: the most staging slots), a tied
-    # LM head (its blocks a copy beside the embedding's rows). Other bits than the FMA tile's (x to 16 significant
-    # bits): the logits over 24 steps within the budget, against the FMA build too, and graph mode's greedy tokens
+    # LM head (its blocks a copy beside the embedding's rows); a vocabulary of 32768 gives an LM-head tile 16 blocks
+    # over 8 staging slots (each slot used twice, as llama-3.2-1b's 61 blocks use 5 slots). Other bits than the FMA
+    # tile's (x to 16 significant bits): the logits over 24 steps within the budget, against the FMA build too, and
+    # graph mode's greedy tokens
     make_tiny_hf(tmp_path / "hf", family, hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
-                 num_key_value_heads=kv_heads, vocab_size=2048, **more)
+                 num_key_value_heads=kv_heads, vocab_size=vocab, **more)
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=256)
     base = compile_variant(model, tmp_path, monkeypatch, "base", **WIDE_FIELDS)
     art = compile_variant(model, tmp_path, monkeypatch, persist_mma_rows="qkv+o+gate_up+down+head",
