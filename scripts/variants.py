@@ -10,7 +10,9 @@ variant is the sm_90 table entry with the given fields replaced (mode= picks gra
 for N positions, max_seq_len, instead of the context + 512); prints ms/token and MBU per variant. Each model's
 artifacts are deleted after its timing (the lent machine's disk holds 64 GB: three llama-3.1-8b variants fit, five
 did not, unless a variant's weights.bin is the first's, linked; a variant that may not fit the free space is left
-out, with the rest of the list, before it is written). --trace=POS: then
+out, with the rest of the list, before it is written). Before the timings each variant's logits over 8 steps are
+compared with the first variant's (the largest difference over the first's largest logit; FAR past 5%): a
+timing says nothing of what a variant computes, and a broken one can end its generations early. --trace=POS: then
 each persistent variant's step at POS traced in the kernel (Engine.trace), side by side: per kind of phase its mean
 hop and span along the chain (scripts/trace_summary.py), then each variant's whole summary; each persistent variant
 is then compiled, and timed, with the traced step's code (persist_trace_code 1, off by default) unless it says."""
@@ -18,6 +20,8 @@ import os
 import re
 import shutil
 import sys
+
+import numpy as np
 
 import trace_summary
 
@@ -62,6 +66,30 @@ def traces(arts: dict[str, str], pos: int, prefix: str = "") -> None:
     print(f"    {'token us':<22}" + "".join(f"{c:>16}" for c in spans))
     for j, (v, (ts, m)) in enumerate(recs.items()):
         print(f"\n  [{j}] {v}\n" + trace_summary.summary_of(ts, m, pos))
+
+
+AGREE_STEPS, AGREE_FAR = 8, 0.05  # steps compared; the distance past which a variant is flagged
+
+
+def agreement_lines(logits: dict[str, np.ndarray]) -> list[str]:
+    """Each variant's logits ([steps, vocab]) against the first variant's: the largest absolute difference over the
+    first's largest |logit|, FAR past AGREE_FAR (other sums' bits differ by ~1e-3 of it; a wrong kernel by its
+    whole size)."""
+    ref = next(iter(logits.values()))
+    scale = float(np.abs(ref).max()) or 1.0
+    lines = [f"  logits over {ref.shape[0]} steps against the first variant's (largest difference / largest logit)"]
+    for j, (v, x) in enumerate(logits.items()):
+        if j == 0:
+            continue
+        d = float(np.abs(x - ref).max()) / scale if np.isfinite(x).all() else float("inf")
+        lines.append(f"    {v}: {d:.2e}{'  FAR' if not d <= AGREE_FAR else ''}")
+    return lines
+
+
+def stepped(art: str, steps: int = AGREE_STEPS) -> np.ndarray:
+    """The artifact's logits over `steps` decode steps from position 0 (fixed tokens)."""
+    eng = engine(art)
+    return np.stack([eng.step(1 + 7 * p, p) for p in range(steps)])
 
 
 def summary_lines(times: dict[str, list[float]]) -> list[str]:
@@ -129,6 +157,8 @@ def main(spec: str, variants: list[str], trace_pos: int | None = None, rounds: i
     ceil = ceilings["read_tbps"]
     print(f"{spec}: {nbytes / 1e9:.3f} GB/token, read ceiling {ceil:.2f} TB/s, floor {nbytes / ceil / 1e9:.3f} ms"
           + (f" (peak {ceilings['peak_gbps'] / 1e3:.2f} TB/s)" if ceilings.get("peak_gbps") else ""))
+    if len(arts) > 1:
+        print("\n".join(agreement_lines({v: stepped(art) for v, art in arts.items()})))
     times: dict[str, list[float]] = {v: [] for v in arts}
     for rnd in range(rounds):  # (two by default), to see the spread between repeats of the same variant
         for v, art in arts.items():

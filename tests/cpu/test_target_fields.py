@@ -44,3 +44,22 @@ def test_variants_refuses_a_bad_field_before_any_model_runs(tmp_path, bad, messa
     assert r.returncode != 0
     assert f"variants.py: llama-3.2-1b mode=persistent,{bad}: " in r.stderr and message in r.stderr, r.stderr
     assert "[kiec]" not in r.stdout + r.stderr and "read ceiling" not in r.stdout, r.stdout  # (no compile, no timing)
+
+
+def test_variants_flags_a_variant_whose_logits_are_far_from_the_first():
+    # variants.py compares each variant's logits over its first steps with the first variant's before timing: other
+    # sums' bits pass, a wrong kernel's (here: rows swapped, a NaN) is flagged FAR
+    import numpy as np
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    try:
+        from variants import agreement_lines
+    finally:
+        sys.path.pop(0)
+    gen = np.random.default_rng(0)
+    base = gen.standard_normal((8, 64)).astype(np.float32) * 10
+    near = base + 1e-3 * gen.standard_normal(base.shape).astype(np.float32)
+    nan = base.copy()
+    nan[3, 5] = np.nan
+    lines = agreement_lines({"a": base, "near": near, "swapped": base[:, ::-1], "nan": nan})
+    assert lines[1].startswith("    near: ") and "FAR" not in lines[1]
+    assert lines[2].endswith("FAR") and lines[3].endswith("FAR")
