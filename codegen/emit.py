@@ -76,12 +76,6 @@ def mma_blocked(w, layout: str):
     return b[:, :, r, src].contiguous().reshape(n, k)
 
 
-def mma_block_offset(row: int, col: int, k: int, width: int) -> int:
-    """Where element (row, col) of a [n, k] matrix sits in its blocks16x`width` layout, in elements."""
-    r, c = row % 16, (col % width) // 8
-    return ((row // 16 * (k // width) + col // width) * 16 + r) * width + (c ^ (r & 7)) * 8 + col % 8
-
-
 class _Layout:
     def __init__(self, graph, dtype):
         self.graph, self.dtype = graph, dtype

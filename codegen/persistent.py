@@ -12,8 +12,8 @@ import functools
 import struct
 
 from kiec.errors import ModeUnsupported  # a model this mode cannot build (graph mode may): kiec.compile falls back
-from kiec.ir.passes.persistent import (Schedule, attention_splits, down_projections, output_projections, partials,
-                                      schedule, share_items, tag_parity, tag_plan)
+from kiec.ir.passes.persistent import (Schedule, attention_splits, down_projections, gemv_shares, output_projections,
+                                      partials, schedule, share_items, tag_parity, tag_plan)
 from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program, kernel_io
 
 from .buffers import TAGGED_REGION
@@ -27,6 +27,7 @@ SMEM_LIMIT = 227 * 1024  # shared memory one H100/H200 block may take
 STATIC_SMEM = 1024  # room left for the kernel's own __shared__ variables (ptxas -v: 128 bytes)
 STAGE_SMEM = 1024  # more of it with persist_stage_instrs (persistent.cuh: InstrStage's slots, 952 bytes)
 WARP_COPY_FLOATS = 32 * 8  # a warp's round of x with persist_x_warp_copy_min_k (persistent_gemv.cuh's, the same name)
+GEMV_KINDS = ("qkv", "o", "gate_up", "down", "head")  # _PersistentEmitter.gemv_kind's names (the fields that list kinds)
 
 
 def carry(k: GemvKernel) -> str:
@@ -376,23 +377,26 @@ class _PersistentEmitter(_Emitter):
         (not x direct, a warp's own copy or the norm in the warps), no item shares, consumer merge or probe, and
         dealt in whole blocks about as evenly as by the row (persist_mma_share_excess); none unless the ring's pages
         are 16 KB (a block's) and the warps divide a page's 16 or 32 steps."""
-        text, kinds = self.t.persist_mma_rows.strip(), ("qkv", "o", "gate_up", "down", "head")
+        text = self.t.persist_mma_rows.strip()
         named = {x.strip() for x in text.split("+") if x.strip()}
-        if named - set(kinds):
-            raise ValueError(f"persist_mma_rows {text!r}: {', '.join(sorted(named - set(kinds)))} is no kind of GEMV "
-                             f"({', '.join(kinds)}, joined by +)")
+        if named - set(GEMV_KINDS):
+            raise ValueError(f"persist_mma_rows {text!r}: {', '.join(sorted(named - set(GEMV_KINDS)))} is no kind of "
+                             f"GEMV ({', '.join(GEMV_KINDS)}, joined by +)")
         if not named:
             return frozenset()
         t = self.t
         if t.persist_page_bytes != 16 << 10 or 16 % self.warps:  # (a block fills a page; its steps go to the warps)
             return frozenset()
         probes = t.persist_probe_warm_code or t.persist_probe_twice or t.persist_probe_mlp_local >= 2
+
+        def largest(n: int, step: int) -> int:  # the largest share gemv_shares deals in runs of `step` rows
+            return max(hi - lo for _, lo, hi in gemv_shares(n, t.sms, step=step))
         return frozenset(
             i for i, k in enumerate(self.p.kernels)
             if isinstance(k, GemvKernel) and self.gemv_kind(k) in named and k.n_out % 16 == 0
             and k.k % self.mma_width(k) == 0 and not self.x_direct(k) and not self.x_warp_copy(k)
             and not self.norm_in_warps(k) and i not in self.item_shares and self.merge_of(k) is None and not probes
-            and 100 * 16 * -(-k.n_out // 16 // t.sms) <= (100 + t.persist_mma_share_excess) * -(-k.n_out // t.sms))
+            and 100 * largest(k.n_out, 16) <= (100 + t.persist_mma_share_excess) * largest(k.n_out, 1))
 
     @staticmethod
     def mma_width(k: GemvKernel) -> int:
@@ -582,7 +586,7 @@ class _PersistentEmitter(_Emitter):
     @functools.cached_property
     def kind_paces(self) -> dict[str, int]:
         """persist_page_pace_kinds as {kind: ns}, on a paced stream only (none unpaced)."""
-        text, kinds, out = self.t.persist_page_pace_kinds.strip(), ("qkv", "o", "gate_up", "down", "head"), {}
+        text, kinds, out = self.t.persist_page_pace_kinds.strip(), GEMV_KINDS, {}
         for item in filter(None, (x.strip() for x in text.split("+"))):
             name, _, ns = item.partition(":")
             if name.strip() not in kinds or not ns.strip().isdigit() or int(ns) <= 0:

@@ -38,6 +38,12 @@ def load_library(path: str) -> ctypes.CDLL:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def traceable(manifest: dict) -> bool:
+    """Whether an artifact's kernel carries the traced step's code (persist_trace_code; Engine.trace needs it):
+    its manifest says so, and artifacts from before the field all do."""
+    return bool(manifest.get("traceable", True))
+
+
 class Engine:
     """Same step/generate API as kiec.Reference, plus stream(). Needs the GPU the artifact was built for."""
 
@@ -216,7 +222,7 @@ class Engine:
         traced launches first, their recordings dropped (the traced step's own code paths and the recording's
         pages then run a second time, not a first). Needs an artifact built with the traced step's code
         (persist_trace_code 1; the default kernel has none: scripts/trace_summary.py builds such a copy)."""
-        if not self.manifest.get("traceable", True):
+        if not traceable(self.manifest):
             raise KiecError(f"{self.artifact_dir}: compiled without the trace's code (persist_trace_code 0): "
                             f"Engine.trace needs an artifact compiled with it")
         self._usable()

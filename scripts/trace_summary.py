@@ -284,8 +284,9 @@ def traceable_engine(path: str):
 
     import kiec
     from kiec.codegen import targets
+    from kiec.runtime import traceable
     eng = kiec.Engine(path)
-    if eng.manifest.get("traceable", True):
+    if traceable(eng.manifest):
         return eng
     man = eng.manifest
     eng.close()

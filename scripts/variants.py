@@ -29,6 +29,7 @@ import kiec
 from kiec.bench import engine, measure_ceilings, positions_needed, release, time_kiec
 from kiec.codegen import targets
 from kiec.modes import MODES
+from kiec.runtime import traceable
 from kiec.summary import bytes_per_token
 
 
@@ -41,7 +42,7 @@ def traces(arts: dict[str, str], pos: int, prefix: str = "") -> None:
     save_dir = os.environ.get("VARIANTS_TRACE_DIR")  # each recording kept there as an .npz (trace_summary.py reads it)
     for v, art in arts.items():
         eng = engine(art)
-        if eng.manifest.get("mode") == "persistent" and not eng.manifest.get("traceable", True):
+        if eng.manifest.get("mode") == "persistent" and not traceable(eng.manifest):
             print(f"  {v}: not traced (compiled without the trace's code)")
         elif eng.manifest.get("mode") == "persistent":
             recs[v] = (eng.trace(pos), eng.manifest)

@@ -10,7 +10,14 @@ import pytest
 import torch
 
 import kiec
-from kiec.codegen.emit import mma_block_offset, mma_block_width, mma_blocked
+from kiec.codegen.emit import mma_block_width, mma_blocked
+
+
+def mma_block_offset(row: int, col: int, k: int, width: int) -> int:
+    """Where element (row, col) of a [n, k] matrix sits in its blocks16x`width` layout, in elements (the offsets
+    gemv_mma.cuh reads: row block, K block, row, swizzled chunk, element)."""
+    r, c = row % 16, (col % width) // 8
+    return ((row // 16 * (k // width) + col // width) * 16 + r) * width + (c ^ (r & 7)) * 8 + col % 8
 
 
 @pytest.mark.parametrize("n,k,width", [(32, 1024, 512), (48, 512, 256), (16, 2048, 512), (64, 768, 256)])
