@@ -403,10 +403,6 @@ class _PersistentEmitter(_Emitter):
         """A tensor-core GEMV's block width (gemv_mma.cuh's BW): 512 elements (16 KB, a page), a SiLU-mul's 256."""
         return 256 if k.epilogue == "silu_mul" else 512
 
-    def mma_slots(self, k: GemvKernel) -> int:
-        """A tensor-core GEMV's staging slots (gemv_mma.cuh: MmaShape's NSLOT) for the ring's most pages."""
-        return self.t.persist_stages // (k.k // self.mma_width(k)) + 2
-
     def norm_in_warps(self, k: GemvKernel) -> bool:
         """persist_norm_in_warps for this GEMV: the norm in each warp's registers where every warp holds all of x,
         read untagged."""
@@ -513,9 +509,9 @@ class _PersistentEmitter(_Emitter):
         staged = not direct and not wnorm  # x in the scratch: all of it, or a round of its segment a warp (warp_copy)
         x_floats = (self.warps * WARP_COPY_FLOATS if warp_copy else k.k) if staged else 0
         rows += 1 if sk and k.out in self.paired else 0  # (a trailing pair's row past the share's: ItemShare)
-        # acc (a sum a segment of each row, or a row's with mma), the warps' words, mma's slots and their counts
-        slots = self.mma_slots(k) if mma else 0  # (its counts; a slot a block of the share, up to that many)
-        staging = slots + min(slots, rows // 16) * self.warps * 16 * (2 if silu else 1)
+        # acc (a sum a segment of each row, or a row's with mma), the warps' words and mma's two slots of block sums
+        # (gemv_mma.cuh: gemv_pages_mma's stage, a slot for each of a share's first two blocks)
+        staging = min(2, rows // 16) * self.warps * 16 * (2 if silu else 1) if mma else 0
         self.smem = max(self.smem, (x_floats + (2 if silu else 1) * rows * (1 if mma else segs) + self.warps
                                     + staging) * 4)
         self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * (2 if silu else 1) * k.k * self.esize))

@@ -13,9 +13,11 @@
 // B fragments (mma_x_pieces): column 0 x's bf16 rounding (hi), column 1 what the rounding left (lo), so that the
 // fp32 sums see 16 significant bits of x (kiec::split_pair; the other 6 columns zero). Each warp takes a run of
 // STEPS / WARPS of each page's steps, over the block's pages in two chains of mmas; at a block's end the warps' sums
-// of each of its 16 rows meet in shared memory (a slot of `stage` a block, NSLOT of them in turn), and the warp that
-// arrives last adds them in warp order into acc: one sum a row (RPO: gate and up), the same bits whichever warp adds
-// them.
+// of each of its 16 rows meet in shared memory (`stage`, two slots in turn), and after the compute warps' barrier one
+// warp adds them in warp order into acc: one sum a row (RPO: gate and up). Only barriers order the slots, which
+// compute-sanitizer's racecheck follows: the fifty-second session's handoff (the warp that arrived last, counted by a
+// shared atomic, added the sums; a slot for each block the ring let a warp run ahead) showed racecheck hazards on
+// every block, which it cannot tell from races (fifty-third session).
 #pragma once
 
 #include "common.cuh"
@@ -25,16 +27,13 @@ namespace kiec {
 
 // A tensor-core GEMV's geometry: K blocks of BW elements, PPB pages a 16-row block, STEPS mma steps a page's block
 // (ON false: a GEMV on the FMA tile, which names it but uses none of it).
-template <bool ON, int K, bool SILU, int WARPS, int STAGES>
+template <bool ON, int K, bool SILU, int WARPS>
 struct MmaShape {
   static constexpr int BW = SILU ? 256 : 512;
   static_assert(!ON || K % BW == 0, "a tensor-core GEMV's K is a multiple of its blocks' width");
   static constexpr int PPB = ON ? K / BW : 1, STEPS = BW / 16, RPO = SILU ? 2 : 1;
   static_assert(!ON || STEPS % WARPS == 0, "a page's steps divide among the warps");
   static constexpr int BLOCK_BYTES = 16 * BW * 2;  // (2-byte weights)
-  // the staging slots: a warp runs at most STAGES pages (STAGES / PPB blocks) ahead of the last to finish a block,
-  // which reads its slot before it releases that block's last page (codegen/persistent.py: mma_slots, the same)
-  static constexpr int NSLOT = STAGES / PPB + 2;
 };
 
 // One ldmatrix.x4: four 8 x 8 matrices of 2-byte elements, lane l giving row l & 7 of matrix l >> 3.
@@ -73,11 +72,13 @@ __device__ __forceinline__ void mma_x_pieces(float* xs) {
 }
 
 // Every page of a share of `outs` rows (whole 16-row blocks) of a tensor-core GEMV: row j's sum (RPO: gate, up) into
-// acc[j * RPO + r]. xq: mma_x_pieces' fragments. `timed`: the SM cycles this thread waited for pages (else 0).
+// acc[j * RPO + r]. xq: mma_x_pieces' fragments; stage: WARPS x 16 x RPO floats (a slot) for each of the share's first
+// two blocks (codegen/persistent.py sizes it). `timed`: the SM cycles this thread waited for pages (else 0). Every
+// compute thread calls it with the same `outs` (a barrier a block).
 template <typename T, int K, int WARPS, bool SILU, typename R>
 __device__ __forceinline__ long long gemv_pages_mma(R& ring, int outs, const float* xq, float* acc, float* stage,
-                                                    int* counts, bool timed) {
-  using M = MmaShape<true, K, SILU, WARPS, R::STAGES>;
+                                                    bool timed) {
+  using M = MmaShape<true, K, SILU, WARPS>;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const uint2* xf = reinterpret_cast<const uint2*>(xq);
   // this lane's ldmatrix row (matrices 0 and 2: rows 0-7, 1 and 3: rows 8-15) and its step's half of K (matrices 0
@@ -109,11 +110,12 @@ __device__ __forceinline__ long long gemv_pages_mma(R& ring, int outs, const flo
           mma_16816<T>(d[r][j & 1], a, xb.x, xb.y);
         }
       }
-      if (p + 1 < M::PPB) ring.release();
+      ring.release();
     }
-    // the block's sums: lane 4 g holds rows g (d 0: hi, 1: lo) and g + 8 (2, 3) of each chain
-    const int slot = b % M::NSLOT;
-    float* st = stage + slot * (WARPS * 16 * M::RPO);
+    // the block's sums: lane 4 g holds rows g (d 0: hi, 1: lo) and g + 8 (2, 3) of each chain; the warps' sums meet
+    // in slot b % 2, and after the compute warps' barrier warp b % WARPS adds them in warp order into acc. The slot is
+    // written again for block b + 2, after the barrier of block b + 1, which that warp reaches only once it has read.
+    float* st = stage + (b & 1) * (WARPS * 16 * M::RPO);
     if ((lane & 3) == 0) {
       const int g = lane >> 2;
 #pragma unroll
@@ -122,25 +124,14 @@ __device__ __forceinline__ long long gemv_pages_mma(R& ring, int outs, const flo
         st[(warp * M::RPO + r) * 16 + g + 8] = (d[r][0][2] + d[r][0][3]) + (d[r][1][2] + d[r][1][3]);
       }
     }
-    __syncwarp();
-    int last = 0;
-    if (lane == 0) {
-      __threadfence_block();  // (the warp's sums before its count: release)
-      last = atomicAdd(counts + slot, 1) % WARPS == WARPS - 1;
-    }
-    if (__shfl_sync(0xffffffffu, last, 0)) {
-      __threadfence_block();  // (acquire: the other warps' sums)
-      if (lane < 16 * M::RPO) {
-        const int r = lane >> 4, g = lane & 15;
-        const volatile float* vs = st;
-        float v = 0.f;
+    sync_block();
+    if (warp == b % WARPS && lane < 16 * M::RPO) {
+      const int r = lane >> 4, g = lane & 15;
+      float v = 0.f;
 #pragma unroll
-        for (int w = 0; w < WARPS; ++w) v += vs[(w * M::RPO + r) * 16 + g];
-        acc[(b * 16 + g) * M::RPO + r] = v;
-      }
-      __syncwarp();
+      for (int w = 0; w < WARPS; ++w) v += st[(w * M::RPO + r) * 16 + g];
+      acc[(b * 16 + g) * M::RPO + r] = v;
     }
-    ring.release();  // (the block's last page: after its slot was read, so no warp reaches the slot's next use first)
   }
   return waited;
 }

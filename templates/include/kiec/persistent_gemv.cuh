@@ -847,7 +847,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   static_assert(!MMA || (STAGED && !HALF && !SK && !MG::ON && TWICE == 0 && ITEMS == 1 && !SUMS
                          && !KIEC_PROBE_WARM_CODE),
                 "tensor-core dots: x staged in the scratch, one item at a time, no consumer merge, share or probe");
-  using M = MmaShape<MMA, K, G::SILU, WARPS, R::STAGES>;
+  using M = MmaShape<MMA, K, G::SILU, WARPS>;
   constexpr int PARTS = MMA ? 1 : SEGS;  // sums a row in acc: a segment's, or the row's
   const int merge_active = MG::in_use(u.pos, u.desc->window);  // (MG::ON: the attention's splits in use)
   constexpr int UNIT = PY ? 2 : 1;  // (SK: the rows completed together)
@@ -860,9 +860,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   float* xs = smem;  // K: the prologue's output (STAGED), or WARP_COPY_FLOATS a warp (WCOPY: a round of its segment)
   float* acc = smem + (STAGED ? K : WCOPY ? WARPS * WARP_COPY_FLOATS : 0);  // [ROWS_PER_OUT * rows][PARTS]: row sums
   float* red = acc + G::ROWS_PER_OUT * (SK ? outs + UNIT - 1 : outs) * PARTS;  // WARPS (past a trailing unit's rows)
-  // (MMA: M::NSLOT counts, then a slot of sums for each of the share's blocks up to M::NSLOT)
-  int* counts = reinterpret_cast<int*>(red + WARPS);
-  float* stage = red + WARPS + M::NSLOT;
+  float* stage = red + WARPS;  // (MMA: the block sums' slots)
 
   Prologue<T, K, NORM && !WNORM, WARPS * 32, PX> prologue;
   WarpNorm<T, G, K, WARPS * 32> wnorm;
@@ -916,8 +914,6 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
         } else if (TX && !DIRECT) prologue.run_tagged(x, tag_of(u, u.desc->tag_x), norm_w, eps, xs, red);
         else if (!DIRECT) prologue.run(x, norm_w, eps, xs, red);
       };
-      if constexpr (MMA)  // (the block reductions' counts, before the prologue's barrier)
-        if ((int)threadIdx.x < M::NSLOT) counts[threadIdx.x] = 0;
       if constexpr ((TWICE & 2) != 0) stage_x();  // the probe: the same x written once more before
       stage_x();
       if constexpr (MMA) mma_x_pieces<T, K, WARPS, M::STEPS>(xs);
@@ -949,7 +945,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
 #if KIEC_TRACE_DOTS
       if (traced_step(u) && (threadIdx.x & 31) == 0) dot_stamps()[0][threadIdx.x >> 5] = global_ns();
 #endif
-      waited = gemv_pages_mma<T, K, WARPS, G::SILU>(ring, outs, xs, acc, stage, counts, traced_step(u));
+      waited = gemv_pages_mma<T, K, WARPS, G::SILU>(ring, outs, xs, acc, stage, traced_step(u));
 #if KIEC_TRACE_DOTS
       if (traced_step(u) && (threadIdx.x & 31) == 0) dot_stamps()[1][threadIdx.x >> 5] = global_ns();
 #endif
