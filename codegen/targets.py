@@ -282,20 +282,18 @@ class TargetParams:
     # of the block width, the page 16 KB, x staged in the scratch (not x direct, a warp's own copy or the norm in the
     # warps) and neither item shares, consumer merges nor a probe on it; the others keep the FMA tile. Other bits
     # (x to 16 significant bits as a bf16 pair, the tensor cores' order). A tied LM head gets its own copy of the
-    # table (the embedding reads rows). "": none. Fifty-second session (bench/RESULTS.md; H100s only, no H200 lent;
-    # scripts/variants.py, every kind named, same-run A/B against the FMA tile): at fbcb390 llama-3.2-1b -1.5% (0.829 vs
-    # 0.843 / 0.840 ms, MBU 97.4%), qwen3-1.7b -1.4%, llama-3.2-1b at 8192 -1.1%; the logits within the budget, against
-    # the FMA build's too, and graph mode's greedy tokens (two GPU tests); compute-sanitizer not yet over these tiles.
-    # Earlier builds: 6a46f2b (x's pieces made by the block, a block barrier) llama-3.2-1b -0.9% without QKV, +1.0%
-    # with it (192 blocks over 132 SMs: the largest share 32 rows against 24), qwen3-1.7b -1.2%, llama-3.1-8b +0.1%
-    # (its down projection keeps the FMA tile: a warp's own copy of x), smollm2-135m's down projection (36 blocks)
-    # +2.9%, hence persist_mma_share_excess; d437ecd (one lane a step, 16-way bank conflicts) +0.3% to +0.8% on
-    # another H100. Off until a GPU test has run a share of more blocks than staging slots (the tests' tiny models
-    # give a tile 1-2 blocks; llama-3.2-1b's LM head 61 over 5 slots: the slots' reuse is argued, not yet checked
-    # against the interpreter; tests/gpu/test_persistent.py's vocab-32768 case does) and an H200 has timed it. Then
-    # "qkv+o+gate_up+down+head", which the share rule takes down to o, gate_up, down and head on llama-3.2-1b; qkv, o,
-    # gate_up and head on llama-3.1-8b; none on smollm2-135m
-    persist_mma_rows: str = ""
+    # table (the embedding reads rows). "": none. The share rule (persist_mma_share_excess) takes every kind down to
+    # o, gate_up, down and head on llama-3.2-1b; all five on qwen3-1.7b; qkv, o, gate_up and head on llama-3.1-8b
+    # (its down projection copies x a warp at a time); none on smollm2-135m. Same-run A/B against the FMA tile
+    # (scripts/variants.py; H100s only, no H200 lent; bench/RESULTS.md): fifty-second session at fbcb390
+    # llama-3.2-1b -1.5% (0.829 vs 0.843 / 0.840 ms), qwen3-1.7b -1.4%, llama-3.2-1b at 8192 -1.1%; fifty-third in two
+    # calls llama-3.2-1b -0.1% and +0.0%, qwen3-1.7b -1.0% and -1.4%, at 8192 -1.2% and -1.4%, llama-3.1-8b
+    # +0.1% (and +0.1% at 6a46f2b); earlier builds: llama-3.2-1b's QKV on it +1.0% (192 blocks over 132 SMs: 32
+    # rows against 24), smollm2-135m's down projection (36 blocks) +2.9%, hence the share rule. The logits within
+    # the budget against the interpreter and the FMA build, graph mode's greedy tokens (tests/gpu/test_persistent.py:
+    # shares of 16 blocks too) and compute-sanitizer clean (memcheck, racecheck, synccheck: scripts/tiny_model.py
+    # mma=1) since the fifty-third session's block sums meet at a barrier (8c4be8f). Default since then
+    persist_mma_rows: str = "qkv+o+gate_up+down+head"
     # persistent: persist_mma_rows only for the GEMVs whose largest share in whole 16-row blocks is at most this many
     # percent above their largest share dealt by the row (llama-3.2-1b's QKV: 32 rows against 24, +33%; its other
     # GEMVs and qwen3-1.7b's, llama-3.1-8b's: 0-2%)
