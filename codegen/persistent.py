@@ -376,7 +376,8 @@ class _PersistentEmitter(_Emitter):
         the kinds it names that can: n a multiple of 16, K of the block width (mma_width), x staged in the scratch
         (not x direct, a warp's own copy or the norm in the warps), no item shares, consumer merge or probe, and
         dealt in whole blocks about as evenly as by the row (persist_mma_share_excess); none unless the ring's pages
-        are 16 KB (a block's) and the warps divide a page's 16 or 32 steps."""
+        are 16 KB (a block's) and the warps divide a page's 16 or 32 steps, nor with fp16 weights: x's pieces are
+        then fp16 too, which overflows past 65504 (a down projection's input may) where the FMA tile reads x in fp32."""
         text = self.t.persist_mma_rows.strip()
         named = {x.strip() for x in text.split("+") if x.strip()}
         if named - set(GEMV_KINDS):
@@ -386,6 +387,8 @@ class _PersistentEmitter(_Emitter):
             return frozenset()
         t = self.t
         if t.persist_page_bytes != 16 << 10 or 16 % self.warps:  # (a block fills a page; its steps go to the warps)
+            return frozenset()
+        if self.ctype != "__nv_bfloat16":  # (x's pieces take the weights' type: bf16 has fp32's range)
             return frozenset()
         probes = t.persist_probe_warm_code or t.persist_probe_twice or t.persist_probe_mlp_local >= 2
 

@@ -154,14 +154,14 @@ def test_block_rows_are_dealt_in_whole_blocks(name):
         assert [lo for lo, _ in shares[1:]] == [hi for _, hi in shares[:-1]] and shares[-1][1] == prog.kernels[i].n_out
 
 
-def emitter(name, **fields):
+def emitter(name, dtype="bf16", **fields):
     import dataclasses
 
     from kiec.codegen.persistent import _PersistentEmitter, walk
     from kiec.codegen.targets import target
     from kiec.ir.passes import pipeline
     prog = pipeline.run(kiec.load(name, max_seq_len=256).graph)
-    e = _PersistentEmitter(prog, "bf16", 256, dataclasses.replace(target("sm_90"), **fields))
+    e = _PersistentEmitter(prog, dtype, 256, dataclasses.replace(target("sm_90"), **fields))
     return prog, e, walk(e, prog, "test")
 
 
@@ -202,6 +202,15 @@ def test_pages_or_warps_the_blocks_do_not_fit_keep_the_fma_tile(fields):
     # or 12 warps every GEMV keeps the FMA tile (the table's default names every kind; a knob test changes these)
     prog, e, src = emitter("llama-3.2-1b", persist_mma_rows="qkv+o+gate_up+down+head", **fields)
     assert not e.mma and "NoConsumerMerge, true>" not in src.files["model.cu"]
+
+
+def test_fp16_weights_keep_the_fma_tile():
+    # x's pieces take the weights' type: in fp16 an x past 65504 would be infinite (the FMA tile reads x in fp32), so
+    # an fp16 model keeps the FMA tile wherever bf16 would take the tensor cores
+    prog, e, src = emitter("qwen3-1.7b", "f16", persist_mma_rows="qkv+o+gate_up+down+head")
+    assert not e.mma and "NoConsumerMerge, true>" not in src.files["model.cu"]
+    assert emitter("qwen3-1.7b", persist_mma_rows="qkv+o+gate_up+down+head")[1].mma
+    assert not np.isfinite(np.float16(np.float32(70000.0)))  # (what the fp16 pieces would make of such an x)
 
 
 @pytest.mark.parametrize("name,excess,kinds", [
