@@ -281,9 +281,8 @@ class TargetParams:
     # XOR-swizzled, and their shares dealt in whole 16-row blocks. Only where the GEMV's n is a multiple of 16, its K
     # of the block width, the page 16 KB, x staged in the scratch (not x direct, a warp's own copy or the norm in the
     # warps), bf16 weights (fp16 pieces of x would overflow past 65504) and neither item shares, consumer merges
-    # nor a probe on it; the others keep the FMA tile. Other bits
-    # (x to 16 significant bits as a bf16 pair, the tensor cores' order). A tied LM head gets its own copy of the
-    # table (the embedding reads rows). "": none. The share rule (persist_mma_share_excess) takes every kind down to
+    # nor a probe on it; the others keep the FMA tile. Other bits (x to 16 significant bits as a bf16 pair, the
+    # tensor cores' order). A tied LM head gets its own copy of the table (the embedding reads rows). "": none. The share rule (persist_mma_share_excess) takes every kind down to
     # o, gate_up, down and head on llama-3.2-1b; all five on qwen3-1.7b; qkv, o, gate_up and head on llama-3.1-8b
     # (its down projection copies x a warp at a time); none on smollm2-135m. Same-run A/B against the FMA tile
     # (scripts/variants.py; H100s only, no H200 lent; bench/RESULTS.md): fifty-second session at fbcb390
