@@ -47,11 +47,6 @@ constexpr int MAX_ROWS = 64;
 
 __device__ __forceinline__ unsigned shared_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
-__device__ __forceinline__ void ldmatrix_x4(unsigned addr, unsigned (&a)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3]) : "r"(addr));
-}
-
 __device__ __forceinline__ void ldmatrix_x2(unsigned addr, unsigned& a0, unsigned& a1) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(a0), "=r"(a1) : "r"(addr));
 }
@@ -147,7 +142,7 @@ __global__ void __launch_bounds__(THREADS, 1) mma_rows(const __nv_bfloat16* w, f
         const int s = warp + i * WARPS;
         if (STEPS % WARPS == 0 || s < STEPS) {
           unsigned a[4];
-          ldmatrix_x4(block(rb, s), a);
+          kiec::ldsm_x4(block(rb, s), a);
           kiec::mma_16816<__nv_bfloat16>(d[i % ACC], a, b[i][0], b[i][1]);
         }
       }
@@ -364,7 +359,7 @@ __global__ void __launch_bounds__(THREADS, 1) page_rows(const __nv_bfloat16* w, 
           if (P::STEPS % WARPS == 0 || s0 < P::STEPS) {  // (the warp's last steps may be past the item's)
             const int step = mat < 2 || !two ? s0 : s1;
             unsigned b[4];
-            ldmatrix_x4(base + P::at(item, 2 * step + (mat & 1)), b);
+            kiec::ldsm_x4(base + P::at(item, 2 * step + (mat & 1)), b);
             kiec::mma_16816<__nv_bfloat16>(d[x][i % ACC], a[i], b[0], b[1]);
             if (two) kiec::mma_16816<__nv_bfloat16>(d[x][(i + 1) % ACC], a[i + 1], b[2], b[3]);
           }
