@@ -282,9 +282,10 @@ class TargetParams:
     # of the block width, the page 16 KB, x staged in the scratch (not x direct, a warp's own copy or the norm in the
     # warps), bf16 weights (fp16 pieces of x would overflow past 65504) and neither item shares, consumer merges
     # nor a probe on it; the others keep the FMA tile. Other bits (x to 16 significant bits as a bf16 pair, the
-    # tensor cores' order). A tied LM head gets its own copy of the table (the embedding reads rows). "": none. The share rule (persist_mma_share_excess) takes every kind down to
-    # o, gate_up, down and head on llama-3.2-1b; all five on qwen3-1.7b; qkv, o, gate_up and head on llama-3.1-8b
-    # (its down projection copies x a warp at a time); none on smollm2-135m. Same-run A/B against the FMA tile
+    # tensor cores' order). A tied LM head gets its own copy of the table (the embedding reads rows). "": none. The
+    # share rule (persist_mma_share_excess) takes every kind down to o, gate_up, down and head on llama-3.2-1b; all
+    # five on qwen3-1.7b; qkv, o, gate_up and head on llama-3.1-8b (its down projection copies x a warp at a time);
+    # none on smollm2-135m. Same-run A/B against the FMA tile
     # (scripts/variants.py; H100s only, no H200 lent; bench/RESULTS.md): fifty-second session at fbcb390
     # llama-3.2-1b -1.5% (0.829 vs 0.843 / 0.840 ms), qwen3-1.7b -1.4%, llama-3.2-1b at 8192 -1.1%; fifty-third in two
     # calls llama-3.2-1b -0.1% and +0.0%, qwen3-1.7b -1.0% and -1.4%, at 8192 -1.2% and -1.4%, llama-3.1-8b

@@ -234,9 +234,9 @@ def test_norm_in_warps_computes_the_same_bits(tmp_path, monkeypatch, hidden, int
     ("llama-tied", 1024, 4096, 16, 4, 32768, {})])
 def test_tensor_core_rows_within_budget(tmp_path, monkeypatch, family, hidden, inter, heads, kv_heads, vocab, more):
     # persist_mma_rows (gemv_mma.cuh) on every kind of GEMV, with the wide models' fields: K 1024 (2 pages a QKV, O
-    # or LM-head block, 4 a gate/up block, 8 a down block) and K 512 (1 page a block: the most staging slots), a tied
-    # LM head (its blocks a copy beside the embedding's rows); a vocabulary of 32768 gives an LM-head tile 16 blocks
-    # over 8 staging slots (each slot used twice, as llama-3.2-1b's 61 blocks use 5 slots). Other bits than the FMA
+    # or LM-head block, 4 a gate/up block, 8 a down block) and K 512 (1 page a block), a tied LM head (its blocks a
+    # copy beside the embedding's rows); a vocabulary of 32768 gives an LM-head tile 16 blocks, whose sums take the
+    # two staging slots in turn (as llama-3.2-1b's 61 blocks an LM-head tile do). Other bits than the FMA
     # tile's (x to 16 significant bits): the logits over 24 steps within the budget, against the FMA build too, and
     # graph mode's greedy tokens
     make_tiny_hf(tmp_path / "hf", family, hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
