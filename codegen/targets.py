@@ -287,10 +287,10 @@ class TargetParams:
     # five on qwen3-1.7b; qkv, o, gate_up and head on llama-3.1-8b (its down projection copies x a warp at a time);
     # none on smollm2-135m. Same-run A/B against the FMA tile
     # (scripts/variants.py; H100s only, no H200 lent; bench/RESULTS.md): fifty-second session at fbcb390
-    # llama-3.2-1b -1.5% (0.829 vs 0.843 / 0.840 ms), qwen3-1.7b -1.4%, llama-3.2-1b at 8192 -1.1%; fifty-third in two
-    # calls llama-3.2-1b -0.1% and +0.0%, qwen3-1.7b -1.0% and -1.4%, at 8192 -1.2% and -1.4%, llama-3.1-8b
-    # +0.1% (and +0.1% at 6a46f2b); earlier builds: llama-3.2-1b's QKV on it +1.0% (192 blocks over 132 SMs: 32
-    # rows against 24), smollm2-135m's down projection (36 blocks) +2.9%, hence the share rule. The logits within
+    # llama-3.2-1b -1.5% (0.829 vs 0.843 / 0.840 ms), qwen3-1.7b -1.4%, llama-3.2-1b at 8192 -1.1%; fifty-third
+    # llama-3.2-1b -0.1% and +0.0%, qwen3-1.7b -1.0% and -1.4%, at 8192 -1.2% and -1.4%, llama-3.1-8b +0.1% and -0.1%
+    # (and +0.1% at 6a46f2b); earlier builds: llama-3.2-1b's QKV on it +1.0% (192 blocks over 132 SMs: 32 rows
+    # against 24), smollm2-135m's down projection (36 blocks) +2.9%, hence the share rule. The logits within
     # the budget against the interpreter and the FMA build, graph mode's greedy tokens (tests/gpu/test_persistent.py:
     # shares of 16 blocks too) and compute-sanitizer clean (memcheck, racecheck, synccheck: scripts/tiny_model.py
     # mma=1) since the fifty-third session's block sums meet at a barrier (8c4be8f). Default since then
