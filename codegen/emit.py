@@ -53,9 +53,18 @@ class Sources:
     manifest: dict = field(default_factory=dict)  # what the mode adds to manifest.json
 
 
+MMA_LAYOUT = "blocks16x"  # a "blocks16xW" layout's name before its width
+
+
+def mma_layout(width: int) -> str:
+    """The name of the layout of 16-row blocks `width` elements wide (mma_blocked; the manifest's weights' layout)."""
+    return f"{MMA_LAYOUT}{width}"
+
+
 def mma_block_width(layout: str, shape: tuple[int, ...]) -> int:
     """The block width W of a "blocks16xW" layout for a matrix of `shape` (a ValueError names what does not fit)."""
-    width = int(layout[len("blocks16x"):]) if layout.startswith("blocks16x") and layout[9:].isdigit() else 0
+    digits = layout[len(MMA_LAYOUT):]
+    width = int(digits) if layout.startswith(MMA_LAYOUT) and digits.isdigit() else 0
     if width <= 0 or width % 64:
         raise ValueError(f"weight layout {layout!r}: blocks16xW with W a multiple of 64")
     if len(shape) != 2 or shape[0] % 16 or shape[1] % width:

@@ -17,7 +17,7 @@ from kiec.ir.passes.persistent import (Schedule, attention_splits, down_projecti
 from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program, kernel_io
 
 from .buffers import TAGGED_REGION
-from .emit import EPILOGUES, Sources, _Emitter, walk
+from .emit import EPILOGUES, Sources, _Emitter, mma_layout, walk
 from .persistent_abi import header as abi_header
 from .persistent_abi import SAMPLE_CANDIDATES, pack_kernel, pack_schedule, trace_slots
 from .targets import TargetParams
@@ -28,6 +28,12 @@ STATIC_SMEM = 1024  # room left for the kernel's own __shared__ variables (ptxas
 STAGE_SMEM = 1024  # more of it with persist_stage_instrs (persistent.cuh: InstrStage's slots, 952 bytes)
 WARP_COPY_FLOATS = 32 * 8  # a warp's round of x with persist_x_warp_copy_min_k (persistent_gemv.cuh's, the same name)
 GEMV_KINDS = ("qkv", "o", "gate_up", "down", "head")  # _PersistentEmitter.gemv_kind's names (the fields that list kinds)
+
+
+def plus_items(text: str) -> list[str]:
+    """The items of a field that joins them by + (persist_mma_rows' kinds, persist_page_pace_kinds' kind:ns), stripped,
+    empty ones dropped."""
+    return [x.strip() for x in text.split("+") if x.strip()]
 
 
 def carry(k: GemvKernel) -> str:
@@ -379,7 +385,7 @@ class _PersistentEmitter(_Emitter):
         are 16 KB (a block's) and the warps divide a page's 16 or 32 steps, nor with fp16 weights: x's pieces are
         then fp16 too, which overflows past 65504 (a down projection's input may) where the FMA tile reads x in fp32."""
         text = self.t.persist_mma_rows.strip()
-        named = {x.strip() for x in text.split("+") if x.strip()}
+        named = set(plus_items(text))
         if named - set(GEMV_KINDS):
             raise ValueError(f"persist_mma_rows {text!r}: {', '.join(sorted(named - set(GEMV_KINDS)))} is no kind of "
                              f"GEMV ({', '.join(GEMV_KINDS)}, joined by +)")
@@ -451,9 +457,9 @@ class _PersistentEmitter(_Emitter):
     def gemv(self, k: GemvKernel) -> None:
         if k.k % 8:
             raise ModeUnsupported(f"{k.name}: K = {k.k} is not a multiple of 8 (the GEMV reads 16-byte vectors)")
-        packed = "+".join(k.weights)
-        mma = self.p.kernels.index(k) in self.mma  # (persist_mma_rows: the weights as 16-row blocks, a copy apart)
-        layout = f"blocks16x{self.mma_width(k)}" if mma else ""
+        packed, i = "+".join(k.weights), self.p.kernels.index(k)
+        mma = i in self.mma  # (persist_mma_rows: the weights as 16-row blocks, a copy apart)
+        layout = mma_layout(self.mma_width(k)) if mma else ""
         w_off = self.lay.add(packed + ("@" + layout if mma else ""), k.weights, layout=layout)
         b_off = self.lay.add(packed + ".bias", k.biases) if k.biases else -1
         silu = k.epilogue == "silu_mul"
@@ -464,10 +470,10 @@ class _PersistentEmitter(_Emitter):
         wnorm = self.norm_in_warps(k)
         # an item a half-warp (persist_dot_half_warps): where a tile gives some warp more than one item, x is untagged
         # and a half-warp's rounds stay few (registers: 8 floats of x a round); not with the twice probe
-        rows = self.rows[self.p.kernels.index(k)]  # the most outputs one of its tiles computes
+        rows = self.rows[i]  # the most outputs one of its tiles computes
         items = rows * segs
         half_rounds = -(-(k.k // 8 // segs) // 16)
-        sk = self.p.kernels.index(k) in self.item_shares  # (dealt to the item: one item at a time, a warp each)
+        sk = i in self.item_shares  # (dealt to the item: one item at a time, a warp each)
         half = bool(self.t.persist_dot_half_warps and not tx and items > self.warps and half_rounds <= 6
                     and not self.twice(k) and not warp_copy and not sk and not mma)
         # the LM head's warp sums in their own batch (persist_reduce_batch_head; 0: the table's persist_reduce_batch)
@@ -586,7 +592,7 @@ class _PersistentEmitter(_Emitter):
     def kind_paces(self) -> dict[str, int]:
         """persist_page_pace_kinds as {kind: ns}, on a paced stream only (none unpaced)."""
         text, kinds, out = self.t.persist_page_pace_kinds.strip(), GEMV_KINDS, {}
-        for item in filter(None, (x.strip() for x in text.split("+"))):
+        for item in plus_items(text):
             name, _, ns = item.partition(":")
             if name.strip() not in kinds or not ns.strip().isdigit() or int(ns) <= 0:
                 raise ValueError(f"persist_page_pace_kinds {text!r}: {item!r} is not kind:ns with a kind of "
