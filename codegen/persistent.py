@@ -26,8 +26,9 @@ PROBE_SUMS = "probe.mlp_local.sums"  # persist_probe_mlp_local 2: the int64 sums
 SMEM_LIMIT = 227 * 1024  # shared memory one H100/H200 block may take
 STATIC_SMEM = 1024  # room left for the kernel's own __shared__ variables (ptxas -v: 128 bytes)
 STAGE_SMEM = 1024  # more of it with persist_stage_instrs (persistent.cuh: InstrStage's slots, 952 bytes)
-WARP_COPY_FLOATS = 32 * 8  # a warp's round of x with persist_x_warp_copy_min_k (persistent_gemv.cuh's, the same name)
-GEMV_KINDS = ("qkv", "o", "gate_up", "down", "head")  # _PersistentEmitter.gemv_kind's names (the fields that list kinds)
+WARP_COPY_FLOATS = 32 * 8  # a warp's round of x with persist_x_warp_copy_min_k (gemv_x.cuh's, the same name)
+# _PersistentEmitter.gemv_kind's names (the fields that list kinds)
+GEMV_KINDS = ("qkv", "o", "gate_up", "down", "head")
 
 
 def plus_items(text: str) -> list[str]:

@@ -72,7 +72,7 @@ class TargetParams:
     persist_x_direct: int  # persistent: 1: a GEMV without a norm loads its x slices from memory (no x scratch);
     # 2: only those whose warps hold a segment each (the down projection, K 8192, on llama-3.2-1b)
     # persistent: > 0: a GEMV without a norm whose warps hold a segment each, K at least this, x not loaded straight
-    # from memory, has each warp copy its own segment through 1 KB of the scratch (persistent_gemv.cuh:
+    # from memory, has each warp copy its own segment through 1 KB of the scratch (gemv_x.cuh:
     # load_x_slice_warp_copy; the same bits): no block barrier after the copy, and its scratch 8 KB, not K floats (a
     # deeper ring where the down projection's x set the scratch, which gained nothing measured); 0: never
     persist_x_warp_copy_min_k: int
@@ -103,7 +103,7 @@ class TargetParams:
     persist_combine_batch: int
     # persistent: 1: a GEMV with a norm whose every warp holds all of x (one segment, 8 warps, x untagged) normalizes
     # it in each warp's registers, loaded straight from memory: no x in the scratch, no block barrier before the dots
-    # (persistent_gemv.cuh: WarpNorm; the same bits)
+    # (gemv_x.cuh: WarpNorm; the same bits)
     persist_norm_in_warps: int
     # persistent: 1: a GEMV whose tiles give some warp more than one item, with x untagged and rows of up to 96 chunks
     # a segment, takes an item a half-warp, two a warp at once (persistent_gemv.cuh: gemv_pages_half; other bits)
@@ -121,11 +121,11 @@ class TargetParams:
     # InstrStage; the same bits)
     persist_stage_instrs: int
     # persistent: 1: a GEMV's norm weights, loaded before its wait, stay bf16 until the norm, so that their conversion
-    # does not hold the polling warp back for their round trip (persistent_gemv.cuh: Prologue; the same bits)
+    # does not hold the polling warp back for their round trip (gemv_x.cuh: Prologue; the same bits)
     persist_norm_w_raw: int
     # persistent: 1: a GEMV's norm (held weights) writes x times its weights, not yet times the norm's scale; the
     # warps' sums of squares are added after the dot products and the scale multiplies each row's sum in the
-    # epilogue (persistent_gemv.cuh: Prologue::normalize), so that two block barriers and the sum's shuffles leave the
+    # epilogue (gemv_x.cuh: Prologue::normalize), so that two block barriers and the sum's shuffles leave the
     # chain from x to the dot products (other bits: the scale applied after the sums)
     persist_norm_late_scale: int
     # persistent: 1: select reads the host's stop flag before its wait and writes the host's copy of the token after its
