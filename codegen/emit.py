@@ -34,7 +34,7 @@ class PackedTensor:
     dtype: str  # bf16 | f16 | f32 | i32
     offset: int
     values: tuple[float, ...] = ()  # a constant table's contents (RoPE frequencies, the persistent schedule)
-    layout: str = ""  # "" row-major; "blocksRxW": R-row blocks W elements wide, swizzled (mma_blocked)
+    layout: str = ""  # "" row-major; "blocks16xW": 16-row blocks W elements wide, swizzled (mma_blocked)
 
     @property
     def nbytes(self) -> int:
@@ -53,43 +53,34 @@ class Sources:
     manifest: dict = field(default_factory=dict)  # what the mode adds to manifest.json
 
 
-MMA_LAYOUT = "blocks"  # a "blocksRxW" layout's name before its block rows
-MMA_BLOCK_ROWS = (16, 8)  # the rows of a block gemv_mma.cuh reads: 16 an mma (the weights as A), or 8 (as B)
+MMA_LAYOUT = "blocks16x"  # a "blocks16xW" layout's name before its width
 
 
-def mma_layout(width: int, rows: int = 16) -> str:
-    """The name of the layout of `rows`-row blocks `width` elements wide (mma_blocked; the manifest's weights'
-    layout)."""
-    return f"{MMA_LAYOUT}{rows}x{width}"
-
-
-def mma_block_shape(layout: str, shape: tuple[int, ...]) -> tuple[int, int]:
-    """The block rows R and width W of a "blocksRxW" layout for a matrix of `shape` (a ValueError names what does not
-    fit)."""
-    rows, _, width = layout[len(MMA_LAYOUT):].partition("x")
-    ok = layout.startswith(MMA_LAYOUT) and rows.isdigit() and width.isdigit()
-    r, w = (int(rows), int(width)) if ok else (0, 0)
-    if r not in MMA_BLOCK_ROWS or w <= 0 or w % 64:
-        raise ValueError(f"weight layout {layout!r}: blocksRxW with R 16 or 8 and W a multiple of 64")
-    if len(shape) != 2 or shape[0] % r or shape[1] % w:
-        raise ValueError(f"weight layout {layout!r}: a matrix of {shape} is not whole blocks of {r} rows x {w}")
-    return r, w
+def mma_layout(width: int) -> str:
+    """The name of the layout of 16-row blocks `width` elements wide (mma_blocked; the manifest's weights' layout)."""
+    return f"{MMA_LAYOUT}{width}"
 
 
 def mma_block_width(layout: str, shape: tuple[int, ...]) -> int:
-    """The block width W of a "blocksRxW" layout for a matrix of `shape` (mma_block_shape)."""
-    return mma_block_shape(layout, shape)[1]
+    """The block width W of a "blocks16xW" layout for a matrix of `shape` (a ValueError names what does not fit)."""
+    digits = layout[len(MMA_LAYOUT):]
+    width = int(digits) if layout.startswith(MMA_LAYOUT) and digits.isdigit() else 0
+    if width <= 0 or width % 64:
+        raise ValueError(f"weight layout {layout!r}: blocks16xW with W a multiple of 64")
+    if len(shape) != 2 or shape[0] % 16 or shape[1] % width:
+        raise ValueError(f"weight layout {layout!r}: a matrix of {shape} is not whole blocks of 16 rows x {width}")
+    return width
 
 
 def mma_blocked(w, layout: str):
-    """A [n, k] matrix (a torch tensor) in a "blocksRxW" layout (gemv_mma.cuh): blocks of R rows x W elements, row
+    """A [n, k] matrix (a torch tensor) in a "blocks16xW" layout (gemv_mma.cuh): blocks of 16 rows x W elements, row
     block after row block and, within one, K block after K block; inside a block, row r's 8-element chunk c at chunk
     c ^ (r & 7)."""
     import torch
-    rows, width = mma_block_shape(layout, tuple(w.shape))
+    width = mma_block_width(layout, tuple(w.shape))
     n, k = w.shape
-    b = w.reshape(n // rows, rows, k // width, width // 8, 8).permute(0, 2, 1, 3, 4)  # [row block, K block, r, c, e]
-    r = torch.arange(rows)[:, None]
+    b = w.reshape(n // 16, 16, k // width, width // 8, 8).permute(0, 2, 1, 3, 4)  # [row block, K block, r, c, e]
+    r = torch.arange(16)[:, None]
     src = torch.arange(width // 8)[None, :] ^ (r & 7)  # chunk c' holds chunk c' ^ (r & 7) (an involution)
     return b[:, :, r, src].contiguous().reshape(n, k)
 
@@ -106,7 +97,7 @@ class _Layout:
                 rows = sum(self.graph.params[s].type.shape[0] for s in sources)
                 shape = (rows, *self.graph.params[sources[0]].type.shape[1:])
             if layout:
-                mma_block_shape(layout, shape)  # (checks it)
+                mma_block_width(layout, shape)  # (checks it)
             t = PackedTensor(name, tuple(sources), tuple(shape), dtype or self.dtype, self.size, tuple(values),
                              layout)
             self.entries[name] = t

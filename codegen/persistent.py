@@ -378,53 +378,40 @@ class _PersistentEmitter(_Emitter):
         dots = bool(probe & 1 or (probe & 4 and beside) or (probe & 8 and not beside))
         return int(dots) | (2 if probe & 2 else 0)
 
-    def mma_gemvs(self) -> dict[int, int]:
-        """persist_mma_rows: the GEMVs (by index) whose dot products run on the tensor cores (gemv_mma.cuh), with the
-        rows of their blocks (16, or 8 with persist_mma_block8 where 16 deal unevenly), those of the kinds it names
-        that can: n a multiple of the block rows, K of the block width (mma_width), x staged in the scratch (not x
-        direct, a warp's own copy or the norm in the warps), no item shares, consumer merge or probe, and dealt in
-        whole blocks about as evenly as by the row (persist_mma_share_excess); none unless the ring's pages are 16 KB
-        (a 16-row block's) and the warps divide a page's 16 or 32 steps, nor with fp16 weights: x's pieces are then
-        fp16 too, which overflows past 65504 (a down projection's input may) where the FMA tile reads x in fp32."""
+    def mma_gemvs(self) -> frozenset[int]:
+        """persist_mma_rows: the GEMVs (by index) whose dot products run on the tensor cores (gemv_mma.cuh), those of
+        the kinds it names that can: n a multiple of 16, K of the block width (mma_width), x staged in the scratch
+        (not x direct, a warp's own copy or the norm in the warps), no item shares, consumer merge or probe, and
+        dealt in whole blocks about as evenly as by the row (persist_mma_share_excess); none unless the ring's pages
+        are 16 KB (a block's) and the warps divide a page's 16 or 32 steps, nor with fp16 weights: x's pieces are
+        then fp16 too, which overflows past 65504 (a down projection's input may) where the FMA tile reads x in fp32."""
         text = self.t.persist_mma_rows.strip()
         named = set(plus_items(text))
         if named - set(GEMV_KINDS):
             raise ValueError(f"persist_mma_rows {text!r}: {', '.join(sorted(named - set(GEMV_KINDS)))} is no kind of "
                              f"GEMV ({', '.join(GEMV_KINDS)}, joined by +)")
         if not named:
-            return {}
+            return frozenset()
         t = self.t
         if t.persist_page_bytes != 16 << 10 or 16 % self.warps:  # (a block fills a page; its steps go to the warps)
-            return {}
+            return frozenset()
         if self.ctype != "__nv_bfloat16":  # (x's pieces take the weights' type: bf16 has fp32's range)
-            return {}
+            return frozenset()
         probes = t.persist_probe_warm_code or t.persist_probe_twice or t.persist_probe_mlp_local >= 2
 
         def largest(n: int, step: int) -> int:  # the largest share gemv_shares deals in runs of `step` rows
             return max(hi - lo for _, lo, hi in gemv_shares(n, t.sms, step=step))
-
-        def even(k: GemvKernel, rows: int) -> bool:  # whole blocks of `rows`, dealt about as evenly as rows
-            return (k.n_out % rows == 0 and k.k % self.mma_width(k, rows) == 0
-                    and 100 * largest(k.n_out, rows) <= (100 + t.persist_mma_share_excess) * largest(k.n_out, 1))
-        if t.persist_mma_block8 not in (0, 1, 2):
-            raise ValueError(f"persist_mma_block8 {t.persist_mma_block8}: 0, 1 (where 16-row blocks deal unevenly) "
-                             "or 2 (every tensor-core GEMV)")
-        tried = ((16,), (16, 8), (8,))[t.persist_mma_block8]
-        out = {}
-        for i, k in enumerate(self.p.kernels):
-            if (isinstance(k, GemvKernel) and self.gemv_kind(k) in named and not self.x_direct(k)
-                    and not self.x_warp_copy(k) and not self.norm_in_warps(k) and i not in self.item_shares
-                    and self.merge_of(k) is None and not probes):
-                rows = next((r for r in tried if even(k, r)), 0)
-                if rows:
-                    out[i] = rows
-        return out
+        return frozenset(
+            i for i, k in enumerate(self.p.kernels)
+            if isinstance(k, GemvKernel) and self.gemv_kind(k) in named and k.n_out % 16 == 0
+            and k.k % self.mma_width(k) == 0 and not self.x_direct(k) and not self.x_warp_copy(k)
+            and not self.norm_in_warps(k) and i not in self.item_shares and self.merge_of(k) is None and not probes
+            and 100 * largest(k.n_out, 16) <= (100 + t.persist_mma_share_excess) * largest(k.n_out, 1))
 
     @staticmethod
-    def mma_width(k: GemvKernel, rows: int = 16) -> int:
-        """A tensor-core GEMV's block width (gemv_mma.cuh's BW): a page's, 16 KB, of `rows` rows (512 elements of 16
-        rows, 1024 of 8); a SiLU-mul's half that (a gate block and its up block a page)."""
-        return (256 if k.epilogue == "silu_mul" else 512) * 16 // rows
+    def mma_width(k: GemvKernel) -> int:
+        """A tensor-core GEMV's block width (gemv_mma.cuh's BW): 512 elements (16 KB, a page), a SiLU-mul's 256."""
+        return 256 if k.epilogue == "silu_mul" else 512
 
     def norm_in_warps(self, k: GemvKernel) -> bool:
         """persist_norm_in_warps for this GEMV: the norm in each warp's registers where every warp holds all of x,
@@ -472,9 +459,8 @@ class _PersistentEmitter(_Emitter):
         if k.k % 8:
             raise ModeUnsupported(f"{k.name}: K = {k.k} is not a multiple of 8 (the GEMV reads 16-byte vectors)")
         packed, i = "+".join(k.weights), self.p.kernels.index(k)
-        block = self.mma.get(i, 0)  # (persist_mma_rows: the weights as blocks of 16 or 8 rows, a copy apart)
-        mma = bool(block)
-        layout = mma_layout(self.mma_width(k, block), block) if mma else ""
+        mma = i in self.mma  # (persist_mma_rows: the weights as 16-row blocks, a copy apart)
+        layout = mma_layout(self.mma_width(k)) if mma else ""
         w_off = self.lay.add(packed + ("@" + layout if mma else ""), k.weights, layout=layout)
         b_off = self.lay.add(packed + ".bias", k.biases) if k.biases else -1
         silu = k.epilogue == "silu_mul"
@@ -512,9 +498,9 @@ class _PersistentEmitter(_Emitter):
         mg = (f"kiec::ConsumerMerge<{merge.head_dim}, {merge.n_heads // merge.kv_heads}, {self.splits[merge.name]}, "
               f"{self.t.attn_min_keys}, {self.consumer_merges}>" if merge else "kiec::NoConsumerMerge")
         tail = template_tail([direct, tx, ty, self.twice(k), wnorm, batch, half, sums, dot_items, warp_copy,
-                              k.x in self.paired, k.out in self.paired, sk, mg, mma, block == 8],
+                              k.x in self.paired, k.out in self.paired, sk, mg, mma],
                              [False, False, False, 0, False, 0, False, False, 1, False, False, False, False,
-                              "kiec::NoConsumerMerge", False, False])  # .. SK, MG, MMA, MMA8
+                              "kiec::NoConsumerMerge", False])  # .. SK, MG, MMA
         body = (f"kiec::gemv_tile<T, {k.k}, {self.warps}, {'true' if k.norm else 'false'}, {EPILOGUES[k.epilogue]}, "
                 f"{'true' if k.biases else 'false'}, {segs}{tail}>(u, ring, "
                 f"(const T*)WN(d.w[1]), A(d.a[0]), (const T*)WN(d.w[2]), d.eps, A(d.a[1]), d.n, smem"
@@ -523,8 +509,8 @@ class _PersistentEmitter(_Emitter):
         if k.epilogue == "argmax":
             body = "u.ins->opcode == kiec::OP_SELECT ? kiec::select_tile(u, A(d.a[1]), d.n, smem) : " + body
         self._case(body, n=k.n_out, eps=k.norm.eps if k.norm else 0.0, row_bytes=k.k * self.esize,
-                   item_bytes=block * self.mma_width(k, block) * self.esize if mma else k.k // 8 // segs * 16,
-                   silu=silu, blocks=mma, tag_x=self.tag_writer(k.x),
+                   item_bytes=16 * self.mma_width(k) * self.esize if mma else k.k // 8 // segs * 16, silu=silu,
+                   blocks=mma, tag_x=self.tag_writer(k.x),
                    tag_res=self.tag_writer(k.residual), pace=self.kind_paces.get(self.gemv_kind(k), 0),
                    w=(w_off, b_off, self._w(k.norm and k.norm.weight)), window=merge.attention.window if merge else 0,
                    a=(self.arena[k.x], self.arena[k.out]) + ((self.arena[PROBE_SUMS],) if sums else ())
@@ -535,7 +521,7 @@ class _PersistentEmitter(_Emitter):
         rows += 1 if sk and k.out in self.paired else 0  # (a trailing pair's row past the share's: ItemShare)
         # acc (a sum a segment of each row, or a row's with mma), the warps' words and mma's two slots of block sums
         # (gemv_mma.cuh: gemv_pages_mma's stage, a slot for each of a share's first two blocks)
-        staging = min(2, rows // block) * self.warps * block * (2 if silu else 1) if mma else 0
+        staging = min(2, rows // 16) * self.warps * 16 * (2 if silu else 1) if mma else 0
         self.smem = max(self.smem, (x_floats + (2 if silu else 1) * rows * (1 if mma else segs) + self.warps
                                     + staging) * 4)
         self.src.kernels.append(dict(name=k.name, family="gemv", bytes=k.n_out * (2 if silu else 1) * k.k * self.esize))
@@ -686,7 +672,6 @@ class _PersistentEmitter(_Emitter):
             dot_item_chunks=self.t.persist_dot_item_chunks, stage_instrs=self.t.persist_stage_instrs,
             norm_w_raw=int(bool(self.t.persist_norm_w_raw)),
             norm_late_scale=int(bool(self.t.persist_norm_late_scale)), item_shares=int(bool(self.item_shares)),
-            mma_block8=int(8 in self.mma.values()),
             select_host_late=int(bool(self.t.persist_select_host_late)),
             evict_first=int(bool(self.t.persist_evict_first)),
             walk_kept=int(bool(self.t.persist_walk_kept and paced)), page_pace_ns=pace,

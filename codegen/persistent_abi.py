@@ -51,8 +51,8 @@ INSTR_FIELDS = [("opcode", "uint8_t", "B"), ("n_waits", "uint8_t", "B"), ("head"
 # w: byte offsets into the weights (or the KV cache), -1 for none; a: float offsets into the arena. A GEMV's
 # weights stream through the ring (ring.cuh): w[0]'s rows are row_bytes long, cut into items of item_bytes;
 # flags: FLAG_SILU, each output has a gate row and an up row n rows further (item_bytes 0: nothing to stream);
-# FLAG_BLOCKS, a tensor-core GEMV's (persist_mma_rows): its items are blocks of 16 rows x item_bytes / 32 elements, or
-# of 8 rows x item_bytes / 16 (persist_mma_block8; gemv_mma.cuh), whole row blocks a share. arrive: an
+# FLAG_BLOCKS, a tensor-core GEMV's (persist_mma_rows): its items are blocks of 16 rows x item_bytes / 32 elements
+# (gemv_mma.cuh), whole row blocks a share. arrive: an
 # attention kernel's first arrival counter (one per KV head); splits, min_keys: its split of the context
 # (split_range), row_bytes its cache rows' (the weight stream asks L2 for them with attn_l2_prefetch 2). tag_x,
 # tag_res: a GEMV's x and residual as tagged words, the phase whose tag they carry (-1: plain floats).

@@ -299,13 +299,6 @@ class TargetParams:
     # percent above their largest share dealt by the row (llama-3.2-1b's QKV: 32 rows against 24, +33%; its other
     # GEMVs and qwen3-1.7b's, llama-3.1-8b's: 0-2%)
     persist_mma_share_excess: int = 5
-    # persistent: 1: a GEMV of persist_mma_rows whose 16-row blocks the share rule refuses takes blocks of 8 rows
-    # where those deal within it (llama-3.2-1b's QKV: 384 blocks, 24 rows against 24): blocks of 8 rows x 1024
-    # elements (512 a SiLU-mul's; a page as before), each mma.m16n8k16 over 8 rows with the weights as its B and x's
-    # hi and lo pieces as the first two rows of its A (gemv_mma.cuh; bench/mma_rows.cu's "8 swizzled rows": 1.59x the
-    # FMA tile on llama-3.2-1b's QKV tile where 16 rows reach 1.93x, fiftieth session). 0: 16-row blocks only; 2:
-    # 8-row blocks for every GEMV that can take them (a test's)
-    persist_mma_block8: int = 0
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads

@@ -476,7 +476,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
              owner_merges: int = 0, spare_splits: int = 0, newest_first: bool = False,
              mlp_local: bool = False, early_pass: bool = False, o_local: bool = False,
              pair_rows: frozenset[int] = frozenset(), item_segs: dict[int, int] | None = None,
-             consumer_merges: int = 0, block_rows: dict[int, int] | None = None) -> Schedule:
+             consumer_merges: int = 0, block_rows: frozenset[int] = frozenset()) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
@@ -502,7 +502,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     shares are whole pairs (or, dealt to the item too, completed a pair at a time). item_segs (persist_item_shares):
     GEMV kernels (by index) dealt to the row segment, with their segments a row (gemv_item_shares).
     consumer_merges: see Schedule. block_rows (persist_mma_rows): the GEMV kernels (by index) whose shares are whole
-    blocks, with their blocks' rows, 16 or 8 (their dot products on the tensor cores, a block's rows an mma)."""
+    blocks of 16 rows (their dot products on the tensor cores, 16 rows an mma)."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
@@ -539,14 +539,13 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
         if opcode == "gemv":
             if i in pair_rows and n % 2:  # (a word two rows: no SM writes half of one)
                 raise ValueError(f"{k.name}: {n} rows dealt in pairs")
-            block = (block_rows or {}).get(i, 0)
-            if block and (n % block or i in item_segs):
-                raise ValueError(f"{k.name}: {n} rows dealt in blocks of {block}"
-                                 + (" and to the item" if n % block == 0 else ""))
+            if i in block_rows and (n % 16 or i in item_segs):
+                raise ValueError(f"{k.name}: {n} rows dealt in blocks of 16" + (" and to the item" if n % 16 == 0
+                                                                                 else ""))
             if i in item_segs:
                 placed = gemv_item_shares(n, item_segs[i], sms, sm, spared, unit_rows(sched, i))
             else:
-                step = block or (2 if i in pair_rows else 1)
+                step = 16 if i in block_rows else 2 if i in pair_rows else 1
                 placed = [(*x, 0, 0) for x in gemv_shares(n, sms, sm, spared, step)]
             spared = frozenset()
         elif opcode == "select":

@@ -37,11 +37,10 @@ def expected_pages(e: _PersistentEmitter, p0: int, p_end: int, page: int) -> lis
                 item, row = k.k // 8 // segs * 16, 2 * k.k
                 per_page, items = page // (item * (2 if silu else 1)), share_items(ins, segs)
                 packed = "+".join(k.weights)
-                if ins.kernel in e.mma:  # (persist_mma_rows: blocks of 16 or 8 rows of a K block each, a copy apart)
-                    rows = e.mma[ins.kernel]
-                    width = e.mma_width(k, rows)
-                    item, items, packed = rows * width * 2, (ins.hi - ins.lo) // rows * (k.k // width), \
-                        f"{packed}@blocks{rows}x{width}"
+                if ins.kernel in e.mma:  # (persist_mma_rows: 16-row blocks of a K block each, a copy of their own)
+                    width = e.mma_width(k)
+                    item, items, packed = 16 * width * 2, (ins.hi - ins.lo) // 16 * (k.k // width), \
+                        f"{packed}@blocks16x{width}"
                     per_page = page // (item * (2 if silu else 1))
                 base = e.lay.entries[packed].offset + ins.lo * row + ins.head * item
                 for first in range(0, items, per_page):
@@ -51,12 +50,11 @@ def expected_pages(e: _PersistentEmitter, p0: int, p_end: int, page: int) -> lis
     return out
 
 
-def run_walk(tmp_path, family, page, sms, p0, p_end, kept=False, shape=None, **target_fields):
-    """The emitter for a tiny model of `family` (`shape`: its config's widths instead of hidden 256, intermediate
-    640), and the host page walk's lines: its pages, and its "kv" lines (kept: the walk that keeps a share's walk,
-    persist_walk_kept)."""
+def run_walk(tmp_path, family, page, sms, p0, p_end, kept=False, **target_fields):
+    """The emitter for a tiny model of `family`, and the host page walk's lines: its pages, and its "kv" lines
+    (kept: the walk that keeps a share's walk, persist_walk_kept)."""
     import dataclasses
-    make_tiny_hf(tmp_path / "hf", family, **(shape or dict(hidden_size=256, intermediate_size=640)))
+    make_tiny_hf(tmp_path / "hf", family, hidden_size=256, intermediate_size=640)
     prog = pipeline.run(kiec.load(str(tmp_path / "hf"), max_seq_len=64).graph)
     t = dataclasses.replace(target("sm_90"), sms=sms, persist_page_bytes=page, **target_fields)
     e = _PersistentEmitter(prog, "bf16", 64, t)
@@ -66,7 +64,7 @@ def run_walk(tmp_path, family, page, sms, p0, p_end, kept=False, shape=None, **t
     (tmp_path / "starts.bin").write_bytes(struct.pack(f"<{len(starts) + 1}i", *starts, sum(map(len, e.sched.lists))))
     (tmp_path / "kernels.bin").write_bytes(b"".join(e.descs))
     exe = nvcc_build(tmp_path, os.path.join(HERE, "page_walk.cu"), "-std=c++17",
-                     f"-DKIEC_ITEM_SHARES={int(bool(e.item_shares))}", f"-DKIEC_MMA_BLOCK8={int(8 in e.mma.values())}")
+                     f"-DKIEC_ITEM_SHARES={int(bool(e.item_shares))}")
     r = subprocess.run([exe, str(tmp_path), str(p0), str(p_end), str(page), str(int(kept))], capture_output=True,
                        text=True, check=True)
     lines = r.stdout.splitlines()
@@ -100,19 +98,6 @@ def test_the_streaming_thread_copies_the_pages_the_gemv_tiles_read(tmp_path, fam
     # K 640 in 1 KB pages: 2; with 16 KB pages every row is one segment, so item shares are whole rows)
     heads = [ins.head for lst in e.sched.lists for ins in lst]
     assert (max(heads) > 0) == any(s > 1 for s in e.item_shares.values()) == (items and page == 1024)
-
-
-def test_the_streaming_thread_copies_the_pages_of_8_row_blocks(tmp_path):
-    # persist_mma_block8 on 64 SMs: QKV's 1536 rows deal 32 rows in 16-row blocks against 24 by the row, 24 in 8-row
-    # blocks (8 x 1024 elements a page); the others deal evenly in 16-row blocks and keep them; the walk, compiled with
-    # KIEC_MMA_BLOCK8, counts both kinds of share by their bytes
-    shape = dict(hidden_size=1024, intermediate_size=1024, num_attention_heads=16, num_key_value_heads=4)
-    e, got, _ = run_walk(tmp_path, "llama", 16384, 64, 3, 5, False, shape,
-                         persist_mma_rows="qkv+o+gate_up+down+head", persist_mma_block8=1)
-    kinds = {e.gemv_kind(e.p.kernels[i]): rows for i, rows in e.mma.items()}
-    assert kinds == {"qkv": 8, "o": 16, "gate_up": 16, "down": 16}
-    want = expected_pages(e, 3, 5, 16384)
-    assert len(got) == len(want) and got == want
 
 
 @pytest.mark.parametrize("family,sms", [("llama", 7), ("mistral", 11)])

@@ -254,28 +254,6 @@ def test_tensor_core_rows_within_budget(tmp_path, monkeypatch, family, hidden, i
     greedy_alike(eng, graph, tokens[:5], 40)
 
 
-def test_tensor_core_8_row_blocks_within_budget(tmp_path, monkeypatch):
-    # persist_mma_block8 2: every kind of GEMV in 8-row blocks (gemv_pages_mma8: the weights as the mma's B), K 1024
-    # (1 page a QKV, O or LM-head block, 2 a gate/up block) and 4096 (4 a down block); the walk counts their pages
-    # by bytes (KIEC_MMA_BLOCK8). Other bits than the FMA tile's: the logits over 24 steps within the budget, against
-    # the FMA build and the 16-row blocks too, and graph mode's greedy tokens
-    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=1024, intermediate_size=4096, num_attention_heads=16,
-                 num_key_value_heads=4, vocab_size=2048)
-    model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=256)
-    base = compile_variant(model, tmp_path, monkeypatch, "base", **WIDE_FIELDS)
-    rows16 = compile_variant(model, tmp_path, monkeypatch, "rows16", persist_mma_rows="qkv+o+gate_up+down+head",
-                             persist_mma_share_excess=10000)
-    art = compile_variant(model, tmp_path, monkeypatch, persist_mma_rows="qkv+o+gate_up+down+head",
-                          persist_mma_share_excess=10000, persist_mma_block8=2)
-    assert sum(a[-2:] == ["true", "true"] and "NoConsumerMerge" in a[-3] for a in gemv_tiles(art)) == 5  # (MMA8)
-    eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
-    budget_check(ours, r32, r16, "8-row tensor-core blocks: logits over 24 positions")
-    budget_check(ours, r32, stepped_logits(kiec.Engine(base), tokens), "8-row blocks against the FMA tile's logits")
-    budget_check(ours, r32, stepped_logits(kiec.Engine(rows16), tokens), "8-row blocks against 16-row blocks' logits")
-    graph = kiec.Engine(kiec.compile(model, str(tmp_path / "graph"), mode="graph"))
-    greedy_alike(eng, graph, tokens[:5], 40)
-
-
 def test_the_default_table_puts_evenly_dealt_gemvs_on_the_tensor_cores(tmp_path, monkeypatch):
     # the table's own persist_mma_rows and share rule (the fixture pins "" for the other tests): gate/up (4224 rows,
     # 264 blocks: 2 a SM) and the LM head (16384 rows: 128 a tile against 125 by the row, +2.4%) take the tensor cores,

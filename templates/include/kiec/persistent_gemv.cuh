@@ -396,11 +396,10 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // MMA (persist_mma_rows; x staged in the scratch, one item at a time, no probe): the dot products on the tensor cores
 // over the weights' 16-row blocks (gemv_mma.cuh), the share whole blocks; x's pieces made in the scratch after the
 // prologue, one sum a row in acc (other bits than the FMA tile's: x to 16 significant bits, the tensor cores' order).
-// MMA8 (persist_mma_block8): the blocks are 8 rows (gemv_pages_mma8).
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
           bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, bool HALF = false, bool SUMS = false,
           int ITEMS = 1, bool WCOPY = false, bool PX = false, bool PY = false, bool SK = false,
-          typename MG = NoConsumerMerge, bool MMA = false, bool MMA8 = false, typename R>
+          typename MG = NoConsumerMerge, bool MMA = false, typename R>
 __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float* x, const T* norm_w, float eps,
                                           float* y, int n_out, float* smem, unsigned long long* sums = nullptr,
                                           float* carry = nullptr, const float* part_o = nullptr,
@@ -423,9 +422,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   static_assert(!MMA || (STAGED && !HALF && !SK && !MG::ON && TWICE == 0 && ITEMS == 1 && !SUMS
                          && !KIEC_PROBE_WARM_CODE),
                 "tensor-core dots: x staged in the scratch, one item at a time, no consumer merge, share or probe");
-  static_assert(!MMA8 || MMA, "8-row blocks are tensor-core blocks");
-  constexpr int BR = MMA8 ? 8 : 16;  // (MMA: a block's rows)
-  using M = MmaShape<MMA, K, G::SILU, WARPS, BR>;
+  using M = MmaShape<MMA, K, G::SILU, WARPS>;
   constexpr int PARTS = MMA ? 1 : SEGS;  // sums a row in acc: a segment's, or the row's
   const int merge_active = MG::in_use(u.pos, u.desc->window);  // (MG::ON: the attention's splits in use)
   constexpr int UNIT = PY ? 2 : 1;  // (SK: the rows completed together)
@@ -503,7 +500,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
       // page, held its warp's dots back ~0.13 us a page, thirty-second session)
       if (traced_step(u) && threadIdx.x < 32) {
         const int items = SK ? share_items(*u.ins, SEGS) : outs * SEGS;
-        const int landed = ring.landed_warp(MMA ? outs / BR * M::PPB : (items + G::PER_PAGE - 1) / G::PER_PAGE,
+        const int landed = ring.landed_warp(MMA ? outs / 16 * M::PPB : (items + G::PER_PAGE - 1) / G::PER_PAGE,
                                             threadIdx.x);
         if (threadIdx.x == 0) trace_row(u)[TR_PAGES_READY] = landed;
       }
@@ -523,8 +520,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
 #if KIEC_TRACE_DOTS
       if (traced_step(u) && (threadIdx.x & 31) == 0) dot_stamps()[0][threadIdx.x >> 5] = global_ns();
 #endif
-      if constexpr (MMA8) waited = gemv_pages_mma8<T, K, WARPS, G::SILU>(ring, outs, xs, acc, stage, traced_step(u));
-      else waited = gemv_pages_mma<T, K, WARPS, G::SILU>(ring, outs, xs, acc, stage, traced_step(u));
+      waited = gemv_pages_mma<T, K, WARPS, G::SILU>(ring, outs, xs, acc, stage, traced_step(u));
 #if KIEC_TRACE_DOTS
       if (traced_step(u) && (threadIdx.x & 31) == 0) dot_stamps()[1][threadIdx.x >> 5] = global_ns();
 #endif

@@ -7,9 +7,6 @@
 #ifndef KIEC_WEIGHT_EVICT_FIRST
 #define KIEC_WEIGHT_EVICT_FIRST 1
 #endif
-#ifndef KIEC_MMA_BLOCK8
-#define KIEC_MMA_BLOCK8 0  // 1: some tensor-core GEMVs' blocks are 8 rows (persist_mma_block8; gemv_mma.cuh)
-#endif
 #ifndef KIEC_WALK_KEPT
 #define KIEC_WALK_KEPT 0  // 1: PageWalk keeps a share's walk from the page that entered it (persist_walk_kept)
 #endif
@@ -168,10 +165,7 @@ struct PageWalk {
         const KernelDesc& d = a->kernels[ins.kernel];
         if (KEPT && first > 0) continue;  // (its pages are done: the test above walked them)
         per_page = items_per_page(PAGE, d.item_bytes, d.flags & FLAG_SILU);
-        // (gemv_mma.cuh: a block's pages for each whole block; with 8-row blocks among them, the share's bytes over
-        // a page's, the same count for either)
-        items = d.flags & FLAG_BLOCKS ? (KIEC_MMA_BLOCK8 ? (ins.hi - ins.lo) * d.row_bytes / d.item_bytes
-                                                        : (ins.hi - ins.lo) / 16 * (16 * d.row_bytes / d.item_bytes))
+        items = d.flags & FLAG_BLOCKS ? (ins.hi - ins.lo) / 16 * (16 * d.row_bytes / d.item_bytes)  // (gemv_mma.cuh)
                                       : share_items(ins, d.row_bytes / d.item_bytes);
         if (items <= (KEPT ? 0 : first)) continue;  // (KEPT: first is 0 here)
         item_bytes = d.item_bytes;
