@@ -321,10 +321,10 @@ class _PersistentEmitter(_Emitter):
         for name in ("persist_attn_mma", "persist_attn_mma_wide"):
             if getattr(t, name) not in (0, 16, 32):
                 raise ValueError(f"{name} {getattr(t, name)}: rows a warp a pass, 0 (off), 16 or 32 "
-                                 "(attention.cuh: mma_passes)")
+                                 "(attention_mma.cuh: mma_passes)")
         if t.persist_attn_mma_ahead not in (1, 2, 3):
             raise ValueError(f"persist_attn_mma_ahead {t.persist_attn_mma_ahead}: passes in flight, 1, 2 or 3 "
-                             "(attention.cuh: mma_passes)")
+                             "(attention_mma.cuh: mma_passes)")
         keys = t.persist_attn_mma if k.head_dim != 128 else (
             t.persist_attn_mma_wide if group >= t.persist_attn_mma_wide_min_group else 0)
         short = 0 < t.persist_attn_short_keys < self.attn_keys(group)

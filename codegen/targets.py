@@ -247,7 +247,7 @@ class TargetParams:
     # LEAN: the rows widened with widen8, each score's weight taken without a test of the score)
     persist_attn_lean: int
     # persistent: attention's passes on the tensor cores, this many rows a warp a pass (16 or 32; 0: the FMA passes).
-    # m16n8k16 mmas with q and the weights split in two halves of the cache's type (attention.cuh: mma_passes): not
+    # m16n8k16 mmas with q and the weights split in two halves of the cache's type (attention_mma.cuh: mma_passes): not
     # the FMA passes' bits. Only where the slice allows it (codegen/persistent.py: mma_keys): head_dim 64, at most
     # 8 query heads a KV head, the short pass's rows and the early pass not loaded ahead (persist_attn_kv_first,
     # persist_attn_early_pass). 32 spills 140 bytes in llama-3.2-1b's kernel with one pass in flight, 380 with two

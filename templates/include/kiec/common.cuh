@@ -371,7 +371,7 @@ __device__ __forceinline__ void settled_pair(unsigned long long w, unsigned tag,
   b = ok ? __uint_as_float((unsigned)w & 0xffff0000u) : __uint_as_float(0x7fffffffu);
 }
 
-// ---- the tensor cores' operands (attention.cuh's mma_passes; bench/mma_rows.cu and bench/kv_slice.cu)
+// ---- the tensor cores' operands (attention_mma.cuh's mma_passes; bench/mma_rows.cu and bench/kv_slice.cu)
 
 // Two floats as one register of a T pair, the first in the low half (an mma operand's element order), and each
 // half widened back.
