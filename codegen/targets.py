@@ -297,7 +297,9 @@ class TargetParams:
     persist_mma_rows: str = "qkv+o+gate_up+down+head"
     # persistent: persist_mma_rows only for the GEMVs whose largest share in whole 16-row blocks is at most this many
     # percent above their largest share dealt by the row (llama-3.2-1b's QKV: 32 rows against 24, +33%; its other
-    # GEMVs and qwen3-1.7b's, llama-3.1-8b's: 0-2%)
+    # GEMVs and qwen3-1.7b's, llama-3.1-8b's: 0-2%). llama-3.2-1b's QKV on the tensor cores anyway (40) measured
+    # +2.1% on an H100 (traced builds; its slowest tiles, with 32 rows, end 1.1 us later), and in 8-row blocks dealt
+    # evenly +0.8-1.0% (b56073e, taken out): fifty-fourth session, bench/RESULTS.md
     persist_mma_share_excess: int = 5
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
