@@ -324,7 +324,8 @@ def test_narrow_models_get_no_tags(tmp_path):
     # timed faster without), a wider one the table's level; the emitter's plan follows
     import dataclasses
 
-    from kiec.codegen.persistent import _PersistentEmitter, tag_level
+    from kiec.codegen.persistent import _PersistentEmitter
+    from kiec.codegen.persistent_rules import tag_level
     from kiec.codegen.targets import target
     from kiec.ir.passes import pipeline
     make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
@@ -414,7 +415,8 @@ def test_narrow_models_run_x_direct_owner_merges_and_newest_first(tmp_path):
     import dataclasses
     import re
 
-    from kiec.codegen.persistent import emit_persistent, for_model
+    from kiec.codegen.persistent import emit_persistent
+    from kiec.codegen.persistent_rules import for_model
     from kiec.codegen.targets import target
     from kiec.ir.passes import pipeline
     make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
@@ -448,7 +450,8 @@ def test_narrow_models_run_tag_waits(tmp_path):
     # at noise), exactly the kernel persist_tag_waits gives a wide one; a wider model the table's own
     import dataclasses
 
-    from kiec.codegen.persistent import emit_persistent, for_model
+    from kiec.codegen.persistent import emit_persistent
+    from kiec.codegen.persistent_rules import for_model
     from kiec.codegen.targets import target
     from kiec.ir.passes import pipeline
     make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
@@ -473,7 +476,8 @@ def test_narrow_models_ask_l2_ahead(tmp_path):
     import dataclasses
     import re
 
-    from kiec.codegen.persistent import emit_persistent, l2_ahead_bytes, model_width
+    from kiec.codegen.persistent import emit_persistent
+    from kiec.codegen.persistent_rules import l2_ahead_bytes, model_width
     from kiec.codegen.targets import target
     from kiec.ir.passes import pipeline
     make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)

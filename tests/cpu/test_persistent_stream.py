@@ -9,8 +9,9 @@ import subprocess
 import pytest
 
 import kiec
-from kiec.codegen.persistent import _PersistentEmitter, row_segments, walk
+from kiec.codegen.persistent import _PersistentEmitter, walk
 from kiec.codegen.persistent_abi import pack_schedule
+from kiec.codegen.persistent_rules import row_segments
 from kiec.codegen.targets import target
 from kiec.ir.passes import pipeline
 from kiec.ir.passes.persistent import share_items
