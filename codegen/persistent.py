@@ -10,9 +10,10 @@ from __future__ import annotations
 import struct
 
 from kiec.errors import ModeUnsupported  # a model this mode cannot build (graph mode may): kiec.compile falls back
-from kiec.ir.passes.persistent import (Schedule, attention_splits, output_projections, partials, schedule, share_items,
-                                      tag_parity, tag_plan)
+from kiec.ir.passes.persistent import attention_splits, output_projections, schedule, share_items
+from kiec.ir.passes.phases import Schedule, partials
 from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program
+from kiec.ir.passes.tags import tag_parity, tag_plan
 
 from .buffers import TAGGED_REGION
 from .emit import EPILOGUES, Sources, _Emitter, mma_layout, walk

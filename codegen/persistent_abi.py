@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from kiec.ir.passes.persistent import OPCODES, Instr, Schedule
+from kiec.ir.passes.phases import OPCODES, Instr, Schedule
 
 MAX_WAITS = 8
 SAMPLE_CANDIDATES = 1024  # tokens the select tile can sort in shared memory to find top-p's threshold
@@ -39,7 +39,7 @@ def trace_slots(dots: bool, stream: bool = False) -> list[str]:
 
 
 # (name, C type, struct code): a Wait is (counter, target per token, previous?) packed in 8 bytes; with tag waits
-# (KIEC_TAG_WAITS) `previous` carries the wait's late flag in bit 1 and its lead above (ir/passes/persistent.py: Wait)
+# (KIEC_TAG_WAITS) `previous` carries the wait's late flag in bit 1 and its lead above (ir/passes/phases.py: Wait)
 WAIT_FIELDS = [("counter", "uint16_t", "H"), ("previous", "uint16_t", "H"), ("tiles", "uint32_t", "I")]
 # head, tail: a GEMV share's first segment of its first row and its segments of its last (Instr: persist_item_shares)
 INSTR_FIELDS = [("opcode", "uint8_t", "B"), ("n_waits", "uint8_t", "B"), ("head", "uint8_t", "B"),

@@ -149,14 +149,14 @@ class TargetParams:
     persist_attn_mma_first_narrow: int
     persist_tag_waits_narrow: int
     # persistent: 1: a tagged value takes 4 bytes an element instead of 8, its tag the parity of its write in the
-    # lowest mantissa bit (values to 23 bits); its slot its own, zeroed before each launch (ir/passes/persistent.py:
+    # lowest mantissa bit (values to 23 bits); its slot its own, zeroed before each launch (ir/passes/tags.py:
     # tag_parity)
     persist_tag_parity: int
     # persistent: 1 (with tags): a tile reading tagged values skips the wait on their writer's counter where nothing
-    # else needs it (ir/passes/persistent.py: tag_covered) and loads the words until every one carries its tag,
+    # else needs it (ir/passes/tags.py: tag_covered) and loads the words until every one carries its tag,
     # stale ones again together (common.cuh: settle_tags), looking at the stop position as it spins; GEMV prologues
     # and attention splits load their first words before the waits they keep. 2: also a GEMV's waits that guard only
-    # its writes are polled before its epilogue (ir/passes/persistent.py: late_waits; persistent_tile.cuh: wait_writes).
+    # its writes are polled before its epilogue (ir/passes/tags.py: late_waits; persistent_tile.cuh: wait_writes).
     # Off: slower on every model measured (bench/RESULTS.md, 2026-11-30 eleventh session: llama-3.2-1b 0.778 / 0.798
     # ms at 1 / 2 vs 0.761 in f330442's call 5; smollm2-135m with tags 0.544 vs 0.519 at 1 in e3615a3's call 6): the
     # median tile sees its x sooner, the slowest one later, and a phase ends with its slowest tile. On for narrow
@@ -653,7 +653,7 @@ TARGETS: dict[str, TargetParams] = {
                           persist_combine_batch=0,
                           # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
                           # trace), on the chain of every phase: with tags its readers check the words instead
-                          # (ir/passes/persistent.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b
+                          # (ir/passes/tags.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b
                           # tags 1 0.799-0.803, 2 0.794-0.795 vs 0.805; qwen3-1.7b 1 1.176, 2 1.158-1.161 vs 1.205;
                           # but llama-3.2-1b at 8192 1 1.062-1.063, 2 1.088-1.090 vs 1.020; llama-3.1-8b 2 4.277-4.284
                           # vs 4.196; smollm2-135m 1 0.578, 2 0.575-0.576 vs 0.543. At 236e4bf (softcap code out), with

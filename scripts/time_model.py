@@ -21,7 +21,8 @@ import math
 import sys
 
 from kiec.codegen.targets import with_fields
-from kiec.ir.passes.persistent import Schedule, share_weights
+from kiec.ir.passes.persistent import share_weights
+from kiec.ir.passes.phases import Schedule
 from kiec.ir.passes.program import AttentionKernel, GemvKernel
 from kiec.ir.passes.simulate import split_rows
 

@@ -14,8 +14,8 @@ import torch
 from kiec.sampling import SamplingParams, sample
 
 from .. import interp
-from . import persistent
-from .persistent import TOKEN, Instr, Schedule, lead_rows, partials, reads_writes, share_end_rows, unit_rows
+from . import phases
+from .phases import TOKEN, Instr, Schedule, lead_rows, partials, reads_writes, share_end_rows, unit_rows
 from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel
 from .simulate import attention_split, gemv_dots, gemv_finish, gemv_rows, merge_splits, split_rows
 
@@ -276,7 +276,7 @@ class VM:
         attention tile loads its split's rows of early_rows now, so they must hold their tokens already."""
         if not self.s.early_pass or ins.opcode != "attention" or (split := self._split(ins, token)) is None:
             return
-        self._check_rows(ins, token, *persistent.early_rows(split[2], split[3], token),
+        self._check_rows(ins, token, *phases.early_rows(split[2], split[3], token),
                          "a KV row loaded before the wait is missing or from the wrong token")
 
     def _owns(self, ins: Instr, token: int) -> bool:

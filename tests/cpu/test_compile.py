@@ -867,7 +867,7 @@ def test_consumer_merges_reach_both_cases_or_are_refused_by_name(tmp_path, monke
     from kiec.codegen import targets
     from kiec.codegen.persistent import _PersistentEmitter, emit_persistent
     from kiec.ir.passes import pipeline
-    from kiec.ir.passes.persistent import partials
+    from kiec.ir.passes.phases import partials
     model, program, wide = tiny_tagged_llama(tmp_path)
     on = dataclasses.replace(wide, persist_attn_consumer_merges=2)
     e = _PersistentEmitter(program, "bf16", model.max_seq_len, on)

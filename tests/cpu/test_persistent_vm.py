@@ -7,10 +7,12 @@ import torch
 import kiec
 from kiec.codegen.buffers import plan_buffers
 from kiec.ir.passes import persistent, pipeline
-from kiec.ir.passes.persistent import (Wait, dependencies, direct_waits, phases, reads_writes, reduce_waits, schedule,
-                                      tag_plan)
+from kiec.ir.passes import phases as phases_module
+from kiec.ir.passes.persistent import dependencies, reduce_waits, schedule
+from kiec.ir.passes.phases import Wait, phases, reads_writes
 from kiec.ir.passes.program import kernel_io
 from kiec.ir.passes.simulate import split_rows
+from kiec.ir.passes.tags import direct_waits, tag_plan
 from kiec.ir.passes.vm import VM, ScheduleError
 from tests.tiny_hf import make_tiny_hf
 
@@ -203,7 +205,7 @@ def test_early_pass_rows_of_this_token_are_caught(tmp_path, monkeypatch):
     # loaded before the wait, the rows up to the split's end would take the token's own row before the split that
     # holds it wrote it
     m, prog, sched, weights, offsets, floats = setup(tmp_path, early_pass=True)
-    monkeypatch.setattr(persistent, "early_rows", lambda lo, hi, token: (lo, hi))
+    monkeypatch.setattr(phases_module, "early_rows", lambda lo, hi, token: (lo, hi))
     with pytest.raises(ScheduleError, match=r"attention kernel \d+ head \d+ split \d+ at token \d+: a KV row "
                                             r"loaded before the wait is missing or from the wrong token"):
         VM(sched, weights, offsets, floats).run([5, 17, 99, 4, 8], 6, "eager")
@@ -586,7 +588,7 @@ def test_parity_tags_give_each_tagged_value_its_own_slot_and_each_writer_its_par
     # residual stream's writes share their input's), and each writer phase gets ((t & W) ^ (k + 1)) & 1's two bits:
     # over three tokens, every read's parity is its writer's generation's and differs from the generation before
     from kiec.codegen.buffers import TAGGED_REGION
-    from kiec.ir.passes.persistent import tag_parity
+    from kiec.ir.passes.tags import tag_parity
     make_tiny_hf(tmp_path, "llama", hidden_size=256, intermediate_size=384, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=300)
     m = kiec.load(str(tmp_path), max_seq_len=16)
@@ -752,7 +754,7 @@ def test_item_shares_compute_the_graph_on_any_interleaving(tmp_path, policy, see
     # wrong pairing adds the wrong segments) and holds a tail back until the next tile's partial is this token's;
     # with tagged values and tag waits too (2: the write guards polled late)
     m, prog, _, _, offsets, floats = setup(tmp_path)
-    plan = persistent.tag_plan(prog) if tags else None
+    plan = tag_plan(prog) if tags else None
     sched = schedule(prog, 7, tile_rows=32, slot_of=dict(offsets), min_keys=2, tags=plan, tag_waits=tags,
                      item_segs=residual_gemvs(prog))
     split = [ins for lst in sched.lists for ins in lst if ins.kernel in sched.item_segs and ins.tail]
@@ -795,7 +797,7 @@ def test_item_shares_of_pairs_complete_whole_pairs_and_compute_the_graph(tmp_pat
     # the SiLU-mul's output as tagged pairs (persist_tagged_pairs) and dealt to the item: a pair's rows are completed
     # together, by the tile that holds its last item, with the next tile's gate and up partials of both rows; a share
     # that starts at a pair's second row (head 0) leads too. Every share writes whole pairs, all of them once
-    from kiec.ir.passes.persistent import lead_rows, share_end_rows
+    from kiec.ir.passes.phases import lead_rows, share_end_rows
     m, prog, _, _, offsets, floats = setup(tmp_path)
     gate_up = {i: 4 for i, k in enumerate(prog.kernels) if getattr(k, "epilogue", None) == "silu_mul"}
     for sms in (7, 5, 13):  # (96 rows of 4 segments: 55 or 54, 77 or 76, 30 or 29 items a share)
@@ -819,7 +821,7 @@ def test_every_gemv_dealt_to_the_item_computes_the_graph(tmp_path, policy, seed,
     m, prog, _, _, offsets, floats = setup(tmp_path)
     every = {i: 4 for i, k in enumerate(prog.kernels) if hasattr(k, "epilogue") and k.n_out >= 7}
     assert {prog.kernels[i].epilogue for i in every} == {"store", "residual", "silu_mul", "argmax"}
-    plan = persistent.tag_plan(prog) if tags else None
+    plan = tag_plan(prog) if tags else None
     sched = schedule(prog, 7, tile_rows=32, slot_of=dict(offsets), min_keys=2, tags=plan, tag_waits=tags,
                      item_segs=every, pair_rows=frozenset(i for i in every if prog.kernels[i].epilogue == "silu_mul"))
     assert_vm_computes_the_model(m, sched, offsets, floats, seed=seed, steps=5, policy=policy)

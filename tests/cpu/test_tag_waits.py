@@ -10,7 +10,9 @@ import pytest
 import kiec
 from kiec.codegen.buffers import plan_buffers
 from kiec.ir.passes import pipeline
-from kiec.ir.passes.persistent import phases, reads_writes, schedule, tag_plan
+from kiec.ir.passes.persistent import schedule
+from kiec.ir.passes.phases import phases, reads_writes
+from kiec.ir.passes.tags import tag_plan
 from kiec.ir.passes.vm import VM, ScheduleError
 from tests.cpu.test_persistent_vm import assert_vm_computes_the_model, first_attention, setup
 from tests.tiny_hf import make_tiny_hf
@@ -32,7 +34,7 @@ def test_tag_waits_drop_only_waits_tags_cover_and_compute_the_model(tmp_path, fa
     # the pair's only conflict; it spins on the words (the VM: the instruction is not ready until the values it
     # reads carry their writer's stamp). The dropped pairs are read-after-write through tagged values alone, never a
     # slot the reader writes; every untagged read still waits on its writer; the model comes out on any interleaving
-    from kiec.ir.passes.persistent import tag_covered
+    from kiec.ir.passes.tags import tag_covered
     m, prog, plan, offsets, floats = tag_waits_setup(tmp_path, family, level)
     ph = phases(prog)
     io = [reads_writes(prog.kernels[i], prog, op) for i, op in ph]
@@ -96,7 +98,7 @@ def test_tag_waits_with_a_lead_wait_for_most_of_the_writer_and_compute_the_model
     import struct
 
     from kiec.codegen.persistent_abi import INSTR_FIELDS, INSTR_FORMAT, WAIT_FORMAT, pack
-    from kiec.ir.passes.persistent import tag_covered
+    from kiec.ir.passes.tags import tag_covered
     m, prog, plan, offsets, floats = tag_waits_setup(tmp_path, "llama", 2)
     sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan, tag_waits=True, tag_lead=lead)
     covered = tag_covered(prog, plan, offsets)
@@ -131,7 +133,7 @@ def test_tag_waits_compile_drop_waits_and_refuse_what_they_cannot_serve(tmp_path
     from kiec.codegen import targets
     from kiec.codegen.persistent import _PersistentEmitter
     from kiec.ir.passes import pipeline
-    from kiec.ir.passes.persistent import tag_covered
+    from kiec.ir.passes.tags import tag_covered
     make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
     program = pipeline.run(model.graph)

@@ -223,7 +223,7 @@ struct Generation {
   int eos[MAX_EOS] = {};
 };
 
-// Tagged words (persistent mode's persist_tagged; ir/passes/persistent.py: tag_plan): element i of a tagged vector
+// Tagged words (persistent mode's persist_tagged; ir/passes/tags.py: tag_plan): element i of a tagged vector
 // is the 8 bytes at 2 * i floats, its value's bits then a tag, written and read in one access (an aligned 8-byte
 // access is single-copy atomic), so a reader that finds its tag has the value that came with it, without the
 // writer's release (persistent_tile.cuh: tag_of).

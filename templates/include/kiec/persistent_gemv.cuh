@@ -84,7 +84,7 @@ __device__ __forceinline__ unsigned long long (&dot_stamps())[2][32] {
 // A tile's share dealt to the item (persist_item_shares, ON; Instr's head and tail): its items counted from segment
 // `head` of its first row, so warp w's items are the segment (head + w) % SEGS of their rows (SEGS divides WARPS).
 // Rows are completed a unit of U at a time (2: the outputs are tagged pairs), by the tile holding the unit's last
-// item (ir/passes/persistent.py: lead_rows, share_end_rows). A share that starts mid-unit leaves its first `lead`
+// item (ir/passes/phases.py: lead_rows, share_end_rows). A share that starts mid-unit leaves its first `lead`
 // rows to the tile before: each of their sums (RPO a row's segment: gate and up for a SiLU-mul) is stored as a tagged
 // word at carry[((slot * U * SEGS + item in the unit) * RPO + r] (slot: this tile's index in its phase) as soon as it
 // is summed (store_item_sums, in the share's first pages). A share that ends mid-unit (its end `at` items into its

@@ -196,7 +196,7 @@ __device__ __forceinline__ unsigned word_tag(const Turn& u, int phase) {
 
 // The tag phase `phase` of this token writes.
 __device__ __forceinline__ unsigned tag_of(const Turn& u, int phase) {
-#if KIEC_TAG_PARITY  // the parity of the slot's write: ((t & W) ^ (k + 1)) & 1 (ir/passes/persistent.py: tag_parity)
+#if KIEC_TAG_PARITY  // the parity of the slot's write: ((t & W) ^ (k + 1)) & 1 (ir/passes/tags.py: tag_parity)
   const unsigned bits = kiec_tag_parity[phase];
   return (((unsigned)u.t & bits) ^ (bits >> 1)) & 1u;
 #else
