@@ -7,8 +7,8 @@ some warps several items, as persist_dot_half_warps needs; h128=1: hidden 512 as
 llama-3.1-8b's group, which by default run the tensor-core attention passes' one-pass-at-a-time loop; longk=1: hidden
 256 and intermediate 4352, so that the down projection's rows are cut into a segment a warp, 68 chunks each, as
 persist_x_warp_copy_min_k's copy takes them; mma=1: hidden 512 and intermediate 1024, 8 heads over 2 KV heads and a
-vocabulary of 2048, so that every kind of GEMV has whole blocks for persist_mma_rows, with persist_mma_share_excess
-high enough for a tiny model's few blocks)"""
+vocabulary of 2048, so that every kind of GEMV has whole blocks for persist_mma_rows, and persist_mma_share_excess
+10000 unless given, so that the share rule deals a tiny model's few blocks to the tensor cores too)"""
 import os
 import sys
 
@@ -34,7 +34,10 @@ if __name__ == "__main__":
                             vocab_size=300),
               "mma": dict(hidden_size=512, intermediate_size=1024, num_attention_heads=8, num_key_value_heads=2,
                           vocab_size=2048)}
-    shape = {k: v for name, s in shapes.items() if fields.pop(name, "0") == "1" for k, v in s.items()}
+    named = {name for name in shapes if fields.pop(name, "0") == "1"}
+    shape = {k: v for name in named for k, v in shapes[name].items()}
+    if "mma" in named:  # (a tiny model's 2-4 blocks a GEMV deal unevenly over the SMs: the rule would keep them off)
+        fields.setdefault("persist_mma_share_excess", "10000")
     targets.TARGETS["sm_90"] = targets.with_fields(targets.TARGETS["sm_90"], fields)
     make_tiny_hf(art + "-hf", "llama", **shape)
     kiec.compile(kiec.load(art + "-hf", dtype="bf16", max_seq_len=64), art, mode=mode)
