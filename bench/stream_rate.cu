@@ -6,7 +6,7 @@
 // TMA bulk copies, evict-first, mbarriers) five ways:
 //   ceiling   no ring: every thread of 4 blocks an SM reads 16-byte vectors of the whole buffer (kiec bench's kind)
 //   landed    the ring, each page released as soon as it lands (nobody reads it)
-//   tile      the ring feeding the real GEMV tile loop (persistent_gemv.cuh's gemv_pages, K 2048 like the LM head)
+//   tile      the ring feeding the real GEMV tile loop (gemv_pages.cuh's gemv_pages, K 2048 like the LM head)
 //   normal    tile, the copies with L2's evict-normal policy instead of evict-first
 //   pages     tile with other ring shapes: 24 x 8 KB, 6 x 32 KB, 10 x 16 KB (llama-3.1-8b's ring), 13 x 16 KB
 //   polled    tile while a lane of the streaming warpgroup's second warp polls a counter nobody moves: acquire loads

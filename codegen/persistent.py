@@ -31,7 +31,7 @@ WARP_COPY_FLOATS = 32 * 8  # a warp's round of x with persist_x_warp_copy_min_k 
 
 def carry(k: GemvKernel) -> str:
     """The arena region of a GEMV dealt to the item (persist_item_shares) where its tiles publish their lead units'
-    sums (persistent_gemv.cuh: ItemShare)."""
+    sums (gemv_pages.cuh: ItemShare)."""
     return k.name + ".carry"
 
 

@@ -106,10 +106,10 @@ class TargetParams:
     # (gemv_x.cuh: WarpNorm; the same bits)
     persist_norm_in_warps: int
     # persistent: 1: a GEMV whose tiles give some warp more than one item, with x untagged and rows of up to 96 chunks
-    # a segment, takes an item a half-warp, two a warp at once (persistent_gemv.cuh: gemv_pages_half; other bits)
+    # a segment, takes an item a half-warp, two a warp at once (gemv_pages.cuh: gemv_pages_half; other bits)
     persist_dot_half_warps: int
     # persistent: a GEMV warp takes up to this many of its items at once (a power of two; 1: one after another): their
-    # pages waited for first, their loads and FMAs side by side, their sums over the warp together (persistent_gemv.cuh:
+    # pages waited for first, their loads and FMAs side by side, their sums over the warp together (gemv_pages.cuh:
     # gemv_pages_items; the same bits). Each GEMV takes the most its ring's depth and persist_dot_item_chunks allow
     persist_dot_items: int
     # persistent: with persist_dot_items, a step's 16-byte chunks a lane at most (items x the item's rounds: registers)
@@ -178,7 +178,7 @@ class TargetParams:
     # traced first item was mostly warp 0's, held back by thread 0's count of the landed pages (Ring::landed_warp)
     persist_probe_warm_code: int
     # persistent: 1: a GEMV warp looks at its share's first pages at once (lane k at page k) and takes those landed
-    # without a wait each (persistent_gemv.cuh: KIEC_PAGE_LOOK; the same bits)
+    # without a wait each (gemv_pages.cuh: KIEC_PAGE_LOOK; the same bits)
     persist_page_look: int
     # persistent, a timing probe: bit 1: every GEMV tile's dot products run twice (the second's sums added times 0:
     # the same tokens), bit 2: its prologue (norm or x copy) twice; bit 4: the dots of the GEMVs beside an attention
@@ -270,7 +270,7 @@ class TargetParams:
     # persistent: 1: the residual GEMVs without a norm (the output and down projections) are dealt to the row segment
     # (item), not the row: shares differ by a segment (2 KB on llama-3.2-1b's down projection) where whole rows differ
     # by a row (16 KB). A share that starts mid-row publishes that row's first segments' sums as tagged words; the
-    # tile before completes the row with them (persistent_gemv.cuh: ItemShare; the same bits). 2: the SiLU-muls
+    # tile before completes the row with them (gemv_pages.cuh: ItemShare; the same bits). 2: the SiLU-muls
     # (gate/up) too, tagged pairs completed a pair at a time; 3: every GEMV (QKV, the LM head). Not with parity tags.
     # 2 and 3 spill 8 bytes in llama-3.2-1b's kernel (scripts/ptxas.py), none in qwen3-1.7b's, llama-3.1-8b's or
     # smollm2-135m's

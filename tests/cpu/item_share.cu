@@ -1,4 +1,4 @@
-// Host harness for tests/cpu/test_item_share.py: item_share.cuh's arithmetic (what persistent_gemv.cuh's ItemShare
+// Host harness for tests/cpu/test_item_share.py: item_share.cuh's arithmetic (what gemv_pages.cuh's ItemShare
 // and store_item_sums compute on the device) run over a GEMV's shares as the schedule deals them. Reads, on stdin,
 // "SEGS U RPO N TILES" and then each tile's "lo hi head tail" in tile order. For every tile, each warp of 8 takes
 // its items (warp + m * 8) and puts each sum where item_place says, publishing a lead row's into the carry; a tile

@@ -1,4 +1,4 @@
-"""item_share.cuh (persistent_gemv.cuh's ItemShare arithmetic: where each sum of a share dealt to the item goes, which
+"""item_share.cuh (gemv_pages.cuh's ItemShare arithmetic: where each sum of a share dealt to the item goes, which
 words a lead publishes and a trailing tile takes) run on the host (item_share.cu, compiled by nvcc) over the shares
 the schedule deals (gemv_item_shares), against the weight stream's items and the rows each tile writes."""
 import os

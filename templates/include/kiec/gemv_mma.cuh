@@ -1,5 +1,5 @@
 // The persistent GEMV tile's dot products on the tensor cores (persist_mma_rows): 16 weight rows an
-// mma.m16n8k16, where the FMA tile (persistent_gemv.cuh: dot_lanes) takes one row a warp. bench/mma_rows.cu timed
+// mma.m16n8k16, where the FMA tile (gemv_pages.cuh: dot_lanes) takes one row a warp. bench/mma_rows.cu timed
 // this way (its "swizzled 16 rows") at 1.9-2.7x the FMA tile's rate on the same SMs (fiftieth session, H100).
 //
 // Layout (codegen/emit.py: mma_blocked, weights.bin): such a GEMV's weights are stored in blocks of 16 rows x BW

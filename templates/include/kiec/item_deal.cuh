@@ -1,4 +1,4 @@
-// How a persistent GEMV tile's items are dealt to half-warps (persistent_gemv.cuh: gemv_pages_half) and to warps a
+// How a persistent GEMV tile's items are dealt to half-warps (gemv_pages.cuh: gemv_pages_half) and to warps a
 // few at a time (gemv_pages_items). Host code can run it too, with a stand-in ring (tests/cpu/item_deal.cu), so the
 // page order it keeps is checked without a GPU.
 #pragma once

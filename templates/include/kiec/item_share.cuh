@@ -1,5 +1,5 @@
 // Where a GEMV share dealt to the item (persist_item_shares) puts each sum: the index arithmetic of ItemShare and
-// store_item_sums (persistent_gemv.cuh), for the host too (tests/cpu/item_share.cu checks it against the schedule's
+// store_item_sums (gemv_pages.cuh), for the host too (tests/cpu/item_share.cu checks it against the schedule's
 // shares). A share holds items (row segments) from segment `head` of row lo to segment `tail` - 1 of row hi - 1 (0:
 // whole rows at either end); its rows are completed a unit of U rows at a time (ir/passes/phases.py: lead_rows,
 // share_end_rows). Rows are counted from lo; a sum's place in the acc is (RPO * row + r) * SEGS + seg (r: gate, up).

@@ -97,7 +97,7 @@ struct Ring {
     return page(seq + k);
   }
   // Whether the page k past the next one (k < STAGES) has landed, without waiting (test_wait: no acquire for the
-  // other threads that read it; persistent_gemv.cuh's page look orders their reads after it through the warp).
+  // other threads that read it; gemv_pages.cuh's page look orders their reads after it through the warp).
   __device__ __forceinline__ bool landed_at(unsigned k) const {
     return mbar_done(full + (seq + k) % STAGES, ((seq + k) / STAGES) & 1);
   }
