@@ -21,11 +21,17 @@ struct MmaPass {
   static_assert(HEAD_DIM % 64 == 0 && KEYS % 16 == 0, "the tensor cores' slice: head_dim 64 or 128, 16 keys a chunk");
   static constexpr int C = KEYS / 16, KW = HEAD_DIM / 32, VW = HEAD_DIM / 64;  // chunks; uint4s of a K, a V row
   uint4 k[2 * C][KW], v[C][4][VW];
+  // The cache row a lane's slot holds in the pass from j0 (the mma fragments' layout): K's slot b (grp: lane / 4), V's
+  // slot r of chunk c (quad: lane % 4). load, put_row and load_row all place rows by these.
+  __device__ __forceinline__ static int k_row(int j0, int b, int grp) { return j0 + 8 * b + grp; }
+  __device__ __forceinline__ static int v_row(int j0, int c, int r, int quad) {
+    return j0 + 16 * c + 2 * quad + (r & 1) + 8 * (r >> 1);
+  }
   __device__ __forceinline__ void load(const T* kc, const T* vc, int j0, int hi) {
     const int lane = threadIdx.x & 31, quad = lane & 3, grp = lane >> 2;
 #pragma unroll
     for (int b = 0; b < 2 * C; ++b) {
-      const int j = j0 + 8 * b + grp;
+      const int j = k_row(j0, b, grp);
 #pragma unroll
       for (int w = 0; w < KW; ++w)
         k[b][w] = j < hi ? *reinterpret_cast<const uint4*>(kc + (size_t)j * HEAD_DIM + quad * (HEAD_DIM / 4) + 8 * w)
@@ -35,7 +41,7 @@ struct MmaPass {
     for (int c = 0; c < C; ++c)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const int j = j0 + 16 * c + 2 * quad + (r & 1) + 8 * (r >> 1);
+        const int j = v_row(j0, c, r, quad);
 #pragma unroll
         for (int w = 0; w < VW; ++w)
           v[c][r][w] = j < hi ? *reinterpret_cast<const uint4*>(vc + (size_t)j * HEAD_DIM + grp * (HEAD_DIM / 8) +
@@ -49,14 +55,14 @@ struct MmaPass {
     const int lane = threadIdx.x & 31, quad = lane & 3, grp = lane >> 2;
 #pragma unroll
     for (int b = 0; b < 2 * C; ++b)
-      if (j0 + 8 * b + grp == pos)
+      if (k_row(j0, b, grp) == pos)
 #pragma unroll
         for (int w = 0; w < KW; ++w) k[b][w] = pack8<T>(kn + quad * (HEAD_DIM / 4) + 8 * w);
 #pragma unroll
     for (int c = 0; c < C; ++c)
 #pragma unroll
       for (int r = 0; r < 4; ++r)
-        if (j0 + 16 * c + 2 * quad + (r & 1) + 8 * (r >> 1) == pos)
+        if (v_row(j0, c, r, quad) == pos)
 #pragma unroll
           for (int w = 0; w < VW; ++w) v[c][r][w] = pack8<T>(vn + grp * (HEAD_DIM / 8) + 8 * w);
   }
@@ -67,7 +73,7 @@ struct MmaPass {
     const int lane = threadIdx.x & 31, quad = lane & 3, grp = lane >> 2;
 #pragma unroll
     for (int b = 0; b < 2 * C; ++b)
-      if (j0 + 8 * b + grp == row)
+      if (k_row(j0, b, grp) == row)
 #pragma unroll
         for (int w = 0; w < KW; ++w)
           k[b][w] = *reinterpret_cast<const uint4*>(kc + (size_t)row * HEAD_DIM + quad * (HEAD_DIM / 4) + 8 * w);
@@ -75,7 +81,7 @@ struct MmaPass {
     for (int c = 0; c < C; ++c)
 #pragma unroll
       for (int r = 0; r < 4; ++r)
-        if (j0 + 16 * c + 2 * quad + (r & 1) + 8 * (r >> 1) == row)
+        if (v_row(j0, c, r, quad) == row)
 #pragma unroll
           for (int w = 0; w < VW; ++w)
             v[c][r][w] = *reinterpret_cast<const uint4*>(vc + (size_t)row * HEAD_DIM + grp * (HEAD_DIM / 8) + 8 * w);
