@@ -210,7 +210,6 @@ def test_fp16_weights_keep_the_fma_tile():
     prog, e, src = emitter("qwen3-1.7b", "f16", persist_mma_rows="qkv+o+gate_up+down+head")
     assert not e.mma and "NoConsumerMerge, true>" not in src.files["model.cu"]
     assert emitter("qwen3-1.7b", persist_mma_rows="qkv+o+gate_up+down+head")[1].mma
-    assert not np.isfinite(np.float16(np.float32(70000.0)))  # (what the fp16 pieces would make of such an x)
 
 
 @pytest.mark.parametrize("name,excess,kinds", [

@@ -14,6 +14,7 @@ from kiec.codegen import targets
 from kiec.sampling import SamplingParams
 from tests.gpu.test_engine import (budget_check, check_against_interpreter, greedy_alike, host_draws, stepped_greedy,
                                    stepped_logits)
+from tests import table
 from tests.tiny_hf import make_tiny_hf
 
 pytestmark = pytest.mark.gpu
@@ -260,7 +261,7 @@ def test_the_default_table_puts_evenly_dealt_gemvs_on_the_tensor_cores(tmp_path,
     # the QKV, output and down projections (n 768 and 512: 16 rows on a few SMs against 4-6 by the row) keep the FMA
     # tile; the logits over 24 steps within the budget and graph mode's greedy tokens, as a model compiled with the
     # defaults gets them (tiny models' GEMVs elsewhere never pass the share rule at the default)
-    default = targets.TargetParams.__dataclass_fields__["persist_mma_rows"].default
+    default = table.SM90.persist_mma_rows  # (the table as written, not the fixture's)
     make_tiny_hf(tmp_path / "hf", "llama", hidden_size=512, intermediate_size=4224, num_attention_heads=8,
                  num_key_value_heads=2, vocab_size=16384)
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=256)
