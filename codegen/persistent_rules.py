@@ -72,7 +72,8 @@ def tag_level(program: Program, target: TargetParams) -> int:
 def for_model(program: Program, target: TargetParams) -> TargetParams:
     """The target as this model's kernel runs it: a model narrower than persist_narrow_width takes the *_narrow
     fields' values for persist_x_direct, persist_attn_owner_merges, persist_attn_newest_first, persist_combine_batch,
-    persist_stages, persist_attn_mma_ahead, persist_attn_mma_first and persist_tag_waits."""
+    persist_stages, persist_attn_mma_ahead, persist_attn_mma_first, persist_tag_waits and attn_min_keys (its
+    persistent kernel's: graph mode reads the target itself)."""
     if not narrower_than(program, target.persist_narrow_width):
         return target
     return dataclasses.replace(target, persist_x_direct=target.persist_x_direct_narrow,
@@ -82,7 +83,8 @@ def for_model(program: Program, target: TargetParams) -> TargetParams:
                                persist_stages=target.persist_stages_narrow,
                                persist_attn_mma_ahead=target.persist_attn_mma_ahead_narrow,
                                persist_attn_mma_first=target.persist_attn_mma_first_narrow,
-                               persist_tag_waits=target.persist_tag_waits_narrow)
+                               persist_tag_waits=target.persist_tag_waits_narrow,
+                               attn_min_keys=target.persist_attn_min_keys_narrow)
 
 
 def l2_ahead_bytes(program: Program, target: TargetParams) -> int:

@@ -137,8 +137,8 @@ class TargetParams:
     persist_tagged_min_width: int  # persistent: a model narrower than this (its embedding's row) gets no tags
     # persistent: a model narrower than persist_narrow_width (its embedding's row) runs persist_x_direct,
     # persist_attn_owner_merges, persist_attn_newest_first, persist_combine_batch, persist_stages,
-    # persist_attn_mma_ahead, persist_attn_mma_first and persist_tag_waits with these values instead
-    # (codegen/persistent.py: for_model); 0: every model the fields above
+    # persist_attn_mma_ahead, persist_attn_mma_first, persist_tag_waits and (persistent mode only) attn_min_keys with
+    # these values instead (codegen/persistent_rules.py: for_model); 0: every model the fields above
     persist_narrow_width: int
     persist_x_direct_narrow: int
     persist_attn_owner_merges_narrow: int
@@ -148,6 +148,7 @@ class TargetParams:
     persist_attn_mma_ahead_narrow: int
     persist_attn_mma_first_narrow: int
     persist_tag_waits_narrow: int
+    persist_attn_min_keys_narrow: int
     # persistent: 1: a tagged value takes 4 bytes an element instead of 8, its tag the parity of its write in the
     # lowest mantissa bit (values to 23 bits); its slot its own, zeroed before each launch (ir/passes/tags.py:
     # tag_parity)
@@ -780,6 +781,16 @@ TARGETS: dict[str, TargetParams] = {
                           # (persist_attn_mma_ahead below: 2 on llama-3.2-1b, 1 on smollm2-135m; tagged smollm2-135m at
                           # 8192, forty-eighth session on an H100: 2 0.572 / 0.572 vs 0.555 / 0.553)
                           persist_attn_mma_ahead_narrow=1,
+                          # attention's rows a split at least on a narrow model, in persistent mode (graph mode keeps
+                          # attn_min_keys). Fifty-sixth session on an H100 (e994e0a, ms, three / two rounds,
+                          # bench/RESULTS.md): smollm2-135m 128 0.366 vs 0.367-0.369 (-0.4%), 256 0.338 (-8.0%), 512
+                          # 0.338 (-8.1%); at 1024 256 0.420 vs 0.418-0.422, 512 +12.7%, 1024 +37%; at 2048 256 -3.6%,
+                          # 512 +6.6%; at 8192 256 -3.1%, 512 -0.1%, 1024 +17.5%. Up to 256 rows one split a KV head
+                          # takes them all: no partials, no arrivals, no merge (the last arrival's 1.6 us a layer at
+                          # position 64, on the chain); 44 splits of 64 rows and their merge cost more than the
+                          # longer walk. llama-3.2-1b (wide, 98% of an H100's ceiling) 256 -0.1%; on an H200 256 was
+                          # -0.4% there and +2.7% on qwen3-1.7b (thirty-first session), so the wide models keep 64
+                          persist_attn_min_keys_narrow=256,
                           # (attention inside the output projection, persist_attn_o_below at fc7a3e4, taken out after
                           # its first run: below a position every attention tile of a KV head took the head's whole
                           # context and the projection tile after it on its SM that head's columns, a hop a layer

@@ -435,7 +435,8 @@ def test_narrow_models_run_x_direct_owner_merges_and_newest_first(tmp_path):
     narrow = emit_persistent(program, "bf16", 64, dataclasses.replace(t, persist_narrow_width=257), "x")
     fields = dataclasses.replace(t, persist_narrow_width=0, persist_x_direct=1, persist_attn_owner_merges=8,
                                  persist_attn_newest_first=1, persist_combine_batch=16, persist_stages=4,
-                                 persist_attn_mma_ahead=1, persist_attn_mma_first=2)
+                                 persist_attn_mma_ahead=1, persist_attn_mma_first=2,
+                                 attn_min_keys=t.persist_attn_min_keys_narrow)  # (its own test below)
     assert narrow.files == emit_persistent(program, "bf16", 64, fields, "x").files
     attention = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", narrow.files["model.cu"]).group(1).split(",")]
     assert attention[16:18] == ["8", "true"] and attention[24:] == ["2"]  # OWNER_MAX, NEWEST_FIRST; MMA_FIRST
@@ -468,6 +469,42 @@ def test_narrow_models_run_tag_waits(tmp_path):
     assert narrow.files == emit_persistent(program, "bf16", 64, as_wide, "x").files
     wide = emit_persistent(program, "bf16", 64, dataclasses.replace(t, persist_narrow_width=256), "x")
     assert "KIEC_TAG_WAITS" not in wide.files["model.cu"]
+
+
+def test_narrow_models_split_attention_by_their_own_min_keys(tmp_path):
+    # persist_attn_min_keys_narrow: a narrow model's persistent kernel splits attention's context by it (smollm2-135m:
+    # one split a KV head up to 256 rows, timed 8% faster so), the kernel's template argument, its descriptors and the
+    # schedule (the VM's and the trace tools' split of the rows) alike; a wider model, and graph mode's kernels, keep
+    # attn_min_keys
+    import dataclasses
+
+    from kiec.codegen.emit import emit
+    from kiec.codegen.persistent import _PersistentEmitter, emit_persistent
+    from kiec.codegen.persistent_rules import for_model
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    from kiec.ir.passes.simulate import split_rows
+    assert (target("sm_90").persist_attn_min_keys_narrow, target("sm_90").attn_min_keys) == (256, 64)
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
+    program = pipeline.run(kiec.load(str(tmp_path / "hf"), dtype="bf16").graph)
+    t = dataclasses.replace(target("sm_90"), attn_min_keys=16, persist_attn_min_keys_narrow=128)
+    for width, keys in [(257, 128), (256, 16), (0, 16)]:
+        tw = dataclasses.replace(t, persist_narrow_width=width)
+        e = _PersistentEmitter(program, "bf16", 64, tw)
+        assert (e.t.attn_min_keys, e.sched.min_keys) == (keys, keys), width
+        src = emit_persistent(program, "bf16", 64, tw, "x").files["model.cu"]
+        tiles = re.findall(r"attention_tile<([^>]*)>", src)
+        assert tiles and all(a.split(", ")[9] == str(keys) for a in tiles), (width, tiles)  # (MIN_KEYS)
+        graph = emit(program, "bf16", 64, tw, "x").files
+        assert any("m16" in name or "m16" in text for name, text in graph.items()), width
+        assert not any("m128" in text for text in graph.values()), width
+    k = next(k for k in program.kernels if hasattr(k, "kv_heads"))
+    assert split_rows(k, 200, 8, 128) == [(0, 128), (128, 201)]  # (two of 8 splits in use at position 200)
+    narrow = dataclasses.replace(t, persist_narrow_width=257)
+    as_wide = dataclasses.replace(for_model(program, narrow), persist_narrow_width=0)  # (its other narrow fields too)
+    assert as_wide.attn_min_keys == 128
+    assert emit_persistent(program, "bf16", 64, narrow, "x").files == emit_persistent(program, "bf16", 64, as_wide,
+                                                                                       "x").files
 
 
 def test_narrow_models_ask_l2_ahead(tmp_path):

@@ -309,11 +309,18 @@ def test_tag_waits_on_wide_rows_compute_the_same_bits(tmp_path, monkeypatch, wai
     assert eng.generate(tokens[:5], 40) == base.generate(tokens[:5], 40)
 
 
-@pytest.mark.parametrize("family,window", [("llama", None), ("mistral", 200)])
-def test_persistent_long_context_within_budget(tmp_path, family, window):
-    # 600 positions: attention goes from one split a KV head to many merged by the last, over a sliding window too
+@pytest.mark.parametrize("family,window", [("llama", None), ("mistral", 200),
+                                           pytest.param("llama", None, marks=NARROW, id="llama-narrow")])
+def test_persistent_long_context_within_budget(tmp_path, request, family, window):
+    # 600 positions: attention goes from one split a KV head to many merged by the last, over a sliding window too;
+    # narrow: the table's rules for a narrow model, one split up to 256 rows (persist_attn_min_keys_narrow), then two
+    # and three merged
     extra = {"sliding_window": window} if window else {}
     model, art = compile_tiny(tmp_path, family, max_position_embeddings=1024, **extra)
+    if request.node.get_closest_marker("table_tags"):
+        src = open(os.path.join(art, "src", "model.cu")).read()
+        keys = re.search(r"attention_tile<([^>]*)>", src).group(1).split(", ")[9]  # (MIN_KEYS)
+        assert keys == str(targets.TARGETS["sm_90"].persist_attn_min_keys_narrow) == "256", keys
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=600)
     budget_check(ours, r32, r16, f"{family} persistent (window {window}): logits over 600 positions")
     assert eng.generate(tokens[:280], 20) == stepped_greedy(eng, tokens[:280], 20)  # one launch, a launch a step
@@ -445,8 +452,8 @@ def test_attention_early_pass_and_lean_compute_the_same_bits(tmp_path, monkeypat
     # as without it, step by step and in one launch
     extra = {"sliding_window": window} if window else {}
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384, **extra)
-    fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys, persist_attn_lean=0,
-                  persist_attn_mma=0)
+    fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys, persist_attn_min_keys_narrow=min_keys,
+                  persist_attn_lean=0, persist_attn_mma=0)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))  # (the FMA passes)
     narrow_or_wide(tmp_path, wide)
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, **{knob: 1}))
@@ -476,8 +483,8 @@ def test_attention_on_tensor_cores_within_budget_of_the_fma_passes(tmp_path, mon
     extra = dict({"sliding_window": window} if window else {}, **{"head_dim": head_dim} if head_dim else {})
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384,
                       num_key_value_heads=kv_heads, **extra)
-    fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys, persist_attn_mma=0,
-                  persist_attn_mma_wide=0)
+    fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys, persist_attn_min_keys_narrow=min_keys,
+                  persist_attn_mma=0, persist_attn_mma_wide=0)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
     narrow_or_wide(tmp_path, wide)
     art = compile_variant(model, tmp_path, monkeypatch, persist_attn_mma=keys, persist_attn_mma_wide=keys,
@@ -532,6 +539,7 @@ def test_attention_on_tensor_cores_first_rows_beside_q_compute_the_same_bits(tmp
     extra = {"sliding_window": window} if window else {}
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384, **extra)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=min_keys,
+                                       persist_attn_min_keys_narrow=min_keys,
                                        persist_attn_mma=16, persist_attn_mma_ahead=ahead,
                                        persist_attn_mma_ahead_narrow=ahead, persist_attn_mma_first=0,
                                        persist_attn_mma_first_narrow=0))
