@@ -313,14 +313,18 @@ def test_tag_waits_on_wide_rows_compute_the_same_bits(tmp_path, monkeypatch, wai
                                            pytest.param("llama", None, marks=NARROW, id="llama-narrow")])
 def test_persistent_long_context_within_budget(tmp_path, request, family, window):
     # 600 positions: attention goes from one split a KV head to many merged by the last, over a sliding window too;
-    # narrow: the table's rules for a narrow model, one split up to 256 rows (persist_attn_min_keys_narrow), then two
-    # and three merged
-    extra = {"sliding_window": window} if window else {}
+    # narrow: the table's rules for a narrow model with heads 64 wide (smollm2-135m's attention: the tensor-core
+    # passes, one ahead, the first rows before the wait, tag waits, a 4-page ring), one split up to 256 rows
+    # (persist_attn_min_keys_narrow), then two and three merged
+    narrow = request.node.get_closest_marker("table_tags") is not None
+    extra = dict({"sliding_window": window} if window else {},
+                 **dict(hidden_size=256, intermediate_size=384) if narrow else {})
     model, art = compile_tiny(tmp_path, family, max_position_embeddings=1024, **extra)
-    if request.node.get_closest_marker("table_tags"):
+    if narrow:
         src = open(os.path.join(art, "src", "model.cu")).read()
-        keys = re.search(r"attention_tile<([^>]*)>", src).group(1).split(", ")[9]  # (MIN_KEYS)
-        assert keys == str(targets.TARGETS["sm_90"].persist_attn_min_keys_narrow) == "256", keys
+        tile = re.search(r"attention_tile<([^>]*)>", src).group(1).split(", ")
+        assert tile[9] == str(targets.TARGETS["sm_90"].persist_attn_min_keys_narrow) == "256", tile  # (MIN_KEYS)
+        assert tile[22:] == ["16", "1", "2"], tile  # (MMA_KEYS, MMA_AHEAD, MMA_FIRST: smollm2-135m's)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=600)
     budget_check(ours, r32, r16, f"{family} persistent (window {window}): logits over 600 positions")
     assert eng.generate(tokens[:280], 20) == stepped_greedy(eng, tokens[:280], 20)  # one launch, a launch a step
