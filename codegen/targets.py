@@ -788,8 +788,9 @@ TARGETS: dict[str, TargetParams] = {
                           # 512 +6.6%; at 8192 256 -3.1%, 512 -0.1%, 1024 +17.5%. Up to 256 rows one split a KV head
                           # takes them all: no partials, no arrivals, no merge (the last arrival's 1.6 us a layer at
                           # position 64, on the chain); at the bench's positions 2-5 splits of 64 rows and their
-                          # merge cost more than the longer walk. llama-3.2-1b (wide, 98% of an H100's ceiling) 256 -0.1%; on an H200 256 was
-                          # -0.4% there and +2.7% on qwen3-1.7b (thirty-first session), so the wide models keep 64
+                          # merge cost more than the longer walk. llama-3.2-1b (wide, 98% of an H100's ceiling) 256
+                          # -0.1%; on an H200 (thirty-first session, above) 256 was -0.3% to -0.7% on llama-3.2-1b and
+                          # llama-3.1-8b and +2.6% on qwen3-1.7b, so the wide models keep 64
                           persist_attn_min_keys_narrow=256,
                           # (attention inside the output projection, persist_attn_o_below at fc7a3e4, taken out after
                           # its first run: below a position every attention tile of a KV head took the head's whole
