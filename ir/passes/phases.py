@@ -97,7 +97,7 @@ def share_end_rows(ins: Instr, unit: int) -> int:
 
 def early_rows(lo: int, hi: int, token: int) -> tuple[int, int]:
     """The cache rows [lo, end) of a split's rows [lo, hi) its tile may load before its wait at `token`
-    (persist_attn_early_pass; attention.cuh's early_rows_end): those before token - 1. The previous token's row is
+    (persist_attn_early_pass; attention_rows.cuh's early_rows_end): those before token - 1. The previous token's row is
     acquired by this token's wait (with tagged words the relaxed counters carry no row: the arrivals do), the
     earlier ones by the same SM's wait at the previous token."""
     return lo, max(lo, min(hi, token - 1))
