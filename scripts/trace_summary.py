@@ -23,9 +23,12 @@ def kind(opcode: str, kernel: dict) -> str:
 
 def columns(ts: np.ndarray, slots: list[str]) -> dict[str, np.ndarray]:
     """The recording by slot name (codegen/persistent_abi.py's TRACE_SLOTS), the cycles converted to ns at the
-    SMs' clock over the step (all instructions' cycles over their ns)."""
+    SMs' clock over the step (all instructions' cycles over their ns). An instruction that began but stamped no
+    done (persist_probe_attention_idle's splits other than a head's first, which return once their inputs are ready)
+    is taken as done when its inputs were ready."""
     col = {name: ts[:, i].astype(np.int64) for i, name in enumerate(slots)}
     ok = col["start"] > 0
+    col["done"] = np.where(ok & (col["done"] < col["ready"]), col["ready"], col["done"])
     ns = (col["done"] - col["start"])[ok].sum()
     ghz = col["cycles"][ok].sum() / ns if ns > 0 else 1.0
     col["page_wait"] = col["page_wait_cycles"] / ghz
@@ -344,9 +347,11 @@ def attention_critical(ts: np.ndarray, slots: list[str], sched: list) -> list[st
     mean us (min, max) over the phases: the two stretches of attention on the chain; and the last partial to the
     signal (the phase's latest x_ready to its last done: the merge's part of the chain in either way); and the last
     partial to the next phase's median x ready (the output projection's x: what persist_attn_consumer_merges, whose
-    output projection merges the partials itself, shortens), where the next phase is recorded."""
+    output projection merges the partials itself, shortens), where the next phase is recorded. Phases whose splits
+    stamped no partial (persist_probe_attention_idle) are left out."""
     col = columns(ts, slots)
-    phases = phase_rows(col, sched, "attention")
+    phases = {c: rows for c, rows in phase_rows(col, sched, "attention").items()
+              if (col["x_ready"][rows] >= col["ready"][rows]).any()}
     if not phases:
         return []
     every = phase_rows(col, sched)

@@ -381,3 +381,20 @@ def test_an_artifact_without_the_trace_code_is_traced_through_a_copy_built_with_
     assert targets.TARGETS["sm_90"] is before and not before.persist_trace_code
     again = trace_summary.traceable_engine(eng.path)
     assert again.path == eng.path
+
+
+def test_the_idle_probes_splits_without_a_done_stamp_end_when_their_inputs_are_ready():
+    # persist_probe_attention_idle: a head's first split stamps its inputs ready and its done (zeros stored, no
+    # partial), the others their inputs ready alone. CHAIN_SCHED's attention as the probe records it: split 0 ready at
+    # 7 us, done at 7.5; split 1 ready at 7.5 us, no done. Split 1 counts as done at 7.5 us: no negative time in any
+    # view, and the attention phase's last signal is 7.5 us (O's tiles ready 4.5 and 5.5 us after it); the phase
+    # stored no partial, so attention_critical has nothing to say of it
+    rows = list(CHAIN_ROWS)
+    rows[2], rows[3] = (5000, 7000, 0, 0, 7500, 0), (5500, 7500, 0, 0, 0, 0)
+    sched, ts = CHAIN_SCHED, recording(rows)
+    sums = trace_summary.kind_sums(trace_summary.columns(ts, SLOTS), sched, KERNELS)
+    assert all(v >= 0 for c in sums.values() for v in c.values())
+    assert sums["attention"]["epilogue"] == pytest.approx(0.5)  # split 0's 7 -> 7.5 us, split 1's none
+    assert trace_summary.chain(ts, SLOTS, sched, KERNELS)["attention"] == pytest.approx((1, 2.0, 0.5))
+    assert trace_summary.handover(ts, SLOTS, sched, KERNELS)["gemv:x"][:3] == pytest.approx([4.5, 5.0, 5.5])
+    assert trace_summary.attention_critical(ts, SLOTS, sched) == []
