@@ -1,4 +1,4 @@
-"""Call 15's ncu samples (smollm2-135m persistent at f4d0878 on an H100, 64 tokens) by part of the kernel and
+"""Call 16's ncu samples (smollm2-135m persistent at f4d0878 on an H100, 64 tokens) by part of the kernel and
 segment between block barriers, % of all samples:
     python3 bench/results/2026-12-06/s57_ncu_cases.py
 The ranges were read off the listing (scripts/ncu_source.py FILE --range A B): the cases told apart by their signals'
@@ -26,7 +26,7 @@ CUTS = ("BAR.SYNC", "REDG", "ATOMG", "BRX")
 
 if __name__ == "__main__":
     here = os.path.dirname(os.path.abspath(__file__))
-    stalls, ins = ncu_source.load(os.path.join(here, "s57_call15_ncu_smollm2-135m-persistent_source.csv.gz"))
+    stalls, ins = ncu_source.load(os.path.join(here, "s57_call16_ncu_smollm2-135m-persistent_source.csv.gz"))
     total = sum(i["samples"] for i in ins)
     for name, (a, b) in PARTS.items():
         share = 100 * sum(i["samples"] for i in ins[a:b]) / total
