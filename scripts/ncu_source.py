@@ -2,6 +2,7 @@
 (scripts/gpu_run.sh PROFILE_SOURCE=1 writes ncu_MODEL_source.csv; bench/results keeps them gzipped):
     python3 scripts/ncu_source.py FILE[.gz]                  # top instructions, hot windows, the ring's share
     python3 scripts/ncu_source.py FILE[.gz] --range A B      # instructions A..B of the listing, one a line
+    python3 scripts/ncu_source.py FILE[.gz] --segments       # the listing cut at barriers, signals and jump tables
 Each instruction's sampled warps (all of the kernel's warps: compute, streaming, idle) and its top stall reasons;
 windows of --window (48) instructions by samples; and the persistent kernel's landmarks: the samples on the
 compute warps' shared-memory barrier waits (SYNCS.PHASECHK ... TRYWAIT and the branch after it: waiting for a ring
@@ -90,6 +91,25 @@ def landmarks(ins: list[dict]) -> dict[str, int]:
             "  of it, waits for a free page": spin}
 
 
+# segments' cuts: a block barrier, a signal (a reduction or atomic to global memory) or a jump table
+CUTS = ("BAR.SYNC", "REDG", "RED.", "ATOMG", "BRX")
+
+
+def segments(ins: list[dict], stalls: list[str], at_least: float = 0.5) -> list[tuple[int, int, float, int, str]]:
+    """The listing cut before each of CUTS' instructions: the segments holding at least `at_least` % of the samples,
+    each as (first index, end index, % of samples, most executed, top stall). In the persistent kernel a dispatch
+    case runs from its jump to its signal; within it the block barriers part the wait, the prologue, the dots and
+    the epilogue, and an instruction's executed count (tiles x tokens x warps) tells the cases apart."""
+    total = sum(i["samples"] for i in ins) or 1
+    cuts = [0] + [k for k in range(1, len(ins)) if opcode(ins[k]["source"]).startswith(CUTS)] + [len(ins)]
+    out = []
+    for a, b in zip(cuts, cuts[1:]):
+        share = 100 * sum(i["samples"] for i in ins[a:b]) / total
+        if share >= at_least:
+            out.append((a, b, share, max(i["executed"] for i in ins[a:b]), top_stalls(ins[a:b], stalls, 1)))
+    return out
+
+
 def main(argv: list[str]) -> None:
     path = argv[0]
     stalls, ins = load(path)
@@ -99,6 +119,12 @@ def main(argv: list[str]) -> None:
         for i in ins[a:b]:
             print(f"{i['index']:6d} {i['samples']:8d} {i['executed']:>11} {i['source'][:64]:64s} "
                   f"{top_stalls([i], stalls, 3)}")
+        return
+    if "--segments" in argv:
+        print("segments between block barriers, signals and jump tables, of 0.5% of the samples or more (first, end, "
+              "% of samples, most executed, top stall, first instruction):")
+        for a, b, share, most, top in segments(ins, stalls):
+            print(f"{a:6d} {b:6d} {share:5.1f}% {most:>11} {top:24s} {ins[a]['source'][:48]}")
         return
     w = int(argv[argv.index("--window") + 1]) if "--window" in argv else 48
     print(f"{len(ins)} instructions, {total} samples")

@@ -42,3 +42,23 @@ def test_the_landmarks_split_ring_waits_barriers_and_the_streaming_loop(tmp_path
     assert marks == {"compute warps' ring waits": 22, "after a block barrier": 30,
                      "streaming thread's page loop": 22, "  of it, waits for a free page": 10}
     assert ncu_source.top_stalls(ins, stalls) == "long_sb:34 barrier:30"  # (most first)
+
+
+def test_segments_cut_the_listing_at_barriers_signals_and_jump_tables(tmp_path):
+    rows = [("S2R R0, SR_TID.X", 1, 8, 0, 0),  # 0: the loop head
+            ("BRX R8, -0x100", 2, 8, 0, 2),  # 1: the case's jump
+            ("FFMA R1, R2, R3, R1", 40, 64, 0, 0),  # 2: its work
+            ("BAR.SYNC.DEFER_BLOCKING 0x1, 0x100", 0, 8, 0, 0),  # 3
+            ("UMOV UR4, 0x400", 50, 8, 50, 0),  # 4: waiting at the barrier
+            ("REDG.E.ADD.STRONG.GPU desc[UR24][R4.64], R9", 6, 1, 0, 6),  # 5: the signal
+            ("@P0 ATOMG.E.ADD.STRONG.GPU PT, R1, desc[UR24][R2.64], R7", 1, 1, 0, 1),  # 6: an arrival
+            ("EXIT", 0, 1, 0, 0)]  # 7
+    path = tmp_path / "src.csv"
+    path.write_text(page(rows))
+    stalls, ins = ncu_source.load(str(path))
+    segs = ncu_source.segments(ins, stalls, at_least=0.0)
+    assert [(a, b) for a, b, *_ in segs] == [(0, 1), (1, 3), (3, 5), (5, 6), (6, 8)]
+    assert segs[1][2] == 42.0 and segs[1][3] == 64 and segs[1][4] == "long_sb:2"  # (FFMA's samples stalled on none)
+    assert segs[2][2:] == (50.0, 8, "barrier:50")
+    # at 2% or more only the case's work, the barrier's wait and the signal are left
+    assert [(a, b) for a, b, *_ in ncu_source.segments(ins, stalls, at_least=2.0)] == [(1, 3), (3, 5), (5, 6)]
