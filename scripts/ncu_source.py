@@ -95,13 +95,16 @@ def landmarks(ins: list[dict]) -> dict[str, int]:
 CUTS = ("BAR.SYNC", "REDG", "RED.", "ATOMG", "BRX")
 
 
-def segments(ins: list[dict], stalls: list[str], at_least: float = 0.5) -> list[tuple[int, int, float, int, str]]:
-    """The listing cut before each of CUTS' instructions: the segments holding at least `at_least` % of the samples,
-    each as (first index, end index, % of samples, most executed, top stall). In the persistent kernel a dispatch
-    case runs from its jump to its signal; within it the block barriers part the wait, the prologue, the dots and
-    the epilogue, and an instruction's executed count (tiles x tokens x warps) tells the cases apart."""
+def segments(ins: list[dict], stalls: list[str], at_least: float = 0.5,
+             also: tuple[int, ...] = ()) -> list[tuple[int, int, float, int, str]]:
+    """The listing cut before each of CUTS' instructions (and at the indices in `also`): the segments holding at least
+    `at_least` % of the samples, each as (first index, end index, % of samples, most executed, top stall). In the
+    persistent kernel a dispatch case runs from its jump to its signal; within it the block barriers part the wait,
+    the prologue, the dots and the epilogue, and an instruction's executed count (tiles x tokens x warps) tells the
+    cases apart."""
     total = sum(i["samples"] for i in ins) or 1
-    cuts = [0] + [k for k in range(1, len(ins)) if opcode(ins[k]["source"]).startswith(CUTS)] + [len(ins)]
+    cuts = sorted({0, len(ins), *(k for k in also if 0 < k < len(ins)),
+                   *(k for k in range(1, len(ins)) if opcode(ins[k]["source"]).startswith(CUTS))})
     out = []
     for a, b in zip(cuts, cuts[1:]):
         share = 100 * sum(i["samples"] for i in ins[a:b]) / total
