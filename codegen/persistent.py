@@ -259,10 +259,10 @@ class _PersistentEmitter(PersistentRules, _Emitter):
                                bool(t.persist_attn_early_pass), bool(t.persist_attn_lean), mma,
                                t.persist_attn_mma_ahead if mma and k.head_dim == 64 else 1,
                                t.persist_attn_mma_first if mma and k.head_dim == 64 else 0,
-                               a.out in self.paired, self.consumer_merges],
-                              # TAGGED .. LEAN, MMA_KEYS, MMA_AHEAD, MMA_FIRST, PAIRED, CONSUMER
+                               a.out in self.paired, self.consumer_merges, self.q_pairs(k)],
+                              # TAGGED .. LEAN, MMA_KEYS, MMA_AHEAD, MMA_FIRST, PAIRED, CONSUMER, Q_PAIRS
                               [False, False, True, 0, False, False, 0, False, False, False, False, False, 0, 1, 0,
-                               False, 0])
+                               False, 0, False])
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",

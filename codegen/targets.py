@@ -83,6 +83,10 @@ class TargetParams:
     persist_attn_short_keys: int  # persistent: > 0: a split one pass of this many keys covers runs that pass
     persist_attn_early_rope: int  # persistent: 1: attention's RoPE coefficients made before it waits for its inputs
     persist_attn_kv_first: int  # persistent: 1: a short attention pass loads its earlier rows before q (short keys on)
+    # persistent: 1: where attention's q and k are tagged, have no head norm and every dim rotated, a thread takes whole
+    # rotation pairs, rotates them in its registers and writes the new row to the cache itself: one block barrier
+    # between q's words and the keys instead of three (attention.cuh: attention_slice's Q_PAIRS; the same bits)
+    persist_attn_q_pairs: int
     # persistent: > 0: while at most this many splits of a KV head are in use, the one holding the position's row
     # (the last) merges them, their partials read as tagged words and its own kept on chip; the others only store
     # theirs (persistent.cuh: attention_tile's OWNER_MAX). 0: the split that arrives last merges, always
@@ -585,6 +589,10 @@ TARGETS: dict[str, TargetParams] = {
                           # session): 0.816-0.820 vs 0.822 ms on llama-3.2-1b then, taken out. Alone, ninth session:
                           # 0.763 / 0.762 vs 0.761 / 0.762 on llama-3.2-1b (with early RoPE: above); off
                           persist_attn_kv_first=0,
+                          # after q's words settle, the rotation and the new row's write took three block barriers
+                          # and two round trips through shared memory (the split at position 64 on smollm2-135m: q,
+                          # rotation and new row 1.00 us of its 2.35, H100, fifty-seventh session's trace). Untimed
+                          persist_attn_q_pairs=0,
                           # the split that arrived last merged: its partial stored, its arrival's acq_rel add (the
                           # stores' acknowledgement, then the add's round trip), the partials loaded, the output stored
                           # and released: 1.86 us from the last split's partial to the signal on smollm2-135m, 1.62 on

@@ -41,16 +41,22 @@ namespace kiec {
 // MMA_FIRST (persist_attn_mma_first, 64 wide): 1: those first passes' rows loaded beside q's (mfirst; the same
 // bits); 2: their rows before pos - 1 loaded by the tile before its wait (`mearly`: early_rows_end), row pos - 1
 // beside q's (MmaPass::load_row; the same bits)
+// Q_PAIRS (persist_attn_q_pairs; TAGGED, no QK_NORM, every dim rotated, `rope` given): q's and the new k's words
+// taken a rotation pair a thread (QkvPairs), rotated in registers and stored rotated, the new row written to
+// the cache by the same threads: one block barrier before the keys where there were three (the same bits: rotate's
+// arithmetic on the same coefficients)
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
           bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0, bool KV_FIRST = false,
           bool EARLY = false, bool LEAN = false, int MMA_KEYS = 0, int MMA_AHEAD = 1, int MMA_FIRST = 0,
-          typename Marks = NoMarks>
+          bool Q_PAIRS = false, typename Marks = NoMarks>
 __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,
                                                 int kv_heads, int max_seq, const float* inv_freq, const T* q_norm_w,
                                                 const T* k_norm_w, float norm_eps, float scale, float softcap, int g,
                                                 int pos, int lo, int hi, unsigned tag = 0,
                                                 const RopeCoeffs<ROTARY, GROUP, WARPS * 32>* rope = nullptr,
-                                                Marks mark = {}, const QkvWords<HEAD_DIM, GROUP, WARPS>* pre = nullptr,
+                                                Marks mark = {},
+                                                const QkvWordsOf<HEAD_DIM, GROUP, WARPS, Q_PAIRS, INTERLEAVED>* pre =
+                                                    nullptr,
                                                 const KvPass<T, HEAD_DIM, WARPS, U>* early = nullptr,
                                                 const FirstPasses<T, HEAD_DIM, MMA_KEYS,
                                                                   FirstPassCount<MMA_KEYS, MMA_FIRST,
@@ -91,7 +97,55 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
       }
     }
   }
-  if constexpr (TAGGED) {  // every word loaded at once, then each stale one again
+  static_assert(!Q_PAIRS || (TAGGED && !QK_NORM && ROTARY == HEAD_DIM),
+                "q's pairs rotated in registers: tagged words, no head norm, every dim rotated");
+  if constexpr (Q_PAIRS) {  // every word loaded at once, each stale one again; each pair rotated in registers with
+    // rope's coefficients (made before the wait), stored rotated; the new row written to the cache from here too
+    using Words = QkvPairs<HEAD_DIM, GROUP, WARPS, INTERLEAVED>;
+    using Rope = RopeCoeffs<ROTARY, GROUP, WARPS * 32>;
+    constexpr int QI = Words::QI;
+    static_assert(QI == Rope::QI, "a thread's q pairs are the ones RopeCoeffs made its coefficients for");
+    Words words;
+#if KIEC_TAG_WAITS
+    if (pre) words = *pre;  // (loaded before the wait)
+    else
+#endif
+      words.load(qkv, g, kv_heads, owns_pos);
+    const int q0 = g * GROUP * HEAD_DIM, k0 = (nq + g) * HEAD_DIM, v0 = (nq + kv_heads + g) * HEAD_DIM;
+    const bool kv_mine = owns_pos && Words::kv_elem(0) >= 0;
+    settle_tags<2 * QI + 4>(  // (q's pairs, then the new k's and v's)
+        [&](int e) {
+          if (e < 2 * QI) return Words::q_elem(e / 2, e % 2) >= 0 && !carries(words.q[e / 2][e % 2], tag);
+          return kv_mine && !carries(e < 2 * QI + 2 ? words.k[e - 2 * QI] : words.v[e - 2 * QI - 2], tag);
+        },
+        [&](int e) {
+          if (e < 2 * QI) words.q[e / 2][e % 2] = ld_tagged(qkv, q0 + Words::q_elem(e / 2, e % 2));
+          else if (e < 2 * QI + 2) words.k[e - 2 * QI] = ld_tagged(qkv, k0 + Words::kv_elem(e - 2 * QI));
+          else words.v[e - 2 * QI - 2] = ld_tagged(qkv, v0 + Words::kv_elem(e - 2 * QI - 2));
+        });
+    float* qs = &sm.qs[0][0];
+#pragma unroll
+    for (int r = 0; r < QI; ++r) {
+      const int a = Words::q_elem(r, 0), b = Words::q_elem(r, 1);
+      if (a >= 0)
+        Rope::rotate(settled_value(words.q[r][0], tag), settled_value(words.q[r][1], tag), rope->qs[r], rope->qc[r],
+                     qs[a], qs[b]);
+    }
+    if (kv_mine) {
+      const int a = Words::kv_elem(0), b = Words::kv_elem(1);
+      float ka, kb;
+      Rope::rotate(settled_value(words.k[0], tag), settled_value(words.k[1], tag), rope->ks, rope->kc, ka, kb);
+      const float va = settled_value(words.v[0], tag), vb = settled_value(words.v[1], tag);
+      sm.kn[a] = ka;
+      sm.kn[b] = kb;
+      sm.vn[a] = va;
+      sm.vn[b] = vb;
+      kc[(size_t)pos * HEAD_DIM + a] = from_float<T>(ka);
+      kc[(size_t)pos * HEAD_DIM + b] = from_float<T>(kb);
+      vc[(size_t)pos * HEAD_DIM + a] = from_float<T>(va);
+      vc[(size_t)pos * HEAD_DIM + b] = from_float<T>(vb);
+    }
+  } else if constexpr (TAGGED) {  // every word loaded at once, then each stale one again
     constexpr int THREADS = WARPS * 32, QPER = (GROUP * HEAD_DIM + THREADS - 1) / THREADS;
     static_assert(HEAD_DIM <= THREADS, "a thread takes at most one element of the new k and v");
     QkvWords<HEAD_DIM, GROUP, WARPS> words;
@@ -130,26 +184,28 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
         sm.vn[i] = qkv[(nq + kv_heads + g) * HEAD_DIM + i];
       }
   }
-  sync_block();
-  if (QK_NORM) {
-    for (int h = warp; h < GROUP; h += WARPS) head_rmsnorm<T, HEAD_DIM>(sm.qs[h], q_norm_w, norm_eps, nullptr);
-    if (owns_pos && warp == WARPS - 1) head_rmsnorm<T, HEAD_DIM>(sm.kn, k_norm_w, norm_eps, nullptr);
-    sync_block();
-  }
-  if (rope) {
-    rope->template apply<INTERLEAVED>(&sm.qs[0][0], HEAD_DIM, owns_pos ? sm.kn : nullptr);
-  } else {
-    rope_inplace<ROTARY, INTERLEAVED>(&sm.qs[0][0], GROUP, HEAD_DIM, inv_freq, pos, threadIdx.x, WARPS * 32);
-    if (owns_pos) rope_inplace<ROTARY, INTERLEAVED>(sm.kn, 1, HEAD_DIM, inv_freq, pos, threadIdx.x, WARPS * 32);
-  }
-  sync_block();
-  if (owns_pos) {
-    for (int i = threadIdx.x; i < HEAD_DIM; i += WARPS * 32) {
-      kc[(size_t)pos * HEAD_DIM + i] = from_float<T>(sm.kn[i]);
-      vc[(size_t)pos * HEAD_DIM + i] = from_float<T>(sm.vn[i]);
+  sync_block();  // (with Q_PAIRS the only one: q rotated, the new row in sm and in the cache, visible to the block)
+  if constexpr (!Q_PAIRS) {
+    if (QK_NORM) {
+      for (int h = warp; h < GROUP; h += WARPS) head_rmsnorm<T, HEAD_DIM>(sm.qs[h], q_norm_w, norm_eps, nullptr);
+      if (owns_pos && warp == WARPS - 1) head_rmsnorm<T, HEAD_DIM>(sm.kn, k_norm_w, norm_eps, nullptr);
+      sync_block();
     }
+    if (rope) {
+      rope->template apply<INTERLEAVED>(&sm.qs[0][0], HEAD_DIM, owns_pos ? sm.kn : nullptr);
+    } else {
+      rope_inplace<ROTARY, INTERLEAVED>(&sm.qs[0][0], GROUP, HEAD_DIM, inv_freq, pos, threadIdx.x, WARPS * 32);
+      if (owns_pos) rope_inplace<ROTARY, INTERLEAVED>(sm.kn, 1, HEAD_DIM, inv_freq, pos, threadIdx.x, WARPS * 32);
+    }
+    sync_block();
+    if (owns_pos) {
+      for (int i = threadIdx.x; i < HEAD_DIM; i += WARPS * 32) {
+        kc[(size_t)pos * HEAD_DIM + i] = from_float<T>(sm.kn[i]);
+        vc[(size_t)pos * HEAD_DIM + i] = from_float<T>(sm.vn[i]);
+      }
+    }
+    sync_block();  // the new row is visible to this block (plain loads below, not the read-only path)
   }
-  sync_block();  // the new row is visible to this block (plain loads below, not the read-only path)
   if (EARLY && owns_pos) head.put_row(lo + warp * KPW, pos, sm.kn, sm.vn);
   if constexpr (FIRST > 0) {
     if (owns_pos) {

@@ -2,6 +2,8 @@
 // (persistent.cuh) build on: the rotation and its coefficients made ahead, the per-head norm, a split's rows and
 // its K/V passes' loads, where KV head g's rows lie in the cache, and a split's tagged q/k/v words.
 #pragma once
+#include <type_traits>
+
 #include "common.cuh"
 
 namespace kiec {
@@ -47,12 +49,15 @@ struct RopeCoeffs {
     ks = kc = 0.f;
     if (tid < PAIRS) sincosf(static_cast<float>(pos) * inv_freq[tid], &ks, &kc);
   }
+  // pair (x, y) turned by the angle whose sine and cosine are s and c, as rope_inplace turns it
+  __device__ __forceinline__ static void rotate(float x, float y, float s, float c, float& a, float& b) {
+    a = x * c - y * s;
+    b = y * c + x * s;
+  }
   template <bool INTERLEAVED>
   __device__ __forceinline__ static void turn(float* hv, int i, float s, float c) {
     const int a = INTERLEAVED ? 2 * i : i, b = INTERLEAVED ? 2 * i + 1 : i + PAIRS;
-    const float x = hv[a], y = hv[b];
-    hv[a] = x * c - y * s;
-    hv[b] = y * c + x * s;
+    rotate(hv[a], hv[b], s, c, hv[a], hv[b]);
   }
   // q: the GROUP heads, `stride` floats apart; k: the new key (its owner only), or null
   template <bool INTERLEAVED>
@@ -183,5 +188,44 @@ struct QkvWords {
     }
   }
 };
+
+// persist_attn_q_pairs: QkvWords' words a rotation pair a thread, as RopeCoeffs deals the pairs, so that a thread
+// rotates its own in registers: pair p = thread + r x THREADS of the GROUP heads' in words q[r][0..1], and threads
+// below HEAD_DIM / 2 pair `thread` of the new k and v in k[0..1], v[0..1].
+template <int HEAD_DIM, int GROUP, int WARPS, bool INTERLEAVED>
+struct QkvPairs {
+  static constexpr int THREADS = WARPS * 32, HALF = HEAD_DIM / 2, QI = (GROUP * HALF + THREADS - 1) / THREADS;
+  static_assert(HALF <= THREADS, "a thread takes at most one pair of the new k and v");
+  unsigned long long q[QI][2], k[2] = {}, v[2] = {};
+  // the element of the GROUP heads (head x HEAD_DIM + dim) that q[r][e] holds, or -1
+  __device__ __forceinline__ static int q_elem(int r, int e) {
+    const int p = (int)threadIdx.x + r * THREADS, i = p % HALF;
+    return p < GROUP * HALF ? (p / HALF) * HEAD_DIM + (INTERLEAVED ? 2 * i + e : i + e * HALF) : -1;
+  }
+  // the dim of the new k and v that k[e] and v[e] hold, or -1
+  __device__ __forceinline__ static int kv_elem(int e) {
+    const int i = threadIdx.x;
+    return i < HALF ? (INTERLEAVED ? 2 * i + e : i + e * HALF) : -1;
+  }
+  __device__ __forceinline__ void load(const float* qkv, int g, int kv_heads, bool owns_pos) {
+    const int nq = kv_heads * GROUP;
+#pragma unroll
+    for (int r = 0; r < QI; ++r)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (q_elem(r, e) >= 0) q[r][e] = ld_tagged(qkv, g * GROUP * HEAD_DIM + q_elem(r, e));
+    if (owns_pos && kv_elem(0) >= 0) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        k[e] = ld_tagged(qkv, (nq + g) * HEAD_DIM + kv_elem(e));
+        v[e] = ld_tagged(qkv, (nq + kv_heads + g) * HEAD_DIM + kv_elem(e));
+      }
+    }
+  }
+};
+// The words a split's tile loads before its wait: QkvPairs with persist_attn_q_pairs, else QkvWords.
+template <int HEAD_DIM, int GROUP, int WARPS, bool PAIRS, bool INTERLEAVED>
+using QkvWordsOf = std::conditional_t<PAIRS, QkvPairs<HEAD_DIM, GROUP, WARPS, INTERLEAVED>,
+                                      QkvWords<HEAD_DIM, GROUP, WARPS>>;
 
 }  // namespace kiec
