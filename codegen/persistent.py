@@ -262,7 +262,7 @@ class _PersistentEmitter(PersistentRules, _Emitter):
                                a.out in self.paired, self.consumer_merges, self.q_pairs(k)],
                               # TAGGED .. LEAN, MMA_KEYS, MMA_AHEAD, MMA_FIRST, PAIRED, CONSUMER, Q_PAIRS
                               [False, False, True, 0, False, False, 0, False, False, False, False, False, 0, 1, 0,
-                               False, 0, False])
+                               False, 0, 0])
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",

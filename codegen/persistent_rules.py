@@ -313,14 +313,15 @@ class PersistentRules:
             return 0
         return keys
 
-    def q_pairs(self, k: AttentionKernel) -> bool:
-        """persist_attn_q_pairs for this attention: where its q and k words are tagged and have no head norm, and
-        every dim of a head is rotated (attention_slice's Q_PAIRS rotates whole pairs in a thread's registers); off
-        elsewhere (qwen3's head norms, a partial rotary)."""
-        if self.t.persist_attn_q_pairs not in (0, 1):
-            raise ValueError(f"persist_attn_q_pairs {self.t.persist_attn_q_pairs}: 0 or 1")
-        return bool(self.t.persist_attn_q_pairs and self.tagged(k.qkv) and not k.q_norm and not k.k_norm
-                    and k.rope.rotary_dim == k.head_dim)
+    def q_pairs(self, k: AttentionKernel) -> int:
+        """persist_attn_q_pairs for this attention (attention_tile's Q_PAIRS: attention_slice rotates whole pairs in
+        a thread's registers; 2: the coefficients made after the wait) where its q and k words are tagged and have
+        no head norm, and every dim of a head is rotated; 0 elsewhere (qwen3's head norms, a partial rotary)."""
+        if self.t.persist_attn_q_pairs not in (0, 1, 2):
+            raise ValueError(f"persist_attn_q_pairs {self.t.persist_attn_q_pairs}: 0, 1 or 2 (the rotation's "
+                             "coefficients made after the wait)")
+        fits = self.tagged(k.qkv) and not k.q_norm and not k.k_norm and k.rope.rotary_dim == k.head_dim
+        return self.t.persist_attn_q_pairs if fits else 0
 
     def gemv_kind(self, k) -> str:
         """A GEMV's kind for persist_page_pace_kinds, by its epilogue: head (argmax: the LM head), gate_up (SiLU-mul),

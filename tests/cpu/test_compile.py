@@ -574,8 +574,8 @@ def test_early_rope_and_kv_first_set_their_flags_after_the_short_pass(tmp_path):
 
 
 def test_q_pairs_set_attentions_flag_only_where_they_apply(tmp_path):
-    # persist_attn_q_pairs: attention_tile's Q_PAIRS (its last template argument) on a tagged llama whose every dim
-    # is rotated; not on qwen3 (head norms before the rotation) nor where attention's words are untagged; off, the
+    # persist_attn_q_pairs (1, or 2: the coefficients after the wait): attention_tile's Q_PAIRS (its last template
+    # argument) on a tagged llama whose every dim is rotated; not on qwen3 (head norms before the rotation) nor where attention's words are untagged; off, the
     # tail stops before it. Another value is a ValueError naming the field
     import dataclasses
     import re
@@ -589,15 +589,15 @@ def test_q_pairs_set_attentions_flag_only_where_they_apply(tmp_path):
         make_tiny_hf(tmp_path / family, family, hidden_size=256, intermediate_size=384)
         model = kiec.load(str(tmp_path / family), dtype="bf16")
         program = pipeline.run(model.graph)
-        for pairs, tagged in [(0, 2), (1, 2), (1, 0)]:
+        for pairs, tagged in [(0, 2), (1, 2), (2, 2), (1, 0)]:
             t = dataclasses.replace(base, persist_attn_q_pairs=pairs, persist_tagged=tagged)
             text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
             args = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")]
             found[family, pairs, tagged] = args[27] if len(args) > 27 else None
-        with pytest.raises(ValueError, match="persist_attn_q_pairs 2"):
-            emit_persistent(program, "bf16", model.max_seq_len, dataclasses.replace(base, persist_attn_q_pairs=2), "x")
-    assert found == {("llama", 0, 2): None, ("llama", 1, 2): "true", ("llama", 1, 0): None,
-                     ("qwen3", 0, 2): None, ("qwen3", 1, 2): None, ("qwen3", 1, 0): None}
+        with pytest.raises(ValueError, match="persist_attn_q_pairs 3"):
+            emit_persistent(program, "bf16", model.max_seq_len, dataclasses.replace(base, persist_attn_q_pairs=3), "x")
+    assert found == {("llama", 0, 2): None, ("llama", 1, 2): "1", ("llama", 2, 2): "2", ("llama", 1, 0): None,
+                     ("qwen3", 0, 2): None, ("qwen3", 1, 2): None, ("qwen3", 2, 2): None, ("qwen3", 1, 0): None}
 
 
 def test_trace_stamps_compile_when_asked(tmp_path, monkeypatch):

@@ -49,6 +49,30 @@ struct RopeCoeffs {
     ks = kc = 0.f;
     if (tid < PAIRS) sincosf(static_cast<float>(pos) * inv_freq[tid], &ks, &kc);
   }
+  // compute() in two parts (persist_attn_q_pairs 2): the frequencies loaded (before the tile's wait, their round
+  // trip under it), then the coefficients made from them (after it; the same bits as compute's)
+  __device__ __forceinline__ void load_freqs(const float* inv_freq) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int e = 0; e < QI; ++e) {
+      const int t = tid + e * THREADS;
+      qs[e] = t < GROUP * PAIRS ? inv_freq[t % PAIRS] : 0.f;
+    }
+    ks = tid < PAIRS ? inv_freq[tid] : 0.f;
+  }
+  __device__ __forceinline__ void finish(int pos) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int e = 0; e < QI; ++e) {
+      const int t = tid + e * THREADS;
+      const float f = qs[e];
+      qs[e] = qc[e] = 0.f;
+      if (t < GROUP * PAIRS) sincosf(static_cast<float>(pos) * f, &qs[e], &qc[e]);
+    }
+    const float f = ks;
+    ks = kc = 0.f;
+    if (tid < PAIRS) sincosf(static_cast<float>(pos) * f, &ks, &kc);
+  }
   // pair (x, y) turned by the angle whose sine and cosine are s and c, as rope_inplace turns it
   __device__ __forceinline__ static void rotate(float x, float y, float s, float c, float& a, float& b) {
     a = x * c - y * s;

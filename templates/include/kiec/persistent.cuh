@@ -85,13 +85,14 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // Q_PAIRS (persist_attn_q_pairs, TAGGED, no head norm, every dim rotated): each thread takes whole rotation pairs of
 // q and of the new k (QkvPairs), rotates them in its registers with the coefficients made before the wait
 // (as EARLY_ROPE's) and writes the new row to the cache from there: one block barrier between q's words and the
-// keys instead of three (attention_slice; the same bits).
+// keys instead of three (attention_slice; the same bits). 2: the coefficients made after the wait, from frequencies
+// loaded before it (RopeCoeffs::load_freqs, finish): the tile starts its wait without the frequencies' round trip.
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0,
           bool EARLY_ROPE = false, bool KV_FIRST = false, int OWNER_MAX = 0, bool NEWEST_FIRST = false,
           bool IDLE = false, bool STAGED = false, bool EARLY_PASS = false, bool LEAN = false,
           int MMA_KEYS = 0, int MMA_AHEAD = 1, int MMA_FIRST = 0, bool PAIRED = false, int CONSUMER = 0,
-          bool Q_PAIRS = false>
+          int Q_PAIRS = 0>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
@@ -131,9 +132,10 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
       }
     }
   }
-  constexpr bool ROPE_AHEAD = EARLY_ROPE || Q_PAIRS;
+  constexpr bool ROPE_AHEAD = EARLY_ROPE || Q_PAIRS == 1;
   RopeCoeffs<ROTARY, GROUP, WARPS * 32> rope;  // (only with EARLY_ROPE or Q_PAIRS: unused registers otherwise)
   if (ROPE_AHEAD && split < active) rope.compute(inv_freq, u.pos);
+  if (Q_PAIRS == 2 && split < active) rope.load_freqs(inv_freq);  // (the coefficients after the wait)
   // With tagged words (KIEC_TAGGED) the counters this tile waits through no longer carry the cache rows the
   // previous steps' splits wrote (a relaxed count releases nothing): acquire them from the head's arrivals, which
   // every split of the previous step made with acq_rel (wait_inputs' `extra`: polled before the waits, or beside
@@ -141,7 +143,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   // first (the previous step's phase ended before the chain began); else it waits for the previous step's splits,
   // which wait on nothing this SM has yet to run.
 #if KIEC_TAG_WAITS
-  QkvWordsOf<HEAD_DIM, GROUP, WARPS, Q_PAIRS, INTERLEAVED> pre;  // (its words before the wait: their tags are
+  QkvWordsOf<HEAD_DIM, GROUP, WARPS, (Q_PAIRS > 0), INTERLEAVED> pre;  // (its words before the wait: their tags are
   // checked after it)
   if (TAGGED && split < active) pre.load(qkv, g, kv_heads, hi == u.pos + 1);
 #endif
@@ -177,10 +179,11 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
 #else
     NoMarks marks;
 #endif
+    if (Q_PAIRS == 2) rope.finish(u.pos);
     attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, TAGGED, PIPE, SOFTCAP, U_SHORT,
-                    KV_FIRST, EARLY_PASS, LEAN, MMA_KEYS, MMA_AHEAD, MMA_FIRST, Q_PAIRS>(
+                    KV_FIRST, EARLY_PASS, LEAN, MMA_KEYS, MMA_AHEAD, MMA_FIRST, (Q_PAIRS > 0)>(
         sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi,
-        TAGGED ? tag_of(u, u.desc->tag_x) : 0u, ROPE_AHEAD ? &rope : nullptr, marks,
+        TAGGED ? tag_of(u, u.desc->tag_x) : 0u, ROPE_AHEAD || Q_PAIRS ? &rope : nullptr, marks,
 #if KIEC_TAG_WAITS
         TAGGED ? &pre : nullptr,
 #else
