@@ -592,8 +592,15 @@ TARGETS: dict[str, TargetParams] = {
                           persist_attn_kv_first=0,
                           # after q's words settle, the rotation and the new row's write took three block barriers
                           # and two round trips through shared memory (the split at position 64 on smollm2-135m: q,
-                          # rotation and new row 1.00 us of its 2.35, H100, fifty-seventh session's trace). Untimed
-                          persist_attn_q_pairs=0,
+                          # rotation and new row 1.00 us of its 2.35, H100, fifty-seventh session's trace). Fifty-eighth
+                          # session, H100 (variants.py, ms, two rounds, bench/RESULTS.md): 1 llama-3.2-1b -0.7 / -0.5 /
+                          # -0.3%, llama-3.1-8b -0.0%, at 8192 +0.2%, but smollm2-135m +1.6 / +2.1 / +1.1%: traced at
+                          # 64 its q stretch fell 1.01 -> 0.51 us, but the coefficients made before the wait held the
+                          # wait back 0.31 us (its splits start as QKV ends). 2 (coefficients after the wait):
+                          # smollm2-135m 0.330 / 0.331 vs 0.338 / 0.334 (-1.5%), at 2048 -1.7%, at 8192 0.489 / 0.489
+                          # vs 0.498 / 0.496 (-1.7%); llama-3.2-1b -0.1% / -0.2%, at 8192 -0.0%. So 2 (not qwen3:
+                          # head norms)
+                          persist_attn_q_pairs=2,
                           # the split that arrived last merged: its partial stored, its arrival's acq_rel add (the
                           # stores' acknowledgement, then the add's round trip), the partials loaded, the output stored
                           # and released: 1.86 us from the last split's partial to the signal on smollm2-135m, 1.62 on

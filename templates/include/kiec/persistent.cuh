@@ -132,7 +132,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
       }
     }
   }
-  constexpr bool ROPE_AHEAD = EARLY_ROPE || Q_PAIRS == 1;
+  constexpr bool ROPE_AHEAD = (EARLY_ROPE || Q_PAIRS == 1) && Q_PAIRS != 2;  // (Q_PAIRS 2: after the wait, always)
   RopeCoeffs<ROTARY, GROUP, WARPS * 32> rope;  // (only with EARLY_ROPE or Q_PAIRS: unused registers otherwise)
   if (ROPE_AHEAD && split < active) rope.compute(inv_freq, u.pos);
   if (Q_PAIRS == 2 && split < active) rope.load_freqs(inv_freq);  // (the coefficients after the wait)
