@@ -439,7 +439,7 @@ def test_narrow_models_run_x_direct_owner_merges_and_newest_first(tmp_path):
                                  attn_min_keys=t.persist_attn_min_keys_narrow)  # (its own test below)
     assert narrow.files == emit_persistent(program, "bf16", 64, fields, "x").files
     attention = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", narrow.files["model.cu"]).group(1).split(",")]
-    assert attention[16:18] == ["8", "true"] and attention[24:] == ["2"]  # OWNER_MAX, NEWEST_FIRST; MMA_FIRST
+    assert attention[16:18] == ["8", "true"] and attention[24:25] == ["2"]  # OWNER_MAX, NEWEST_FIRST; MMA_FIRST
     assert "#define KIEC_COMBINE_BATCH 16" in narrow.files["model.cu"]
     wide = emit_persistent(program, "bf16", 64, dataclasses.replace(t, persist_narrow_width=256), "x")
     assert "attention_tile" in wide.files["model.cu"] and wide.files != narrow.files
@@ -668,8 +668,8 @@ def test_attention_pipeline_halves_the_keys_a_pass_and_sets_its_flag(tmp_path, t
         text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
         args[pipe] = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")]
     assert int(args[1][8]) == int(args[0][8]) // 2  # U
-    assert args[1][10:] == ["true" if tagged else "false", "true", "false"]
-    assert args[0][10:] == ["true" if tagged else "false", "false", "false"]
+    assert args[1][10:13] == ["true" if tagged else "false", "true", "false"]  # TAGGED, PIPE, SOFTCAP
+    assert args[0][10:13] == ["true" if tagged else "false", "false", "false"]
     # with a softcap (Gemma-style; no frontend makes one yet), SOFTCAP keeps its default: tanhf stays
     from kiec.ir.passes.program import AttentionKernel
     capped = dataclasses.replace(program, kernels=[
@@ -678,8 +678,8 @@ def test_attention_pipeline_halves_the_keys_a_pass_and_sets_its_flag(tmp_path, t
     t = dataclasses.replace(target("sm_90"), persist_tagged=tagged, persist_attn_pipeline=0, persist_attn_short_keys=0,
                             persist_attn_lean=0, persist_attn_mma=0)
     text = emit_persistent(capped, "bf16", model.max_seq_len, t, "x").files["model.cu"]
-    assert [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")][10:] == (
-        ["true"] if tagged else [])
+    capped_args = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")]
+    assert capped_args[10:11] == (["true"] if tagged else []) and capped_args[12:13] in ([], ["true"])  # (SOFTCAP)
 
 
 def test_attention_keys_a_pass_can_be_set(tmp_path):
@@ -839,7 +839,7 @@ def test_tagged_pairs_take_the_silu_outputs_whose_readers_copy_them(tmp_path, mo
     # the output projection (K 256) and the down projection (K 384) read pairs; attention writes them (PAIRED, last)
     assert sorted((c[4], c[1]) for c in cases if len(c) >= 18 and c[17] == "true") == [("kiec::EPI_RESIDUAL", "256"),
                                                                                        ("kiec::EPI_RESIDUAL", "384")]
-    assert re.search(r"kiec::attention_tile<[^>]*, true>", text)
+    assert re.search(r"kiec::attention_tile<([^>]*)>", text).group(1).split(", ")[25] == "true"  # (PAIRED)
 
 
 def test_the_attention_idle_probe_sets_only_attentions_last_template_argument(tmp_path):
@@ -1180,10 +1180,10 @@ def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path,
     # out before it, 1 too): 1 (beside q's words) or 2 (before the tile's wait); heads 128 wide (no passes in flight)
     # and the FMA passes leave it out; any other value is refused by name
     first = dict(persist_attn_mma=16, persist_attn_mma_first=1)
-    assert tile_args("first", change=dict(first, persist_attn_mma_ahead=2), **wide)[1][22:] == ["16", "2", "1"]
-    assert tile_args("first1", change=dict(first, persist_attn_mma_ahead=1), **wide)[1][22:] == ["16", "1", "1"]
-    assert tile_args("first2", change=dict(first, persist_attn_mma_first=2), **wide)[1][22:] == ["16", "2", "2"]
-    assert len(tile_args("first-off", change=dict(first, persist_attn_mma=0), **wide)[1]) <= 22
+    assert tile_args("first", change=dict(first, persist_attn_mma_ahead=2), **wide)[1][22:25] == ["16", "2", "1"]
+    assert tile_args("first1", change=dict(first, persist_attn_mma_ahead=1), **wide)[1][22:25] == ["16", "1", "1"]
+    assert tile_args("first2", change=dict(first, persist_attn_mma_first=2), **wide)[1][22:25] == ["16", "2", "2"]
+    assert tile_args("first-off", change=dict(first, persist_attn_mma=0), **wide)[1][22:25] in ([], ["0", "1", "0"])
     assert tile_args("first-h128", "qwen3", change=first, head_dim=128, num_key_value_heads=1,
                      **wide)[1][22:] == ["16"]
     assert tile_args("first2-h128", "qwen3", change=dict(first, persist_attn_mma_first=2), head_dim=128,
