@@ -117,6 +117,7 @@ class _PersistentEmitter(PersistentRules, _Emitter):
         self.descs: list[bytes] = []  # one per kernel
         self.smem = (32 + 2 * SAMPLE_CANDIDATES) * 4  # select: its block scratch, candidate weights and ids
         self.arrivals = 0  # attention arrival counters so far (one per layer and KV head)
+        self.rope_table: dict | None = None  # (persist_attn_q_pairs 3: the table's pairs and frequencies' offset)
 
     def attention_splits(self, k: AttentionKernel) -> int:
         return attention_splits(k, self.t.sms)  # the schedule's (KV head, split) tiles
@@ -274,6 +275,8 @@ class _PersistentEmitter(PersistentRules, _Emitter):
                       self._w(k.k_norm and k.k_norm.weight)),
                    a=(self.arena[k.qkv], self.arena[partials(k) + ".o"], self.arena[partials(k) + ".ml"],
                       self.arena[a.out]))
+        if self.q_pairs(k) == 3:  # (every such attention shares the one table: rope_table_pairs)
+            self.rope_table = dict(pairs=self.rope_table_pairs(), offset=f_off)
         self.arrivals += k.kv_heads
         self.smem = max(self.smem, self.attention_smem(k))
         self.src.kernels.append(dict(name=k.name, family="attention", cache=a.cache,
@@ -290,7 +293,8 @@ class _PersistentEmitter(PersistentRules, _Emitter):
     @property
     def static_smem(self) -> int:
         """The shared memory the kernel's own __shared__ variables may take (beside the dynamic ring and scratch)."""
-        return STATIC_SMEM + (STAGE_SMEM if self.t.persist_stage_instrs else 0)
+        return (STATIC_SMEM + (STAGE_SMEM if self.t.persist_stage_instrs else 0)
+                + 12 * self.rope_table_pairs())  # (RopeTable: a frequency, sine and cosine a pair)
 
     def combine_staged(self, k: AttentionKernel) -> bool:
         """persist_combine_staged for this attention: where its partials fit beside a full ring (persist_stages
@@ -363,7 +367,7 @@ class _PersistentEmitter(PersistentRules, _Emitter):
             l2_ahead_burst=int(bool(self.t.persist_l2_ahead_burst and pace)),
             pace_ref_gbps=self.t.persist_pace_ref_gbps if pace else 0,
             attn_l2_hint=self.t.attn_l2_prefetch, combine_batch=self.t.persist_combine_batch,
-            scratch=self.smem,
+            scratch=self.smem, rope_table=self.rope_table,
             counter_stride=self.t.persist_counter_stride, instr_off=instr_off, starts_off=starts_off,
             kernels_off=kernels_off, instructions=instructions, **self.model_constants(header))
         return src

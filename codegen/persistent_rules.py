@@ -315,13 +315,34 @@ class PersistentRules:
 
     def q_pairs(self, k: AttentionKernel) -> int:
         """persist_attn_q_pairs for this attention (attention_tile's Q_PAIRS: attention_slice rotates whole pairs in
-        a thread's registers; 2: the coefficients made after the wait) where its q and k words are tagged and have
-        no head norm, and every dim of a head is rotated; 0 elsewhere (qwen3's head norms, a partial rotary)."""
-        if self.t.persist_attn_q_pairs not in (0, 1, 2):
-            raise ValueError(f"persist_attn_q_pairs {self.t.persist_attn_q_pairs}: 0, 1 or 2 (the rotation's "
-                             "coefficients made after the wait)")
-        fits = self.tagged(k.qkv) and not k.q_norm and not k.k_norm and k.rope.rotary_dim == k.head_dim
-        return self.t.persist_attn_q_pairs if fits else 0
+        a thread's registers; 2: the coefficients made after the wait; 3: read from the step's table, where
+        rope_table_pairs allows it, else 2) where its q and k words are tagged and have no head norm, and every dim
+        of a head is rotated; 0 elsewhere (qwen3's head norms, a partial rotary)."""
+        if self.t.persist_attn_q_pairs not in (0, 1, 2, 3):
+            raise ValueError(f"persist_attn_q_pairs {self.t.persist_attn_q_pairs}: 0, 1, 2 (the rotation's "
+                             "coefficients made after the wait) or 3 (read from a table made at the step's start)")
+        if not self.pairs_fit(k):
+            return 0
+        return 2 if self.t.persist_attn_q_pairs == 3 and not self.rope_table_pairs() else self.t.persist_attn_q_pairs
+
+    def pairs_fit(self, k: AttentionKernel) -> bool:
+        """Whether persist_attn_q_pairs applies to this attention: tagged q and k words, no head norm, every dim of a
+        head rotated."""
+        return bool(self.tagged(k.qkv)) and not k.q_norm and not k.k_norm and k.rope.rotary_dim == k.head_dim
+
+    def rope_table_pairs(self) -> int:
+        """persist_attn_q_pairs 3: the pairs of the table of a step's rotation coefficients that each SM makes at the
+        step's start (attention_rows.cuh: RopeTable), where the attentions it applies to share one rope (one
+        frequency table; a model whose layers rotate by different frequencies takes 2) of at most 64 pairs (the
+        kernel's static shared memory: static_smem counts it); 0 elsewhere."""
+        if self.t.persist_attn_q_pairs != 3:
+            return 0
+        ropes = {(k.rope.rotary_dim, tuple(k.rope.inv_freq())) for k in self.p.kernels
+                 if isinstance(k, AttentionKernel) and self.pairs_fit(k)}
+        if len(ropes) != 1:
+            return 0
+        (dim, _), = ropes
+        return dim // 2 if dim // 2 <= 64 else 0
 
     def gemv_kind(self, k) -> str:
         """A GEMV's kind for persist_page_pace_kinds, by its epilogue: head (argmax: the LM head), gate_up (SiLU-mul),

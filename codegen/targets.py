@@ -86,7 +86,9 @@ class TargetParams:
     # persistent: 1: where attention's q and k are tagged, have no head norm and every dim rotated, a thread takes whole
     # rotation pairs, rotates them in its registers and writes the new row to the cache itself: one block barrier
     # between q's words and the keys instead of three (attention.cuh: attention_slice's Q_PAIRS; the same bits); 2:
-    # the rotation's coefficients made after the tile's wait, from frequencies loaded before it (1: before it)
+    # the rotation's coefficients made after the tile's wait, from frequencies loaded before it (1: before it); 3:
+    # read after the wait from a table of the step's coefficients each SM makes at the step's start, where the
+    # attentions it applies to share one rope (attention_rows.cuh: RopeTable; else 2)
     persist_attn_q_pairs: int
     # persistent: > 0: while at most this many splits of a KV head are in use, the one holding the position's row
     # (the last) merges them, their partials read as tagged words and its own kept on chip; the others only store

@@ -574,30 +574,52 @@ def test_early_rope_and_kv_first_set_their_flags_after_the_short_pass(tmp_path):
 
 
 def test_q_pairs_set_attentions_flag_only_where_they_apply(tmp_path):
-    # persist_attn_q_pairs (1, or 2: the coefficients after the wait): attention_tile's Q_PAIRS (its last template
-    # argument) on a tagged llama whose every dim is rotated; not on qwen3 (head norms before the rotation) nor where attention's words are untagged; off, the
-    # tail stops before it. Another value is a ValueError naming the field
+    # persist_attn_q_pairs (1, 2: the coefficients after the wait, 3: read from the step's table): attention_tile's
+    # Q_PAIRS (its last template argument) on a tagged llama whose every dim is rotated; not on qwen3 (head norms
+    # before the rotation) nor where attention's words are untagged; off, the tail stops before it. 3 defines the
+    # table (KIEC_ROPE_TABLE: a pair for every two dims of a head, the frequencies' offset) and counts its bytes in
+    # the static shared memory; where the layers rotate by different frequencies it falls back to 2 and defines no
+    # table. Another value is a ValueError naming the field
     import dataclasses
     import re
 
-    from kiec.codegen.persistent import emit_persistent
+    from kiec.codegen.persistent import _PersistentEmitter, emit_persistent
     from kiec.codegen.targets import target
     from kiec.ir.passes import pipeline
+    from kiec.ir.passes.program import AttentionKernel
     base = dataclasses.replace(target("sm_90"), persist_narrow_width=0, persist_tagged_min_width=0)
-    found = {}
+    found, tables = {}, {}
     for family in ("llama", "qwen3"):
         make_tiny_hf(tmp_path / family, family, hidden_size=256, intermediate_size=384)
         model = kiec.load(str(tmp_path / family), dtype="bf16")
         program = pipeline.run(model.graph)
-        for pairs, tagged in [(0, 2), (1, 2), (2, 2), (1, 0)]:
+        for pairs, tagged in [(0, 2), (1, 2), (2, 2), (3, 2), (1, 0), (3, 0)]:
             t = dataclasses.replace(base, persist_attn_q_pairs=pairs, persist_tagged=tagged)
             text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
             args = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")]
             found[family, pairs, tagged] = args[27] if len(args) > 27 else None
-        with pytest.raises(ValueError, match="persist_attn_q_pairs 3"):
-            emit_persistent(program, "bf16", model.max_seq_len, dataclasses.replace(base, persist_attn_q_pairs=3), "x")
-    assert found == {("llama", 0, 2): None, ("llama", 1, 2): "1", ("llama", 2, 2): "2", ("llama", 1, 0): None,
-                     ("qwen3", 0, 2): None, ("qwen3", 1, 2): None, ("qwen3", 2, 2): None, ("qwen3", 1, 0): None}
+            table = re.search(r"#define KIEC_ROPE_TABLE (\d+)", text)
+            tables[family, pairs, tagged] = table and int(table.group(1))
+        with pytest.raises(ValueError, match="persist_attn_q_pairs 4"):
+            emit_persistent(program, "bf16", model.max_seq_len, dataclasses.replace(base, persist_attn_q_pairs=4), "x")
+    assert found == {("llama", 0, 2): None, ("llama", 1, 2): "1", ("llama", 2, 2): "2", ("llama", 3, 2): "3",
+                     ("llama", 1, 0): None, ("llama", 3, 0): None,
+                     ("qwen3", 0, 2): None, ("qwen3", 1, 2): None, ("qwen3", 2, 2): None, ("qwen3", 3, 2): None,
+                     ("qwen3", 1, 0): None, ("qwen3", 3, 0): None}
+    llama = pipeline.run(kiec.load(str(tmp_path / "llama"), dtype="bf16").graph)
+    head_dim = next(k.head_dim for k in llama.kernels if isinstance(k, AttentionKernel))
+    assert {k: v for k, v in tables.items() if v} == {("llama", 3, 2): head_dim // 2}
+    three = dataclasses.replace(base, persist_attn_q_pairs=3)
+    two = dataclasses.replace(base, persist_attn_q_pairs=2)
+    assert (_PersistentEmitter(llama, "bf16", 1024, three).static_smem
+            == _PersistentEmitter(llama, "bf16", 1024, two).static_smem + 12 * (head_dim // 2))
+    # one layer rotating by another base: no table, every attention back to 2
+    i = next(i for i, k in enumerate(llama.kernels) if isinstance(k, AttentionKernel))
+    llama.kernels[i] = dataclasses.replace(llama.kernels[i], rope=dataclasses.replace(llama.kernels[i].rope,
+                                                                                     theta=1234.0))
+    text = emit_persistent(llama, "bf16", 1024, three, "x").files["model.cu"]
+    assert "KIEC_ROPE_TABLE" not in text
+    assert {a.split(",")[-1].strip() for a in re.findall(r"attention_tile<([^>]*)>", text)} == {"2"}
 
 
 def test_trace_stamps_compile_when_asked(tmp_path, monkeypatch):

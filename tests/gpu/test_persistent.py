@@ -479,7 +479,7 @@ def test_attention_early_pass_and_lean_compute_the_same_bits(tmp_path, monkeypat
 @pytest.mark.parametrize("family,window,min_keys,wide,mma", [
     ("llama3-scaled", None, 8, True, 16), ("mistral", 200, 128, True, 16), ("llama", None, 64, True, 0),
     pytest.param("llama", None, 8, False, 16, marks=NARROW)])
-@pytest.mark.parametrize("pairs", [1, 2])
+@pytest.mark.parametrize("pairs", [1, 2, 3])
 def test_attention_q_pairs_compute_the_same_bits(tmp_path, monkeypatch, family, window, min_keys, wide, mma, pairs):
     # persist_attn_q_pairs: q's and the new k's words taken a rotation pair a thread, rotated in registers with the
     # coefficients made before the wait, the new row written to the cache by those threads, one block barrier where
@@ -488,7 +488,8 @@ def test_attention_q_pairs_compute_the_same_bits(tmp_path, monkeypatch, family, 
     # window of 200 moving its start; the FMA passes (mma 0) beside the tensor cores'; wide (tags 2, no tag waits:
     # the words loaded after the wait) and narrow (tag waits: loaded before it, QkvPairs through `pre`). Every
     # logit the same bits as without, step by step and in one launch; 2: the rotation's coefficients made after the
-    # wait from frequencies loaded before it
+    # wait from frequencies loaded before it; 3: read after the wait from the table each SM makes at a step's start
+    # (RopeTable; llama3's scaled frequencies in it too)
     extra = {"sliding_window": window} if window else {}
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384, **extra)
     fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys, persist_attn_min_keys_narrow=min_keys,
@@ -499,6 +500,7 @@ def test_attention_q_pairs_compute_the_same_bits(tmp_path, monkeypatch, family, 
     tails = {n: re.search(r"attention_tile<([^>]*)>", open(tmp_path / n / "src" / "model.cu").read()).group(1)
              for n in ("base", "variant")}
     assert tails["variant"].split(", ")[-1] == str(pairs) and tails["base"].count(",") < tails["variant"].count(",")
+    assert ("#define KIEC_ROPE_TABLE" in open(tmp_path / "variant" / "src" / "model.cu").read()) == (pairs == 3)
     tokens = np.random.default_rng(13).integers(0, model.config.vocab_size, size=600).tolist()
     assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
     assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)

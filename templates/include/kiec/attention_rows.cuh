@@ -73,6 +73,21 @@ struct RopeCoeffs {
     ks = kc = 0.f;
     if (tid < PAIRS) sincosf(static_cast<float>(pos) * f, &ks, &kc);
   }
+  // the coefficients from the step's table (persist_attn_q_pairs 3: RopeTable, made at the step's start; read after
+  // the tile's wait, before its first barrier, which the next step's table waits behind): compute's bits
+  template <typename Table>
+  __device__ __forceinline__ void from_table(const Table& table) {
+    static_assert(Table::PAIRS == PAIRS, "the table holds this rotation's pairs");
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int e = 0; e < QI; ++e) {
+      const int t = tid + e * THREADS;
+      qs[e] = t < GROUP * PAIRS ? table.s[t % PAIRS] : 0.f;
+      qc[e] = t < GROUP * PAIRS ? table.c[t % PAIRS] : 0.f;
+    }
+    ks = tid < PAIRS ? table.s[tid] : 0.f;
+    kc = tid < PAIRS ? table.c[tid] : 0.f;
+  }
   // pair (x, y) turned by the angle whose sine and cosine are s and c, as rope_inplace turns it
   __device__ __forceinline__ static void rotate(float x, float y, float s, float c, float& a, float& b) {
     a = x * c - y * s;
@@ -93,6 +108,29 @@ struct RopeCoeffs {
       if (t < GROUP * PAIRS) turn<INTERLEAVED>(q + (t / PAIRS) * stride, t % PAIRS, qs[e], qc[e]);
     }
     if (k && tid < PAIRS) turn<INTERLEAVED>(k, tid, ks, kc);
+  }
+};
+
+// persist_attn_q_pairs 3: a step's rotation coefficients, one sine and cosine a pair of dims, made once a step by
+// each SM (persistent_kernel, before the step's first barrier) from the frequencies it keeps here, so that an
+// attention split reads them after its wait instead of making them there (RopeCoeffs::finish's sincosf, on the
+// chain with persist_attn_q_pairs 2) or before it (1, which held the wait back). The same bits: the same sincosf of
+// the same product. Every attention that takes it shares the one rope (codegen/persistent_rules.py: rope_table_pairs).
+template <int PAIRS_>
+struct RopeTable {
+  static constexpr int PAIRS = PAIRS_;
+  float f[PAIRS], s[PAIRS], c[PAIRS];
+  __device__ __forceinline__ static RopeTable& get() {
+    __shared__ RopeTable table;
+    return table;
+  }
+  // once, before the steps: this thread's frequency (threads below PAIRS; make reads only its own)
+  __device__ __forceinline__ void keep(const float* inv_freq) {
+    if ((int)threadIdx.x < PAIRS) f[threadIdx.x] = inv_freq[threadIdx.x];
+  }
+  __device__ __forceinline__ void make(int pos) {
+    const int i = threadIdx.x;
+    if (i < PAIRS) sincosf(static_cast<float>(pos) * f[i], &s[i], &c[i]);
   }
 };
 

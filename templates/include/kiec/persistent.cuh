@@ -87,6 +87,7 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // (as EARLY_ROPE's) and writes the new row to the cache from there: one block barrier between q's words and the
 // keys instead of three (attention_slice; the same bits). 2: the coefficients made after the wait, from frequencies
 // loaded before it (RopeCoeffs::load_freqs, finish): the tile starts its wait without the frequencies' round trip.
+// 3: the coefficients read after the wait from the table its SM made at the step's start (RopeTable).
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0,
           bool EARLY_ROPE = false, bool KV_FIRST = false, int OWNER_MAX = 0, bool NEWEST_FIRST = false,
@@ -132,7 +133,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
       }
     }
   }
-  constexpr bool ROPE_AHEAD = (EARLY_ROPE || Q_PAIRS == 1) && Q_PAIRS != 2;  // (Q_PAIRS 2: after the wait, always)
+  constexpr bool ROPE_AHEAD = (EARLY_ROPE || Q_PAIRS == 1) && Q_PAIRS < 2;  // (Q_PAIRS 2 and 3: after the wait)
   RopeCoeffs<ROTARY, GROUP, WARPS * 32> rope;  // (only with EARLY_ROPE or Q_PAIRS: unused registers otherwise)
   if (ROPE_AHEAD && split < active) rope.compute(inv_freq, u.pos);
   if (Q_PAIRS == 2 && split < active) rope.load_freqs(inv_freq);  // (the coefficients after the wait)
@@ -180,6 +181,11 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
     NoMarks marks;
 #endif
     if (Q_PAIRS == 2) rope.finish(u.pos);
+#ifdef KIEC_ROPE_TABLE
+    if constexpr (Q_PAIRS == 3) rope.from_table(RopeTable<KIEC_ROPE_TABLE>::get());
+#else
+    static_assert(Q_PAIRS != 3, "persist_attn_q_pairs 3 reads the kernel's rope table (KIEC_ROPE_TABLE)");
+#endif
     attention_slice<T, HEAD_DIM, GROUP, ROTARY, INTERLEAVED, QK_NORM, WARPS, U, TAGGED, PIPE, SOFTCAP, U_SHORT,
                     KV_FIRST, EARLY_PASS, LEAN, MMA_KEYS, MMA_AHEAD, MMA_FIRST, (Q_PAIRS > 0)>(
         sm, qkv, cache, kv_heads, max_seq, inv_freq, q_norm_w, k_norm_w, norm_eps, scale, softcap, g, u.pos, lo, hi,
@@ -398,6 +404,9 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(ComputeRegs<COMPUTE_WARPS>::value));
+#ifdef KIEC_ROPE_TABLE  // (persist_attn_q_pairs 3: the frequencies kept, the coefficients made at each step's start)
+  RopeTable<KIEC_ROPE_TABLE>::get().keep(reinterpret_cast<const float*>(a.weights + KIEC_ROPE_FREQS));
+#endif
 #if KIEC_STAGE_INSTRS
   const bool stager = (threadIdx.x >> 5) == 1 && end > begin;
   if (stager) InstrStage::first(a, begin, end - begin, threadIdx.x & 31);
@@ -405,6 +414,9 @@ __global__ void __launch_bounds__((COMPUTE_WARPS + STREAM_WARPS) * 32, 1) persis
 #endif
   for (int pos = a.p0, t = 0; pos < a.p_end; ++pos, ++t) {
     if (threadIdx.x == 0) stopped = *(volatile int*)a.stop_pos <= pos;
+#ifdef KIEC_ROPE_TABLE  // (the last step's readers read it before a barrier of their tile: none is still at it)
+    RopeTable<KIEC_ROPE_TABLE>::get().make(pos);
+#endif
 #if KIEC_TAG_WAITS
     if (threadIdx.x == 0) stop_view() = StopView{a.stop_pos, pos};  // (tag spins look at it: common.cuh)
 #endif
