@@ -24,7 +24,9 @@ from .targets import TargetParams
 
 PROBE_SUMS = "probe.mlp_local.sums"  # persist_probe_mlp_local 2: the int64 sums its down projections add to
 SMEM_LIMIT = 227 * 1024  # shared memory one H100/H200 block may take
-STATIC_SMEM = 1024  # room left for the kernel's own __shared__ variables (ptxas -v: 128 bytes)
+# room left for the kernel's own __shared__ variables (ptxas -v: 128 bytes; with persist_attn_q_pairs 3 its RopeTable
+# too, 12 bytes a pair, at most 64 pairs: 896 bytes)
+STATIC_SMEM = 1024
 STAGE_SMEM = 1024  # more of it with persist_stage_instrs (persistent.cuh: InstrStage's slots, 952 bytes)
 WARP_COPY_FLOATS = 32 * 8  # a warp's round of x with persist_x_warp_copy_min_k (gemv_x.cuh's, the same name)
 
@@ -293,8 +295,7 @@ class _PersistentEmitter(PersistentRules, _Emitter):
     @property
     def static_smem(self) -> int:
         """The shared memory the kernel's own __shared__ variables may take (beside the dynamic ring and scratch)."""
-        return (STATIC_SMEM + (STAGE_SMEM if self.t.persist_stage_instrs else 0)
-                + 12 * self.rope_table_pairs())  # (RopeTable: a frequency, sine and cosine a pair)
+        return STATIC_SMEM + (STAGE_SMEM if self.t.persist_stage_instrs else 0)
 
     def combine_staged(self, k: AttentionKernel) -> bool:
         """persist_combine_staged for this attention: where its partials fit beside a full ring (persist_stages

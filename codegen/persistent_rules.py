@@ -333,8 +333,9 @@ class PersistentRules:
     def rope_table_pairs(self) -> int:
         """persist_attn_q_pairs 3: the pairs of the table of a step's rotation coefficients that each SM makes at the
         step's start (attention_rows.cuh: RopeTable), where the attentions it applies to share one rope (one
-        frequency table; a model whose layers rotate by different frequencies takes 2) of at most 64 pairs (the
-        kernel's static shared memory: static_smem counts it); 0 elsewhere."""
+        frequency table; a model whose layers rotate by different frequencies takes 2) of at most 64 pairs (768
+        bytes, which the room persistent.py's STATIC_SMEM leaves for the kernel's own shared variables holds); 0
+        elsewhere."""
         if self.t.persist_attn_q_pairs != 3:
             return 0
         ropes = {(k.rope.rotary_dim, tuple(k.rope.inv_freq())) for k in self.p.kernels

@@ -611,8 +611,10 @@ def test_q_pairs_set_attentions_flag_only_where_they_apply(tmp_path):
     assert {k: v for k, v in tables.items() if v} == {("llama", 3, 2): head_dim // 2}
     three = dataclasses.replace(base, persist_attn_q_pairs=3)
     two = dataclasses.replace(base, persist_attn_q_pairs=2)
+    # (the table lies in the room STATIC_SMEM leaves, so the ring keeps its pages: one fewer on llama-3.2-1b when it
+    # was counted on top)
     assert (_PersistentEmitter(llama, "bf16", 1024, three).static_smem
-            == _PersistentEmitter(llama, "bf16", 1024, two).static_smem + 12 * (head_dim // 2))
+            == _PersistentEmitter(llama, "bf16", 1024, two).static_smem)
     # one layer rotating by another base: no table, every attention back to 2
     i = next(i for i, k in enumerate(llama.kernels) if isinstance(k, AttentionKernel))
     llama.kernels[i] = dataclasses.replace(llama.kernels[i], rope=dataclasses.replace(llama.kernels[i].rope,
