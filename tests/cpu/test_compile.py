@@ -943,8 +943,8 @@ def test_persistent_mode_names_a_weight_ring_that_does_not_fit(tmp_path, monkeyp
 
 
 def test_consumer_merges_reach_both_cases_or_are_refused_by_name(tmp_path, monkeypatch):
-    # persist_attn_consumer_merges: the attention case takes the most splits the consumer merges (CONSUMER, its last
-    # argument) and the output projection's case a ConsumerMerge of the attention's geometry with the partials'
+    # persist_attn_consumer_merges: the attention case takes the most splits the consumer merges (CONSUMER, its
+    # 27th argument) and the output projection's case a ConsumerMerge of the attention's geometry with the partials'
     # regions as its descriptor's a[2] and a[3] (8-byte words: twice the floats) and the attention's window; the
     # kernel builds (nvcc). Refused by name without tagged attention, with owner merges, tag waits, parity tags, newest
     # first or the idle probe, heads not a multiple of 64 wide, attention's output read by more than the output
@@ -966,7 +966,8 @@ def test_consumer_merges_reach_both_cases_or_are_refused_by_name(tmp_path, monke
     src = emit_persistent(program, "bf16", model.max_seq_len, on, "x")
     text = src.files["model.cu"]
     splits = e.splits[attn[0].name]
-    assert re.search(r"attention_tile<[^>]*, 2>\(u", text)
+    args = [a.strip() for a in re.search(r"attention_tile<([^>]*)>\(u", text).group(1).split(",")]
+    assert args[26] == "2"  # (CONSUMER: Q_PAIRS follows it; that one was 2 too until the fifty-ninth session)
     assert (f"kiec::ConsumerMerge<{attn[0].head_dim}, 2, {splits}, {on.attn_min_keys}, 2>>(u, ring" in text
             and "smem, nullptr, nullptr, A(d.a[2]), A(d.a[3]))" in text)
     assert "ConsumerMerge" not in emit_persistent(program, "bf16", model.max_seq_len, wide, "x").files["model.cu"]
