@@ -336,8 +336,10 @@ class PersistentRules:
         frequency table; a model whose layers rotate by different frequencies takes 2) of at most 64 pairs (768
         bytes, which the room persistent.py's STATIC_SMEM leaves for the kernel's own shared variables holds); 0
         elsewhere."""
-        if self.t.persist_attn_q_pairs != 3:
-            return 0
+        return self._rope_table_pairs if self.t.persist_attn_q_pairs == 3 else 0
+
+    @functools.cached_property
+    def _rope_table_pairs(self) -> int:  # (once an emitter: q_pairs asks for it at every attention)
         ropes = {(k.rope.rotary_dim, tuple(k.rope.inv_freq())) for k in self.p.kernels
                  if isinstance(k, AttentionKernel) and self.pairs_fit(k)}
         if len(ropes) != 1:

@@ -602,10 +602,11 @@ TARGETS: dict[str, TargetParams] = {
                           # smollm2-135m 0.330 / 0.331 vs 0.338 / 0.334 (-1.5%), at 2048 -1.7%, at 8192 0.489 / 0.489
                           # vs 0.498 / 0.496 (-1.7%); llama-3.2-1b -0.1% / -0.2%, at 8192 -0.0%; llama-3.1-8b -0.1%
                           # (fifty-ninth session). Traced at 64 (fifty-ninth session, H100) 2's q stretch is 0.73 us
-                          # against 0's 1.01: 1's 0.51 less the coefficients' sincosf, now after the wait. 3 (read
-                          # from the table each SM makes at the step's start): smollm2-135m 0.327 / 0.327 vs 0.330 /
-                          # 0.330 (-1.0%) and, the other order, 0.329 / 0.327 vs 0.332 / 0.332 (-1.1%), at 8192 -0.2%;
-                          # llama-3.2-1b +0.1% (fifty-ninth session, one H100). So 3 (not qwen3: head norms)
+                          # against 0's 1.01 and 1's 0.51: the coefficients' sincosf, now after the wait, takes the
+                          # rest. 3 (read from the table each SM makes at the step's start): smollm2-135m 0.327 /
+                          # 0.327 vs 0.330 / 0.330 (-1.0%) and, the other order, 0.329 / 0.327 vs 0.332 / 0.332
+                          # (-1.1%), at 8192 -0.2%; llama-3.2-1b +0.1% (a build with one ring page fewer, 11, than
+                          # its default kernel's; fifty-ninth session, one H100). So 3 (not qwen3: head norms)
                           persist_attn_q_pairs=3,
                           # the split that arrived last merged: its partial stored, its arrival's acq_rel add (the
                           # stores' acknowledgement, then the add's round trip), the partials loaded, the output stored

@@ -119,6 +119,7 @@ struct RopeCoeffs {
 template <int PAIRS_>
 struct RopeTable {
   static constexpr int PAIRS = PAIRS_;
+  static_assert(PAIRS <= 64, "at most 64 pairs: the room persistent.py's STATIC_SMEM leaves (rope_table_pairs)");
   float f[PAIRS], s[PAIRS], c[PAIRS];
   __device__ __forceinline__ static RopeTable& get() {
     __shared__ RopeTable table;
