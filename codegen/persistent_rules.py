@@ -316,8 +316,8 @@ class PersistentRules:
     def q_pairs(self, k: AttentionKernel) -> int:
         """persist_attn_q_pairs for this attention (attention_tile's Q_PAIRS: attention_slice rotates whole pairs in
         a thread's registers; 2: the coefficients made after the wait; 3: read from the step's table, where
-        rope_table_pairs allows it, else 2) where its q and k words are tagged and have no head norm, and every dim
-        of a head is rotated; 0 elsewhere (qwen3's head norms, a partial rotary)."""
+        rope_table_pairs allows it, else 2) where pairs_fit says it applies; 0 elsewhere (a partial rotary, qwen3's
+        head norms unless persist_attn_q_pairs_normed)."""
         if self.t.persist_attn_q_pairs not in (0, 1, 2, 3):
             raise ValueError(f"persist_attn_q_pairs {self.t.persist_attn_q_pairs}: 0, 1, 2 (the rotation's "
                              "coefficients made after the wait) or 3 (read from a table made at the step's start)")
@@ -326,9 +326,16 @@ class PersistentRules:
         return 2 if self.t.persist_attn_q_pairs == 3 and not self.rope_table_pairs() else self.t.persist_attn_q_pairs
 
     def pairs_fit(self, k: AttentionKernel) -> bool:
-        """Whether persist_attn_q_pairs applies to this attention: tagged q and k words, no head norm, every dim of a
-        head rotated."""
-        return bool(self.tagged(k.qkv)) and not k.q_norm and not k.k_norm and k.rope.rotary_dim == k.head_dim
+        """Whether persist_attn_q_pairs applies to this attention: tagged q and k words, every dim of a head rotated,
+        and no head norm; or, with persist_attn_q_pairs_normed, norms on both q and k (a warp a head: pairs not
+        interleaved, heads a multiple of 64 wide, fewer query heads a KV head than warps, no tag waits, whose words
+        the tile would load before its wait a pair a thread)."""
+        if not self.tagged(k.qkv) or k.rope.rotary_dim != k.head_dim:
+            return False
+        if not k.q_norm and not k.k_norm:
+            return True
+        return bool(self.t.persist_attn_q_pairs_normed and k.q_norm and k.k_norm and not k.rope.interleaved
+                    and k.head_dim % 64 == 0 and k.n_heads // k.kv_heads < self.warps and not self.tag_waits)
 
     def rope_table_pairs(self) -> int:
         """persist_attn_q_pairs 3: the pairs of the table of a step's rotation coefficients that each SM makes at the

@@ -90,6 +90,11 @@ class TargetParams:
     # read after the wait from a table of the step's coefficients each SM makes at the step's start, where the
     # attentions it applies to share one rope (attention_rows.cuh: RopeTable; else 2)
     persist_attn_q_pairs: int
+    # persistent: 1: persist_attn_q_pairs where q and k have head norms too (qwen3), not interleaved, heads a multiple of
+    # 64 wide, fewer query heads a KV head than warps and no tag waits: a warp takes a whole head (warp h query head h,
+    # warp GROUP the new key and value), norms and rotates it in its registers: one block barrier between q's words
+    # and the keys instead of four (attention.cuh: attention_slice's Q_PAIRS with QK_NORM; the same bits)
+    persist_attn_q_pairs_normed: int
     # persistent: > 0: while at most this many splits of a KV head are in use, the one holding the position's row
     # (the last) merges them, their partials read as tagged words and its own kept on chip; the others only store
     # theirs (persistent.cuh: attention_tile's OWNER_MAX). 0: the split that arrives last merges, always
@@ -608,6 +613,8 @@ TARGETS: dict[str, TargetParams] = {
                           # (-1.1%), at 8192 -0.2%; llama-3.2-1b +0.1% (a build with one ring page fewer, 11, than
                           # its default kernel's; fifty-ninth session, one H100). So 3 (not qwen3: head norms)
                           persist_attn_q_pairs=3,
+                          # not yet timed: off
+                          persist_attn_q_pairs_normed=0,
                           # the split that arrived last merged: its partial stored, its arrival's acq_rel add (the
                           # stores' acknowledgement, then the add's round trip), the partials loaded, the output stored
                           # and released: 1.86 us from the last split's partial to the signal on smollm2-135m, 1.62 on

@@ -624,6 +624,41 @@ def test_q_pairs_set_attentions_flag_only_where_they_apply(tmp_path):
     assert {a.split(",")[-1].strip() for a in re.findall(r"attention_tile<([^>]*)>", text)} == {"2"}
 
 
+def test_q_pairs_normed_set_head_norm_attentions_flag_only_where_they_apply(tmp_path):
+    # persist_attn_q_pairs_normed: persist_attn_q_pairs on attentions with q and k head norms too (qwen3: a warp a
+    # head), where heads are a multiple of 64 wide and the model has no tag waits (whose words the tile would load
+    # before its wait a pair a thread); off by default, where qwen3's attention_tile keeps no Q_PAIRS. A llama's
+    # kernel is the same text with it or without
+    import dataclasses
+    import re
+
+    from kiec.codegen.persistent import emit_persistent
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    base = dataclasses.replace(target("sm_90"), persist_narrow_width=0, persist_tagged_min_width=0, persist_tagged=2,
+                               persist_tag_waits=0, persist_attn_q_pairs=3)
+
+    def q_pairs(family, head_dim, **change):
+        make_tiny_hf(tmp_path / f"{family}{head_dim}", family, hidden_size=256, intermediate_size=384,
+                     **({"head_dim": head_dim} if family == "qwen3" else {}))
+        model = kiec.load(str(tmp_path / f"{family}{head_dim}"), dtype="bf16")
+        text = emit_persistent(pipeline.run(model.graph), "bf16", model.max_seq_len,
+                               dataclasses.replace(base, **change), "x").files["model.cu"]
+        args = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")]
+        table = re.search(r"#define KIEC_ROPE_TABLE (\d+)", text)
+        return (args[27] if len(args) > 27 else None), table and int(table.group(1)), text
+
+    assert q_pairs("qwen3", 64)[:2] == (None, None)  # (the default: off)
+    assert q_pairs("qwen3", 64, persist_attn_q_pairs_normed=1)[:2] == ("3", 32)
+    assert q_pairs("qwen3", 128, persist_attn_q_pairs_normed=1)[:2] == ("3", 64)
+    assert q_pairs("qwen3", 128, persist_attn_q_pairs_normed=1, persist_attn_q_pairs=2)[:2] == ("2", None)
+    assert q_pairs("qwen3", 128, persist_attn_q_pairs_normed=1, persist_attn_q_pairs=0)[:2] == (None, None)
+    assert q_pairs("qwen3", 32, persist_attn_q_pairs_normed=1)[:2] == (None, None)  # (32 wide: a lane, half a pair)
+    assert q_pairs("qwen3", 64, persist_attn_q_pairs_normed=1, persist_tag_waits=1)[:2] == (None, None)
+    assert q_pairs("qwen3", 64, persist_attn_q_pairs_normed=1, persist_tagged=0)[:2] == (None, None)
+    assert q_pairs("llama", 0, persist_attn_q_pairs_normed=1)[2] == q_pairs("llama", 0)[2]
+
+
 def test_trace_stamps_compile_when_asked(tmp_path, monkeypatch):
     # persist_trace_attention, persist_trace_dots, persist_trace_stream: the kernel defines KIEC_TRACE_ATTENTION,
     # KIEC_TRACE_DOTS and KIEC_TRACE_STREAM and builds (nvcc) with the stamps; the recording's slots name the dot

@@ -506,6 +506,31 @@ def test_attention_q_pairs_compute_the_same_bits(tmp_path, monkeypatch, family, 
     assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
 
 
+@pytest.mark.parametrize("head_dim,mma", [(64, 16), (128, 0)])
+@pytest.mark.parametrize("pairs", [1, 2, 3])
+def test_attention_q_pairs_normed_compute_the_same_bits(tmp_path, monkeypatch, head_dim, mma, pairs):
+    # persist_attn_q_pairs_normed: qwen3's attention (q and k head norms) a warp a head, each warp norming and
+    # rotating its head in registers, the new key's warp writing the new row, one block barrier where there were
+    # four. A wide model (tags, no tag waits), 8 keys a split at least over 600 positions (many splits a head; the one
+    # holding the new row moves as the context grows), heads 64 wide on the tensor cores and 128 wide on the FMA
+    # passes; the rotation's coefficients made before the wait (1), after it (2), read from the step's table (3).
+    # Every logit the same bits as without, step by step and in one launch
+    model = load_tiny(tmp_path, "qwen3", max_position_embeddings=1024, hidden_size=256, intermediate_size=384,
+                      head_dim=head_dim)
+    fields = dict(WIDE_FIELDS, attn_min_keys=8, persist_attn_mma=mma, persist_attn_mma_wide=mma,
+                  persist_attn_q_pairs=pairs, persist_attn_q_pairs_normed=0)
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
+    narrow_or_wide(tmp_path, True)
+    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_q_pairs_normed=1))
+    tails = {n: re.search(r"attention_tile<([^>]*)>", open(tmp_path / n / "src" / "model.cu").read()).group(1)
+             for n in ("base", "variant")}
+    assert tails["variant"].split(", ")[-1] == str(pairs) and tails["base"].count(",") < tails["variant"].count(",")
+    assert ("#define KIEC_ROPE_TABLE" in open(tmp_path / "variant" / "src" / "model.cu").read()) == (pairs == 3)
+    tokens = np.random.default_rng(17).integers(0, model.config.vocab_size, size=600).tolist()
+    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
+    assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
+
+
 @pytest.mark.parametrize("family,window,min_keys,wide,kv_heads,head_dim", [
     ("llama", None, 512, True, 2, None), ("mistral", 200, 128, True, 2, None), ("llama", None, 8, True, 1, None),
     pytest.param("llama", None, 8, False, 2, None, marks=NARROW), ("qwen3", None, 512, True, 2, 128),

@@ -44,16 +44,19 @@ namespace kiec {
 // Q_PAIRS (persist_attn_q_pairs; TAGGED, no QK_NORM, every dim rotated, `rope` given): q's and the new k's words
 // taken a rotation pair a thread (QkvPairs), rotated in registers and stored rotated, the new row written to
 // the cache by the same threads: one block barrier before the keys where there were three (the same bits: rotate's
-// arithmetic on the same coefficients)
+// arithmetic on the same coefficients). With QK_NORM (persist_attn_q_pairs_normed; TAGGED, every dim rotated, not
+// INTERLEAVED, `rope` a HeadPairsRope): a warp takes a whole head instead, warp h < GROUP query head h and warp
+// GROUP the new k and v, normed and rotated in its registers (head_rmsnorm's and rotate's arithmetic in their
+// order: the same bits), one block barrier before the keys where there were four
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
           bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0, bool KV_FIRST = false,
           bool EARLY = false, bool LEAN = false, int MMA_KEYS = 0, int MMA_AHEAD = 1, int MMA_FIRST = 0,
-          bool Q_PAIRS = false, typename Marks = NoMarks>
+          bool Q_PAIRS = false, typename Marks = NoMarks, typename Rope = RopeCoeffs<ROTARY, GROUP, WARPS * 32>>
 __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, WARPS>& sm, const float* qkv, T* cache,
                                                 int kv_heads, int max_seq, const float* inv_freq, const T* q_norm_w,
                                                 const T* k_norm_w, float norm_eps, float scale, float softcap, int g,
                                                 int pos, int lo, int hi, unsigned tag = 0,
-                                                const RopeCoeffs<ROTARY, GROUP, WARPS * 32>* rope = nullptr,
+                                                const Rope* rope = nullptr,
                                                 Marks mark = {},
                                                 const QkvWordsOf<HEAD_DIM, GROUP, WARPS, Q_PAIRS, INTERLEAVED>* pre =
                                                     nullptr,
@@ -97,9 +100,61 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
       }
     }
   }
-  static_assert(!Q_PAIRS || (TAGGED && !QK_NORM && ROTARY == HEAD_DIM),
-                "q's pairs rotated in registers: tagged words, no head norm, every dim rotated");
-  if constexpr (Q_PAIRS) {  // every word loaded at once, each stale one again; each pair rotated in registers with
+  static_assert(!Q_PAIRS || (TAGGED && ROTARY == HEAD_DIM && (!QK_NORM || !INTERLEAVED)),
+                "q's pairs rotated in registers: tagged words, every dim rotated, with head norms not interleaved");
+  if constexpr (Q_PAIRS && QK_NORM) {  // a warp a head: its words loaded at once, each stale one again; normed,
+    // rotated with rope's coefficients (HeadPairsRope: the dims a lane holds) and stored rotated; the new row written
+    // to the cache from there too. The tile loads no words before its wait here (persistent.cuh asserts it).
+    static_assert(std::is_same_v<Rope, HeadPairsRope<HEAD_DIM>>, "a lane's pairs' coefficients (HeadPairsRope)");
+    static_assert(GROUP < WARPS, "a warp for each query head and one for the new key");
+    constexpr int E = HEAD_DIM / 32, J = Rope::J;
+    const bool q_warp = warp < GROUP, kv_warp = warp == GROUP && owns_pos, mine = q_warp || kv_warp;
+    const int w0 = q_warp ? (g * GROUP + warp) * HEAD_DIM : (nq + g) * HEAD_DIM, v0 = (nq + kv_heads + g) * HEAD_DIM;
+    const T* nw = q_warp ? q_norm_w : k_norm_w;
+    unsigned long long w[E], wv[E];
+    float x[E], gain[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      if (mine) {
+        w[e] = ld_tagged(qkv, w0 + lane + 32 * e);
+        gain[e] = to_float<T>(nw[lane + 32 * e]);
+      }
+      if (kv_warp) wv[e] = ld_tagged(qkv, v0 + lane + 32 * e);
+    }
+    settle_tags<2 * E>(  // (the head's words, then the new v's)
+        [&](int e) { return e < E ? mine && !carries(w[e], tag) : kv_warp && !carries(wv[e - E], tag); },
+        [&](int e) {
+          if (e < E) w[e] = ld_tagged(qkv, w0 + lane + 32 * e);
+          else wv[e - E] = ld_tagged(qkv, v0 + lane + 32 * (e - E));
+        });
+    if (mine) {  // (warp-uniform: warp_sum's lanes all take part)
+      float ss = 0.f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        x[e] = settled_value(w[e], tag);
+        ss += x[e] * x[e];
+      }
+      const float norm = rsqrtf(warp_sum(ss) / HEAD_DIM + norm_eps);
+#pragma unroll
+      for (int e = 0; e < E; ++e) x[e] = x[e] * norm * gain[e];
+#pragma unroll
+      for (int j = 0; j < J; ++j)
+        RopeCoeffs<ROTARY, GROUP, WARPS * 32>::rotate(x[j], x[j + J], rope->s[j], rope->c[j], x[j], x[j + J]);
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        const int i = lane + 32 * e;
+        if (q_warp) {
+          sm.qs[warp][i] = x[e];
+        } else {
+          const float v = settled_value(wv[e], tag);
+          sm.kn[i] = x[e];
+          sm.vn[i] = v;
+          kc[(size_t)pos * HEAD_DIM + i] = from_float<T>(x[e]);
+          vc[(size_t)pos * HEAD_DIM + i] = from_float<T>(v);
+        }
+      }
+    }
+  } else if constexpr (Q_PAIRS) {  // every word loaded at once, each stale one again; each pair rotated in registers with
     // rope's coefficients (the tile's: made before its wait, with persist_attn_q_pairs 2 after it, with 3 read after
     // it from the step's table), stored rotated; the new row written to the cache from here too
     using Words = QkvPairs<HEAD_DIM, GROUP, WARPS, INTERLEAVED>;

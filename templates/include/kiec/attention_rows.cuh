@@ -111,6 +111,42 @@ struct RopeCoeffs {
   }
 };
 
+// persist_attn_q_pairs where q and k have head norms (persist_attn_q_pairs_normed): a warp takes a whole head, lane
+// l its dims l + 32 e (e < HEAD_DIM / 32: the order head_rmsnorm sums them in), so that it norms the head and rotates
+// it in registers. The pairs (i, i + HEAD_DIM / 2) of a lane's dims are i = l + 32 j, j < J: its dims j and j + J.
+// These are those pairs' coefficients, the same for every head (RopeCoeffs' expressions: the same bits).
+template <int HEAD_DIM>
+struct HeadPairsRope {
+  static constexpr int J = HEAD_DIM / 64, PAIRS = HEAD_DIM / 2;
+  static_assert(HEAD_DIM % 64 == 0, "a lane holds whole pairs: heads a multiple of 64 wide");
+  float s[J], c[J];
+  __device__ __forceinline__ static int pair(int j) { return (int)(threadIdx.x & 31) + 32 * j; }
+  __device__ __forceinline__ void compute(const float* inv_freq, int pos) {
+#pragma unroll
+    for (int j = 0; j < J; ++j) sincosf(static_cast<float>(pos) * inv_freq[pair(j)], &s[j], &c[j]);
+  }
+  __device__ __forceinline__ void load_freqs(const float* inv_freq) {  // (before the wait: persist_attn_q_pairs 2)
+#pragma unroll
+    for (int j = 0; j < J; ++j) s[j] = inv_freq[pair(j)];
+  }
+  __device__ __forceinline__ void finish(int pos) {  // (after it)
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const float f = s[j];
+      sincosf(static_cast<float>(pos) * f, &s[j], &c[j]);
+    }
+  }
+  template <typename Table>
+  __device__ __forceinline__ void from_table(const Table& table) {  // (persist_attn_q_pairs 3)
+    static_assert(Table::PAIRS == PAIRS, "the table holds this rotation's pairs");
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      s[j] = table.s[pair(j)];
+      c[j] = table.c[pair(j)];
+    }
+  }
+};
+
 // persist_attn_q_pairs 3: a step's rotation coefficients, one sine and cosine a pair of dims, made once a step by
 // each SM (persistent_kernel, before the step's first barrier) from the frequencies it keeps here, so that an
 // attention split reads them after its wait instead of making them there (RopeCoeffs::finish's sincosf, on the

@@ -88,6 +88,8 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // keys instead of three (attention_slice; the same bits). 2: the coefficients made after the wait, from frequencies
 // loaded before it (RopeCoeffs::load_freqs, finish): the tile starts its wait without the frequencies' round trip.
 // 3: the coefficients read after the wait from the table its SM made at the step's start (RopeTable).
+// With QK_NORM (persist_attn_q_pairs_normed) a warp takes a whole head (attention_slice), and the coefficients are
+// those of the dims a lane holds (HeadPairsRope); no words are loaded before the wait (no tag waits).
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0,
           bool EARLY_ROPE = false, bool KV_FIRST = false, int OWNER_MAX = 0, bool NEWEST_FIRST = false,
@@ -134,7 +136,9 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
     }
   }
   constexpr bool ROPE_AHEAD = (EARLY_ROPE || Q_PAIRS == 1) && Q_PAIRS < 2;  // (Q_PAIRS 2 and 3: after the wait)
-  RopeCoeffs<ROTARY, GROUP, WARPS * 32> rope;  // (only with EARLY_ROPE or Q_PAIRS: unused registers otherwise)
+  constexpr bool HEAD_PAIRS = QK_NORM && Q_PAIRS > 0;  // (a warp a head: attention_slice)
+  using Rope = std::conditional_t<HEAD_PAIRS, HeadPairsRope<HEAD_DIM>, RopeCoeffs<ROTARY, GROUP, WARPS * 32>>;
+  Rope rope;  // (only with EARLY_ROPE or Q_PAIRS: unused registers otherwise)
   if (ROPE_AHEAD && split < active) rope.compute(inv_freq, u.pos);
   if (Q_PAIRS == 2 && split < active) rope.load_freqs(inv_freq);  // (the coefficients after the wait)
   // With tagged words (KIEC_TAGGED) the counters this tile waits through no longer carry the cache rows the
@@ -144,6 +148,7 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   // first (the previous step's phase ended before the chain began); else it waits for the previous step's splits,
   // which wait on nothing this SM has yet to run.
 #if KIEC_TAG_WAITS
+  static_assert(!HEAD_PAIRS, "persist_attn_q_pairs with head norms loads no words before the wait (no tag waits)");
   QkvWordsOf<HEAD_DIM, GROUP, WARPS, (Q_PAIRS > 0), INTERLEAVED> pre;  // (its words before the wait: their tags are
   // checked after it)
   if (TAGGED && split < active) pre.load(qkv, g, kv_heads, hi == u.pos + 1);
