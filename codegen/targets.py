@@ -613,8 +613,11 @@ TARGETS: dict[str, TargetParams] = {
                           # (-1.1%), at 8192 -0.2%; llama-3.2-1b +0.1% (a build with one ring page fewer, 11, than
                           # its default kernel's; fifty-ninth session, one H100). So 3 (not qwen3: head norms)
                           persist_attn_q_pairs=3,
-                          # not yet timed: off
-                          persist_attn_q_pairs_normed=0,
+                          # with head norms (qwen3-1.7b: a warp a head), sixtieth session, one H100 (variants.py, ms, two
+                          # rounds, logits over 8 steps identical): 1.183 / 1.185 vs 1.191 / 1.192 (-0.6%), at 8192
+                          # 1.647 / 1.646 vs 1.658 / 1.652 (-0.5%), traced builds -0.6%; traced at 64 the split's q,
+                          # norms, rotation and new row 0.80 us vs 1.26, its keys 1.13 vs 0.91. Not timed on an H200. 1
+                          persist_attn_q_pairs_normed=1,
                           # the split that arrived last merged: its partial stored, its arrival's acq_rel add (the
                           # stores' acknowledgement, then the add's round trip), the partials loaded, the output stored
                           # and released: 1.86 us from the last split's partial to the signal on smollm2-135m, 1.62 on

@@ -627,7 +627,7 @@ def test_q_pairs_set_attentions_flag_only_where_they_apply(tmp_path):
 def test_q_pairs_normed_set_head_norm_attentions_flag_only_where_they_apply(tmp_path):
     # persist_attn_q_pairs_normed: persist_attn_q_pairs on attentions with q and k head norms too (qwen3: a warp a
     # head), where heads are a multiple of 64 wide and the model has no tag waits (whose words the tile would load
-    # before its wait a pair a thread); off by default, where qwen3's attention_tile keeps no Q_PAIRS. A llama's
+    # before its wait a pair a thread); on by default; off, qwen3's attention_tile keeps no Q_PAIRS. A llama's
     # kernel is the same text with it or without
     import dataclasses
     import re
@@ -648,15 +648,15 @@ def test_q_pairs_normed_set_head_norm_attentions_flag_only_where_they_apply(tmp_
         table = re.search(r"#define KIEC_ROPE_TABLE (\d+)", text)
         return (args[27] if len(args) > 27 else None), table and int(table.group(1)), text
 
-    assert q_pairs("qwen3", 64)[:2] == (None, None)  # (the default: off)
-    assert q_pairs("qwen3", 64, persist_attn_q_pairs_normed=1)[:2] == ("3", 32)
+    assert q_pairs("qwen3", 64)[:2] == ("3", 32)  # (the default: on)
+    assert q_pairs("qwen3", 64, persist_attn_q_pairs_normed=0)[:2] == (None, None)
     assert q_pairs("qwen3", 128, persist_attn_q_pairs_normed=1)[:2] == ("3", 64)
     assert q_pairs("qwen3", 128, persist_attn_q_pairs_normed=1, persist_attn_q_pairs=2)[:2] == ("2", None)
     assert q_pairs("qwen3", 128, persist_attn_q_pairs_normed=1, persist_attn_q_pairs=0)[:2] == (None, None)
     assert q_pairs("qwen3", 32, persist_attn_q_pairs_normed=1)[:2] == (None, None)  # (32 wide: a lane, half a pair)
     assert q_pairs("qwen3", 64, persist_attn_q_pairs_normed=1, persist_tag_waits=1)[:2] == (None, None)
     assert q_pairs("qwen3", 64, persist_attn_q_pairs_normed=1, persist_tagged=0)[:2] == (None, None)
-    assert q_pairs("llama", 0, persist_attn_q_pairs_normed=1)[2] == q_pairs("llama", 0)[2]
+    assert q_pairs("llama", 0, persist_attn_q_pairs_normed=0)[2] == q_pairs("llama", 0)[2]
 
 
 def test_trace_stamps_compile_when_asked(tmp_path, monkeypatch):
