@@ -41,7 +41,7 @@ namespace kiec {
 // MMA_FIRST (persist_attn_mma_first, 64 wide): 1: those first passes' rows loaded beside q's (mfirst; the same
 // bits); 2: their rows before pos - 1 loaded by the tile before its wait (`mearly`: early_rows_end), row pos - 1
 // beside q's (MmaPass::load_row; the same bits)
-// Q_PAIRS (persist_attn_q_pairs; TAGGED, no QK_NORM, every dim rotated, `rope` given): q's and the new k's words
+// Q_PAIRS (persist_attn_q_pairs; TAGGED, every dim rotated, `rope` given): without QK_NORM q's and the new k's words
 // taken a rotation pair a thread (QkvPairs), rotated in registers and stored rotated, the new row written to
 // the cache by the same threads: one block barrier before the keys where there were three (the same bits: rotate's
 // arithmetic on the same coefficients). With QK_NORM (persist_attn_q_pairs_normed; TAGGED, every dim rotated, not
