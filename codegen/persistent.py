@@ -7,6 +7,7 @@ the register file where one per layer did not (ptxas spilled the weight register
 """
 from __future__ import annotations
 
+import re
 import struct
 
 from kiec.errors import ModeUnsupported  # a model this mode cannot build (graph mode may): kiec.compile falls back
@@ -43,13 +44,43 @@ def ring_head_bytes(stages: int) -> int:
     return 128 * -(-(2 * stages * 8) // 128)
 
 
+# attention_tile's template parameters (persistent.cuh), in order: the ten every call writes, then the tail's, each
+# with its default there (persistent.cuh declares them; tests/cpu/test_compile.py checks the two agree). The emitter
+# names each value it passes, and tests read a call's arguments by these names (attention_tile_args), not by place
+ATTENTION_TILE_HEAD = ("T", "HEAD_DIM", "GROUP", "ROTARY", "INTERLEAVED", "QK_NORM", "WARPS", "SPLITS", "U",
+                       "MIN_KEYS")
+ATTENTION_TILE_TAIL = (("TAGGED", False), ("PIPE", False), ("SOFTCAP", True), ("U_SHORT", 0), ("EARLY_ROPE", False),
+                       ("KV_FIRST", False), ("OWNER_MAX", 0), ("NEWEST_FIRST", False), ("IDLE", False),
+                       ("STAGED", False), ("EARLY_PASS", False), ("LEAN", False), ("MMA_KEYS", 0), ("MMA_AHEAD", 1),
+                       ("MMA_FIRST", 0), ("PAIRED", False), ("CONSUMER", 0), ("Q_PAIRS", 0))
+
+
+def template_value(v) -> str:
+    """A template argument as generated source writes it (bools as true / false)."""
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def attention_tile_args(text: str) -> list[dict[str, str]]:
+    """Each kiec::attention_tile call's template arguments in generated source, by parameter name, as written
+    ("true", "16"); those its call leaves out (template_tail) at their defaults."""
+    out, names = [], ATTENTION_TILE_HEAD + tuple(n for n, _ in ATTENTION_TILE_TAIL)
+    defaults = [None] * len(ATTENTION_TILE_HEAD) + [template_value(d) for _, d in ATTENTION_TILE_TAIL]
+    for call in re.findall(r"kiec::attention_tile<([^>]*)>", text):
+        args = [a.strip() for a in call.split(",")]
+        if not len(ATTENTION_TILE_HEAD) <= len(args) <= len(names):
+            raise ValueError(f"attention_tile<{call}>: {len(args)} template arguments, not {len(ATTENTION_TILE_HEAD)} "
+                             f"to {len(names)}")
+        out.append({n: args[i] if i < len(args) else defaults[i] for i, n in enumerate(names)})
+    return out
+
+
 def template_tail(values: list, defaults: list) -> str:
     """A tile function's trailing template arguments (each with a default in its header): `values` written up to
     the last one that differs from its default."""
     values = list(values)
     while values and values[-1] == defaults[len(values) - 1]:
         values.pop()
-    return "".join(f", {str(v).lower() if isinstance(v, bool) else v}" for v in values)
+    return "".join(f", {template_value(v)}" for v in values)
 
 
 class _PersistentEmitter(PersistentRules, _Emitter):
@@ -255,17 +286,17 @@ class _PersistentEmitter(PersistentRules, _Emitter):
             raise ValueError(f"{k.name}: its input and output are tagged alike or not at all (tag_plan)")
         short = t.persist_attn_short_keys if 0 < t.persist_attn_short_keys < keys else 0
         mma = self.mma_keys(k)
-        tmpl += template_tail([self.tagged(k.qkv), bool(t.persist_attn_pipeline), bool(a.softcap > 0), short,
-                               bool(t.persist_attn_early_rope), bool(t.persist_attn_kv_first and short),
-                               t.persist_attn_owner_merges, bool(t.persist_attn_newest_first),
-                               bool(t.persist_probe_attention_idle), self.combine_staged(k),
-                               bool(t.persist_attn_early_pass), bool(t.persist_attn_lean), mma,
-                               t.persist_attn_mma_ahead if mma and k.head_dim == 64 else 1,
-                               t.persist_attn_mma_first if mma and k.head_dim == 64 else 0,
-                               a.out in self.paired, self.consumer_merges, self.q_pairs(k)],
-                              # TAGGED .. LEAN, MMA_KEYS, MMA_AHEAD, MMA_FIRST, PAIRED, CONSUMER, Q_PAIRS
-                              [False, False, True, 0, False, False, 0, False, False, False, False, False, 0, 1, 0,
-                               False, 0, 0])
+        tail = dict(TAGGED=self.tagged(k.qkv), PIPE=bool(t.persist_attn_pipeline), SOFTCAP=bool(a.softcap > 0),
+                    U_SHORT=short, EARLY_ROPE=bool(t.persist_attn_early_rope),
+                    KV_FIRST=bool(t.persist_attn_kv_first and short), OWNER_MAX=t.persist_attn_owner_merges,
+                    NEWEST_FIRST=bool(t.persist_attn_newest_first), IDLE=bool(t.persist_probe_attention_idle),
+                    STAGED=self.combine_staged(k), EARLY_PASS=bool(t.persist_attn_early_pass),
+                    LEAN=bool(t.persist_attn_lean), MMA_KEYS=mma,
+                    MMA_AHEAD=t.persist_attn_mma_ahead if mma and k.head_dim == 64 else 1,
+                    MMA_FIRST=t.persist_attn_mma_first if mma and k.head_dim == 64 else 0,
+                    PAIRED=a.out in self.paired, CONSUMER=self.consumer_merges, Q_PAIRS=self.q_pairs(k))
+        assert list(tail) == [n for n, _ in ATTENTION_TILE_TAIL], "attention_tile's tail: every parameter, in order"
+        tmpl += template_tail(list(tail.values()), [d for _, d in ATTENTION_TILE_TAIL])
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
                    f"(const T*)WN(d.w[2]), (const T*)WN(d.w[3]), d.eps, d.scale, d.softcap, d.window, A(d.a[1]), "
                    f"A(d.a[2]), A(d.a[3]), u.a->arrivals + d.arrive, smem)",

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 import kiec
 from kiec import build
 from kiec.cli import main
+from kiec.codegen.persistent import attention_tile_args
 from kiec.ir.text import parse_graph
 from tests.tiny_hf import make_tiny_hf
 
@@ -314,8 +315,7 @@ def test_tagged_words_compile_with_their_flags_per_tile(tmp_path, monkeypatch, l
     flags = [(a.split(", ")[7:] + ["false"] * 3)[1:3] for a in re.findall(r"kiec::gemv_tile<([^>]*)>", text)]
     two = "true" if level == 2 else "false"
     assert flags == [["true", two], [two, "true"], ["true", "true"], ["true", "true"], ["true", "false"]]
-    attention = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")]
-    assert attention[10] == ("true" if level == 2 else "false")  # TAGGED (then PIPE and SOFTCAP: false, false)
+    assert attention_tile_args(text)[0]["TAGGED"] == ("true" if level == 2 else "false")
     assert "#define KIEC_TAGGED 1" in text
 
 
@@ -413,7 +413,6 @@ def test_narrow_models_run_x_direct_owner_merges_and_newest_first(tmp_path):
     # the wait (smollm2-135m's 576 timed faster so), exactly the kernel those fields give a wide model; a wider one
     # the table's own
     import dataclasses
-    import re
 
     from kiec.codegen.persistent import emit_persistent
     from kiec.codegen.persistent_rules import for_model
@@ -438,8 +437,8 @@ def test_narrow_models_run_x_direct_owner_merges_and_newest_first(tmp_path):
                                  persist_attn_mma_ahead=1, persist_attn_mma_first=2,
                                  attn_min_keys=t.persist_attn_min_keys_narrow)  # (its own test below)
     assert narrow.files == emit_persistent(program, "bf16", 64, fields, "x").files
-    attention = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", narrow.files["model.cu"]).group(1).split(",")]
-    assert attention[16:18] == ["8", "true"] and attention[24:25] == ["2"]  # OWNER_MAX, NEWEST_FIRST; MMA_FIRST
+    attention = attention_tile_args(narrow.files["model.cu"])[0]
+    assert (attention["OWNER_MAX"], attention["NEWEST_FIRST"], attention["MMA_FIRST"]) == ("8", "true", "2")
     assert "#define KIEC_COMBINE_BATCH 16" in narrow.files["model.cu"]
     wide = emit_persistent(program, "bf16", 64, dataclasses.replace(t, persist_narrow_width=256), "x")
     assert "attention_tile" in wide.files["model.cu"] and wide.files != narrow.files
@@ -493,8 +492,8 @@ def test_narrow_models_split_attention_by_their_own_min_keys(tmp_path):
         e = _PersistentEmitter(program, "bf16", 64, tw)
         assert (e.t.attn_min_keys, e.sched.min_keys) == (keys, keys), width
         src = emit_persistent(program, "bf16", 64, tw, "x").files["model.cu"]
-        tiles = re.findall(r"attention_tile<([^>]*)>", src)
-        assert tiles and all(a.split(", ")[9] == str(keys) for a in tiles), (width, tiles)  # (MIN_KEYS)
+        tiles = attention_tile_args(src)
+        assert tiles and all(a["MIN_KEYS"] == str(keys) for a in tiles), (width, tiles)
         graph = emit(program, "bf16", 64, tw, "x").files  # (its attention kernel's name ends in m<min keys>)
         assert {m for text in graph.values() for m in re.findall(r"_w\d+s\d+u\d+m(\d+)", text)} == {"16"}, width
     k = next(k for k in program.kernels if hasattr(k, "kv_heads"))
@@ -552,7 +551,6 @@ def test_early_rope_and_kv_first_set_their_flags_after_the_short_pass(tmp_path):
     # persist_attn_early_rope, persist_attn_kv_first: attention_tile's EARLY_ROPE and KV_FIRST after U_SHORT; off,
     # the tail stops before them; KV_FIRST only with a short pass (persist_attn_short_keys)
     import dataclasses
-    import re
 
     from kiec.codegen.persistent import emit_persistent
     from kiec.codegen.targets import target
@@ -567,10 +565,37 @@ def test_early_rope_and_kv_first_set_their_flags_after_the_short_pass(tmp_path):
         t = dataclasses.replace(base, persist_attn_early_rope=early, persist_attn_kv_first=first,
                                 persist_attn_short_keys=short)
         text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
-        args[early, first, short] = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")][10:]
-    f3 = ["false"] * 3
-    assert args == {(0, 0, 2): f3 + ["2"], (1, 0, 2): f3 + ["2", "true"], (0, 1, 2): f3 + ["2", "false", "true"],
-                    (1, 1, 2): f3 + ["2", "true", "true"], (0, 1, 0): f3}
+        a = attention_tile_args(text)[0]
+        args[early, first, short] = a["U_SHORT"], a["EARLY_ROPE"], a["KV_FIRST"]
+    assert args == {(0, 0, 2): ("2", "false", "false"), (1, 0, 2): ("2", "true", "false"),
+                    (0, 1, 2): ("2", "false", "true"), (1, 1, 2): ("2", "true", "true"), (0, 1, 0): ("0", "false", "false")}
+
+
+def test_attention_tiles_parameters_are_named_as_persistent_cuh_declares_them(tmp_path):
+    # codegen's ATTENTION_TILE_HEAD and ATTENTION_TILE_TAIL: attention_tile's template parameters in persistent.cuh's
+    # order, the tail's defaults its defaults, so that the emitter's named values land where the kernel reads them
+    # and attention_tile_args reads a call back by name (a default filled in where the call leaves it out)
+    import re
+
+    from kiec.codegen.emit import INCLUDE_DIR
+    from kiec.codegen.persistent import ATTENTION_TILE_HEAD, ATTENTION_TILE_TAIL, emit_persistent
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    with open(os.path.join(INCLUDE_DIR, "kiec", "persistent.cuh")) as fh:
+        decl = re.search(r"template <([^>]*)>\s*__device__ __forceinline__ bool attention_tile\(", fh.read()).group(1)
+    params = [re.fullmatch(r"(?:typename|bool|int) (\w+)(?: = (\w+))?", p.strip()).groups() for p in decl.split(",")]
+    assert [n for n, _ in params] == list(ATTENTION_TILE_HEAD) + [n for n, _ in ATTENTION_TILE_TAIL]
+    assert [d for _, d in params[len(ATTENTION_TILE_HEAD):]] == [str(d).lower() for _, d in ATTENTION_TILE_TAIL]
+    assert all(d is None for _, d in params[:len(ATTENTION_TILE_HEAD)])
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    text = emit_persistent(pipeline.run(model.graph), "bf16", model.max_seq_len, target("sm_90"), "x").files["model.cu"]
+    calls = attention_tile_args(text)
+    written = [a.strip() for a in re.search(r"kiec::attention_tile<([^>]*)>", text).group(1).split(",")]
+    assert len(calls) == 1 and list(calls[0].values())[:len(written)] == written
+    assert (calls[0]["HEAD_DIM"], calls[0]["GROUP"], calls[0]["TAGGED"]) == ("64", "2", "true")
+    with pytest.raises(ValueError, match="9 template arguments"):
+        attention_tile_args("kiec::attention_tile<T, 64, 2, 64, false, false, 8, 4, 8>(u")
 
 
 def test_q_pairs_set_attentions_flag_only_where_they_apply(tmp_path):
@@ -596,16 +621,15 @@ def test_q_pairs_set_attentions_flag_only_where_they_apply(tmp_path):
         for pairs, tagged in [(0, 2), (1, 2), (2, 2), (3, 2), (1, 0), (3, 0)]:
             t = dataclasses.replace(base, persist_attn_q_pairs=pairs, persist_tagged=tagged)
             text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
-            args = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")]
-            found[family, pairs, tagged] = args[27] if len(args) > 27 else None
+            found[family, pairs, tagged] = attention_tile_args(text)[0]["Q_PAIRS"]
             table = re.search(r"#define KIEC_ROPE_TABLE (\d+)", text)
             tables[family, pairs, tagged] = table and int(table.group(1))
         with pytest.raises(ValueError, match="persist_attn_q_pairs 4"):
             emit_persistent(program, "bf16", model.max_seq_len, dataclasses.replace(base, persist_attn_q_pairs=4), "x")
-    assert found == {("llama", 0, 2): None, ("llama", 1, 2): "1", ("llama", 2, 2): "2", ("llama", 3, 2): "3",
-                     ("llama", 1, 0): None, ("llama", 3, 0): None,
-                     ("qwen3", 0, 2): None, ("qwen3", 1, 2): None, ("qwen3", 2, 2): None, ("qwen3", 3, 2): None,
-                     ("qwen3", 1, 0): None, ("qwen3", 3, 0): None}
+    assert found == {("llama", 0, 2): "0", ("llama", 1, 2): "1", ("llama", 2, 2): "2", ("llama", 3, 2): "3",
+                     ("llama", 1, 0): "0", ("llama", 3, 0): "0",
+                     ("qwen3", 0, 2): "0", ("qwen3", 1, 2): "0", ("qwen3", 2, 2): "0", ("qwen3", 3, 2): "0",
+                     ("qwen3", 1, 0): "0", ("qwen3", 3, 0): "0"}
     llama = pipeline.run(kiec.load(str(tmp_path / "llama"), dtype="bf16").graph)
     head_dim = next(k.head_dim for k in llama.kernels if isinstance(k, AttentionKernel))
     assert {k: v for k, v in tables.items() if v} == {("llama", 3, 2): head_dim // 2}
@@ -621,7 +645,7 @@ def test_q_pairs_set_attentions_flag_only_where_they_apply(tmp_path):
                                                                                      theta=1234.0))
     text = emit_persistent(llama, "bf16", 1024, three, "x").files["model.cu"]
     assert "KIEC_ROPE_TABLE" not in text
-    assert {a.split(",")[-1].strip() for a in re.findall(r"attention_tile<([^>]*)>", text)} == {"2"}
+    assert {a["Q_PAIRS"] for a in attention_tile_args(text)} == {"2"}
 
 
 def test_q_pairs_normed_set_head_norm_attentions_flag_only_where_they_apply(tmp_path):
@@ -644,18 +668,17 @@ def test_q_pairs_normed_set_head_norm_attentions_flag_only_where_they_apply(tmp_
         model = kiec.load(str(tmp_path / f"{family}{head_dim}"), dtype="bf16")
         text = emit_persistent(pipeline.run(model.graph), "bf16", model.max_seq_len,
                                dataclasses.replace(base, **change), "x").files["model.cu"]
-        args = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")]
         table = re.search(r"#define KIEC_ROPE_TABLE (\d+)", text)
-        return (args[27] if len(args) > 27 else None), table and int(table.group(1)), text
+        return attention_tile_args(text)[0]["Q_PAIRS"], table and int(table.group(1)), text
 
     assert q_pairs("qwen3", 64)[:2] == ("3", 32)  # (the default: on)
-    assert q_pairs("qwen3", 64, persist_attn_q_pairs_normed=0)[:2] == (None, None)
+    assert q_pairs("qwen3", 64, persist_attn_q_pairs_normed=0)[:2] == ("0", None)
     assert q_pairs("qwen3", 128, persist_attn_q_pairs_normed=1)[:2] == ("3", 64)
     assert q_pairs("qwen3", 128, persist_attn_q_pairs_normed=1, persist_attn_q_pairs=2)[:2] == ("2", None)
-    assert q_pairs("qwen3", 128, persist_attn_q_pairs_normed=1, persist_attn_q_pairs=0)[:2] == (None, None)
-    assert q_pairs("qwen3", 32, persist_attn_q_pairs_normed=1)[:2] == (None, None)  # (32 wide: a lane, half a pair)
-    assert q_pairs("qwen3", 64, persist_attn_q_pairs_normed=1, persist_tag_waits=1)[:2] == (None, None)
-    assert q_pairs("qwen3", 64, persist_attn_q_pairs_normed=1, persist_tagged=0)[:2] == (None, None)
+    assert q_pairs("qwen3", 128, persist_attn_q_pairs_normed=1, persist_attn_q_pairs=0)[:2] == ("0", None)
+    assert q_pairs("qwen3", 32, persist_attn_q_pairs_normed=1)[:2] == ("0", None)  # (32 wide: a lane, half a pair)
+    assert q_pairs("qwen3", 64, persist_attn_q_pairs_normed=1, persist_tag_waits=1)[:2] == ("0", None)
+    assert q_pairs("qwen3", 64, persist_attn_q_pairs_normed=1, persist_tagged=0)[:2] == ("0", None)
     assert q_pairs("llama", 0, persist_attn_q_pairs_normed=0)[2] == q_pairs("llama", 0)[2]
 
 
@@ -712,7 +735,6 @@ def test_attention_pipeline_halves_the_keys_a_pass_and_sets_its_flag(tmp_path, t
     # persist_attn_pipeline: attention_tile's PIPE after TAGGED, U halved (two passes' rows in registers at once);
     # SOFTCAP false after them (a model without a logit softcap leaves tanhf out of the unrolled step)
     import dataclasses
-    import re
 
     from kiec.codegen.persistent import emit_persistent
     from kiec.codegen.targets import target
@@ -725,10 +747,11 @@ def test_attention_pipeline_halves_the_keys_a_pass_and_sets_its_flag(tmp_path, t
         t = dataclasses.replace(target("sm_90"), persist_attn_pipeline=pipe, persist_tagged=tagged,
                                 persist_attn_short_keys=0, persist_attn_lean=0, persist_attn_mma=0)
         text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
-        args[pipe] = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")]
-    assert int(args[1][8]) == int(args[0][8]) // 2  # U
-    assert args[1][10:13] == ["true" if tagged else "false", "true", "false"]  # TAGGED, PIPE, SOFTCAP
-    assert args[0][10:13] == ["true" if tagged else "false", "false", "false"]
+        args[pipe] = attention_tile_args(text)[0]
+    assert int(args[1]["U"]) == int(args[0]["U"]) // 2
+    on = "true" if tagged else "false"
+    assert (args[1]["TAGGED"], args[1]["PIPE"], args[1]["SOFTCAP"]) == (on, "true", "false")
+    assert (args[0]["TAGGED"], args[0]["PIPE"], args[0]["SOFTCAP"]) == (on, "false", "false")
     # with a softcap (Gemma-style; no frontend makes one yet), SOFTCAP keeps its default: tanhf stays
     from kiec.ir.passes.program import AttentionKernel
     capped = dataclasses.replace(program, kernels=[
@@ -737,14 +760,13 @@ def test_attention_pipeline_halves_the_keys_a_pass_and_sets_its_flag(tmp_path, t
     t = dataclasses.replace(target("sm_90"), persist_tagged=tagged, persist_attn_pipeline=0, persist_attn_short_keys=0,
                             persist_attn_lean=0, persist_attn_mma=0)
     text = emit_persistent(capped, "bf16", model.max_seq_len, t, "x").files["model.cu"]
-    capped_args = [a.strip() for a in re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")]
-    assert capped_args[10:11] == (["true"] if tagged else []) and capped_args[12:13] in ([], ["true"])  # (SOFTCAP)
+    capped_args = attention_tile_args(text)[0]
+    assert (capped_args["TAGGED"], capped_args["SOFTCAP"]) == (on, "true")
 
 
 def test_attention_keys_a_pass_can_be_set(tmp_path):
     # persist_attn_keys: attention's U (the step's unrolled keys) set instead of derived; halved with the pipeline
     import dataclasses
-    import re
 
     from kiec.codegen.persistent import emit_persistent
     from kiec.codegen.targets import target
@@ -759,15 +781,15 @@ def test_attention_keys_a_pass_can_be_set(tmp_path):
     def u(**change):
         t = dataclasses.replace(base, **change)
         text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
-        return int(re.search(r"attention_tile<([^>]*)>", text).group(1).split(",")[8])
+        return int(attention_tile_args(text)[0]["U"])
     assert (u(), u(persist_attn_keys=2), u(persist_attn_keys=2, persist_attn_pipeline=1)) == (8, 2, 1)
     # persist_attn_short_keys: U_SHORT after TAGGED, PIPE and SOFTCAP; none where it is not below U
     t = dataclasses.replace(base, persist_attn_short_keys=2)
     text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
-    assert re.search(r"attention_tile<([^>]*)>", text).group(1).split(", ")[10:] == ["false", "false", "false", "2"]
+    assert attention_tile_args(text)[0]["U_SHORT"] == "2"
     t = dataclasses.replace(base, persist_attn_short_keys=8)
     text = emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"]
-    assert re.search(r"attention_tile<([^>]*)>", text).group(1).split(", ")[10:] == ["false", "false", "false"]
+    assert attention_tile_args(text)[0]["U_SHORT"] == "0"
 
 
 def test_the_relaxed_signal_probe_moves_the_counter_without_the_release(tmp_path):
@@ -898,7 +920,7 @@ def test_tagged_pairs_take_the_silu_outputs_whose_readers_copy_them(tmp_path, mo
     # the output projection (K 256) and the down projection (K 384) read pairs; attention writes them (PAIRED, last)
     assert sorted((c[4], c[1]) for c in cases if len(c) >= 18 and c[17] == "true") == [("kiec::EPI_RESIDUAL", "256"),
                                                                                        ("kiec::EPI_RESIDUAL", "384")]
-    assert re.search(r"kiec::attention_tile<([^>]*)>", text).group(1).split(", ")[25] == "true"  # (PAIRED)
+    assert attention_tile_args(text)[0]["PAIRED"] == "true"
 
 
 def test_the_attention_idle_probe_sets_only_attentions_last_template_argument(tmp_path):
@@ -915,9 +937,9 @@ def test_the_attention_idle_probe_sets_only_attentions_last_template_argument(tm
     default = emit_persistent(program, "bf16", model.max_seq_len, base, "x").files["model.cu"]
     probe = emit_persistent(program, "bf16", model.max_seq_len,
                             dataclasses.replace(base, persist_probe_attention_idle=1), "x").files["model.cu"]
-    args = lambda text: re.search(r"attention_tile<([^>]*)>", text).group(1).split(", ")
-    assert len(args(probe)) >= 19 and args(probe)[18] == "true" and args(default)[18:19] in ([], ["false"])
-    assert args(probe)[:18] + args(probe)[19:] == args(default)[:18] + args(default)[19:]  # (IDLE alone differs)
+    (args_probe,), (args_default,) = attention_tile_args(probe), attention_tile_args(default)
+    assert (args_probe["IDLE"], args_default["IDLE"]) == ("true", "false")
+    assert {**args_probe, "IDLE": "false"} == args_default  # (IDLE alone differs)
     drop = lambda text: re.sub(r"attention_tile<[^>]*>", "", text)
     assert drop(probe) == drop(default)  # nothing else moves
     with open(os.path.join(INCLUDE_DIR, "kiec", "persistent.cuh")) as fh:
@@ -1001,8 +1023,7 @@ def test_consumer_merges_reach_both_cases_or_are_refused_by_name(tmp_path, monke
     src = emit_persistent(program, "bf16", model.max_seq_len, on, "x")
     text = src.files["model.cu"]
     splits = e.splits[attn[0].name]
-    args = [a.strip() for a in re.search(r"attention_tile<([^>]*)>\(u", text).group(1).split(",")]
-    assert args[26] == "2"  # (CONSUMER: Q_PAIRS follows it; that one was 2 too until the fifty-ninth session)
+    assert attention_tile_args(text)[0]["CONSUMER"] == "2"
     assert (f"kiec::ConsumerMerge<{attn[0].head_dim}, 2, {splits}, {on.attn_min_keys}, 2>>(u, ring" in text
             and "smem, nullptr, nullptr, A(d.a[2]), A(d.a[3]))" in text)
     assert "ConsumerMerge" not in emit_persistent(program, "bf16", model.max_seq_len, wide, "x").files["model.cu"]
@@ -1191,21 +1212,21 @@ def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path,
     # value other than 0, 16 or 32 is refused by name. The kernel builds (nvcc) with 16 rows a pass, heads 64 and 128
     # wide (64: with 2 passes in flight, their rows loaded beside q's)
     import dataclasses
-    import re
 
     from kiec.build import emit_sources
     from kiec.codegen import targets
 
-    def tile_args(name, family="llama", change=None, **shape):  # (the model, attention_tile's template arguments)
+    def tile_args(name, family="llama", change=None, **shape):  # (the model, its MMA_KEYS, MMA_AHEAD, MMA_FIRST)
         make_tiny_hf(tmp_path / name, family, **shape)
         model = kiec.load(str(tmp_path / name), dtype="bf16")
         t = dataclasses.replace(targets.TARGETS["sm_90"], **(change or dict(persist_attn_mma=16)))
         text = emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
-        return model, re.search(r"attention_tile<([^>]*)>", text).group(1).split(", ")
+        (args,) = attention_tile_args(text)
+        return model, (args["MMA_KEYS"], args["MMA_AHEAD"], args["MMA_FIRST"])
 
     def mma(name, family="llama", change=None, **shape):  # (the model, MMA_KEYS, MMA_AHEAD)
-        model, args = tile_args(name, family, change, **shape)
-        return model, int(args[22]) if len(args) > 22 else 0, int(args[23]) if len(args) > 23 else 1
+        model, (keys, ahead, _) = tile_args(name, family, change, **shape)
+        return model, int(keys), int(ahead)
 
     wide = dict(hidden_size=256, intermediate_size=384)
     model, keys, _ = mma("g2", **wide)
@@ -1227,8 +1248,8 @@ def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path,
         mma("bad", change=dict(persist_attn_mma=24), **wide)
     with pytest.raises(kiec.KiecError, match="persist_attn_mma_wide 8: rows a warp a pass"):
         mma("bad-wide", change=dict(persist_attn_mma_wide=8), **wide)
-    # persist_attn_mma_ahead: MMA_AHEAD, the 24th, where the tensor cores take heads 64 wide (1, the template's
-    # default, left out); heads 128 wide and the FMA passes keep 1; a value other than 1-3 is refused by name
+    # persist_attn_mma_ahead: MMA_AHEAD where the tensor cores take heads 64 wide (1, the template's default); heads
+    # 128 wide and the FMA passes keep 1; a value other than 1-3 is refused by name
     assert mma("ahead", change=dict(persist_attn_mma=16, persist_attn_mma_ahead=2), **wide)[1:] == (16, 2)
     assert mma("ahead1", change=dict(persist_attn_mma=16, persist_attn_mma_ahead=1), **wide)[2] == 1
     assert mma("ahead-off", change=dict(persist_attn_mma=0, persist_attn_mma_ahead=3), **wide)[2] == 1
@@ -1236,19 +1257,18 @@ def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path,
                **wide)[1:] == (16, 1)
     with pytest.raises(kiec.KiecError, match="persist_attn_mma_ahead 4: passes in flight"):
         mma("bad-ahead", change=dict(persist_attn_mma_ahead=4), **wide)
-    # persist_attn_mma_first: MMA_FIRST, the 25th, where the tensor cores take heads 64 wide (MMA_AHEAD written
-    # out before it, 1 too): 1 (beside q's words) or 2 (before the tile's wait); heads 128 wide (no passes in flight)
-    # and the FMA passes leave it out (written 0 where a later argument, qwen3's Q_PAIRS, is not its default); any other
-    # value is refused by name
+    # persist_attn_mma_first: MMA_FIRST where the tensor cores take heads 64 wide: 1 (beside q's words) or 2 (before
+    # the tile's wait); heads 128 wide (no passes in flight) and the FMA passes keep 0; any other value is refused by
+    # name
     first = dict(persist_attn_mma=16, persist_attn_mma_first=1)
-    assert tile_args("first", change=dict(first, persist_attn_mma_ahead=2), **wide)[1][22:25] == ["16", "2", "1"]
-    assert tile_args("first1", change=dict(first, persist_attn_mma_ahead=1), **wide)[1][22:25] == ["16", "1", "1"]
-    assert tile_args("first2", change=dict(first, persist_attn_mma_first=2), **wide)[1][22:25] == ["16", "2", "2"]
-    assert tile_args("first-off", change=dict(first, persist_attn_mma=0), **wide)[1][22:25] in ([], ["0", "1", "0"])
+    assert tile_args("first", change=dict(first, persist_attn_mma_ahead=2), **wide)[1] == ("16", "2", "1")
+    assert tile_args("first1", change=dict(first, persist_attn_mma_ahead=1), **wide)[1] == ("16", "1", "1")
+    assert tile_args("first2", change=dict(first, persist_attn_mma_first=2), **wide)[1] == ("16", "2", "2")
+    assert tile_args("first-off", change=dict(first, persist_attn_mma=0), **wide)[1] == ("0", "1", "0")
     assert tile_args("first-h128", "qwen3", change=first, head_dim=128, num_key_value_heads=1,
-                     **wide)[1][22:25] in (["16"], ["16", "1", "0"])
+                     **wide)[1] == ("16", "1", "0")
     assert tile_args("first2-h128", "qwen3", change=dict(first, persist_attn_mma_first=2), head_dim=128,
-                     num_key_value_heads=1, **wide)[1][22:25] in (["16"], ["16", "1", "0"])
+                     num_key_value_heads=1, **wide)[1] == ("16", "1", "0")
     with pytest.raises(kiec.KiecError, match="persist_attn_mma_first 3: 0, 1"):
         tile_args("bad-first", change=dict(first, persist_attn_mma_first=3), **wide)
     monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], persist_attn_mma=16,

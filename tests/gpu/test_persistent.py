@@ -11,6 +11,7 @@ import pytest
 
 import kiec
 from kiec.codegen import targets
+from kiec.codegen.persistent import attention_tile_args
 from kiec.sampling import SamplingParams
 from tests.gpu.test_engine import (budget_check, check_against_interpreter, greedy_alike, host_draws, stepped_greedy,
                                    stepped_logits)
@@ -53,13 +54,6 @@ def gemv_tiles(art) -> list[list[str]]:
     WARPS, NORM, EPI, BIAS, SEGS, DIRECT, TX, TY, TWICE, WNORM, BATCH, HALF, ...; those left out are their defaults)."""
     src = open(os.path.join(art, "src", "model.cu")).read()
     return [m.split(", ") for m in re.findall(r"kiec::gemv_tile<([^>]*)>", src)]
-
-
-def tile_args(tail: str, at: int, defaults: list[str]) -> list[str]:
-    """The template arguments from `at` on of a tile's call (its `<...>` text), as many as `defaults`: one that the
-    call leaves out (codegen's template_tail stops at the last that differs from its default) as its default there."""
-    args = tail.split(", ")
-    return [args[at + i] if at + i < len(args) else d for i, d in enumerate(defaults)]
 
 
 def load_tiny(tmp_path, family, **overrides):
@@ -329,9 +323,9 @@ def test_persistent_long_context_within_budget(tmp_path, request, family, window
     model, art = compile_tiny(tmp_path, family, max_position_embeddings=1024, **extra)
     if narrow:
         src = open(os.path.join(art, "src", "model.cu")).read()
-        tile = re.search(r"attention_tile<([^>]*)>", src).group(1).split(", ")
-        assert tile[9] == str(targets.TARGETS["sm_90"].persist_attn_min_keys_narrow) == "256", tile  # (MIN_KEYS)
-        assert tile[22:25] == ["16", "1", "2"], tile  # (MMA_KEYS, MMA_AHEAD, MMA_FIRST: smollm2-135m's)
+        (tile,) = attention_tile_args(src)
+        assert tile["MIN_KEYS"] == str(targets.TARGETS["sm_90"].persist_attn_min_keys_narrow) == "256", tile
+        assert (tile["MMA_KEYS"], tile["MMA_AHEAD"], tile["MMA_FIRST"]) == ("16", "1", "2"), tile  # (smollm2-135m's)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=600)
     budget_check(ours, r32, r16, f"{family} persistent (window {window}): logits over 600 positions")
     assert eng.generate(tokens[:280], 20) == stepped_greedy(eng, tokens[:280], 20)  # one launch, a launch a step
@@ -422,10 +416,10 @@ def test_combine_batch_computes_the_same_bits(tmp_path, monkeypatch, batch, tags
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_combine_batch=batch,
                                       persist_combine_staged=staged))
     src = {n: open(tmp_path / n / "src" / "model.cu").read() for n in ("base", "variant")}
-    attn = {n: re.search(r"attention_tile<([^>]*)>", t).group(1).split(", ") for n, t in src.items()}
-    assert "#define KIEC_COMBINE_BATCH" not in src["base"] and attn["base"][10] == ("true" if tags else "false")
+    attn = {n: attention_tile_args(t)[0] for n, t in src.items()}
+    assert "#define KIEC_COMBINE_BATCH" not in src["base"] and attn["base"]["TAGGED"] == ("true" if tags else "false")
     assert (f"#define KIEC_COMBINE_BATCH {batch}" in src["variant"]) == bool(batch)
-    assert (len(attn["variant"]) > 19 and attn["variant"][19] == "true") == bool(staged)  # (STAGED)
+    assert (attn["variant"]["STAGED"] == "true") == bool(staged)
     tokens = np.random.default_rng(9).integers(0, model.config.vocab_size, size=300).tolist()
     assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
     assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
@@ -468,9 +462,8 @@ def test_attention_early_pass_and_lean_compute_the_same_bits(tmp_path, monkeypat
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))  # (the FMA passes)
     narrow_or_wide(tmp_path, wide)
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, **{knob: 1}))
-    tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / "variant" / "src" / "model.cu").read()).group(1)
-    assert tail.split(", ")[{"persist_attn_early_pass": 20, "persist_attn_lean": 21}[knob]] == "true"  # (EARLY_PASS,
-    # LEAN)
+    tile = attention_tile_args(open(tmp_path / "variant" / "src" / "model.cu").read())[0]
+    assert tile[{"persist_attn_early_pass": "EARLY_PASS", "persist_attn_lean": "LEAN"}[knob]] == "true"
     tokens = np.random.default_rng(11).integers(0, model.config.vocab_size, size=600).tolist()
     assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
     assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
@@ -497,9 +490,8 @@ def test_attention_q_pairs_compute_the_same_bits(tmp_path, monkeypatch, family, 
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
     narrow_or_wide(tmp_path, wide)
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_q_pairs=pairs))
-    tails = {n: re.search(r"attention_tile<([^>]*)>", open(tmp_path / n / "src" / "model.cu").read()).group(1)
-             for n in ("base", "variant")}
-    assert tails["variant"].split(", ")[-1] == str(pairs) and tails["base"].count(",") < tails["variant"].count(",")
+    tiles = {n: attention_tile_args(open(tmp_path / n / "src" / "model.cu").read())[0] for n in ("base", "variant")}
+    assert (tiles["base"]["Q_PAIRS"], tiles["variant"]["Q_PAIRS"]) == ("0", str(pairs))
     assert ("#define KIEC_ROPE_TABLE" in open(tmp_path / "variant" / "src" / "model.cu").read()) == (pairs == 3)
     tokens = np.random.default_rng(13).integers(0, model.config.vocab_size, size=600).tolist()
     assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
@@ -522,9 +514,8 @@ def test_attention_q_pairs_normed_compute_the_same_bits(tmp_path, monkeypatch, h
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
     narrow_or_wide(tmp_path, True)
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_q_pairs_normed=1))
-    tails = {n: re.search(r"attention_tile<([^>]*)>", open(tmp_path / n / "src" / "model.cu").read()).group(1)
-             for n in ("base", "variant")}
-    assert tails["variant"].split(", ")[-1] == str(pairs) and tails["base"].count(",") < tails["variant"].count(",")
+    tiles = {n: attention_tile_args(open(tmp_path / n / "src" / "model.cu").read())[0] for n in ("base", "variant")}
+    assert (tiles["base"]["Q_PAIRS"], tiles["variant"]["Q_PAIRS"]) == ("0", str(pairs))
     assert ("#define KIEC_ROPE_TABLE" in open(tmp_path / "variant" / "src" / "model.cu").read()) == (pairs == 3)
     tokens = np.random.default_rng(17).integers(0, model.config.vocab_size, size=600).tolist()
     assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
@@ -556,8 +547,7 @@ def test_attention_on_tensor_cores_within_budget_of_the_fma_passes(tmp_path, mon
     narrow_or_wide(tmp_path, wide)
     art = compile_variant(model, tmp_path, monkeypatch, persist_attn_mma=keys, persist_attn_mma_wide=keys,
                           persist_attn_mma_wide_min_group=2)  # (qwen3's 2 heads a KV head too)
-    tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / "variant" / "src" / "model.cu").read()).group(1)
-    assert tail.split(", ")[22] == str(keys)  # (MMA_KEYS)
+    assert attention_tile_args(open(tmp_path / "variant" / "src" / "model.cu").read())[0]["MMA_KEYS"] == str(keys)
     eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=600)
     budget_check(ours, r32, r16, f"persist_attn_mma={keys} {family}: logits over 600 positions")
     fma = stepped_logits(base, tokens)
@@ -580,9 +570,9 @@ def test_attention_on_tensor_cores_ahead_computes_the_same_bits(tmp_path, monkey
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=min_keys,
                                        persist_attn_mma=16, persist_attn_mma_ahead=1))
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_mma_ahead=ahead))
-    for name, want in [("base", ["16", "1"]), ("variant", ["16", str(ahead)])]:  # (MMA_KEYS, MMA_AHEAD)
-        tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / name / "src" / "model.cu").read()).group(1)
-        assert tile_args(tail, 22, ["0", "1"]) == want, name
+    for name, want in [("base", ("16", "1")), ("variant", ("16", str(ahead)))]:
+        tile = attention_tile_args(open(tmp_path / name / "src" / "model.cu").read())[0]
+        assert (tile["MMA_KEYS"], tile["MMA_AHEAD"]) == want, name
     tokens = np.random.default_rng(12).integers(0, model.config.vocab_size, size=600).tolist()
     assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
     assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
@@ -612,9 +602,9 @@ def test_attention_on_tensor_cores_first_rows_beside_q_compute_the_same_bits(tmp
                                        persist_attn_mma_first_narrow=0))
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_mma_first=first,
                                       persist_attn_mma_first_narrow=first))
-    for name, want in [("base", ["0"]), ("variant", [str(first)])]:  # (MMA_FIRST, the 25th)
-        tail = re.search(r"attention_tile<([^>]*)>", open(tmp_path / name / "src" / "model.cu").read()).group(1)
-        assert tail.split(", ")[22] == "16" and tile_args(tail, 24, ["0"]) == want, name
+    for name, want in [("base", ("16", "0")), ("variant", ("16", str(first)))]:
+        tile = attention_tile_args(open(tmp_path / name / "src" / "model.cu").read())[0]
+        assert (tile["MMA_KEYS"], tile["MMA_FIRST"]) == want, name
     tokens = np.random.default_rng(13).integers(0, model.config.vocab_size, size=600).tolist()
     assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
     assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
@@ -735,8 +725,8 @@ def test_tagged_pairs_within_budget_and_greedy_alike(tmp_path, monkeypatch, fami
     paired_x = sorted(int(c[1]) for c in cases if len(c) >= 18 and c[4] == "kiec::EPI_RESIDUAL" and c[17] == "true")
     attn_width = model.config.num_heads * model.config.head_dim  # (the output projection's K; qwen3's heads are 32)
     assert paired_x == sorted([inter] + ([attn_width] if level == 2 else [])), cases
-    attention = re.findall(r"kiec::attention_tile<([^>]*)>", text)[0].split(", ")
-    assert (len(attention) > 25 and attention[25] == "true") == (level == 2), attention  # (PAIRED)
+    attention = attention_tile_args(text)[0]
+    assert (attention["PAIRED"] == "true") == (level == 2), attention
     eng, ours, r32, r16, tokens = check_against_interpreter(model, variant, positions=24)
     budget_check(ours, r32, r16, f"{family} persistent, tagged pairs: logits over 24 positions")
     prompt = tokens[:5]
