@@ -90,10 +90,11 @@ class TargetParams:
     # read after the wait from a table of the step's coefficients each SM makes at the step's start, where the
     # attentions it applies to share one rope (attention_rows.cuh: RopeTable; else 2)
     persist_attn_q_pairs: int
-    # persistent: 1: persist_attn_q_pairs where q and k have head norms too (qwen3), not interleaved, heads a multiple of
-    # 64 wide, fewer query heads a KV head than warps and no tag waits: a warp takes a whole head (warp h query head h,
-    # warp GROUP the new key and value), norms and rotates it in its registers: one block barrier between q's words
-    # and the keys instead of four (attention.cuh: attention_slice's Q_PAIRS with QK_NORM; the same bits)
+    # persistent: 1: persist_attn_q_pairs where q and k have head norms too (qwen3), not interleaved, heads a
+    # multiple of 64 wide, fewer query heads a KV head than warps and no tag waits: a warp takes a whole head (warp h
+    # query head h, warp GROUP the new key and value), norms and rotates it in its registers: one block barrier
+    # between q's words and the keys instead of four (attention.cuh: attention_slice's Q_PAIRS with QK_NORM; the same
+    # bits)
     persist_attn_q_pairs_normed: int
     # persistent: > 0: while at most this many splits of a KV head are in use, the one holding the position's row
     # (the last) merges them, their partials read as tagged words and its own kept on chip; the others only store
@@ -611,12 +612,14 @@ TARGETS: dict[str, TargetParams] = {
                           # rest. 3 (read from the table each SM makes at the step's start): smollm2-135m 0.327 /
                           # 0.327 vs 0.330 / 0.330 (-1.0%) and, the other order, 0.329 / 0.327 vs 0.332 / 0.332
                           # (-1.1%), at 8192 -0.2%; llama-3.2-1b +0.1% (a build with one ring page fewer, 11, than
-                          # its default kernel's; fifty-ninth session, one H100). So 3 (not qwen3: head norms)
+                          # its default kernel's; fifty-ninth session, one H100). So 3 (qwen3, with head norms: the
+                          # next field)
                           persist_attn_q_pairs=3,
-                          # with head norms (qwen3-1.7b: a warp a head), sixtieth session, one H100 (variants.py, ms, two
-                          # rounds, logits over 8 steps identical): 1.183 / 1.185 vs 1.191 / 1.192 (-0.6%), at 8192
-                          # 1.647 / 1.646 vs 1.658 / 1.652 (-0.5%), traced builds -0.6%; traced at 64 the split's q,
-                          # norms, rotation and new row 0.80 us vs 1.26, its keys 1.13 vs 0.91. Not timed on an H200. 1
+                          # with head norms (qwen3-1.7b: a warp a head), sixtieth session, one H100 (variants.py, ms,
+                          # two rounds, logits over 8 steps identical): 1.183 / 1.185 vs 1.191 / 1.192 (-0.6%), at
+                          # 8192 1.647 / 1.646 vs 1.658 / 1.652 (-0.5%), traced builds -0.6%; traced at 64 the split's
+                          # q, norms, rotation and new row 0.80 us vs 1.26, its keys 1.13 vs 0.91. Not timed on an
+                          # H200. 1
                           persist_attn_q_pairs_normed=1,
                           # the split that arrived last merged: its partial stored, its arrival's acq_rel add (the
                           # stores' acknowledgement, then the add's round trip), the partials loaded, the output stored

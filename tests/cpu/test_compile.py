@@ -568,7 +568,8 @@ def test_early_rope_and_kv_first_set_their_flags_after_the_short_pass(tmp_path):
         a = attention_tile_args(text)[0]
         args[early, first, short] = a["U_SHORT"], a["EARLY_ROPE"], a["KV_FIRST"]
     assert args == {(0, 0, 2): ("2", "false", "false"), (1, 0, 2): ("2", "true", "false"),
-                    (0, 1, 2): ("2", "false", "true"), (1, 1, 2): ("2", "true", "true"), (0, 1, 0): ("0", "false", "false")}
+                    (0, 1, 2): ("2", "false", "true"), (1, 1, 2): ("2", "true", "true"),
+                    (0, 1, 0): ("0", "false", "false")}
 
 
 def test_attention_tiles_parameters_are_named_as_persistent_cuh_declares_them(tmp_path):

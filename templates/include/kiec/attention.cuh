@@ -154,9 +154,9 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
         }
       }
     }
-  } else if constexpr (Q_PAIRS) {  // every word loaded at once, each stale one again; each pair rotated in registers with
-    // rope's coefficients (the tile's: made before its wait, with persist_attn_q_pairs 2 after it, with 3 read after
-    // it from the step's table), stored rotated; the new row written to the cache from here too
+  } else if constexpr (Q_PAIRS) {  // every word loaded at once, each stale one again; each pair rotated in registers
+    // with rope's coefficients (the tile's: made before its wait, with persist_attn_q_pairs 2 after it, with 3 read
+    // after it from the step's table), stored rotated; the new row written to the cache from here too
     using Words = QkvPairs<HEAD_DIM, GROUP, WARPS, INTERLEAVED>;
     using Rope = RopeCoeffs<ROTARY, GROUP, WARPS * 32>;
     constexpr int QI = Words::QI;
