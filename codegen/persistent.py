@@ -7,7 +7,6 @@ the register file where one per layer did not (ptxas spilled the weight register
 """
 from __future__ import annotations
 
-import re
 import struct
 
 from kiec.errors import ModeUnsupported  # a model this mode cannot build (graph mode may): kiec.compile falls back
@@ -46,7 +45,7 @@ def ring_head_bytes(stages: int) -> int:
 
 # attention_tile's template parameters (persistent.cuh), in order: the ten every call writes, then the tail's, each
 # with its default there (persistent.cuh declares them; tests/cpu/test_compile.py checks the two agree). The emitter
-# names each value it passes, and tests read a call's arguments by these names (attention_tile_args), not by place
+# names each value it passes, and tests read a call's arguments by these names (tests/tiles.py), not by place
 ATTENTION_TILE_HEAD = ("T", "HEAD_DIM", "GROUP", "ROTARY", "INTERLEAVED", "QK_NORM", "WARPS", "SPLITS", "U",
                        "MIN_KEYS")
 ATTENTION_TILE_TAIL = (("TAGGED", False), ("PIPE", False), ("SOFTCAP", True), ("U_SHORT", 0), ("EARLY_ROPE", False),
@@ -58,20 +57,6 @@ ATTENTION_TILE_TAIL = (("TAGGED", False), ("PIPE", False), ("SOFTCAP", True), ("
 def template_value(v) -> str:
     """A template argument as generated source writes it (bools as true / false)."""
     return str(v).lower() if isinstance(v, bool) else str(v)
-
-
-def attention_tile_args(text: str) -> list[dict[str, str]]:
-    """Each kiec::attention_tile call's template arguments in generated source, by parameter name, as written
-    ("true", "16"); those its call leaves out (template_tail) at their defaults."""
-    out, names = [], ATTENTION_TILE_HEAD + tuple(n for n, _ in ATTENTION_TILE_TAIL)
-    defaults = [None] * len(ATTENTION_TILE_HEAD) + [template_value(d) for _, d in ATTENTION_TILE_TAIL]
-    for call in re.findall(r"kiec::attention_tile<([^>]*)>", text):
-        args = [a.strip() for a in call.split(",")]
-        if not len(ATTENTION_TILE_HEAD) <= len(args) <= len(names):
-            raise ValueError(f"attention_tile<{call}>: {len(args)} template arguments, not {len(ATTENTION_TILE_HEAD)} "
-                             f"to {len(names)}")
-        out.append({n: args[i] if i < len(args) else defaults[i] for i, n in enumerate(names)})
-    return out
 
 
 def template_tail(values: list, defaults: list) -> str:
@@ -285,7 +270,7 @@ class _PersistentEmitter(PersistentRules, _Emitter):
         if self.tagged(k.qkv) != self.tagged(a.out):
             raise ValueError(f"{k.name}: its input and output are tagged alike or not at all (tag_plan)")
         short = t.persist_attn_short_keys if 0 < t.persist_attn_short_keys < keys else 0
-        mma = self.mma_keys(k)
+        mma, q_pairs = self.mma_keys(k), self.q_pairs(k)
         tail = dict(TAGGED=self.tagged(k.qkv), PIPE=bool(t.persist_attn_pipeline), SOFTCAP=bool(a.softcap > 0),
                     U_SHORT=short, EARLY_ROPE=bool(t.persist_attn_early_rope),
                     KV_FIRST=bool(t.persist_attn_kv_first and short), OWNER_MAX=t.persist_attn_owner_merges,
@@ -294,7 +279,7 @@ class _PersistentEmitter(PersistentRules, _Emitter):
                     LEAN=bool(t.persist_attn_lean), MMA_KEYS=mma,
                     MMA_AHEAD=t.persist_attn_mma_ahead if mma and k.head_dim == 64 else 1,
                     MMA_FIRST=t.persist_attn_mma_first if mma and k.head_dim == 64 else 0,
-                    PAIRED=a.out in self.paired, CONSUMER=self.consumer_merges, Q_PAIRS=self.q_pairs(k))
+                    PAIRED=a.out in self.paired, CONSUMER=self.consumer_merges, Q_PAIRS=q_pairs)
         assert list(tail) == [n for n, _ in ATTENTION_TILE_TAIL], "attention_tile's tail: every parameter, in order"
         tmpl += template_tail(list(tail.values()), [d for _, d in ATTENTION_TILE_TAIL])
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "
@@ -308,7 +293,7 @@ class _PersistentEmitter(PersistentRules, _Emitter):
                       self._w(k.k_norm and k.k_norm.weight)),
                    a=(self.arena[k.qkv], self.arena[partials(k) + ".o"], self.arena[partials(k) + ".ml"],
                       self.arena[a.out]))
-        if self.q_pairs(k) == 3:  # (every such attention shares the one table: rope_table_pairs)
+        if q_pairs == 3:  # (every such attention shares the one table: rope_table_pairs)
             self.rope_table = dict(pairs=self.rope_table_pairs(), offset=f_off)
         self.arrivals += k.kv_heads
         self.smem = max(self.smem, self.attention_smem(k))

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 import kiec
 from kiec import build
 from kiec.cli import main
-from kiec.codegen.persistent import attention_tile_args
 from kiec.ir.text import parse_graph
+from tests.tiles import attention_tile_args
 from tests.tiny_hf import make_tiny_hf
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")

@@ -11,11 +11,11 @@ import pytest
 
 import kiec
 from kiec.codegen import targets
-from kiec.codegen.persistent import attention_tile_args
 from kiec.sampling import SamplingParams
 from tests.gpu.test_engine import (budget_check, check_against_interpreter, greedy_alike, host_draws, stepped_greedy,
                                    stepped_logits)
 from tests import table
+from tests.tiles import attention_tile_args
 from tests.tiny_hf import make_tiny_hf
 
 pytestmark = pytest.mark.gpu
@@ -469,11 +469,13 @@ def test_attention_early_pass_and_lean_compute_the_same_bits(tmp_path, monkeypat
     assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
 
 
-@pytest.mark.parametrize("family,window,min_keys,wide,mma", [
-    ("llama3-scaled", None, 8, True, 16), ("mistral", 200, 128, True, 16), ("llama", None, 64, True, 0),
-    pytest.param("llama", None, 8, False, 16, marks=NARROW)])
+@pytest.mark.parametrize("family,window,min_keys,wide,mma,head_dim", [
+    ("llama3-scaled", None, 8, True, 16, None), ("mistral", 200, 128, True, 16, None),
+    ("llama", None, 64, True, 0, None), pytest.param("llama", None, 8, False, 16, None, marks=NARROW),
+    ("qwen3", None, 8, True, 16, 64), ("qwen3", None, 8, True, 0, 128)])
 @pytest.mark.parametrize("pairs", [1, 2, 3])
-def test_attention_q_pairs_compute_the_same_bits(tmp_path, monkeypatch, family, window, min_keys, wide, mma, pairs):
+def test_attention_q_pairs_compute_the_same_bits(tmp_path, monkeypatch, family, window, min_keys, wide, mma, head_dim,
+                                                 pairs):
     # persist_attn_q_pairs: q's and the new k's words taken a rotation pair a thread, rotated in registers with the
     # coefficients made before the wait, the new row written to the cache by those threads, one block barrier where
     # there were three. 600 positions: with 8 keys a split at least, many splits a head rotate q and the one holding
@@ -482,11 +484,14 @@ def test_attention_q_pairs_compute_the_same_bits(tmp_path, monkeypatch, family, 
     # the words loaded after the wait) and narrow (tag waits: loaded before it, QkvPairs through `pre`). Every
     # logit the same bits as without, step by step and in one launch; 2: the rotation's coefficients made after the
     # wait from frequencies loaded before it; 3: read after the wait from the table each SM makes at a step's start
-    # (RopeTable; llama3's scaled frequencies in it too)
-    extra = {"sliding_window": window} if window else {}
+    # (RopeTable; llama3's scaled frequencies in it too). qwen3 (persist_attn_q_pairs_normed: q and k head norms, a
+    # warp a head norming and rotating it in registers, the new key's warp writing the new row, one block barrier
+    # where there were four), heads 64 wide on the tensor cores and 128 wide on the FMA passes
+    extra = dict({"sliding_window": window} if window else {}, **{"head_dim": head_dim} if head_dim else {})
     model = load_tiny(tmp_path, family, max_position_embeddings=1024, hidden_size=256, intermediate_size=384, **extra)
     fields = dict(WIDE_FIELDS if wide else {}, attn_min_keys=min_keys, persist_attn_min_keys_narrow=min_keys,
-                  persist_attn_mma=mma, persist_attn_q_pairs=0)
+                  persist_attn_mma=mma, persist_attn_mma_wide=mma, persist_attn_q_pairs=0,
+                  persist_attn_q_pairs_normed=1)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
     narrow_or_wide(tmp_path, wide)
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_q_pairs=pairs))
@@ -494,30 +499,6 @@ def test_attention_q_pairs_compute_the_same_bits(tmp_path, monkeypatch, family, 
     assert (tiles["base"]["Q_PAIRS"], tiles["variant"]["Q_PAIRS"]) == ("0", str(pairs))
     assert ("#define KIEC_ROPE_TABLE" in open(tmp_path / "variant" / "src" / "model.cu").read()) == (pairs == 3)
     tokens = np.random.default_rng(13).integers(0, model.config.vocab_size, size=600).tolist()
-    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
-    assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
-
-
-@pytest.mark.parametrize("head_dim,mma", [(64, 16), (128, 0)])
-@pytest.mark.parametrize("pairs", [1, 2, 3])
-def test_attention_q_pairs_normed_compute_the_same_bits(tmp_path, monkeypatch, head_dim, mma, pairs):
-    # persist_attn_q_pairs_normed: qwen3's attention (q and k head norms) a warp a head, each warp norming and
-    # rotating its head in registers, the new key's warp writing the new row, one block barrier where there were
-    # four. A wide model (tags, no tag waits), 8 keys a split at least over 600 positions (many splits a head; the one
-    # holding the new row moves as the context grows), heads 64 wide on the tensor cores and 128 wide on the FMA
-    # passes; the rotation's coefficients made before the wait (1), after it (2), read from the step's table (3).
-    # Every logit the same bits as without, step by step and in one launch
-    model = load_tiny(tmp_path, "qwen3", max_position_embeddings=1024, hidden_size=256, intermediate_size=384,
-                      head_dim=head_dim)
-    fields = dict(WIDE_FIELDS, attn_min_keys=8, persist_attn_mma=mma, persist_attn_mma_wide=mma,
-                  persist_attn_q_pairs=pairs, persist_attn_q_pairs_normed=0)
-    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
-    narrow_or_wide(tmp_path, True)
-    eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_q_pairs_normed=1))
-    tiles = {n: attention_tile_args(open(tmp_path / n / "src" / "model.cu").read())[0] for n in ("base", "variant")}
-    assert (tiles["base"]["Q_PAIRS"], tiles["variant"]["Q_PAIRS"]) == ("0", str(pairs))
-    assert ("#define KIEC_ROPE_TABLE" in open(tmp_path / "variant" / "src" / "model.cu").read()) == (pairs == 3)
-    tokens = np.random.default_rng(17).integers(0, model.config.vocab_size, size=600).tolist()
     assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
     assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
 

@@ -107,7 +107,7 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
     // to the cache from there too. The tile loads no words before its wait here (persistent.cuh asserts it).
     static_assert(std::is_same_v<Rope, HeadPairsRope<HEAD_DIM>>, "a lane's pairs' coefficients (HeadPairsRope)");
     static_assert(GROUP < WARPS, "a warp for each query head and one for the new key");
-    constexpr int E = HEAD_DIM / 32, J = Rope::J;
+    constexpr int E = HEAD_DIM / 32;
     const bool q_warp = warp < GROUP, kv_warp = warp == GROUP && owns_pos, mine = q_warp || kv_warp;
     const int w0 = q_warp ? (g * GROUP + warp) * HEAD_DIM : (nq + g) * HEAD_DIM, v0 = (nq + kv_heads + g) * HEAD_DIM;
     const T* nw = q_warp ? q_norm_w : k_norm_w;
@@ -137,9 +137,7 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
       const float norm = rsqrtf(warp_sum(ss) / HEAD_DIM + norm_eps);
 #pragma unroll
       for (int e = 0; e < E; ++e) x[e] = x[e] * norm * gain[e];
-#pragma unroll
-      for (int j = 0; j < J; ++j)
-        RopeCoeffs<ROTARY, GROUP, WARPS * 32>::rotate(x[j], x[j + J], rope->s[j], rope->c[j], x[j], x[j + J]);
+      rope->turn(x);
 #pragma unroll
       for (int e = 0; e < E; ++e) {
         const int i = lane + 32 * e;

@@ -29,6 +29,12 @@ __device__ __forceinline__ void rope_inplace(float* v, int heads, int stride, co
   }
 }
 
+// pair (x, y) turned by the angle whose sine and cosine are s and c, as rope_inplace turns it
+__device__ __forceinline__ void rotate_pair(float x, float y, float s, float c, float& a, float& b) {
+  a = x * c - y * s;
+  b = y * c + x * s;
+}
+
 // rope_inplace's rotation coefficients for this thread's items (the GROUP query heads' pairs, then the new key's),
 // computed ahead: they depend on the position alone, so persistent mode's attention tile makes them before it waits
 // for its inputs (persist_attn_early_rope), taking inv_freq's load and sincosf off the chain. apply() rotates as
@@ -88,10 +94,8 @@ struct RopeCoeffs {
     ks = tid < PAIRS ? table.s[tid] : 0.f;
     kc = tid < PAIRS ? table.c[tid] : 0.f;
   }
-  // pair (x, y) turned by the angle whose sine and cosine are s and c, as rope_inplace turns it
   __device__ __forceinline__ static void rotate(float x, float y, float s, float c, float& a, float& b) {
-    a = x * c - y * s;
-    b = y * c + x * s;
+    rotate_pair(x, y, s, c, a, b);
   }
   template <bool INTERLEAVED>
   __device__ __forceinline__ static void turn(float* hv, int i, float s, float c) {
@@ -121,9 +125,9 @@ struct HeadPairsRope {
   static_assert(HEAD_DIM % 64 == 0, "a lane holds whole pairs: heads a multiple of 64 wide");
   float s[J], c[J];
   __device__ __forceinline__ static int pair(int j) { return (int)(threadIdx.x & 31) + 32 * j; }
-  __device__ __forceinline__ void compute(const float* inv_freq, int pos) {
-#pragma unroll
-    for (int j = 0; j < J; ++j) sincosf(static_cast<float>(pos) * inv_freq[pair(j)], &s[j], &c[j]);
+  __device__ __forceinline__ void compute(const float* inv_freq, int pos) {  // (before the wait: 1)
+    load_freqs(inv_freq);
+    finish(pos);
   }
   __device__ __forceinline__ void load_freqs(const float* inv_freq) {  // (before the wait: persist_attn_q_pairs 2)
 #pragma unroll
@@ -144,6 +148,11 @@ struct HeadPairsRope {
       s[j] = table.s[pair(j)];
       c[j] = table.c[pair(j)];
     }
+  }
+  // the lane's dims of a head (x[e]: dim lane + 32 e), each pair (j, j + J) turned
+  __device__ __forceinline__ void turn(float (&x)[2 * J]) const {
+#pragma unroll
+    for (int j = 0; j < J; ++j) rotate_pair(x[j], x[j + J], s[j], c[j], x[j], x[j + J]);
   }
 };
 
