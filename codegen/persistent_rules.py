@@ -383,7 +383,7 @@ class PersistentRules:
 
     def page_pace(self) -> int:
         """The paced stream's pace: persist_page_pace_ns (0: unpaced), or persist_page_pace_fma_ns instead where some
-        attention keeps its FMA passes (targets.py says what was measured)."""
+        attention keeps its FMA passes (codegen/TUNING.md says what was measured)."""
         pace = self.t.persist_page_pace_ns
         fma = pace > 0 and self.t.persist_page_pace_fma_ns > 0 and any(self.mma_keys(k) == 0 for k in self.attn)
         return self.t.persist_page_pace_fma_ns if fma else pace

@@ -44,7 +44,7 @@ class TargetParams:
     persist_page_pace_ns: int  # persistent: > 0: the weight stream copies a page at most every this many ns
     # persistent: > 0: that pace instead of a nonzero persist_page_pace_ns where some attention keeps its FMA passes
     # (no tensor-core passes: codegen/persistent.py's mma_keys 0): a stand-in that tells qwen3-1.7b from the llama
-    # models, not a cause (the table's comment says what was measured)
+    # models, not a cause (codegen/TUNING.md says what was measured)
     persist_page_pace_fma_ns: int
     # persistent: paces of their own for some kinds of GEMV's pages, "kind:ns+kind:ns..." (no "=" or ",": a field's
     # value in scripts/variants.py's lists) with kinds qkv, o (the output projection), gate_up, down and head (the LM
@@ -299,21 +299,12 @@ class TargetParams:
     # tensor cores' order). A tied LM head gets its own copy of the table (the embedding reads rows). "": none. The
     # share rule (persist_mma_share_excess) takes every kind down to o, gate_up, down and head on llama-3.2-1b; all
     # five on qwen3-1.7b; qkv, o, gate_up and head on llama-3.1-8b (its down projection copies x a warp at a time);
-    # none on smollm2-135m. Same-run A/B against the FMA tile
-    # (scripts/variants.py; H100s only, no H200 lent; bench/RESULTS.md): fifty-second session at fbcb390
-    # llama-3.2-1b -1.5% (0.829 vs 0.843 / 0.840 ms), qwen3-1.7b -1.4%, llama-3.2-1b at 8192 -1.1%; fifty-third
-    # llama-3.2-1b -0.1% and +0.0%, qwen3-1.7b -1.0% and -1.4%, at 8192 -1.2% and -1.4%, llama-3.1-8b +0.1% and -0.1%
-    # (and +0.1% at 6a46f2b); earlier builds: llama-3.2-1b's QKV on it +1.0% (192 blocks over 132 SMs: 32 rows
-    # against 24), smollm2-135m's down projection (36 blocks) +2.9%, hence the share rule. The logits within
-    # the budget against the interpreter and the FMA build, graph mode's greedy tokens (tests/gpu/test_persistent.py:
-    # shares of 16 blocks too) and compute-sanitizer clean (memcheck, racecheck, synccheck: scripts/tiny_model.py
-    # mma=1) since the fifty-third session's block sums meet at a barrier (8c4be8f). Default since then
+    # none on smollm2-135m. On by default since the fifty-third session: -1.5% to +0.1% against the FMA tile on
+    # H100s, the logits within the budget, compute-sanitizer clean (codegen/TUNING.md)
     persist_mma_rows: str = "qkv+o+gate_up+down+head"
     # persistent: persist_mma_rows only for the GEMVs whose largest share in whole 16-row blocks is at most this many
-    # percent above their largest share dealt by the row (llama-3.2-1b's QKV: 32 rows against 24, +33%; its other
-    # GEMVs and qwen3-1.7b's, llama-3.1-8b's: 0-2%). llama-3.2-1b's QKV on the tensor cores anyway (40) measured
-    # +2.1% on an H100 (traced builds; its slowest tiles, with 32 rows, end 1.1 us later), and in 8-row blocks dealt
-    # evenly +0.8-1.0% (b56073e, taken out): fifty-fourth session, bench/RESULTS.md
+    # percent above their largest share dealt by the row (llama-3.2-1b's QKV: 32 rows against 24, +33%, slower on
+    # the tensor cores; codegen/TUNING.md)
     persist_mma_share_excess: int = 5
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
@@ -342,620 +333,147 @@ class TargetParams:
 TARGETS: dict[str, TargetParams] = {
     # H100/H200: 132 SMs; 4 warps x 2 rows per pass, 16 16-byte loads per lane in flight (gemv.cuh)
     # 8 MB of prefetch covers ~2 us of launch gap at 4.6 TB/s and fits the 50 MB L2 with room to spare
+    # why each value, briefly, above it; the measurements behind it: codegen/TUNING.md (a section a line, in order)
     "sm_90": TargetParams(arch="sm_90", sms=132, gemv_warps=4, gemv_rows=2, gemv_blocks_per_sm=8, gemv_min_blocks=4,
                           gemv_early_loads=1,
-                          # attn_min_keys (persistent, with the tensor-core passes; thirty-first session at 12a969c,
-                          # ms, two rounds, bench/RESULTS.md): 256 smollm2-135m 0.466-0.468 vs 0.469-0.471, llama-3.2-1b
-                          # 0.722-0.726 vs 0.726-0.728, llama-3.1-8b 3.856 vs 3.865-3.869, but qwen3-1.7b (FMA passes)
-                          # 1.142 vs 1.112-1.115; 512 smollm2-135m 0.466, 1B 0.723-0.724; 128 at noise. Means over
-                          # the bench's positions 32-288 only, each with a higher p90 (smollm2 0.486-0.489 vs 0.473:
-                          # one split walking 250+ keys is slower than five and their merge), and at 1024-4096 keys
-                          # 256 would halve the splits in use (not timed); llama-3.2-1b at 8192: 256 0.790 / 0.790 vs
-                          # 0.789 / 0.790 (forty-third session). So 64
+                          # 64: 256 won 0.3-0.7% on the tensor-core models' short contexts but lost 2.6% on qwen3-1.7b
+                          # and raised every p90
                           attn_warps=8, attn_blocks=132, attn_keys=8, attn_min_keys=64,
-                          # graph mode's attention at 8192: 16.8 MB in the 10.9 us more than at 32, 1.5 TB/s (a
-                          # latency-bound pass or two a split); asking L2 ahead: graph mode not yet run. Persistent,
-                          # llama-3.2-1b at 8192 (2026-12-01 seventeenth session, ms, two rounds, bench/RESULTS.md):
-                          # 1 (each split before its wait) 0.935 / 0.937, 2 (the weight stream) 0.904 / 0.904 vs
-                          # 0.899 / 0.900. Off
+                          # asking L2 for a split's rows ahead was slower at 8192, either way
                           attn_l2_prefetch=0,
                           gencode="-gencode=arch=compute_90a,code=sm_90a",
                           prefetch_bytes=8 << 20,
-                          # persistent: a ring of up to 12 x 16 KB pages per SM in flight (arithmetic: at a 4.6 TB/s
-                          # ceiling, 35 GB/s an SM, 192 KB is 5.6 us of it, 25 MB over the GPU)
-                          # A/B on llama-3.2-1b, 2026-11-30 at 94a9075 (bench/RESULTS.md): asking L2 for 128 or
-                          # 256 KB past the ring 0.839 / 0.838 ms vs 0.840 (noise: off; bench/l2_prefetch.cu asks
-                          # why); looking at the stop position every 64 polls, not each, 0.829 vs 0.840 ms
-                          # A/B, 2026-11-30 third session (bench/RESULTS.md), llama-3.2-1b 0.822 ms by default: at
-                          # most 2 / 4 / 6 pages in flight 0.858 / 0.854 / 0.854; 8 warp sums batched 0.833; early
-                          # K/V 0.816-0.820; counters released by a signalling thread 0.818 (smollm2-135m: 0.589 vs
-                          # 0.572, slower); so all off. Fourth session at 9cd28d0: one split signalling alone 0.824-
-                          # 0.828 vs 0.822; the output projection merging the splits 0.887 (smollm2 0.605 vs 0.570,
-                          # 1B at 8192 1.19 vs 1.03); cache rows through the ring 1.050 vs 1.034 at 8192. Early
-                          # K/V, these three, the in-flight bound and the signalling thread were taken out (their
-                          # code: git log -S persist_attn_ / -S persist_signal_slots / -S persist_inflight_pages);
-                          # batched warp sums stay a knob (gemv_compute.cu measures with it). 12 compute warps on
-                          # smollm2-135m (no spills there): 0.539 / 0.540 vs 0.507 ms (tenth session, 38a3854)
-                          # 8 KB x 24 pages: 1.247 vs 0.766 ms on llama-3.2-1b, 4 KB x 48: 2.294 (fourteenth
-                          # session, bench/RESULTS.md): a cost a page, it seems; a cheaper page walk was slower too.
-                          # 11 pages on the paced stream: 0.746 / 0.748 vs 0.739 / 0.741 on llama-3.2-1b (seventeenth)
+                          # 12 x 16 KB pages: 192 KB an SM, 5.6 us of the H200's read rate; smaller or fewer pages were
+                          # slower
                           persist_warps=8, persist_page_bytes=16 << 10, persist_stages=12,
-                          # L2 asked for 128 / 256 / 512 KB an SM past the ring (twelfth session, 030681b, ms, two
-                          # rounds): smollm2-135m 0.500 all three vs 0.508-0.509; llama-3.2-1b 128 / 256 / 384 KB
-                          # 0.766-0.768 vs 0.765-0.768; qwen3-1.7b 256 KB 1.134-1.135 vs 1.122-1.126 (second session,
-                          # 94a9075: llama-3.2-1b 256 KB 0.819-0.824 vs 0.822-0.823). So on below a width of 1024
-                          # only (smollm2-135m's 576; no model between 576 and 2048 timed)
+                          # L2 lookahead helped only the narrow model (smollm2-135m), so below a width of 1024
                           persist_l2_ahead_bytes=256 << 10, persist_l2_ahead_max_width=1023,
-                          # sleeping 100 ns between polls: 0.846 vs 0.852 ms on llama-3.2-1b at a9dfdd7 (a kernel
-                          # carrying 48f2904's 3.5%), 0.742 vs 0.741 at a307823; smollm2-135m 100 / 300 ns 0.490 /
-                          # 0.509 vs 0.488-0.489 (nineteenth session)
+                          # the stop position looked at every 64 polls (1.3% faster than at each); sleeping between
+                          # polls: no gain kept
                           persist_stop_poll_every=64, persist_poll_sleep_ns=0,
                           persist_counter_stride=1, persist_reduce_batch=1,
-                          # the LM head's shares are long (smollm2-135m: 372-373 rows an SM, 27 pages, ~46 items a
-                          # warp) and at K 576 its dots, not the stream, set their pace: bench/gemv_compute.cu's
-                          # 64-row smollm2 share ran 33.8 GB/s an SM with its warp sums one at a time, 37.7 in
-                          # batches of 8, against a 35 GB/s share of the read ceiling (2026-11-30). The LM head
-                          # alone batched 8: 0.488 / 0.488 vs 0.488 / 0.489 (2026-12-02, two rounds). Off
+                          # the LM head's warp sums batched: no faster
                           persist_reduce_batch_head=0,
-                          # the down projection's prologue (x copied as tagged words, 64 KB an SM on llama-3.2-1b)
-                          # took 2.4 us a layer in the eighth session's trace: at 8 loads in flight a thread its K
-                          # 8192 is two round trips (llama-3.1-8b's 14336: four, qwen3-1.7b's 6144: two). 16 makes
-                          # qwen3-1.7b's one without spills; on llama-3.2-1b and llama-3.1-8b ptxas spills (232 and
-                          # 424 bytes; 32: 896 on 8B; `scripts/ptxas.py MODEL persistent persist_copy_batch=16` at
-                          # fdf50be). qwen3-1.7b at 16, 2026-11-30 ninth session (42964fe, ms, two rounds): 1.121 /
-                          # 1.125 vs 1.121 / 1.118 (no change); llama-3.2-1b at 16 on the paced stream (seventeenth
-                          # session, 30ad11b): 0.755 / 0.755 vs 0.739 / 0.741. So 8
+                          # 8 loads in flight a thread; 16 spills on the llama models and was slower paced
                           persist_copy_batch=8,
-                          # a norm's tagged x: 8 words a thread at once, so llama-3.1-8b's K 4096 (16 a thread) takes
-                          # two round trips (its norm prologues 2.8-3.4 us a tile in the forty-second session's call 2
-                          # recording at position 64, llama-3.2-1b's 0.8-1.2). 16 spills 36 B there
-                          # (scripts/ptxas.py), reloaded after the waits' polls (L1 invalidated: from L2). Forty-fourth
-                          # session (75cbe05, H100, ms, two rounds): 5.317 / 5.313 vs 5.284 / 5.279 (+0.6%; traced,
-                          # gate/up's prologue 5.32 -> 2.27 us a tile but the output projection's epilogue and release
-                          # 0.26 -> 1.16). So 8. Forty-fifth session (69cefce): the spills came from each word's index
-                          # kept in a register for an `i < K` test that 256 threads dividing K makes always true; the
-                          # test now drops at compile time and 16 spills nothing (tests/cpu/test_code_size.py).
-                          # Spill-free 16 on H200 (05b90fb, ms, two rounds): 3.682 / 3.682 vs 3.681 / 3.685; with
-                          # the norm's weights copied into shared memory (persist_norm_w_smem, so that their registers
-                          # went to the words) 3.680 / 3.678, taken out in the forty-sixth session. So 8
+                          # 8 words at once; 16 (spill-free since the forty-fifth session) no faster on an H200
                           persist_norm_batch=8,
-                          # a warp's own copy of tagged pairs (llama-3.1-8b's down projection, 7 rounds): 4 rounds at
-                          # once, two round trips; 7 (one, no spills): 5.278 / 5.278 vs 5.284 / 5.279 (same call). 4
+                          # 4 rounds at once (two round trips); 7 no faster
                           persist_warp_copy_rounds=4,
-                          # (the dots on the tensor cores, persist_dot_mma at 05ab278, an mma.m16n8k16 a 128-element
-                          # step read on its diagonal: 10-30% slower than the FMA tile in gemv_compute.cu, ninth
-                          # session; taken out, `git show 05ab278`)
-                          # evict-normal instead: 0.868-0.872 vs 0.852 ms on llama-3.2-1b at a9dfdd7, and the ring
-                          # with the tile consuming 3.82 vs 4.58 TB/s in bench/stream_rate.cu (3d07718)
+                          # the weight stream first out of L2: evict-normal was 2% slower
                           persist_evict_first=1,
-                          # the streaming thread spends ~1,130 SM cycles a 16 KB page walking the instruction list
-                          # (ncu's samples, fourteenth session), which spaces its copies out; a page's share of the
-                          # read ceiling is 470 ns (16 KB x 132 SMs / 4.6 TB/s). The kept walk (a few multiply-adds a
-                          # page) alone issues a freed ring's pages in a burst: llama-3.2-1b 0.803 vs 0.767 ms. Paced
-                          # (a full page at most every N ns; 2026-12-01 fifteenth session, ms, two rounds each,
-                          # bench/RESULTS.md): 1B 0.788 (350), 0.762 (400), 0.751-0.753 (430), 0.740 (450),
-                          # 0.741-0.742 (470), 0.751 (500) vs 0.767; the pace alone, without the kept walk, 0.775-0.782.
-                          # With 460: llama-3.1-8b 3.922 vs 4.084, llama-3.2-1b at 8192 0.904-0.905 vs 0.911, 1B
-                          # 0.743-0.744 vs 0.766, but smollm2-135m 0.502 vs 0.498-0.499 and qwen3-1.7b (450 and 470)
-                          # 1.129-1.135 vs 1.126-1.128 (a later call: 1.130-1.131 vs the old walk's 1.134-1.137; 550:
-                          # 1.162). The pace is a page's share of H200's bandwidth (an H100 would want ~661 ns:
-                          # persist_pace_ref_gbps below; not measured)
-                          # 2026-12-04 thirty-sixth session (8e33fc2, ms, two rounds, scripts/variants.py, read ceiling
-                          # 4.50-4.60 TB/s; bench/RESULTS.md): the kernel of the staged tiles wants a faster pace on the
-                          # models whose attention runs on the tensor cores: llama-3.2-1b 0.686 (440), 0.685-0.686
-                          # (430), 0.686-0.688 (420), 0.699-0.700 (400), 0.723 (380), 0.732-0.734 (350) vs 0.693-0.697
-                          # (460); at 8192 0.799-0.800 (440), 0.802 (420), 0.818 (380) vs 0.815-0.817; llama-3.1-8b
-                          # 3.774-3.777 (440), 3.758 (420) vs 3.810-3.813. qwen3-1.7b, whose attention keeps its FMA
-                          # passes (2 query heads a KV head), does not: 1.049-1.051 (440), 1.052-1.056 (420),
-                          # 1.040-1.042 (480), 1.053-1.055 (510) vs 1.039-1.040 (460); its trace at 430 (position
-                          # 64): the LM head 5.5 us faster, the down projection 0.36 us and attention 0.3 us slower a
-                          # layer. So 440 (the cliff below 420 is 400's), and qwen3-1.7b keeps 460 through
-                          # persist_page_pace_fma_ns. The attention kind only tells the models measured apart, it is
-                          # not the cause: qwen3-1.7b with its attention on the tensor cores
-                          # (persist_attn_mma_wide_min_group=2) also ran slower at 440, 1.045 / 1.045 vs 1.041 / 1.041
-                          # (call 10); what makes its optimum 460 is not known.
-                          # The LM head's pages alone at 400 or 360 (a knob built and taken out, `git show 301c7de`):
-                          # qwen3-1.7b +0.1% / +0.8%, llama-3.2-1b at 430 +0.2% / +0.5%
+                          # the kept page walk paced at a page's share of the H200's rate: 440 ns where attention runs
+                          # on the tensor cores, 460 for qwen3-1.7b's FMA passes
                           persist_walk_kept=1, persist_page_pace_ns=440, persist_page_pace_fma_ns=460,
-                          # some kinds at a pace of their own (thirty-seventh session, 9a3752d, ms, three rounds): the
-                          # down projection at 460 or 480 on llama-3.2-1b 0.682-0.683 every way; qwen3-1.7b at 440
-                          # with the down projection at 460 1.043-1.044 vs 1.046-1.049 (440) and 1.035-1.038 (460):
-                          # a third of its loss at 440, not the rest. Off
+                          # paces by GEMV kind: no faster
                           persist_page_pace_kinds="",
-                          # smollm2-135m (width 576, latency-bound: its weights are 5-27 KB an SM a GEMV) with the
-                          # walk read each page, unpaced (ms, two rounds): 0.500 / 0.501 vs 0.504 / 0.504 (sixteenth
-                          # session), 0.498-0.499 vs 0.502 (fifteenth); the kept walk unpaced 0.503 / 0.502. So the
-                          # paced kept walk from a width of 1024 (no model between 576 and 2048 timed)
+                          # the narrow model streams unpaced, its walk read each page
                           persist_paced_min_width=1024,
-                          # the ring refills during QKV, attention and the output projection (the 6 + 4 pages of
-                          # theirs the fifteenth session's trace found in the ring, in their ~16 us traced) at the
-                          # full pace, its copies queued ahead of those phases' round trips (bench/hop_latency.cu: a
-                          # hop of 1.7 us took 18-22 us with 12 pages in flight an SM). At ~1 us a page the refill
-                          # should still end before gate/up (arithmetic: 10 pages in 10 us). 2026-12-01 sixteenth
-                          # session (ms, two rounds, bench/RESULTS.md): llama-3.2-1b 700 0.744 / 0.746, 1000 0.744 /
-                          # 0.743, 1500 0.752 / 0.752 vs 0.745 / 0.747; with spared splits 0.740 vs 0.735; qwen3-1.7b
-                          # likewise 1.128 vs 1.122; smollm2-135m 0.505 vs 0.504. Off
+                          # a slower pace for the refill ahead: no faster
                           persist_page_pace_ahead_ns=0,
-                          # the ahead pace for long contexts only (the splits' K/V loads queue behind the refill):
-                          # 2026-12-03 twenty-seventh session (ms, two rounds, bench/RESULTS.md): llama-3.2-1b at 8192
-                          # 1000 ns from 2048 0.886 / 0.887, 700 ns 0.903 / 0.904 vs 0.894 / 0.893 (1000 ns on every
-                          # position 0.884 / 0.887 vs 0.894 / 0.894); short context 0.740 / 0.740 vs 0.738 / 0.738
-                          # (where the pace never applies: likely the ahead pace's bookkeeping, compiled in; not
-                          # isolated). Off
+                          # the ahead pace at long context only: mixed, off
                           persist_page_pace_ahead_from_pos=0,
-                          # L2 lookahead (on below a width of 1024, above) measured noise on 1B unpaced (0.741 vs
-                          # 0.741, fifteenth session): its asks go out in a burst when the ring fills. Paced, on
-                          # smollm2-135m (where the lookahead is on): 0.503 / 0.502 vs 0.504 / 0.504 (sixteenth
-                          # session, before persist_paced_min_width unpaced it); not run where the lookahead is off
-                          # (wider models, persist_l2_ahead_max_width). With the table's widths no model now has both
-                          # the lookahead (up to 1023) and the pace (from 1024). Off
+                          # no model has both the lookahead and the pace
                           persist_l2_ahead_paced=0,
-                          # the ring's copies of pages already asked of L2 off the pace (with L2 lookahead on, paced):
-                          # the stream waits on a full ring 7.7 us a layer before gate/up (persist_trace_stream), so the
-                          # asks could refill it faster after. Thirty-fourth session (205a778, ms, two rounds): llama-
-                          # 3.2-1b 0.696 / 0.697 all ways (256 or 512 KB), qwen3-1.7b 1.072 / 1.071 vs 1.040 / 1.042;
-                          # traced, gate/up's page waits 7,700-7,859 SM-us vs 7,386: no faster from L2. Off
+                          # pages waiting in L2 refill the ring no faster
                           persist_l2_ahead_burst=0,
-                          # the paces above are H200's. Its driver's attributes give a peak of 4,814 GB/s (kiec bench's
-                          # line, sixteenth session; nvidia-smi's 3,201 MHz x 6144 bits would be 4,916); an H100's
-                          # published 3,352 would want 460 -> 660 (arithmetic, the kernel's integer floor). N > 0 scales
-                          # the paces by N over the GPU's peak: 4814 leaves H200's alone. 4916 on H200 (pace 470): 0.746
-                          # / 0.749 vs 0.745 / 0.747 ms on llama-3.2-1b (sixteenth session). First run on another GPU,
-                          # an H100 (driver's peak 3,352 GB/s, read ceiling 3.08-3.09 TB/s; 440 -> 631 ns), forty-fourth
-                          # session (75cbe05, ms, two rounds, bench/RESULTS.md): llama-3.2-1b 0.868 / 0.870 vs 0.907 /
-                          # 0.908 (-4.2%; 4100: -2.1%, 5300 +0.5% and 5800 +7.2% against 4814), qwen3-1.7b 1.261 vs
-                          # 1.339 (-5.8%; 5300 +2.1%), llama-3.1-8b 5.098 vs 5.280 (-3.4%), llama-3.2-1b at 8192 1.027 /
-                          # 1.028 vs 1.037 / 1.039 (-1.0%). So 4814: the same pace on H200, each SM's share of the rate
-                          # elsewhere
+                          # the H200's peak: its paces as measured, and each SM's share of the rate on another GPU
                           persist_pace_ref_gbps=4814,
-                          # 1 frees llama-3.1-8b's 57 KB x scratch: its ring 10 -> 12 pages (with persist_stages
-                          # 13, llama-3.2-1b's 12 -> 13). With 13 pages on llama-3.2-1b at a9dfdd7: 0.840 vs 0.852
-                          # ms; with poll sleep 100 too at edd1aac's kernel: 0.817 vs 0.823-0.826; other models not
-                          # run (modelled, `scripts/time_model.py MODEL stream_gbps=32.1 ring_pages=N`: 8B 3834 ->
-                          # 3767 us). On the paced stream (fifteenth and sixteenth sessions, ms, two rounds):
-                          # llama-3.2-1b with 13 pages 0.875 vs 0.741, llama-3.1-8b 4.106 / 4.109 vs 3.890 / 3.889.
-                          # With 1 the output projection (K 2048: 2 segments over 8 warps) loads each slice four times
-                          # over; 2 makes only the GEMVs whose warps each hold a segment of their own direct (1B: the
-                          # down projection, K 8192, whose 64 KB prologue took 2.4 us with 8-12 of the ring's 12
-                          # pages landed, median 11, in the fifteenth session's trace; its scratch then 8 KB, room for
-                          # 13 pages). 2026-12-01 seventeenth session (ms, two rounds): llama-3.2-1b 0.794 / 0.794 vs
-                          # 0.739 / 0.741, with 13 pages 0.793 / 0.796; its trace (position 64) has the down
-                          # projection's x ready 0.82 us after gate/up's last signal instead of 3.30, but its dots
-                          # (the slices' loads now among them) 12.0 us a tile against 5.9, the phase 14.23 us against
-                          # 10.90. Its stale words then reloaded a round at a time (4d4b96f): 1B 0.786 / 0.787 vs
-                          # 0.738 / 0.740, qwen3-1.7b 1.190 / 1.189 vs 1.123 / 1.122. Each lane's 16-byte loads are
-                          # 64 bytes apart (a lane takes a chunk of 8 words), so each load uses half of the 32-byte
-                          # sectors it touches: twice the copy's L2 traffic, a guess at the loss not measured. Off
+                          # x loaded straight from memory was slower (twice the L2 traffic, a guess)
                           persist_x_direct=0,
-                          # each warp's own copy of the down projection's x (thirty-seventh session, c49ded6, ms,
-                          # two rounds, bench/RESULTS.md): llama-3.1-8b (K 14336) 3.793 / 3.792 vs 3.832 / 3.830 and
-                          # 3.741 / 3.739 vs 3.774 / 3.774 (-1.0%, -0.9%), the same with its ring held at the block
-                          # copy's 10 pages (3.736 / 3.737: the copy, not the 12 pages, is the gain); llama-3.2-1b (K
-                          # 8192) 0.688 / 0.688 vs 0.685 / 0.685 (+0.5%; with a 13th page 0.690 / 0.691, and 0.684 /
-                          # 0.684 vs 0.681 / 0.681), qwen3-1.7b (K 6144) 1.044 / 1.044 vs 1.038 / 1.034 (+0.8%).
-                          # Traced, its x comes later on all three (0.2-0.7 us); why the longest K gains is not known,
-                          # so the threshold only splits the Ks measured. With tagged pairs (a segment's loads in one
-                          # round), fortieth session (a75b645, ms, two rounds): llama-3.2-1b 0.678 / 0.679 vs 0.678 /
-                          # 0.678, with a 13th page 0.682 / 0.683; qwen3-1.7b 1.027 / 1.029 vs 1.026 / 1.028
+                          # a warp's own copy of x from K 12288: llama-3.1-8b's 14336 gained 1%, the 8192 and 6144 of
+                          # the others lost
                           persist_x_warp_copy_min_k=12288,
-                          # every instruction waits on this token's producer, then on a phase of the previous token
-                          # (a write-after-read on a shared slot), reached long before: polled second, its round trip
-                          # came after the producer's signal, on every hop. Polled first, 2026-11-30 sixth session
-                          # at 6c0519e (ms, two rounds, bench/RESULTS.md): llama-3.2-1b 0.805-0.806 vs 0.826-0.829,
-                          # smollm2-135m 0.543 vs 0.566-0.567, qwen3-1.7b 1.204-1.207 vs 1.239-1.240, llama-3.1-8b
-                          # 4.196-4.197 vs 4.225-4.227, llama-3.2-1b at 8192 1.019-1.020 vs 1.039; so on.
-                          # (One ring-page release a warp instead of a thread, 0.820-0.822 on 1B, no faster in
-                          # gemv_compute.cu, and compute-sanitizer's racecheck reported hazards on it: taken out.)
+                          # the previous token's wait polled first: 2-4% faster
                           persist_waits_previous_first=1,
-                          # with previous_first, the SM whose tile ended the producer's phase still polls two waits
-                          # one after the other before its next tile (two round trips where one would do), and the
-                          # next phase's last tile is often that SM's (the trace's slowest tile ends 0.6-0.8 us after
-                          # the median). 236e4bf: alone 1.192 vs 1.197-1.201 ms on qwen3-1.7b, none on 1B; with tags and
-                          # the attention pipeline, on by default (below)
+                          # an instruction's waits polled at once, a lane each
                           persist_waits_together=1,
-                          # in the eleventh session's traces the slowest tile of most GEMV phases is one whose SM was
-                          # still busy when its inputs came: 0.6-1.1 us from its start to inputs ready, a load of its
-                          # waits and a poll. A warp of the streaming warpgroup polling them ahead
-                          # (persist_poll_ahead, twelfth session, 264f09b): llama-3.2-1b 0.761-0.765 vs 0.766-0.767
-                          # ms, smollm2-135m 0.516-0.517 vs 0.506-0.507, qwen3-1.7b 1.138-1.140 vs 1.128-1.129;
-                          # relaxed polls (persist_poll_relaxed): 0.763 vs 0.766, 0.511 vs 0.505-0.508, 1.126 vs
-                          # 1.124. Both taken out (their code: git log -S persist_poll_ahead; bench/RESULTS.md says
-                          # what each cost)
-                          # at 8192 a split of llama-3.2-1b takes 512 rows in two passes of 256, each a round trip of
-                          # loads and then its scores; persistent 8k costs 13 us a layer more than short context
-                          # (bench/RESULTS.md, 5f1b610) for 3.7 us of K/V at the ceiling. 236e4bf: 0.931 vs
-                          # 0.963-0.965 ms at 8192 on llama-3.2-1b; with tags 2 and waits together 0.768-0.769 vs
-                          # 0.771-0.775 short
+                          # the next K/V pass loaded while one computes: 3% faster at 8192
                           persist_attn_pipeline=1,
-                          # the attention case is 5,376 of llama-3.2-1b's 11,160 instructions (84 KB; a GEMV case 8-17
-                          # KB; scripts/code_size.py at 271523f): a layer runs ~130 KB of code, maybe more than the
-                          # SM's instruction caches hold, so each phase may fetch its code from L2 under the weight
-                          # stream's load. 2 keys a pass: attention 3,488, the kernel 9,216 (one pass still covers a
-                          # 64-key split). Not timed itself; the refetch it would save is small: a GEMV share after 256
-                          # KB of other code costs ~0.1 us more (gemv_compute.cu code cold/warm, 236e4bf)
+                          # graph mode's step (a smaller one only for short splits, below)
                           persist_attn_keys=0,
-                          # the same smaller step for short splits only (long ones keep 8 keys a pass and their
-                          # round trips); the same bits. 236e4bf (ms): llama-3.2-1b 0.797-0.799 vs 0.803, smollm2-135m
-                          # 0.521-0.523 vs 0.536; qwen3-1.7b with waits together 1.193-1.195 vs 1.192. With the
-                          # pipeline and waits together, cf171d6 (ms, two rounds): llama-3.2-1b (tags 2) 0.762-0.764
-                          # vs 0.767-0.768, at 8192 0.907 vs 0.914, qwen3-1.7b 1.119-1.121 vs 1.119-1.122,
-                          # smollm2-135m (tags 0) 0.507 vs 0.515; on by default
+                          # a short split's pass of 2 keys: 0-1.6% faster
                           persist_attn_short_keys=2,
-                          # the 2026-11-30 eighth session's traces (c581e19, position 64; trace_summary.py's
-                          # attention view, bench/RESULTS.md): the split whose partial comes last takes 3.50 us
-                          # (llama-3.2-1b) and 2.52 (smollm2-135m) from its inputs to it, on the chain of every layer;
-                          # after q arrives, RoPE loads inv_freq (a round trip) and runs sincosf, which depend on the
-                          # position alone. With 1 the coefficients are made before the wait (the same bits).
-                          # 2026-11-30 ninth session (fa12dbb / 42964fe, ms, two rounds, bench/RESULTS.md): alone
-                          # 0.761 / 0.760 vs 0.761 / 0.762 on llama-3.2-1b; with kv_first (below) 0.758 / 0.759, at
-                          # 8192 0.904 / 0.904 vs 0.907 / 0.908, but smollm2-135m 0.509 / 0.510 vs 0.507 / 0.506 and
-                          # qwen3-1.7b 1.125 / 1.125 vs 1.121 / 1.118: within the spread both ways, off
+                          # the coefficients before the wait: within the spread both ways
                           persist_attn_early_rope=0,
-                          # the same split's K/V rows of earlier steps are loaded after q arrives, is rotated and the
-                          # new row is written (three barriers): a round trip more on the chain. With 1 a short pass
-                          # (persist_attn_short_keys) loads them first and takes the new row from shared memory (the
-                          # same bits). Loaded before the wait instead (persist_attn_early_kv, 2026-11-30 third
-                          # session): 0.816-0.820 vs 0.822 ms on llama-3.2-1b then, taken out. Alone, ninth session:
-                          # 0.763 / 0.762 vs 0.761 / 0.762 on llama-3.2-1b (with early RoPE: above); off
+                          # a short pass's earlier rows first: no faster
                           persist_attn_kv_first=0,
-                          # after q's words settle, the rotation and the new row's write took three block barriers
-                          # and two round trips through shared memory (the split at position 64 on smollm2-135m: q,
-                          # rotation and new row 1.00 us of its 2.35, H100, fifty-seventh session's trace). Fifty-eighth
-                          # session, H100 (variants.py, ms, two rounds, bench/RESULTS.md): 1 llama-3.2-1b -0.7 / -0.5 /
-                          # -0.3%, llama-3.1-8b -0.0%, at 8192 +0.2%, but smollm2-135m +1.6 / +2.1 / +1.1%: traced at
-                          # 64 its q stretch fell 1.01 -> 0.51 us, but the coefficients made before the wait held the
-                          # wait back 0.31 us (its splits start as QKV ends). 2 (coefficients after the wait):
-                          # smollm2-135m 0.330 / 0.331 vs 0.338 / 0.334 (-1.5%), at 2048 -1.7%, at 8192 0.489 / 0.489
-                          # vs 0.498 / 0.496 (-1.7%); llama-3.2-1b -0.1% / -0.2%, at 8192 -0.0%; llama-3.1-8b -0.1%
-                          # (fifty-ninth session). Traced at 64 (fifty-ninth session, H100) 2's q stretch is 0.73 us
-                          # against 0's 1.01 and 1's 0.51: the coefficients' sincosf, now after the wait, takes the
-                          # rest. 3 (read from the table each SM makes at the step's start): smollm2-135m 0.327 /
-                          # 0.327 vs 0.330 / 0.330 (-1.0%) and, the other order, 0.329 / 0.327 vs 0.332 / 0.332
-                          # (-1.1%), at 8192 -0.2%; llama-3.2-1b +0.1% (a build with one ring page fewer, 11, than
-                          # its default kernel's; fifty-ninth session, one H100). So 3 (qwen3, with head norms: the
-                          # next field)
+                          # rotation pairs a thread, the coefficients from the step's table: smollm2-135m 1.5% faster at
+                          # 2, 1.0% more at 3 (H100s), the same bits
                           persist_attn_q_pairs=3,
-                          # with head norms (qwen3-1.7b: a warp a head), sixtieth session, one H100 (variants.py, ms,
-                          # two rounds, logits over 8 steps identical): 1.183 / 1.185 vs 1.191 / 1.192 (-0.6%), at
-                          # 8192 1.647 / 1.646 vs 1.658 / 1.652 (-0.5%), traced builds -0.6%; traced at 64 the split's
-                          # q, norms, rotation and new row 0.80 us vs 1.26, its keys 1.13 vs 0.91. Not timed on an
-                          # H200. 1
+                          # qwen3-1.7b's heads a warp each: 0.5-0.9% faster on H100s, the same bits
                           persist_attn_q_pairs_normed=1,
-                          # the split that arrived last merged: its partial stored, its arrival's acq_rel add (the
-                          # stores' acknowledgement, then the add's round trip), the partials loaded, the output stored
-                          # and released: 1.86 us from the last split's partial to the signal on smollm2-135m, 1.62 on
-                          # llama-3.2-1b (twelfth session's call-2 traces, trace_summary.py's attention view). With N
-                          # the split holding row pos merges as the partials' tags come, no arrival on the way, while
-                          # at most N splits are in use (the same bits). 2026-12-01 (thirteenth session, ms, two
-                          # rounds, bench/RESULTS.md): 64 (the owner always) smollm2-135m 0.491 vs 0.498,
-                          # llama-3.2-1b 0.753-0.754 vs 0.764-0.767, qwen3-1.7b 1.115 vs 1.126-1.130, but
-                          # llama-3.2-1b at 8192 0.930-0.931 vs 0.911-0.913. A build with 8
-                          # (the last to arrive merges past 8 in use; arrivals counted and waited by every split, the
-                          # owner's added before its merge) was no faster at short context and as slow at 8192, where
-                          # its tiles merged the old way. Fourteenth session: rebuilds that change nothing a token
-                          # sees move it 0.5% at most (stop-poll counts 63 / 65), so 64's gain and loss on 1B are
-                          # real; at 8192 it signals 3.4 us after the last partial against 3.0 (trace); loading the
-                          # others' m and l once and 16 o words a batch (cebbece) was slower still; smollm2-135m's
-                          # gain did not repeat (0.497 vs 0.497-0.499). The owner sleeping 100 / 300 ns between its
-                          # rounds of reloads (b228fa5; was its spin slowing the splits it waits for?): 1B at 8192
-                          # 0.921-0.923 / 0.924-0.925 vs 0.920-0.921 without (vs 0.903 default; fifteenth session),
-                          # taken out. Seventeenth session (30ad11b): smollm2-135m 0.494 / 0.493 vs 0.500 / 0.502, at
-                          # 8192 0.801 / 0.801 vs 0.780 / 0.779 (it loses at long context there too). Off until the
-                          # long context stops losing
+                          # the owner merging wins at short context but loses at 8192
                           persist_attn_owner_merges=0,
-                          # the chain from attention's last partial to the output projection's x, traced at position
-                          # 64 (the forty-second session's H200 recordings, default kernels): the last arrival's
-                          # merge and signal 1.71 / 1.78 / 2.35 us a layer on llama-3.2-1b / qwen3-1.7b /
-                          # llama-3.1-8b, then the output projection's x ready 0.98 / 1.00 / 1.34 us later. The
-                          # consumer's merge leaves the first out, for more words in its copy. Forty-seventh session,
-                          # on an H100 (no H200 lent; e5cc345, bench/RESULTS.md): the same bits, compute-sanitizer
-                          # clean, but N 2 +0.1-0.3% on the three wide models, N 4 +3.0% on llama-3.2-1b. Traced at
-                          # position 64, the output projection's median x comes 0.4-0.9 us a layer sooner, but its
-                          # last tile signals 0.4-0.75 us later (each of its 124 tiles merges every head: a prologue of
-                          # 0.8 -> 2.8 us), and gate/up ends when it did. Untimed on H200. Off
+                          # the output projection merging: slower on every wide model on an H100
                           persist_attn_consumer_merges=0,
-                          # (scripts/ptxas.py MODEL persistent persist_attn_consumer_merges=N [persist_merge_loads=L]:
-                          # at 8 no spills on qwen3-1.7b and llama-3.1-8b at N 2-4, nor on llama-3.2-1b at N 2 (one
-                          # round trip), but 36 / 72 B there at N 3 / 4, none at 6, and 32 B at N 2 at 16, where
-                          # llama-3.1-8b's N 2 has none (one round trip, two at 8). On H100 (forty-seventh session)
-                          # llama-3.1-8b's N 2 at 16 -0.2% / +0.1% in two calls, at 8 +0.3%. 8
+                          # 8: no spills at 2 merged splits
                           persist_merge_loads=8,
-                          # in the fifteenth session's trace (llama-3.2-1b, position 64) the output projection's last
-                          # tile was, in 9 of 16 layers, on an SM whose attention split was the one in use (~5 us
-                          # against ~1 for the others: it signals last, then starts its own share), 0.26-0.77 us
-                          # after the median tile (bench/results/2026-12-01c/o_last_tile.py; 13 of 16 with the old
-                          # walk). With 1 those SMs (one a KV head) get no share (the others 16-17 rows instead of
-                          # 15-16). 2026-12-01 sixteenth session (9ad4140, ms, two rounds each, bench/RESULTS.md):
-                          # llama-3.2-1b 0.743 / 0.743 vs 0.745 / 0.747 and 0.735 / 0.735 vs 0.744 / 0.741 (two
-                          # calls), at 8192 0.899 / 0.900 vs 0.906 / 0.905, qwen3-1.7b 1.122 / 1.122 vs 1.131 /
-                          # 1.129, llama-3.1-8b 3.890 / 3.889 vs 3.904 / 3.908, smollm2-135m 0.504 / 0.504 vs 0.504 /
-                          # 0.504. So 1
+                          # the first split's SM out of the output projection: 0-1.0% faster
                           persist_attn_spare_splits=1,
-                          # with owner merges, the owner (the split holding row pos: the last in use, which moves as
-                          # the context grows) arrives for all after its signal, a release whose wait its SM's share of
-                          # the output projection then starts behind. With 1 the owner is split 0, whose SM spare
-                          # splits leave out of that projection (the same bits). Eighteenth session (ms, two rounds):
-                          # with owner merges 8 on llama-3.2-1b 0.733 / 0.733 vs 0.741 / 0.741, but at 8192 0.908 /
-                          # 0.909 vs 0.902 / 0.901; nineteenth session (owner merges 8 with it): qwen3-1.7b 1.106 vs
-                          # 1.122 (-1.4%), llama-3.2-1b 0.736 vs 0.740-0.741 and at 8192 0.909-0.910 vs 0.901-0.902,
-                          # llama-3.1-8b 3.923-3.926 vs 3.911-3.914: mixed. Thirty-third session (cc23327, with owner
-                          # merges 8): llama-3.2-1b 0.727 / 0.725 vs 0.728 / 0.728, at 8192 0.862 / 0.862 vs 0.848 /
-                          # 0.850, qwen3-1.7b 1.108 / 1.107 vs 1.108 / 1.110. 0 here, 1 on narrow models
-                          # (persist_attn_newest_first_narrow)
+                          # mixed: off (on the narrow models too, since they are tagged)
                           persist_attn_newest_first=0,
-                          # at 8192 on smollm2-135m the last arrival takes 7.4 us from the last partial to the signal
-                          # (eighteenth session's trace, 44 splits a KV head, 13.2 us an attention phase), most of it
-                          # its merge's loads (a guess: the trace does not cut the merge apart). Timed: see
-                          # persist_combine_batch_narrow
+                          # the combine's loop unrolled by 8 on the wide models (16 spills on llama-3.2-1b)
                           persist_combine_batch=0,
-                          # the release after a GEMV tile's stores waits 1.2-1.4 us for their acknowledgement (3d07718
-                          # trace), on the chain of every phase: with tags its readers check the words instead
-                          # (ir/passes/tags.py: tag_plan). 6c0519e, with previous_first (ms): llama-3.2-1b
-                          # tags 1 0.799-0.803, 2 0.794-0.795 vs 0.805; qwen3-1.7b 1 1.176, 2 1.158-1.161 vs 1.205;
-                          # but llama-3.2-1b at 8192 1 1.062-1.063, 2 1.088-1.090 vs 1.020; llama-3.1-8b 2 4.277-4.284
-                          # vs 4.196; smollm2-135m 1 0.578, 2 0.575-0.576 vs 0.543. At 236e4bf (softcap code out), with
-                          # waits together (and the pipeline): llama-3.2-1b 2 0.771-0.775 vs 0.803-0.808; qwen3-1.7b 2
-                          # 1.120-1.123 vs 1.197-1.201; llama-3.1-8b 2 (+pipeline) 4.114-4.116 vs 4.123-4.125;
-                          # smollm2-135m 2 (+pipeline) 0.526 vs 0.536; llama-3.2-1b at 8192 1 (+pipeline) 0.917-0.920
-                          # vs 0.963-0.965 (2 not yet timed there). 2026-11-30 eighth session at cf171d6, with the
-                          # pipeline and waits together (ms, two rounds): tags 2 vs 1 llama-3.2-1b 0.767-0.768 vs
-                          # 0.782, at 8192 0.914 vs 0.920-0.922, qwen3-1.7b 1.119-1.122 vs 1.148-1.150; smollm2-135m
-                          # tags 0 0.515 vs 1 0.529. So 2, except below a width of 1024 (smollm2-135m's 576: 0; no
-                          # model between 576 and 2048 timed, so where the line really lies is not known). Again on
-                          # smollm2-135m at 30ad11b (seventeenth session): tags 2 0.515 / 0.515, 1 0.518 / 0.518, 2
-                          # with tag waits 1 0.534, 2 0.566 vs 0.501 / 0.500 untagged
-                          # 2026-12-05 forty-seventh session (b2372bb, on an H100, ms, two rounds, bench/RESULTS.md):
-                          # smollm2-135m with tags (min width 0) and the wide fields below (x direct, owner merges and
-                          # newest first 0) 0.400 / 0.401 vs 0.440 / 0.438 (-8.8%), at 8192 0.554 / 0.548 vs 0.613 /
-                          # 0.609 (-9.8%); tags with x direct 1 0.740 (+68%), without tags 0.458 (+4.5%). So 0: every
-                          # model tagged (not yet timed on H200)
+                          # tagged words for GEMV and attention values: 4-9% faster, on every model since the
+                          # forty-seventh session
                           persist_tagged=2, persist_tagged_min_width=0,
-                          # the norm's prologue stages x in the scratch: x loaded a word a thread, block_sum's two
-                          # barriers, x scaled into shared memory, a third barrier, each warp's slice read back. On
-                          # smollm2-135m (K 576: one segment, 3 rounds a lane) QKV's prologue and dots took 1.30 us a
-                          # tile against 0.93 for the output projection's (x direct, its shape alike) in the nineteenth
-                          # session's trace at position 40. Each warp normalizing its own x instead (2026-12-02,
-                          # twenty-first session, ms, two rounds, bench/RESULTS.md): 0.486 / 0.486 vs 0.488 / 0.489,
-                          # 0.487 / 0.488 vs 0.489 / 0.489, at 8192 0.715 vs 0.715-0.716; with a ring of 4 pages 0.483
-                          # / 0.482 vs 0.484 / 0.484 but at 8192 0.702 / 0.699 vs 0.699 / 0.698. Under the noise: off
+                          # the norm in each warp: under the noise
                           persist_norm_in_warps=0,
-                          # smollm2-135m's gate/up tile has 12 items (2 pages of 7) for 8 warps: warps 0-3 take two
-                          # one after the other, 3 rounds of 32 lanes each (8 working in the third) and two 5-step
-                          # butterflies; ncu's samples put gate/up's dots at 4.8% of the token against 0.8-1.1% for
-                          # the other GEMVs' (seventeenth session). A half-warp an item: one step of 5 rounds of 16
-                          # and a 4-step butterfly for both, and the LM head's 46 items a warp in 23 steps. Timed
-                          # (2026-12-02, two rounds): 0.490 / 0.491 vs 0.488 / 0.489, with the norm in the warps 0.496
-                          # / 0.496, at 8192 (with it) 0.719 vs 0.715. Off
+                          # an item a half-warp: slower
                           persist_dot_half_warps=0,
-                          # a warp's items 2 or 4 at once (thirty-third session, cc23327 / 05ca6a4, ms, two rounds,
-                          # bench/RESULTS.md): every GEMV llama-3.2-1b 0.752 / 0.751 and 0.778 / 0.774 vs 0.729 /
-                          # 0.727, qwen3-1.7b (4) 1.187 / 1.188 vs 1.112 / 1.106, smollm2-135m (4) 0.516 / 0.517 vs
-                          # 0.468 / 0.469; only the long shares (min share 8: gate/up, down, the LM head) 1B 0.749 /
-                          # 0.750 and 0.759 / 0.761 vs 0.728 / 0.727, smollm2-135m 0.473 / 0.474 vs 0.468 / 0.467.
-                          # gemv_compute.cu: a 64-row share's rate 61.7 -> 67.0 GB/s (4), but the 24-row QKV tile
-                          # 1.70 -> 1.88 us warm and 1.79 -> 2.66 us with its code cold (a step's code, U items
-                          # unrolled, refetched each phase), and a stream-bound share waits for U pages before it
-                          # starts a step. Off
+                          # a warp's items one at a time: two or four at once were 1-10% slower
                           persist_dot_items=1, persist_dot_item_chunks=16, persist_dot_items_min_share=1,
-                          # (the dots on the tensor cores again, persist_dot_mma at 16c31c8 ... e9d6f36: an item's
-                          # 16-chunk steps as block diagonals of an mma.m16n8k16, the layout, pages and deal kept. On
-                          # an H100, bench/mma_rows.cu: 0.84-0.92x the FMA tile's GB/s an SM one item a warp at a
-                          # time, 1.09-1.34x 4 at once in 4 chains; the kernel +0.2-0.6% on llama-3.2-1b and
-                          # qwen3-1.7b, +6.8% on smollm2-135m, +3.1% / +5.9% with 2 / 4 items at once on
-                          # llama-3.2-1b (fiftieth and fifty-first sessions, bench/RESULTS.md). Taken out in the
-                          # fifty-first session, `git show e9d6f36`)
-                          # every acquire poll invalidates the SM's L1 (CCTL.IVALL), so a tile's instruction fields,
-                          # its descriptor and its waits came from L2 one dependent round trip after another before
-                          # its first poll, and a GEMV's held norm weights were converted (waited for) before it: the
-                          # SM whose tile ended a phase last saw its next tile's inputs 0.8-1.6 us after that end
-                          # where the median tile saw them at 0.5-0.6 (thirty-second session's trace, position 64),
-                          # and was often the next phase's last too. Thirty-third session (4d7950a, ms, two rounds,
-                          # bench/RESULTS.md): staged 0.698 / 0.696, raw 0.717 / 0.715, both 0.693 / 0.694 vs 0.719 /
-                          # 0.719 on llama-3.2-1b; both: smollm2-135m 0.446 vs 0.472-0.474, qwen3-1.7b 1.039 vs
-                          # 1.095, llama-3.2-1b at 8192 0.813-0.815 vs 0.849, llama-3.1-8b 3.808 vs 3.828-3.830. So 1
+                          # the next tiles' fields staged on chip and the norm weights kept raw: 3.6% faster
                           persist_stage_instrs=1, persist_norm_w_raw=1,
-                          # a held norm's scale applied to each row's sum in the epilogue: traced at position 64 on
-                          # llama-3.2-1b, QKV's x ready 1.87 -> 1.72 us after the down projection's last signal, gate/
-                          # up's 1.81 -> 1.69. Fortieth session (a75b645, ms, two rounds, bench/RESULTS.md): llama-
-                          # 3.2-1b 0.677 / 0.676 vs 0.678 / 0.678 (-0.3%), qwen3-1.7b 1.025 / 1.025 vs 1.026 / 1.028,
-                          # llama-3.2-1b at 8192 0.796 / 0.796 vs 0.799 / 0.798, smollm2-135m 0.430 / 0.430 vs 0.434 /
-                          # 0.434 (-0.9%), llama-3.1-8b 3.701 / 3.701 vs 3.714 / 3.714. So 1
+                          # the norm's scale after the dots: 0.3-0.9% faster
                           persist_norm_late_scale=1,
-                          # select's read of the host's stop flag before its wait and its write of the host's token
-                          # after its signal: its span 3.33-3.55 -> 1.15-1.60 us in the thirty-sixth session's traces at
-                          # position 64 (llama-3.2-1b, calls 1-2; smollm2-135m 2.37 -> 0.80), a token 0.695-0.696 ms
-                          # either way (the 2 us is 0.3%, under two rounds' spread). So 1
+                          # the host's round trips off the chain (its 2 us under the spread)
                           persist_select_host_late=1,
-                          # (the output projection's weights loaded into registers before its wait instead of through
-                          # the ring, persist_o_regs at 76981c4, taken out after its first run: its 4 pages an SM sat
-                          # in the ring through attention, but they are consumed before gate/up's x is ready and the
-                          # ring refills behind them, so gate/up found 12 pages waiting either way, and the loads of
-                          # the 116 SMs without an attention split, 8 MB at once while attention ran, slowed its last
-                          # split's slice from 2.62 to 3.8-5.2 us. Thirty-fifth session, ms, two rounds: llama-3.2-1b
-                          # 0.745 / 0.744 vs 0.695 / 0.695, with L2 asked ahead 0.746, no spared splits 0.729:
-                          # bench/RESULTS.md). Nor, the same session, their items copied from the landed ring pages
-                          # into registers before the wait, the pages released then (persist_o_held at 8ff94b8: its
-                          # dots 1.5 -> 0.8 us, but the refill behind them slowed attention; llama-3.2-1b 0.702 vs
-                          # 0.693-0.694, 0.691 without spared splits, qwen3-1.7b 1.031-1.032 vs 1.037, at 8192 0.819
-                          # vs 0.812), nor gate/up's pages held back by the weight stream until the output projection
-                          # had its inputs (persist_stream_hold at d479ad0: attention 0.4 us faster a layer, gate/up
-                          # starting on 10 pages, not 12; llama-3.2-1b 0.699-0.700 vs 0.698, qwen3-1.7b 1.064-1.065
-                          # vs 1.042). Taken out after their runs: `git show 8ff94b8 d479ad0`)
-                          # the narrow models (smollm2-135m, width 576: untagged, unpaced) are bound by the chain's
-                          # hops, not bytes. 2026-12-01 eighteenth session (c0b7143 + persist_attn_newest_first, ms,
-                          # two rounds each, graph mode in the same runs 0.475-0.479, at 8192 0.736-0.739): x direct 1
-                          # (untagged: O and down read plain floats, no copy) 0.489-0.490 vs 0.501-0.502, at 8192
-                          # 0.757-0.760 vs 0.784-0.785; with owner merges 8 0.489 (the owner arrives for all after
-                          # its signal: a release its SM's share of the output projection waits behind), with its SM
-                          # spared as well (spare splits 5, or newest first) 0.483-0.484, at 8192 0.746-0.751; owner
-                          # merges 64 0.482-0.484 but at 8192 0.782-0.783. So x direct 1, owner merges 8, newest first
-                          # (llama-3.2-1b, wide: owner merges 8 with newest first 0.733 vs 0.741 but at 8192 0.908-0.909
-                          # vs 0.901-0.902; wide models keep the fields above). No model between 576 and 2048 timed
-                          # Forty-seventh session, with tags on smollm2-135m (persist_tagged_min_width): x direct 0,
-                          # owner merges 0, newest first 0 (the wide fields) 0.400 / 0.401 ms; owner merges 8 0.402 /
-                          # 0.401, newest first 1 0.401 / 0.401; at 8192 both 0.564 / 0.558 vs 0.554 / 0.548; x direct
-                          # 1 0.740 (an untagged model's choice). So the wide fields there too
+                          # below a width of 1024 the narrow fields (smollm2-135m, tagged like the wide models)
                           persist_narrow_width=1024, persist_x_direct_narrow=0, persist_attn_owner_merges_narrow=0,
                           persist_attn_newest_first_narrow=0,
-                          # combine batch (the same session, 57234f8, two rounds each): smollm2-135m at 8192 16
-                          # 0.714 / 0.714, 8 0.758 / 0.759 vs 0.752 / 0.752 (its 44 splits in 3 batches of loads);
-                          # at short context its owner merges, so it is unused there. llama-3.2-1b at 8192 8 0.909-0.910
-                          # vs 0.898-0.899; 16 spills 160 B there (ptxas): 0.984 vs 0.897-0.899 (nineteenth session).
-                          # So 16 on narrow models. Tagged (forty-eighth session, an H100, 4ff9b91): 0 at 8192 0.556 /
-                          # 0.551 vs 0.555 / 0.553, noise now; 16 kept
+                          # 16 splits' partials a batch on the narrow model: 5% faster at 8192
                           persist_combine_batch_narrow=16,
-                          # the ring's depth on smollm2-135m, which streams 5-27 KB an SM a GEMV (3-4 of the 12 pages
-                          # a layer): a freed page's refill goes out at once, into the hops' round trips. 2026-12-02
-                          # twenty-first session (663a37c, ms, two rounds each, bench/RESULTS.md): 4 pages 0.484 /
-                          # 0.484 vs 0.489 / 0.489 (graph mode 0.478 / 0.476), 3 0.486, 6 0.487-0.488; at 8192 4 pages
-                          # 0.699 / 0.698 vs 0.719 / 0.718. llama-3.2-1b (wide) wants the whole ring: 8 pages 0.758 /
-                          # 0.762, 6 0.790 / 0.791 vs 0.738 / 0.740. So 4 on narrow models. Tagged (forty-seventh
-                          # session, an H100, 2962e4c): 8 pages 0.400 / 0.401 vs 0.403 / 0.400, at 8192 0.549 / 0.549
-                          # vs 0.553 / 0.551; every narrow field the wide one 0.405 and at 8192 0.669 (+21%), of which
-                          # the ring (forty-eighth session, 4ff9b91): 12 pages at 8192 0.632 / 0.628 vs 0.555 / 0.553
+                          # 4 pages on the narrow model (3-4 pages a layer an SM): 1-3% faster than 12
                           persist_stages_narrow=4,
-                          # (persist_attn_mma_ahead below: 2 on llama-3.2-1b, 1 on smollm2-135m; tagged smollm2-135m at
-                          # 8192, forty-eighth session on an H100: 2 0.572 / 0.572 vs 0.555 / 0.553)
+                          # one pass ahead on the narrow model (2 slower at 8192)
                           persist_attn_mma_ahead_narrow=1,
-                          # attention's rows a split at least on a narrow model, in persistent mode (graph mode keeps
-                          # attn_min_keys). Fifty-sixth session on an H100 (e994e0a, ms, three / two rounds,
-                          # bench/RESULTS.md): smollm2-135m 128 0.366 vs 0.367-0.369 (-0.4%), 256 0.338 (-8.0%), 512
-                          # 0.338 (-8.1%); at 1024 256 0.420 vs 0.418-0.422, 512 +12.7%, 1024 +37%; at 2048 256 -3.6%,
-                          # 512 +6.6%; at 8192 256 -3.1%, 512 -0.1%, 1024 +17.5%. Up to 256 rows one split a KV head
-                          # takes them all: no partials, no arrivals, no merge (the last arrival's 1.6 us a layer at
-                          # position 64, on the chain); at the bench's positions 2-5 splits of 64 rows and their
-                          # merge cost more than the longer walk. llama-3.2-1b (wide, 98% of an H100's ceiling) 256
-                          # -0.1%; on an H200 (thirty-first session, above) 256 was -0.3% to -0.7% on llama-3.2-1b and
-                          # llama-3.1-8b and +2.6% on qwen3-1.7b, so the wide models keep 64
+                          # a narrow model's split takes up to 256 rows: 8% faster at short context
                           persist_attn_min_keys_narrow=256,
-                          # (attention inside the output projection, persist_attn_o_below at fc7a3e4, taken out after
-                          # its first run: below a position every attention tile of a KV head took the head's whole
-                          # context and the projection tile after it on its SM that head's columns, a hop a layer
-                          # less. 2026-12-01 nineteenth session, smollm2-135m, ms, two rounds: 0.503 / 0.503 vs 0.488
-                          # / 0.488 at short context (p10 0.466 vs 0.473, p90 0.533 vs 0.495: a win at the shortest
-                          # positions only), 0.644 vs 0.530 from 448, and 0.723 vs 0.714 at 8192, past it, where
-                          # only the parts' reads differ. The whole walk a tile costs more than the hop: `git show
-                          # fc7a3e4`, bench/RESULTS.md)
-                          # a layer's prologues read 112 KB an SM of tagged words on llama-3.2-1b, 12% on top of its
-                          # 917 KB of weights (arithmetic from its shapes: x of 2048, 2048, 2048 and 8192 floats at 8
-                          # bytes); the probe put a second copy of them at +63 us a token (ninth session, a8b8076).
-                          # Parity tags halve those bytes. 2026-11-30 tenth session at 570e9ca (ms, two rounds):
-                          # llama-3.2-1b 0.761 / 0.757 vs 0.765 / 0.762, qwen3-1.7b 1.140 / 1.145 vs 1.121 / 1.124,
-                          # smollm2-135m with tags on 0.525 / 0.525 vs 0.520 / 0.518 (bench/RESULTS.md): the bytes
-                          # are not what the prologues cost. So 0. (With it no splits are spared,
-                          # persist_attn_spare_splits: every SM must read each write of the residual stream). Tagged
-                          # smollm2-135m (forty-eighth session, an H100): 0.414 / 0.411 vs 0.404 / 0.401, at 8192 0.574
-                          # / 0.573 vs 0.555 / 0.553
+                          # parity tags: the bytes are not what the prologues cost
                           persist_tag_parity=0,
-                          # a reader of tagged words polls its writer's counter, then loads the words: two round trips
-                          # after the last write where one would do (the trace's hops: 0.3-0.6 us a phase, 4% of the
-                          # chain on llama-3.2-1b: scripts/trace_summary.py on c581e19's trace). Built in the tenth
-                          # session; the eleventh measured it slower (the field's comment above), so off
-                          # (again, thirty-third session at cc23327: llama-3.2-1b 0.748 / 0.749 vs 0.728 / 0.728)
+                          # spinning on tags instead of counters: slower on the wide models
                           persist_tag_waits=0, persist_tag_lead=100,
-                          # tag waits on smollm2-135m, tagged since the forty-seventh session (forty-eighth, an H100,
-                          # 4ff9b91, ms, two rounds, bench/RESULTS.md): 1 0.389 / 0.390 vs 0.404 / 0.401 and 0.391 /
-                          # 0.392 vs 0.401 / 0.401 (p10 0.362 vs 0.391), at 8192 0.543 / 0.538 vs 0.559 / 0.552; 2
-                          # 0.420 / 0.420. The wide models beside it: llama-3.2-1b 0.857 vs 0.858, qwen3-1.7b 1.251 /
-                          # 1.250 vs 1.253 / 1.257 (noise, at 91-94% of the H100's ceiling; not run on an H200). So 1
-                          # on narrow models. (Tag waits take the SiLU-mul's tagged pairs away: persistent.py,
-                          # paired_values; the variants above timed them so)
+                          # but 2.4-3.2% faster on the narrow one
                           persist_tag_waits_narrow=1,
-                          # without previous_first: 0.772-0.773 vs 0.826-0.829 on 1B, smollm2 0.527 vs 0.566
-                          # (the twice probe, persist_probe_twice, ninth session at a8b8076, ms, two rounds: dots twice
-                          # 0.856 / 0.855 vs 0.765 on llama-3.2-1b, prologues twice 0.828; smollm2-135m 0.527 and 0.520
-                          # vs 0.506-0.509; tenth session at 38a3854: bit 4 (QKV and output projection dots) 0.772
-                          # vs 0.763 on llama-3.2-1b, bit 8 (the others' dots) 0.836: bench/RESULTS.md)
-                          # a look at a page's barrier costs ~45 SM cycles (test_wait or try_wait, in a dependent
-                          # chain; an integer test 22: bench/gemv_compute.cu), and the look saves nothing: llama-3.2-1b
-                          # 0.728 / 0.728 ms with it and without, smollm2-135m 0.471 / 0.470 vs 0.469 / 0.469;
-                          # gemv_compute.cu's shares 8-19% slower with it (thirty-second session, bench/RESULTS.md):
-                          # off
+                          # a look at a page's barrier costs more than it saves
                           persist_page_look=0,
                           persist_probe_relaxed_signal=0, persist_probe_warm_code=0, persist_probe_twice=0,
                           persist_trace_attention=0,
                           persist_trace_dots=0, persist_trace_stream=0,
-                          # the traced step's code in every kernel costs every token: without it (H200, 7de685a,
-                          # variants.py, ms, two rounds; fifty-first session, bench/RESULTS.md) llama-3.2-1b 0.655 /
-                          # 0.656 vs 0.669 / 0.670 (-2.1%), qwen3-1.7b 0.989 / 0.990 vs 1.012 / 1.012 (-2.2%),
-                          # llama-3.1-8b 3.625 / 3.634 vs 3.682 / 3.685 (-1.5%), smollm2-135m 0.363 / 0.363 vs 0.387 /
-                          # 0.387 (-6.2%); the same bits (its GPU test). So 0: a trace compiles its artifact with 1
-                          # (trace_summary.py does, variants.py --trace does)
+                          # no traced step's code: 1.5-6.2% faster (a trace compiles its own artifact)
                           persist_trace_code=0,
-                          # persist_probe_o_local (thirty-ninth session, calls 2 and 3, ms, two rounds): llama-3.2-1b
-                          # untagged 0.732 / 0.733 vs 0.734 / 0.735 (-0.3%, most of it from the positions with one
-                          # split in use, whose SMs the spared splits leave out of the output projection: p10 0.705 vs
-                          # 0.729); tags 1 0.712 / 0.713 vs 0.709 / 0.711. Fusing attention with the output projection
-                          # by KV head could save no more, before its own merge and adds: not built
+                          # probes (tokens wrong on purpose): timing aids, never on
                           persist_probe_mlp_local=0, persist_probe_o_local=0, persist_probe_attention_idle=0,
-                          # 2026-12-04 thirty-ninth session (25499ff, ms, two rounds, scripts/variants.py,
-                          # bench/RESULTS.md): llama-3.2-1b 0.679 / 0.679 vs 0.684 / 0.685 (-0.8%), qwen3-1.7b
-                          # 1.028 / 1.025 vs 1.042 / 1.040 (-1.4%), llama-3.2-1b at 8192 0.798 / 0.797 vs 0.801 / 0.799
-                          # (-0.3%); traced at position 64 the down projection's x ready 2.00 vs 3.15 us after
-                          # gate/up's last signal (llama-3.2-1b), 1.50 vs 2.42 (qwen3-1.7b). Halving the bytes alone
-                          # (parity tags) or the round trips alone (persist_copy_batch 16) had left it at 3.13-3.15
-                          # (same session): the copy was bound by both. Call 5 (efdc6f1): 0 again +0.8% on
-                          # llama-3.2-1b (0.685 / 0.684 vs 0.678 / 0.680); 2 (attention's output too) -0.1%,
-                          # qwen3-1.7b +0.6%, at 8192 +0.1% (the output projection's x ready 0.12 us sooner). So 1.
-                          # A warp's own copy reads pairs too (acbf70e, call 8): llama-3.1-8b 3.763 / 3.765 vs 3.796 /
-                          # 3.797 with 0 (-0.9%)
+                          # the down projection's x as tagged bf16 pairs: 0.8-1.4% faster
                           persist_tagged_pairs=1,
-                          # 2026-12-02 twenty-fourth session (1880734, ms, two rounds each): smollm2-135m at 8192
-                          # 0.662 vs 0.697 (-5.0%), llama-3.2-1b at 8192 0.892 vs 0.897-0.898 (-0.7%), short context
-                          # 0.483 vs 0.485 and 0.737-0.738 vs 0.737-0.738; llama-3.1-8b's partials do not fit
-                          # beside its ring (unstaged, unchanged). So 1
+                          # the partials staged with cp.async where they fit: 5% faster at 8192 on smollm2-135m
                           persist_combine_staged=1,
-                          # 2026-12-02 twenty-fifth session (dc86e48, ms, two rounds, bench/RESULTS.md): llama-3.2-1b
-                          # at 8192 0.909 / 0.910 vs 0.893 / 0.892 (+1.9%), short context and smollm2-135m the same
-                          # (0.735 vs 0.734-0.737, 0.662 vs 0.662-0.663, 0.483 vs 0.482); off. With
-                          # persist_attn_pipeline 0 it spills 512 B on llama-3.2-1b (ptxas: 8 keys held over the wait)
+                          # the first pass before the wait: 1.9% slower at 8192
                           persist_attn_early_pass=0,
-                          # fewer instructions a key at 8192, where the slice's math, not its loads, sets its time
-                          # (bench/kv_slice.cu, 2026-12-03 twenty-seventh session: the slice 10.7 us, its loads alone
-                          # 4.8): 4,512 -> 4,240 SASS instructions in kv_slice.cu's pipelined slice (all of its code,
-                          # static count). Twenty-eighth session (66f6d56, ms, two rounds): llama-3.2-1b at 8192 0.883
-                          # vs 0.894 (-1.3%), short context 0.736 vs 0.737, qwen3-1.7b 1.112 vs 1.123 (-1.0%),
-                          # smollm2-135m 0.480-0.481 vs 0.481; kv_slice.cu's slice 10.37 us vs 11.10. So 1 (where
-                          # persist_attn_mma leaves the FMA passes: heads 128 wide)
+                          # fewer instructions a key in the FMA passes: 1.0-1.3% faster
                           persist_attn_lean=1,
-                          # twenty-eighth session (9d8a5ad, ms, two rounds, against lean 1): llama-3.2-1b at 8192 0.857
-                          # / 0.856 vs 0.886 (-3.3%), short context 0.728 vs 0.736-0.737 (-1.1%), smollm2-135m 0.469 /
-                          # 0.468 vs 0.480-0.481 (-2.4%); 32 rows a pass +4.0% and +8.5% (it spills). kv_slice.cu's
-                          # sketch of it 6.05 us vs the FMA slice's 10.37-11.10. So 16
+                          # attention on the tensor cores, 16 rows a warp: 1.1-3.3% faster (32 spills)
                           persist_attn_mma=16,
-                          # twenty-ninth session (d94c7d0, ms, two rounds, bench/results/2026-12-03e): qwen3-1.7b (2
-                          # query heads a KV head) 1.121 / 1.126 vs 1.112 / 1.114 (+0.9%), at 8192 1.435 / 1.436 vs
-                          # 1.451 / 1.452 (-1.1%). A loop loading V under the scores and the next K under the weighted
-                          # sum (7cbe11a, reverted) was +1.7% at short context (call 6): no better. Thirtieth session
-                          # (bench/results/2026-12-04 call 2): llama-3.1-8b (4 a KV head) 3.859 / 3.856 vs 3.907 /
-                          # 3.906 (-1.3%). So 16 where 4 or more heads share a KV head, the FMA passes below
+                          # 128-wide heads on them where 4 or more heads share a KV head (llama-3.1-8b -1.3%)
                           persist_attn_mma_wide=16, persist_attn_mma_wide_min_group=4,
-                          # thirtieth session (bench/results/2026-12-04 calls 1-2, variants.py, two rounds): 2
-                          # llama-3.2-1b at 8192 0.851 / 0.851 vs 0.856 / 0.858 ms (-0.7%), short context 0.728 /
-                          # 0.727 vs 0.728 / 0.728; smollm2-135m 0.471 / 0.470 vs 0.467 / 0.467 (+0.7%), at 8192 0.639
-                          # vs 0.641. kv_slice.cu: 7.07 vs 7.04 us; 3 (it spills) 7.74. So 2, and 1 on narrow models
-                          # (persist_attn_mma_ahead_narrow). A long split's passes of 32 or 64 rows a warp (78d31ad,
-                          # reverted): llama-3.2-1b at 8192 +0.0% and +2.5% (call 5)
+                          # two passes in flight: 0.7% faster at 8192 (one on the narrow model)
                           persist_attn_mma_ahead=2,
-                          # thirty-second session (75cea0b, ms, two rounds, bench/RESULTS.md): llama-3.2-1b 0.732 /
-                          # 0.734 vs 0.729 / 0.728 (+0.7%), at 8192 0.867 / 0.868 vs 0.850 / 0.853 (+1.9%),
-                          # smollm2-135m 0.473 vs 0.471 (+0.4%). Its keys take 0.77 us against 1.13 at position 64,
-                          # but q's words come later (q, rotation and new row 2.05 vs 1.31 us): read as the rows'
-                          # loads queueing ahead of them (not measured apart). Off. Thirty-eighth session (655b6dc,
-                          # variants.py, ms): 2 (the rows loaded before the tile's wait) on smollm2-135m 0.432 / 0.432
-                          # vs 0.438 / 0.439, 0.434-0.435 vs 0.439-0.441 (three rounds), 0.433 / 0.433 vs 0.439 / 0.440
-                          # (-1.3 to -1.5%, calls 2-4), at 8192 0.585 vs 0.601 (-2.7%, three rounds); llama-3.2-1b
-                          # +0.2%, -0.5% (traced builds), +0.6%, at 8192 +2.2% (calls 2-4): traced at position 64 its
-                          # keys took 0.81 us against 1.20, q's words 1.33 against 0.97, as with 1. So 2 on narrow
-                          # models (persist_attn_mma_first_narrow), 0 on the others. The weight stream held while an
-                          # SM runs an attention split with rows (persist_attn_holds_stream, 408d291, taken out; call
-                          # 7): llama-3.2-1b +0.1% (the last split's slice 2.98 vs 3.27 us), qwen3-1.7b +0.8%
+                          # the first passes' rows beside q's: slower on the wide models, 1.3-2.7% faster on the narrow
+                          # one
                           persist_attn_mma_first=0, persist_attn_mma_first_narrow=2,
-                          # the same bits (8 GPU tests) but slower: 0.668 -> 0.687 / 0.692 / 0.696 ms at 1 / 2 / 3 on
-                          # llama-3.2-1b, qwen3-1.7b +3.7% / +6.1% at 1 / 3, llama-3.1-8b +0.5% / +1.9%: every tile of
-                          # an item-dealt GEMV sums ~20% slower, whole-row ones too, which outweighs the balance won;
-                          # not the page loop's tests (a loop without them was as slow); cause unknown (forty-second
-                          # session, bench/RESULTS.md)
+                          # item shares: the same bits, 3-6% slower (cause unknown)
                           persist_item_shares=0),
 }
 

@@ -188,7 +188,7 @@ struct CombineStage {
 // TAGGED: the output as tagged words with `tag`. BATCH > 0 (persist_combine_batch): BATCH splits' partials loaded
 // at once into registers, then folded in the same order (the same bits), where the loop unrolled by 8 leaves it to
 // the compiler which loads go together (smollm2-135m at 8192, 44 splits: 7.4 us from the last partial to the signal
-// in the eighteenth session's trace; 16 a batch 0.714 ms a token against 0.752, codegen/targets.py). `stage`
+// in the eighteenth session's trace; 16 a batch 0.714 ms a token against 0.752, codegen/TUNING.md). `stage`
 // (persist_combine_staged; the persistent kernel's scratch, 16-byte aligned): all `active` splits' partials copied
 // into it at once (cp.async of 16 bytes, through L2 alone as __ldcg; m and l through registers), then folded from
 // shared memory in split order (the same bits): one round trip for any number of splits, where 44 splits took three

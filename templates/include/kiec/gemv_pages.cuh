@@ -56,7 +56,7 @@ __device__ __forceinline__ void dot_lanes(const char* w0, const char* w1, const 
 // (Ring::landed, a test_wait a page in order) grew the traced tile 0.126 us a page counted (thirty-first session,
 // bench/RESULTS.md); if the page wait before each page's items costs as much, the look saves it on resident pages.
 // It does not: a barrier look is ~45 SM cycles, and the look left llama-3.2-1b's token as it was and made
-// gemv_compute.cu's shares slower (thirty-second session; codegen/targets.py). The lane that saw a page land
+// gemv_compute.cu's shares slower (thirty-second session; codegen/TUNING.md). The lane that saw a page land
 // acquired it; __syncwarp orders the other lanes' reads after that. The same bits.
 #ifndef KIEC_PAGE_LOOK
 #define KIEC_PAGE_LOOK 0
@@ -175,7 +175,7 @@ struct TimedPages {  // half_warp_steps' and warp_item_steps' ring: the tile's, 
 // warp_sum's bits). So the same bits as one at a time. Why: on pages already landed a warp's items one after another
 // are a chain of latencies (a page wait, the loads, the FMA chain, 5 shuffles, the store, the release:
 // bench/gemv_compute.cu's 24-row QKV tile, 6 items a warp, takes 1.70 us), which side by side overlap. Measured 3-10%
-// slower on every model, 1-4% with only the long shares (thirty-third session, codegen/targets.py): a short share's
+// slower on every model, 1-4% with only the long shares (thirty-third session, codegen/TUNING.md): a short share's
 // step code, fetched again each phase, costs more than the overlap wins, and a stream-bound share waits for U pages
 // before each step. Off.
 template <typename T, typename G, int WARPS, int SEGS, int U, typename R>

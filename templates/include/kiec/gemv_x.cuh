@@ -282,7 +282,8 @@ __device__ __forceinline__ void load_x_slice(const float* xs, int seg, int lane,
 // loaded at once (two a 16-byte access), then a round's stale words again together (settle_tags: one round trip a
 // retry for all of them). The writer's counter moves relaxed (its last tile's words may still be on their way), so
 // some words come stale. Reloaded one at a time instead, each a round trip after the last: llama-3.2-1b 0.794 ms
-// against 0.786 this way, both slower than the copy prologue's 0.739 (2026-12-01 seventeenth session, targets.py).
+// against 0.786 this way, both slower than the copy prologue's 0.739 (2026-12-01 seventeenth session,
+// codegen/TUNING.md).
 template <typename G>
 __device__ __forceinline__ void load_x_slice_tagged(const float* x2, unsigned tag, int seg, int lane,
                                                     float (&xr)[G::ROUNDS][8]) {

@@ -296,7 +296,7 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
     const unsigned long long freed = rec ? global_ns() : 0ull;
 #endif
     // (KIEC_L2_AHEAD_BURST: page seq was asked of L2 at the pace while the ring was full, so its copy is not paced
-    // again and the asks keep the memory's clock; measured no faster, off: codegen/targets.py)
+    // again and the asks keep the memory's clock; measured no faster, off: codegen/TUNING.md)
     if (KIEC_PAGE_PACE_NS > 0 && !(KIEC_L2_AHEAD_BURST && AHEAD > 0 && seq < asked)) {
       unsigned long long now;
       while ((now = global_ns()) < next_at) {}
