@@ -43,9 +43,9 @@ def ring_head_bytes(stages: int) -> int:
     return 128 * -(-(2 * stages * 8) // 128)
 
 
-# attention_tile's template parameters (persistent.cuh), in order: the ten every call writes, then the tail's, each
-# with its default there (persistent.cuh declares them; tests/cpu/test_compile.py checks the two agree). The emitter
-# names each value it passes, and tests read a call's arguments by these names (tests/tiles.py), not by place
+# attention_tile's template parameters (persistent.cuh), in order: the ten every call writes, then the tail's, each with
+# its default there (persistent.cuh declares them; tests/cpu/test_compile_attention.py checks the two agree). The
+# emitter names each value it passes, and tests read a call's arguments by these names (tests/tiles.py), not by place
 ATTENTION_TILE_HEAD = ("T", "HEAD_DIM", "GROUP", "ROTARY", "INTERLEAVED", "QK_NORM", "WARPS", "SPLITS", "U",
                        "MIN_KEYS")
 ATTENTION_TILE_TAIL = (("TAGGED", False), ("PIPE", False), ("SOFTCAP", True), ("U_SHORT", 0), ("EARLY_ROPE", False),

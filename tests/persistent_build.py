@@ -1,0 +1,44 @@
+"""Helpers of the compile tests (tests/cpu/test_compile*.py): a tiny model, its persistent kernel's generated source
+with some of the sm_90 table's fields replaced, and its compile."""
+import kiec
+from tests.tiny_hf import make_tiny_hf
+
+
+def tiny_llama(tmp_path):
+    """A tiny llama (tests/tiny_hf.py) loaded in bf16."""
+    make_tiny_hf(tmp_path / "hf", "llama")
+    return kiec.load(str(tmp_path / "hf"), dtype="bf16")
+
+
+def persistent_cu(model, **fields) -> str:
+    """The generated model.cu of `model`'s persistent kernel with those fields of the sm_90 table replaced (nothing
+    written, no nvcc)."""
+    import dataclasses
+
+    from kiec.build import emit_sources
+    from kiec.codegen import targets
+    t = dataclasses.replace(targets.TARGETS["sm_90"], **fields)
+    return emit_sources(model, "persistent", "bf16", t, "x").files["model.cu"]
+
+
+def compile_persistent(model, path, monkeypatch, **fields) -> str:
+    """kiec compile (nvcc) of `model`'s persistent kernel into `path` with those fields of the sm_90 table replaced."""
+    import dataclasses
+
+    from kiec.codegen import targets
+    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], **fields))
+    return kiec.compile(model, str(path), mode="persistent")
+
+
+def tiny_tagged_llama(tmp_path):
+    """A tiny llama (hidden 256, 4 heads on 2 KV heads), its program, and the sm_90 table with the widths under which
+    it runs a wide model's fields (tagged words, not a narrow model's)."""
+    import dataclasses
+
+    from kiec.codegen import targets
+    from kiec.ir.passes import pipeline
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=300)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    wide = dataclasses.replace(targets.TARGETS["sm_90"], persist_tagged_min_width=0, persist_narrow_width=0)
+    return model, pipeline.run(model.graph), wide
