@@ -115,11 +115,13 @@ def test_a_merge_before_every_split_arrived_is_caught(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("policy,seed,tags,most", [("eager", 0, False, 3), ("random", 1, False, 3),
                                                    ("random", 2, False, 2), ("random", 3, True, 3),
-                                                   ("eager", 0, True, 2), ("random", 4, True, 2)])
+                                                   ("eager", 0, True, 2), ("random", 4, True, 2),
+                                                   ("random", 5, True, 1), ("eager", 0, False, 1)])
 def test_owner_merges_computes_the_graph_on_any_interleaving(tmp_path, policy, seed, tags, most):
     # persist_attn_owner_merges: while at most `most` splits are in use, the split holding the token's row merges
     # once the others' partials came, the others never bump the counter; over 12 tokens the splits in use per KV
-    # head go 1, 2, 3 (min_keys 2, 3 splits), so with `most` 2 the last to arrive merges from the 5th token on
+    # head go 1, 2, 3 (min_keys 2, 3 splits), so with `most` 2 the last to arrive merges from the 5th token on; with
+    # 1 the owner is the only split in use (nothing to merge: it signals, then arrives for all) up to the 3rd
     m, prog, sched, weights, offsets, floats = setup(tmp_path, owner_merges=most)
     if tags:  # attention's input and output tagged (persist_tagged 2), its counter then relaxed
         offsets, floats, sched = tagged_schedule(prog, owner_merges=most)
