@@ -360,7 +360,7 @@ def test_attention_short_pass_computes_the_same_bits(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("tags,most,heads,kv_heads,newest", [(0, 64, 4, 2, 0), (2, 64, 4, 2, 0), (2, 8, 4, 2, 0),
                                                               (0, 8, 4, 2, 0), (0, 64, 8, 1, 0), (0, 8, 4, 2, 1),
-                                                              (2, 64, 4, 2, 1), (0, 0, 4, 2, 1)])
+                                                              (2, 64, 4, 2, 1), (0, 0, 4, 2, 1), (2, 1, 4, 2, 0)])
 def test_owner_merges_computes_the_same_bits(tmp_path, monkeypatch, tags, most, heads, kv_heads, newest):
     # persist_attn_owner_merges: the split holding the position's row merges its KV head's splits from their tagged
     # partials, in the same order as the last split to arrive did: with 8 keys a split at least, one launch over 300
@@ -368,7 +368,8 @@ def test_owner_merges_computes_the_same_bits(tmp_path, monkeypatch, tags, most, 
     # with attention's input and output tagged too (tags 2); at most 8 in use: from position 64 on the last to
     # arrive merges again, in the same launch (also untagged, a narrow model's way). 8 query heads on one KV head:
     # 512 outputs, two a thread. newest: persist_attn_newest_first (split 0 takes the newest chunk and is the owner;
-    # the partials at their chunks' slots, so the same bits), also with the last to arrive merging (most 0)
+    # the partials at their chunks' slots, so the same bits), also with the last to arrive merging (most 0). At most
+    # 1: the owner the only split in use (positions below 8: it signals, then arrives for all), then the last to arrive
     model, _ = compile_tiny(tmp_path, "llama", max_position_embeddings=512, hidden_size=64 * heads,
                             intermediate_size=384, num_attention_heads=heads, num_key_value_heads=kv_heads)
     # (the wide fields: else a model this narrow takes owner merges 8 and newest first in both builds)
