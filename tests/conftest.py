@@ -27,10 +27,10 @@ def _wide_rules_at_any_width(request, monkeypatch):
     rules on their own); a test marked table_tags runs the table's rules. The SiLU-mul's output stays tagged floats
     (persist_tagged_pairs 0), so that the knobs whose tests compare bits with a base (tags 0, x direct, tag waits: none
     of them hands that value over in pairs) keep comparing like with like; the tests of tagged pairs set them
-    (tests/gpu/test_persistent.py, tests/cpu/test_compile_model_rules.py). For the same reason the GEMVs keep the FMA
-    tile (persist_mma_rows ""): item shares, x direct, a warp's own copy, the norm in the warps, consumer merges and the
-    probes each take a GEMV off the tensor cores, whose bits differ; the tests of the tensor-core tiles set it
-    (tests/gpu/test_persistent.py, tests/cpu/test_gemv_mma.py)."""
+    (tests/gpu/test_persistent_gemv.py, tests/cpu/test_compile_model_rules.py). For the same reason the GEMVs keep the
+    FMA tile (persist_mma_rows ""): item shares, x direct, a warp's own copy, the norm in the warps, consumer merges and
+    the probes each take a GEMV off the tensor cores, whose bits differ; the tests of the tensor-core tiles set it
+    (tests/gpu/test_persistent_gemv.py, tests/cpu/test_gemv_mma.py)."""
     import dataclasses
 
     from kiec.codegen import targets

@@ -279,7 +279,8 @@ def test_every_gpu_knob_variant_builds_a_kernel_of_its_own(tmp_path):
     from kiec.codegen.persistent import emit_persistent
     from kiec.codegen.targets import target
     from kiec.ir.passes import pipeline
-    from tests.gpu.test_persistent import TABLE_VARIANTS, WIDE_FIELDS
+    from tests.gpu.persistent_tiny import WIDE_FIELDS
+    from tests.gpu.test_persistent import TABLE_VARIANTS
     make_tiny_hf(tmp_path / "hf", "qwen3", vocab_size=16384)
     model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
     program = pipeline.run(model.graph)
