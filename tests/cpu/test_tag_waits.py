@@ -14,8 +14,8 @@ from kiec.ir.passes.persistent import schedule
 from kiec.ir.passes.phases import phases, reads_writes
 from kiec.ir.passes.tags import tag_plan
 from kiec.ir.passes.vm import VM, ScheduleError
-from tests.cpu.test_persistent_vm import assert_vm_computes_the_model, first_attention, setup
 from tests.tiny_hf import make_tiny_hf
+from tests.vm_setup import assert_vm_computes_the_model, first_attention, setup
 
 
 def tag_waits_setup(tmp_path, family, level):
