@@ -386,7 +386,8 @@ TARGETS: dict[str, TargetParams] = {
                           persist_x_warp_copy_min_k=12288,
                           # the previous token's wait polled first: 2-4% faster
                           persist_waits_previous_first=1,
-                          # an instruction's waits polled at once, a lane each
+                          # an instruction's waits polled at once, a lane each: the SM that ended a phase no longer
+                          # polls two in turn
                           persist_waits_together=1,
                           # the next K/V pass loaded while one computes: 3% faster at 8192
                           persist_attn_pipeline=1,
@@ -473,7 +474,7 @@ TARGETS: dict[str, TargetParams] = {
                           # the first passes' rows beside q's: slower on the wide models, 1.3-2.7% faster on the narrow
                           # one
                           persist_attn_mma_first=0, persist_attn_mma_first_narrow=2,
-                          # item shares: the same bits, 3-6% slower (cause unknown)
+                          # item shares: the same bits, 0.5-6% slower (cause unknown)
                           persist_item_shares=0),
 }
 
