@@ -384,7 +384,7 @@ TARGETS: dict[str, TargetParams] = {
                           # a warp's own copy of x from K 12288: llama-3.1-8b's 14336 gained 1%, the 8192 and 6144 of
                           # the others lost
                           persist_x_warp_copy_min_k=12288,
-                          # the previous token's wait polled first: 2-4% faster
+                          # the previous token's wait polled first: 0.7-4.2% faster
                           persist_waits_previous_first=1,
                           # an instruction's waits polled at once, a lane each: the SM that ended a phase no longer
                           # polls two in turn
@@ -416,7 +416,7 @@ TARGETS: dict[str, TargetParams] = {
                           persist_attn_newest_first=0,
                           # the combine's loop unrolled by 8 on the wide models (16 spills on llama-3.2-1b)
                           persist_combine_batch=0,
-                          # tagged words for GEMV and attention values: 4-9% faster, on every model since the
+                          # tagged words for GEMV and attention values: 0.2-10% faster, on every model since the
                           # forty-seventh session
                           persist_tagged=2, persist_tagged_min_width=0,
                           # the norm in each warp: under the noise
@@ -425,9 +425,9 @@ TARGETS: dict[str, TargetParams] = {
                           persist_dot_half_warps=0,
                           # a warp's items one at a time: two or four at once were 1-10% slower
                           persist_dot_items=1, persist_dot_item_chunks=16, persist_dot_items_min_share=1,
-                          # the next tiles' fields staged on chip and the norm weights kept raw: 3.6% faster
+                          # the next tiles' fields staged on chip, the norm weights kept raw: 0.5-5.7% faster
                           persist_stage_instrs=1, persist_norm_w_raw=1,
-                          # the norm's scale after the dots: 0.3-0.9% faster
+                          # the norm's scale after the dots: 0.1-0.9% faster
                           persist_norm_late_scale=1,
                           # the host's round trips off the chain (its 2 us under the spread)
                           persist_select_host_late=1,
@@ -436,7 +436,8 @@ TARGETS: dict[str, TargetParams] = {
                           persist_attn_newest_first_narrow=0,
                           # 16 splits' partials a batch on the narrow model: 5% faster at 8192
                           persist_combine_batch_narrow=16,
-                          # 4 pages on the narrow model (3-4 pages a layer an SM): 1-3% faster than 12
+                          # 4 pages on the narrow model (3-4 pages a layer an SM): 1-14% faster than 12 (14%: tagged, at
+                          # 8192)
                           persist_stages_narrow=4,
                           # one pass ahead on the narrow model (2 slower at 8192)
                           persist_attn_mma_ahead_narrow=1,
@@ -457,7 +458,7 @@ TARGETS: dict[str, TargetParams] = {
                           persist_trace_code=0,
                           # probes (tokens wrong on purpose): timing aids, never on
                           persist_probe_mlp_local=0, persist_probe_o_local=0, persist_probe_attention_idle=0,
-                          # the down projection's x as tagged bf16 pairs: 0.8-1.4% faster
+                          # the down projection's x as tagged bf16 pairs: 0.3-1.4% faster
                           persist_tagged_pairs=1,
                           # the partials staged with cp.async where they fit: 5% faster at 8192 on smollm2-135m
                           persist_combine_staged=1,

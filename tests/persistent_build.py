@@ -1,5 +1,5 @@
 """Helpers of the compile tests (tests/cpu/test_compile*.py): a tiny model, its persistent kernel's generated source
-with some of the sm_90 table's fields replaced, and its compile."""
+with some of the sm_90 table's fields replaced, and its compile (also the GPU tests': tests/gpu/persistent_tiny.py)."""
 import kiec
 from tests.tiny_hf import make_tiny_hf
 

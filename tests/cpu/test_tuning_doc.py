@@ -22,7 +22,8 @@ def commented_lines(source: str) -> list[str]:
 
 def test_every_commented_value_of_the_table_has_its_section_in_order():
     with open(os.path.join(ROOT, "codegen", "targets.py")) as f:
-        table = commented_lines(f.read())
+        source = f.read()
+    table = commented_lines(source)
     with open(os.path.join(ROOT, "codegen", "TUNING.md")) as f:
         heads = re.findall(r"^## `(.*)`", f.read(), flags=re.M)
     assert len(table) > 50  # (the parse found the table)
@@ -30,8 +31,6 @@ def test_every_commented_value_of_the_table_has_its_section_in_order():
     for line, head in zip(table, sections):
         assert line == head, f"targets.py's table has {line!r} where codegen/TUNING.md's section is {head!r}"
     assert len(sections) == len(table), f"TUNING.md lacks sections for {table[len(sections):]}"
-    with open(os.path.join(ROOT, "codegen", "targets.py")) as f:
-        source = f.read()
     for extra in heads[len(table):]:  # (after the table's: the class's own defaults, each still the class's)
         name, value = extra.split("=", 1)
         assert re.search(rf"^    {name}: \w+ = {re.escape(value)}$", source, flags=re.M), \

@@ -8,6 +8,7 @@ import pytest
 
 import kiec
 from kiec.codegen import targets
+from tests.persistent_build import compile_persistent
 from tests.tiny_hf import make_tiny_hf
 
 
@@ -61,13 +62,9 @@ def compile_tiny(tmp_path, family, mode="persistent", **overrides):
 
 
 def compile_variant(model, tmp_path, monkeypatch, name="variant", **change):
-    """The model's persistent artifact with the sm_90 table's fields replaced (scripts/variants.py's A/B), on top
-    of earlier replacements in the same test."""
-    import dataclasses
-
-    from kiec.codegen import targets
-    monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"], **change))
-    return kiec.compile(model, str(tmp_path / name), mode="persistent")
+    """The model's persistent artifact in tmp_path / name with the sm_90 table's fields replaced (scripts/variants.py's
+    A/B), on top of earlier replacements in the same test (tests/persistent_build.py: compile_persistent)."""
+    return compile_persistent(model, tmp_path / name, monkeypatch, **change)
 
 
 def trace_summary():

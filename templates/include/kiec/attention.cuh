@@ -43,10 +43,10 @@ namespace kiec {
 // beside q's (MmaPass::load_row; the same bits)
 // Q_PAIRS (persist_attn_q_pairs; TAGGED, every dim rotated, `rope` given): without QK_NORM q's and the new k's words
 // taken a rotation pair a thread (QkvPairs), rotated in registers and stored rotated, the new row written to
-// the cache by the same threads: one block barrier before the keys where there were three (the same bits: rotate's
+// the cache by the same threads: one block barrier before the keys where there were three (the same bits: rotate_pair's
 // arithmetic on the same coefficients). With QK_NORM (persist_attn_q_pairs_normed; TAGGED, every dim rotated, not
 // INTERLEAVED, `rope` a HeadPairsRope): a warp takes a whole head instead, warp h < GROUP query head h and warp
-// GROUP the new k and v, normed and rotated in its registers (head_rmsnorm's and rotate's arithmetic in their
+// GROUP the new k and v, normed and rotated in its registers (head_rmsnorm's and rotate_pair's arithmetic in their
 // order: the same bits), one block barrier before the keys where there were four
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int U,
           bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0, bool KV_FIRST = false,
@@ -182,13 +182,13 @@ __device__ __forceinline__ void attention_slice(AttentionSmem<HEAD_DIM, GROUP, W
     for (int r = 0; r < QI; ++r) {
       const int a = Words::q_elem(r, 0), b = Words::q_elem(r, 1);
       if (a >= 0)
-        Rope::rotate(settled_value(words.q[r][0], tag), settled_value(words.q[r][1], tag), rope->qs[r], rope->qc[r],
-                     qs[a], qs[b]);
+        rotate_pair(settled_value(words.q[r][0], tag), settled_value(words.q[r][1], tag), rope->qs[r], rope->qc[r],
+                    qs[a], qs[b]);
     }
     if (kv_mine) {
       const int a = Words::kv_elem(0), b = Words::kv_elem(1);
       float ka, kb;
-      Rope::rotate(settled_value(words.k[0], tag), settled_value(words.k[1], tag), rope->ks, rope->kc, ka, kb);
+      rotate_pair(settled_value(words.k[0], tag), settled_value(words.k[1], tag), rope->ks, rope->kc, ka, kb);
       const float va = settled_value(words.v[0], tag), vb = settled_value(words.v[1], tag);
       sm.kn[a] = ka;
       sm.kn[b] = kb;

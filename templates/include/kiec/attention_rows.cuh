@@ -94,13 +94,10 @@ struct RopeCoeffs {
     ks = tid < PAIRS ? table.s[tid] : 0.f;
     kc = tid < PAIRS ? table.c[tid] : 0.f;
   }
-  __device__ __forceinline__ static void rotate(float x, float y, float s, float c, float& a, float& b) {
-    rotate_pair(x, y, s, c, a, b);
-  }
   template <bool INTERLEAVED>
   __device__ __forceinline__ static void turn(float* hv, int i, float s, float c) {
     const int a = INTERLEAVED ? 2 * i : i, b = INTERLEAVED ? 2 * i + 1 : i + PAIRS;
-    rotate(hv[a], hv[b], s, c, hv[a], hv[b]);
+    rotate_pair(hv[a], hv[b], s, c, hv[a], hv[b]);
   }
   // q: the GROUP heads, `stride` floats apart; k: the new key (its owner only), or null
   template <bool INTERLEAVED>
