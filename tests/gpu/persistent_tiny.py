@@ -8,6 +8,7 @@ import pytest
 
 import kiec
 from kiec.codegen import targets
+from tests.gpu.test_engine import stepped_logits
 from tests.persistent_build import compile_persistent
 from tests.tiny_hf import make_tiny_hf
 
@@ -65,6 +66,14 @@ def compile_variant(model, tmp_path, monkeypatch, name="variant", **change):
     """The model's persistent artifact in tmp_path / name with the sm_90 table's fields replaced (scripts/variants.py's
     A/B), on top of earlier replacements in the same test (tests/persistent_build.py: compile_persistent)."""
     return compile_persistent(model, tmp_path / name, monkeypatch, **change)
+
+
+def assert_same_bits(model, eng, base, seed, positions, prompt, n=40):
+    """A variant's engine computes its base's bits: each logit of `positions` random tokens (from seed), one
+    Engine.step a token, and one launch's n greedy tokens after the first `prompt` of them."""
+    tokens = np.random.default_rng(seed).integers(0, model.config.vocab_size, size=positions).tolist()
+    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
+    assert eng.generate(tokens[:prompt], n) == base.generate(tokens[:prompt], n)
 
 
 def trace_summary():

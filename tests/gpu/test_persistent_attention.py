@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import kiec
-from tests.gpu.persistent_tiny import NARROW, WIDE_FIELDS, compile_tiny, compile_variant, load_tiny, narrow_or_wide
+from tests.gpu.persistent_tiny import (NARROW, WIDE_FIELDS, assert_same_bits, compile_tiny, compile_variant, load_tiny,
+                                      narrow_or_wide)
 from tests.gpu.test_engine import budget_check, check_against_interpreter, stepped_greedy, stepped_logits
 from tests.tiles import attention_tile_args
 
@@ -36,9 +37,7 @@ def test_attention_short_pass_computes_the_same_bits(tmp_path, monkeypatch):
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=128,
                                        persist_attn_short_keys=0))
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_short_keys=2))
-    tokens = np.random.default_rng(5).integers(0, model.config.vocab_size, size=300).tolist()
-    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
-    assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
+    assert_same_bits(model, eng, base, 5, 300, 100)
 
 
 @pytest.mark.parametrize("tags,most,heads,kv_heads,newest", [(0, 64, 4, 2, 0), (2, 64, 4, 2, 0), (2, 8, 4, 2, 0),
@@ -60,9 +59,7 @@ def test_owner_merges_computes_the_same_bits(tmp_path, monkeypatch, tags, most, 
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_owner_merges=most,
                                       persist_attn_newest_first=newest))
-    tokens = np.random.default_rng(7).integers(0, model.config.vocab_size, size=300).tolist()
-    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
-    assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
+    assert_same_bits(model, eng, base, 7, 300, 100)
 
 
 @pytest.mark.parametrize("most,head_dim,heads,kv_heads", [(2, 64, 4, 2), (4, 64, 16, 4), (16, 64, 4, 1),
@@ -81,9 +78,7 @@ def test_consumer_merges_compute_the_same_bits(tmp_path, monkeypatch, most, head
     art = compile_variant(model, tmp_path, monkeypatch, persist_attn_consumer_merges=most)
     assert "kiec::ConsumerMerge<" in open(os.path.join(art, "src", "model.cu")).read()
     eng = kiec.Engine(art)
-    tokens = np.random.default_rng(11).integers(0, model.config.vocab_size, size=300).tolist()
-    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
-    assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
+    assert_same_bits(model, eng, base, 11, 300, 100)
 
 
 @pytest.mark.parametrize("batch,tags,staged", [(4, 0, 0), (16, 0, 0), (16, 2, 0), (0, 0, 1), (0, 2, 1)])
@@ -104,9 +99,7 @@ def test_combine_batch_computes_the_same_bits(tmp_path, monkeypatch, batch, tags
     assert "#define KIEC_COMBINE_BATCH" not in src["base"] and attn["base"]["TAGGED"] == ("true" if tags else "false")
     assert (f"#define KIEC_COMBINE_BATCH {batch}" in src["variant"]) == bool(batch)
     assert (attn["variant"]["STAGED"] == "true") == bool(staged)
-    tokens = np.random.default_rng(9).integers(0, model.config.vocab_size, size=300).tolist()
-    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
-    assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
+    assert_same_bits(model, eng, base, 9, 300, 100)
 
 
 @pytest.mark.parametrize("family", ["llama3-scaled", "qwen3", "mistral"])
@@ -119,9 +112,7 @@ def test_early_rope_and_kv_first_compute_the_same_bits(tmp_path, monkeypatch, fa
     model, _ = compile_tiny(tmp_path, family, max_position_embeddings=512)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=8))
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_attn_early_rope=1, persist_attn_kv_first=1))
-    tokens = np.random.default_rng(7).integers(0, model.config.vocab_size, size=300).tolist()
-    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
-    assert eng.generate(tokens[:100], 40) == base.generate(tokens[:100], 40)
+    assert_same_bits(model, eng, base, 7, 300, 100)
 
 
 @pytest.mark.parametrize("family,window,min_keys,wide", [("llama", None, 512, True), ("mistral", 200, 128, True),
@@ -148,9 +139,7 @@ def test_attention_early_pass_and_lean_compute_the_same_bits(tmp_path, monkeypat
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, **{knob: 1}))
     tile = attention_tile_args(open(tmp_path / "variant" / "src" / "model.cu").read())[0]
     assert tile[{"persist_attn_early_pass": "EARLY_PASS", "persist_attn_lean": "LEAN"}[knob]] == "true"
-    tokens = np.random.default_rng(11).integers(0, model.config.vocab_size, size=600).tolist()
-    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
-    assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
+    assert_same_bits(model, eng, base, 11, 600, 300)
 
 
 @pytest.mark.parametrize("family,window,min_keys,wide,mma,head_dim", [
@@ -182,9 +171,7 @@ def test_attention_q_pairs_compute_the_same_bits(tmp_path, monkeypatch, family, 
     tiles = {n: attention_tile_args(open(tmp_path / n / "src" / "model.cu").read())[0] for n in ("base", "variant")}
     assert (tiles["base"]["Q_PAIRS"], tiles["variant"]["Q_PAIRS"]) == ("0", str(pairs))
     assert ("#define KIEC_ROPE_TABLE" in open(tmp_path / "variant" / "src" / "model.cu").read()) == (pairs == 3)
-    tokens = np.random.default_rng(13).integers(0, model.config.vocab_size, size=600).tolist()
-    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
-    assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
+    assert_same_bits(model, eng, base, 13, 600, 300)
 
 
 @pytest.mark.parametrize("family,window,min_keys,wide,kv_heads,head_dim", [
@@ -238,9 +225,7 @@ def test_attention_on_tensor_cores_ahead_computes_the_same_bits(tmp_path, monkey
     for name, want in [("base", ("16", "1")), ("variant", ("16", str(ahead)))]:
         tile = attention_tile_args(open(tmp_path / name / "src" / "model.cu").read())[0]
         assert (tile["MMA_KEYS"], tile["MMA_AHEAD"]) == want, name
-    tokens = np.random.default_rng(12).integers(0, model.config.vocab_size, size=600).tolist()
-    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
-    assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
+    assert_same_bits(model, eng, base, 12, 600, 300)
 
 
 @pytest.mark.parametrize("family,window,min_keys,ahead,first", [
@@ -270,6 +255,4 @@ def test_attention_on_tensor_cores_first_rows_beside_q_compute_the_same_bits(tmp
     for name, want in [("base", ("16", "0")), ("variant", ("16", str(first)))]:
         tile = attention_tile_args(open(tmp_path / name / "src" / "model.cu").read())[0]
         assert (tile["MMA_KEYS"], tile["MMA_FIRST"]) == want, name
-    tokens = np.random.default_rng(13).integers(0, model.config.vocab_size, size=600).tolist()
-    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
-    assert eng.generate(tokens[:300], 40) == base.generate(tokens[:300], 40)
+    assert_same_bits(model, eng, base, 13, 600, 300)

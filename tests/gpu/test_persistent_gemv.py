@@ -10,8 +10,8 @@ import pytest
 
 import kiec
 from kiec.sampling import SamplingParams
-from tests.gpu.persistent_tiny import (FAMILIES, NARROW, WIDE_FIELDS, compile_tiny, compile_variant, gemv_tiles,
-                                       load_tiny)
+from tests.gpu.persistent_tiny import (FAMILIES, NARROW, WIDE_FIELDS, assert_same_bits, compile_tiny, compile_variant,
+                                       gemv_tiles, load_tiny)
 from tests.gpu.test_engine import budget_check, check_against_interpreter, greedy_alike, stepped_logits
 from tests import table
 from tests.tiles import attention_tile_args
@@ -202,9 +202,7 @@ def test_tag_waits_on_wide_rows_compute_the_same_bits(tmp_path, monkeypatch, wai
                               num_key_value_heads=4, vocab_size=1024)
     base = kiec.Engine(art)
     eng = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, persist_tag_waits=waits, persist_tag_lead=lead))
-    tokens = np.random.default_rng(4).integers(0, model.config.vocab_size, size=24).tolist()
-    assert np.array_equal(stepped_logits(eng, tokens), stepped_logits(base, tokens))
-    assert eng.generate(tokens[:5], 40) == base.generate(tokens[:5], 40)
+    assert_same_bits(model, eng, base, 4, 24, 5)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
