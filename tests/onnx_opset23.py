@@ -9,12 +9,18 @@ import numpy as np
 
 
 
-def build_opset23(hf_dir: str, path: str, max_pos: int = 64, style: str = "opset23", rotary_dim: int = 0) -> None:
+def build_opset23(hf_dir: str, path: str, max_pos: int = 64, style: str = "opset23", rotary_dim: int = 0,
+                  interleaved: bool = False) -> None:
+    """The decoder of the HF model in hf_dir as ONNX at `path`. rotary_dim: the features each head rotates (0: all);
+    interleaved (style opset23 only): RotaryEmbedding's interleaved=1, GPT-J's pairs 2i, 2i + 1, on the same weights
+    (a different function from the HF model's, which onnxruntime and kiec both compute)."""
     import onnx
     from onnx import TensorProto as TP
     from onnx import helper, numpy_helper
 
     import kiec
+    if interleaved and style != "opset23":
+        raise ValueError(f"interleaved rotary: style opset23 only, not {style!r}")
     m = kiec.load(hf_dir, dtype="f32")
     cfg = m.config
     h, kvh, dh = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -89,8 +95,9 @@ def build_opset23(hf_dir: str, path: str, max_pos: int = 64, style: str = "opset
                 normed = rmsnorm(view, init(p + f"{n}_norm", m.weights[p + f"self_attn.{n}_norm.weight"].numpy()))
                 proj[n] = node("Reshape", [normed, ints(f"flat_{len(nodes)}", [1, -1, nh * dh])])
         if style == "opset23":
-            q = node("RotaryEmbedding", [proj["q"], cos, sin, "position_ids"], num_heads=h)
-            k = node("RotaryEmbedding", [proj["k"], cos, sin, "position_ids"], num_heads=kvh)
+            rot_attrs = dict(interleaved=int(interleaved), **({"rotary_embedding_dim": rot} if rot < dh else {}))
+            q = node("RotaryEmbedding", [proj["q"], cos, sin, "position_ids"], num_heads=h, **rot_attrs)
+            k = node("RotaryEmbedding", [proj["k"], cos, sin, "position_ids"], num_heads=kvh, **rot_attrs)
             a = node("Attention", [q, k, proj["v"], "", f"past_key_values.{i}.key", f"past_key_values.{i}.value"],
                      [f"attn_{i}", f"present.{i}.key", f"present.{i}.value"], q_num_heads=h, kv_num_heads=kvh,
                      scale=1.0 / np.sqrt(dh))

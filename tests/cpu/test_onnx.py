@@ -184,22 +184,26 @@ def test_inspect_and_compile_accept_onnx_paths(tmp_path):
         assert (tmp_path / "art" / "libkiec_model.so").exists()
 
 
-@pytest.mark.parametrize("family,style,rotary", [(f, s, 0) for s in ("opset23", "decomposed")
-                                                  for f in ("llama", "llama-tied", "qwen2", "qwen3")]
-                         + [("llama", "decomposed", 8)])  # 8 of head_dim 16: partial rotary
-def test_hand_built_decoders_match_onnxruntime(tmp_path, family, style, rotary):
+@pytest.mark.parametrize("family,style,rotary,interleaved", [(f, s, 0, False) for s in ("opset23", "decomposed")
+                                                              for f in ("llama", "llama-tied", "qwen2", "qwen3")]
+                         + [("llama", "decomposed", 8, False), ("llama", "opset23", 8, False)]  # 8 of head_dim 16
+                         + [("llama", "opset23", 0, True), ("qwen3", "opset23", 0, True),
+                            ("llama", "opset23", 8, True)])
+def test_hand_built_decoders_match_onnxruntime(tmp_path, family, style, rotary, interleaved):
+    # rotary 8: partial rotary (rotary_embedding_dim in the opset-23 op); interleaved: RotaryEmbedding's interleaved=1
+    # (GPT-J's pairs), whose rotation kiec's interpreter must compute as onnxruntime does
     from tests.onnx_opset23 import build_opset23
     make_tiny_hf(tmp_path / "hf", family)
     path = str(tmp_path / "m.onnx")
-    build_opset23(str(tmp_path / "hf"), path, style=style, rotary_dim=rotary)
+    build_opset23(str(tmp_path / "hf"), path, style=style, rotary_dim=rotary, interleaved=interleaved)
     m = kiec.load(path)
     assert m.graph.op_counts() == kiec.load(str(tmp_path / "hf")).graph.op_counts()
     norms = 9 if family == "qwen3" else 5
     assert (f"folded from primitive ops: {norms} RMSNormalization, 4 RotaryEmbedding, 2 Attention" in m.notes) == \
         (style == "decomposed")
     ropes = [op for op in m.graph.ops if type(op).__name__ == "Rope"]
-    assert {op.rotary_dim for op in ropes} == {rotary or m.config.head_dim}
-    check_against_onnxruntime(path, f"hand-built {style} {family}")
+    assert {(op.rotary_dim, op.interleaved) for op in ropes} == {(rotary or m.config.head_dim, interleaved)}
+    check_against_onnxruntime(path, f"hand-built {style} {family}" + " interleaved" * interleaved)
 
 
 @pytest.mark.parametrize("family", ["llama", "llama-tied", "qwen2", "qwen3"])  # mistral: below
