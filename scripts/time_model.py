@@ -1,19 +1,28 @@
 """A timing model of a persistent schedule: how long a token takes given what each part of a tile costs, so that
 the next change can be chosen by what it would buy (no GPU needed).
     python3 scripts/time_model.py llama-3.2-1b [field=value ...]   (fields of Costs, e.g. epilogue_us=1.0)
-Prints the modelled token time and, for each cost in turn halved (or the compute rate doubled, the ring doubled,
-the release gone: persist_tagged), what the token would take.
+Prints the modelled token time, the steady token's phases by kind (to set beside scripts/trace_summary.py's chain
+view: hop + span), and, for each cost in turn halved (or the compute rate doubled, the ring doubled, the release
+gone: persist_tagged), what the token would take.
 
 The model: each SM runs its list in order; an instruction starts when the SM is free (plus one read of its
-counters) and each phase it waits on has completed plus one hop; a GEMV tile then spends its prologue, consumes its pages (each page no sooner than it
-has arrived, at the compute rate), and its epilogue. The SM's weight stream fetches the pages of its list in order
-at its share of the memory ceiling, a page no sooner than the page a ring's length before it was released. An
-attention split in use takes attention_us, one the context is too short for none; a phase completes when its last
-tile does. The costs' defaults are fitted to the llama-3.2-1b trace of 2026-11-30 (856b915, bench/RESULTS.md):
-the GEMVs' time after their prologue is bytes / 65 GB/s + 2.2 us, a hop 0.6 us, a layer's attention phase 6.5 us;
-the counter read of 0.7 us is an assumed L2 round trip under load, not measured. Against the measured tokens
-(bench/RESULTS.md, 2026-11-30) it is 13% short on llama-3.2-1b (732 vs 838 us), 16% on qwen3-1.7b (1085 vs 1285),
-15% on llama-3.1-8b (3522 vs 4160) and 6% long on smollm2-135m (638 vs 602): read its what-ifs as directions."""
+counters) and each phase it waits on has completed plus one hop; a GEMV tile then spends its prologue, consumes its
+pages (each page no sooner than it has arrived, at the compute rate), and its epilogue. The SM's weight stream asks
+for the pages of its list in order at its share of the memory ceiling, a page no sooner than the page a ring's
+length before it was released; a page lands latency_us after its turn (it holds its slot meanwhile). An attention
+split in use takes attention_us, one the context is too short for none; a phase completes when its last tile does.
+
+The costs are fitted to the H200 recording of llama-3.2-1b at position 64 of the sixtieth session (3f1766d,
+bench/results/2026-12-06/s60_call2_variants_traces.tar, trace_summary.py): the ceiling 4.51 TB/s over 132 SMs; the
+GEMVs' dots 93 GB/s an SM (all their bytes over all their dot time), epilogue 0.22 us and release 0.09 a tile, the
+prologue 0.12 us + 0.28 a 1024 floats of x (qkv's K 2048 0.68 us, the down projection's K 8192 2.36), the hop 0.36
+us; attention_us 4.77 makes its phase the recording's 5.43 us; latency_us 1.5 makes gate/up's 12.78 us against the
+recording's 12.81. The counter read of 0.7 us is still an assumed L2 round trip, not measured. Against the
+recording's phases the model is short on QKV (2.86 us against 4.02: its dots ran at 48 GB/s, half the others' rate,
+which one compute rate cannot see) and the output projection (2.76 against 3.17). Against `kiec bench` on that H200
+(sixtieth session, 3f1766d) it is 2.5% short on llama-3.2-1b (624 vs 640 us), 8% on qwen3-1.7b (889 vs 967), 1% on
+llama-3.1-8b (3616 vs 3650) and 5% on smollm2-135m (307 vs 322): read its what-ifs as directions. (The fit before,
+2026-11-30 on an earlier kernel: 65 GB/s, 2.2 us after the pages, a hop 0.6 us, attention 6.5 us, no latency.)"""
 from __future__ import annotations
 
 import dataclasses
@@ -29,21 +38,23 @@ from kiec.ir.passes.simulate import split_rows
 
 @dataclasses.dataclass(frozen=True)
 class Costs:
-    stream_gbps: float = 34.9  # an SM's weight stream: its share of the read ceiling (4.61 TB/s / 132)
+    stream_gbps: float = 34.2  # an SM's weight stream: its share of the read ceiling (4.51 TB/s / 132)
     ring_pages: int = 12
     page_bytes: int = 16384
-    compute_gbps: float = 65.0  # an SM's dot products over pages already in shared memory
-    # a GEMV tile after its pages: 2.2 us fitted, of which the 3d07718 trace puts 1.2-1.4 in the release (the
-    # barrier and thread 0's red.release, waiting for the stores' acknowledgement; persist_tagged's relaxed
-    # counters go without it) and the rest in the epilogue
-    epilogue_us: float = 0.9
-    release_us: float = 1.3
-    hop_us: float = 0.6  # a phase's last signal to a waiting tile's start
+    compute_gbps: float = 93.0  # an SM's dot products over pages already in shared memory
+    # a GEMV tile after its pages: the epilogue, then the release (the barrier and the signal; tagged outputs'
+    # relaxed counters, persist_tagged, took the 1.2-1.4 us of the 3d07718 trace's red.release down to this)
+    epilogue_us: float = 0.22
+    release_us: float = 0.09
+    hop_us: float = 0.36  # a phase's last signal to a waiting tile's start
     poll_us: float = 0.7  # a tile whose inputs are long there still reads its counters once (an L2 round trip)
-    prologue_us: float = 0.14  # a GEMV's prologue: this, plus
-    prologue_us_per_kfloat: float = 0.22  # this per 1024 floats of its x
-    attention_us: float = 6.5  # an attention split in use, from its start to its phase's signal
+    prologue_us: float = 0.12  # a GEMV's prologue: this, plus
+    prologue_us_per_kfloat: float = 0.28  # this per 1024 floats of its x
+    attention_us: float = 4.77  # an attention split in use, from its start to its phase's signal
     other_us: float = 1.0  # embedding, select and elementwise tiles
+    # a page lands this long after its stream's turn to ask for it came (past its share of the ceiling): the memory's
+    # latency under load, during which the page holds its ring slot but is not there to compute on
+    latency_us: float = 1.5
     element_bytes: int = 2  # bf16 weights
 
 
@@ -51,19 +62,25 @@ def gemv_bytes(k: GemvKernel, rows: int, c: Costs) -> int:
     return share_weights(k, rows) * c.element_bytes
 
 
-def simulate(sched: Schedule, c: Costs, tokens: int = 3, pos0: int = 64) -> list[float]:
-    """Microseconds each token's select completes after the previous one's (the first: after time 0)."""
+def simulate(sched: Schedule, c: Costs, tokens: int = 3, pos0: int = 64, done: dict | None = None) -> list[float]:
+    """Microseconds each token's select completes after the previous one's (the first: after time 0). `done`, if
+    given, is filled with when each (token, phase) had its last signal."""
     kernels, sms = sched.program.kernels, len(sched.lists)
     free = [0.0] * sms  # when each SM's compute warps are next free
     arrived: list[list[float]] = [[] for _ in range(sms)]  # per SM: when each page of its stream landed
     released: list[list[float]] = [[] for _ in range(sms)]  # per SM: when its compute warps let each page go
-    done: dict[tuple[int, int], float] = {}  # (token, phase) -> when its last tile signalled
+    done = {} if done is None else done  # (token, phase) -> when its last tile signalled
+
+    issued: list[list[float]] = [[] for _ in range(sms)]  # per SM: when its stream asked for each page
+    page_us = c.page_bytes / c.stream_gbps / 1e3
 
     def page_lands(s: int, n: int) -> float:
         while len(arrived[s]) <= n:  # the stream runs ahead of the compute warps, a ring's length at most
             j = len(arrived[s])
-            start = max(arrived[s][-1] if j else 0.0, released[s][j - c.ring_pages] if j >= c.ring_pages else 0.0)
-            arrived[s].append(start + c.page_bytes / c.stream_gbps / 1e3)
+            ask = max(issued[s][-1] + page_us if j else 0.0,
+                      released[s][j - c.ring_pages] if j >= c.ring_pages else 0.0)
+            issued[s].append(ask)
+            arrived[s].append(ask + page_us + c.latency_us)
         return arrived[s][n]
 
     by_phase: dict[int, list[tuple[int, object]]] = {}
@@ -103,6 +120,25 @@ def simulate(sched: Schedule, c: Costs, tokens: int = 3, pos0: int = 64) -> list
     return [b - a for a, b in zip([0.0] + ends, ends)]
 
 
+def kind_of(sched: Schedule, phase: int) -> str:
+    """A phase's kind as scripts/trace_summary.py names it (gemv:qkv, attention, ...)."""
+    kernel, opcode = sched.phases[phase]
+    k = sched.program.kernels[kernel]
+    return f"gemv:{k.name.split('.')[-1]}" if isinstance(k, GemvKernel) and opcode == "gemv" else opcode
+
+
+def phase_spans(sched: Schedule, c: Costs) -> dict[str, tuple[int, float]]:
+    """The steady token's phases by kind: (how many, mean us from the previous phase's last signal to this one's),
+    trace_summary's chain view's hop + span."""
+    done: dict = {}
+    t = len(simulate(sched, c, done=done)) - 1
+    spans: dict[str, list[float]] = {}
+    for phase in range(len(sched.phases)):
+        before = done[(t, phase - 1)] if phase else done[(t - 1, len(sched.phases) - 1)]
+        spans.setdefault(kind_of(sched, phase), []).append(done[(t, phase)] - before)
+    return {kind: (len(v), sum(v) / len(v)) for kind, v in spans.items()}
+
+
 def token_us(sched: Schedule, c: Costs) -> float:
     """The steady token: the last of three."""
     return simulate(sched, c)[-1]
@@ -123,10 +159,13 @@ def main(name: str, changes: list[str]) -> None:
     c = with_fields(Costs(), dict(x.split("=") for x in changes))
     base = token_us(sched, c)
     print(f"{name}: {base:.0f} us a token modelled ({1e6 / base:.0f} tok/s)")
+    print("  per phase, from the previous phase's last signal to its own, us (trace_summary.py: hop + span):")
+    for kind, (n, us) in sorted(phase_spans(sched, c).items(), key=lambda kv: -kv[1][0] * kv[1][1]):
+        print(f"    {kind:<14} {n:>3} x {us:6.2f} = {n * us:6.1f}")
     whatif = {"release_us": 0.0, "epilogue_us": c.epilogue_us / 2, "hop_us": c.hop_us / 2, "poll_us": c.poll_us / 2,
               "attention_us": c.attention_us / 2,
               "prologue_us_per_kfloat": c.prologue_us_per_kfloat / 2, "compute_gbps": c.compute_gbps * 2,
-              "ring_pages": c.ring_pages * 2}
+              "ring_pages": c.ring_pages * 2, "latency_us": c.latency_us / 2}
     for field, value in whatif.items():
         t = token_us(sched, dataclasses.replace(c, **{field: value}))
         print(f"  {field} {getattr(c, field)} -> {value}: {t:.0f} us ({base / t:.2f}x)")

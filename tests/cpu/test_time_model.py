@@ -15,7 +15,7 @@ from tests.tiny_hf import make_tiny_hf
 time_model = load_script("time_model")
 
 INSTANT = dict(compute_gbps=1e12, epilogue_us=0.0, release_us=0.0, hop_us=0.0, poll_us=0.0, prologue_us=0.0,
-               prologue_us_per_kfloat=0.0, attention_us=0.0, other_us=0.0)
+               prologue_us_per_kfloat=0.0, attention_us=0.0, other_us=0.0, latency_us=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -26,14 +26,20 @@ def sched(tmp_path_factory):
     return schedule(prog, 7)
 
 
-def test_with_nothing_but_weights_a_token_is_the_busiest_sms_stream(sched):
-    c = dataclasses.replace(time_model.Costs(), page_bytes=1024, ring_pages=4, **INSTANT)
+def stream_pages(sched, c) -> list[int]:
+    """Each SM's pages of weights a token."""
     pages = [0] * len(sched.lists)
     for s, lst in enumerate(sched.lists):
         for ins in lst:
             k = sched.program.kernels[ins.kernel]
             if isinstance(k, GemvKernel) and ins.opcode == "gemv":
                 pages[s] += math.ceil(time_model.gemv_bytes(k, ins.hi - ins.lo, c) / c.page_bytes)
+    return pages
+
+
+def test_with_nothing_but_weights_a_token_is_the_busiest_sms_stream(sched):
+    c = dataclasses.replace(time_model.Costs(), page_bytes=1024, ring_pages=4, **INSTANT)
+    pages = stream_pages(sched, c)
     per_page = c.page_bytes / c.stream_gbps / 1e3
     got = time_model.simulate(sched, c, tokens=2)
     assert got[0] == pytest.approx(max(pages) * per_page, rel=1e-9)  # the first token from an empty ring
@@ -48,3 +54,31 @@ def test_with_weights_free_a_token_is_its_chain_of_hops(sched):
     assert got[-1] == pytest.approx(len(sched.phases), rel=1e-6)
     slower = time_model.simulate(sched, dataclasses.replace(c, epilogue_us=0.5), tokens=3)[-1]
     assert slower > got[-1]
+
+
+def test_latency_delays_a_stream_once_where_its_ring_never_fills(sched):
+    # a ring deeper than a token's pages: the stream asks at its rate throughout, so the latency delays only the first
+    # token's last page (and with it every token after by the same), not each page
+    c = dataclasses.replace(time_model.Costs(), page_bytes=1024, ring_pages=10 ** 6, **{**INSTANT, "latency_us": 3.0})
+    per_page = c.page_bytes / c.stream_gbps / 1e3
+    most = max(stream_pages(sched, c))
+    got = time_model.simulate(sched, c, tokens=2)
+    assert got[0] == pytest.approx(most * per_page + 3.0, rel=1e-9)
+    assert sum(got) == pytest.approx(2 * most * per_page + 3.0, rel=1e-9)
+
+
+def test_latency_costs_each_page_where_the_ring_holds_one(sched):
+    # a ring of one page: each page is asked for once the one before it is released (here: once it lands), so the
+    # busiest SM's every page costs its time at the stream's rate and its latency
+    c = dataclasses.replace(time_model.Costs(), page_bytes=1024, ring_pages=1, **{**INSTANT, "latency_us": 1.0})
+    per_page = c.page_bytes / c.stream_gbps / 1e3
+    got = time_model.simulate(sched, c, tokens=3)
+    assert got[-1] == pytest.approx(max(stream_pages(sched, c)) * (per_page + 1.0), rel=1e-9)
+
+
+def test_phase_spans_add_up_to_the_steady_token(sched):
+    c = time_model.Costs()
+    spans = time_model.phase_spans(sched, c)
+    assert sum(n for n, _ in spans.values()) == len(sched.phases)
+    assert sum(n * us for n, us in spans.values()) == pytest.approx(time_model.token_us(sched, c), rel=1e-9)
+    assert {"gemv:qkv", "attention", "gemv:x_attn", "gemv:act", "gemv:x_mlp", "gemv:logits"} <= set(spans)
