@@ -14,18 +14,21 @@ split in use takes attention_us, one the context is too short for none; a phase 
 
 The costs are fitted to the H200 recording of llama-3.2-1b at position 64 of the sixtieth session (3f1766d,
 bench/results/2026-12-06/s60_call2_variants_traces.tar, trace_summary.py): the ceiling 4.51 TB/s over 132 SMs; the
-GEMVs' dots 93 GB/s an SM (all their bytes over all their dot time), epilogue 0.22 us and release 0.09 a tile, the
-prologue 0.12 us + 0.28 a 1024 floats of x (qkv's K 2048 0.68 us, the down projection's K 8192 2.36), the hop 0.36
-us; attention_us 4.77 makes its phase the recording's 5.43 us; latency_us 1.5 makes gate/up's 12.78 us against the
-recording's 12.81. The counter read of 0.7 us is still an assumed L2 round trip, not measured. Against the
-recording's phases the model is short on QKV (2.86 us against 4.02: its dots ran at 48 GB/s, half the others' rate,
-which one compute rate cannot see) and the output projection (2.76 against 3.17). Against `kiec bench` on that H200
-(sixtieth session, 3f1766d) it is 2.5% short on llama-3.2-1b (624 vs 640 us), 8% on qwen3-1.7b (889 vs 967), 1% on
-llama-3.1-8b (3616 vs 3650) and 5% on smollm2-135m (307 vs 322): read its what-ifs as directions. (The fit before,
-2026-11-30 on an earlier kernel: 65 GB/s, 2.2 us after the pages, a hop 0.6 us, attention 6.5 us, no latency.)"""
+dots 90 GB/s an SM on the tensor cores (the GEMVs but QKV: 22,416 SM-us for 2.01 GB) and 48 on the FMA tile (QKV,
+whose shares persist_mma_share_excess keeps off them: 4,174 SM-us for 0.20 GB); epilogue 0.22 us and release 0.09
+a tile; the prologue 0.12 us + 0.28 a 1024 floats of x (qkv's K 2048 0.68 us, the down projection's K 8192 2.36);
+the hop 0.36 us; attention_us 4.77 makes its phase the recording's 5.43 us; latency_us 1.5 makes gate/up's 12.8 us
+against the recording's 12.81. The counter read of 0.7 us is still an assumed L2 round trip, not measured. Against
+the recording's phases the model is short on QKV (3.73 us against 4.02) and the output projection (2.81 against
+3.17). Against `kiec bench` on that H200 (sixtieth session, 3f1766d): llama-3.2-1b 638 vs 640 us, qwen3-1.7b 891
+vs 967 (8% short), llama-3.1-8b 3622 vs 3650, smollm2-135m 323 vs 322: read its what-ifs as directions. (The fit
+before, 2026-11-30 on an earlier kernel: 65 GB/s, 2.2 us after the pages, a hop 0.6 us, attention 6.5 us, no
+latency, one dot rate.) Fields of the sm_90 table among the arguments change the schedule modelled (its deal, which
+GEMVs take the tensor cores)."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import sys
 
@@ -41,7 +44,8 @@ class Costs:
     stream_gbps: float = 34.2  # an SM's weight stream: its share of the read ceiling (4.51 TB/s / 132)
     ring_pages: int = 12
     page_bytes: int = 16384
-    compute_gbps: float = 93.0  # an SM's dot products over pages already in shared memory
+    compute_gbps: float = 90.0  # an SM's dot products over pages already in shared memory, on the tensor cores
+    fma_gbps: float = 48.0  # the same on the FMA tile (the GEMVs persist_mma_rows does not take)
     # a GEMV tile after its pages: the epilogue, then the release (the barrier and the signal; tagged outputs'
     # relaxed counters, persist_tagged, took the 1.2-1.4 us of the 3d07718 trace's red.release down to this)
     epilogue_us: float = 0.22
@@ -62,9 +66,11 @@ def gemv_bytes(k: GemvKernel, rows: int, c: Costs) -> int:
     return share_weights(k, rows) * c.element_bytes
 
 
-def simulate(sched: Schedule, c: Costs, tokens: int = 3, pos0: int = 64, done: dict | None = None) -> list[float]:
+def simulate(sched: Schedule, c: Costs, tokens: int = 3, pos0: int = 64, done: dict | None = None,
+             fma: frozenset[int] = frozenset()) -> list[float]:
     """Microseconds each token's select completes after the previous one's (the first: after time 0). `done`, if
-    given, is filled with when each (token, phase) had its last signal."""
+    given, is filled with when each (token, phase) had its last signal; `fma`: the GEMVs (by kernel index) whose dots
+    run at fma_gbps, not compute_gbps."""
     kernels, sms = sched.program.kernels, len(sched.lists)
     free = [0.0] * sms  # when each SM's compute warps are next free
     arrived: list[list[float]] = [[] for _ in range(sms)]  # per SM: when each page of its stream landed
@@ -101,10 +107,11 @@ def simulate(sched: Schedule, c: Costs, tokens: int = 3, pos0: int = 64, done: d
                 if isinstance(k, GemvKernel) and ins.opcode == "gemv":
                     now = ready + c.prologue_us + c.prologue_us_per_kfloat * k.k / 1024
                     size = gemv_bytes(k, ins.hi - ins.lo, c)
+                    gbps = c.fma_gbps if ins.kernel in fma else c.compute_gbps
                     for p in range(math.ceil(size / c.page_bytes)):
                         n = len(released[s])
                         part = min(c.page_bytes, size - p * c.page_bytes)
-                        now = max(now, page_lands(s, n)) + part / c.compute_gbps / 1e3
+                        now = max(now, page_lands(s, n)) + part / gbps / 1e3
                         released[s].append(now)
                     end = now + c.epilogue_us + c.release_us
                 elif isinstance(k, AttentionKernel):
@@ -127,11 +134,11 @@ def kind_of(sched: Schedule, phase: int) -> str:
     return f"gemv:{k.name.split('.')[-1]}" if isinstance(k, GemvKernel) and opcode == "gemv" else opcode
 
 
-def phase_spans(sched: Schedule, c: Costs) -> dict[str, tuple[int, float]]:
+def phase_spans(sched: Schedule, c: Costs, fma: frozenset[int] = frozenset()) -> dict[str, tuple[int, float]]:
     """The steady token's phases by kind: (how many, mean us from the previous phase's last signal to this one's),
     trace_summary's chain view's hop + span."""
     done: dict = {}
-    t = len(simulate(sched, c, done=done)) - 1
+    t = len(simulate(sched, c, done=done, fma=fma)) - 1
     spans: dict[str, list[float]] = {}
     for phase in range(len(sched.phases)):
         before = done[(t, phase - 1)] if phase else done[(t - 1, len(sched.phases) - 1)]
@@ -139,35 +146,48 @@ def phase_spans(sched: Schedule, c: Costs) -> dict[str, tuple[int, float]]:
     return {kind: (len(v), sum(v) / len(v)) for kind, v in spans.items()}
 
 
-def token_us(sched: Schedule, c: Costs) -> float:
+def token_us(sched: Schedule, c: Costs, fma: frozenset[int] = frozenset()) -> float:
     """The steady token: the last of three."""
-    return simulate(sched, c)[-1]
+    return simulate(sched, c, fma=fma)[-1]
 
 
-def model_schedule(name: str) -> Schedule:
-    """The schedule kiec compile builds for a registry model on one H200 (sm_90's table)."""
+def model_schedule(name: str, table: dict[str, str] | None = None) -> tuple[Schedule, frozenset[int]]:
+    """The schedule kiec compile builds for a registry model on one H200 (sm_90's table, with `table`'s fields
+    replaced), and its GEMVs on the FMA tile (those persist_mma_rows does not take)."""
     import kiec
     from kiec.codegen.persistent import _PersistentEmitter
     from kiec.codegen.targets import target
     from kiec.ir.passes import pipeline
     prog = pipeline.run(kiec.load(name, dtype="bf16", max_seq_len=512).graph)
-    return _PersistentEmitter(prog, "bf16", 512, target("sm_90")).sched
+    emitter = _PersistentEmitter(prog, "bf16", 512, with_fields(target("sm_90"), table or {}))
+    fma = frozenset(i for i, k in enumerate(prog.kernels) if isinstance(k, GemvKernel) and i not in emitter.mma)
+    return emitter.sched, fma
 
 
 def main(name: str, changes: list[str]) -> None:
-    sched = model_schedule(name)
-    c = with_fields(Costs(), dict(x.split("=") for x in changes))
-    base = token_us(sched, c)
+    """changes: `field=value`, a field of Costs or else of the sm_90 table (a schedule's: persist_mma_rows, ...)."""
+    from kiec.codegen.targets import TargetParams
+    pairs = dict(x.split("=", 1) for x in changes)
+    costs = {f.name for f in dataclasses.fields(Costs)}
+    for k in set(pairs) - costs - {f.name for f in dataclasses.fields(TargetParams)}:
+        close = difflib.get_close_matches(k, costs | {f.name for f in dataclasses.fields(TargetParams)}, n=3)
+        raise ValueError(f"{k!r} is no field of Costs nor of the sm_90 table"
+                         + (f" (did you mean {', '.join(close)}?)" if close else ""))
+    sched, fma = model_schedule(name, {k: v for k, v in pairs.items() if k not in costs})
+    c = with_fields(Costs(), {k: v for k, v in pairs.items() if k in costs})
+    base = token_us(sched, c, fma)
     print(f"{name}: {base:.0f} us a token modelled ({1e6 / base:.0f} tok/s)")
+    kinds = sorted({kind_of(sched, p) for p, (k, op) in enumerate(sched.phases) if k in fma and op == "gemv"})
+    print(f"  on the FMA tile: {', '.join(kinds) or 'none'}")
     print("  per phase, from the previous phase's last signal to its own, us (trace_summary.py: hop + span):")
-    for kind, (n, us) in sorted(phase_spans(sched, c).items(), key=lambda kv: -kv[1][0] * kv[1][1]):
+    for kind, (n, us) in sorted(phase_spans(sched, c, fma).items(), key=lambda kv: -kv[1][0] * kv[1][1]):
         print(f"    {kind:<14} {n:>3} x {us:6.2f} = {n * us:6.1f}")
     whatif = {"release_us": 0.0, "epilogue_us": c.epilogue_us / 2, "hop_us": c.hop_us / 2, "poll_us": c.poll_us / 2,
               "attention_us": c.attention_us / 2,
               "prologue_us_per_kfloat": c.prologue_us_per_kfloat / 2, "compute_gbps": c.compute_gbps * 2,
-              "ring_pages": c.ring_pages * 2, "latency_us": c.latency_us / 2}
+              "fma_gbps": c.fma_gbps * 2, "ring_pages": c.ring_pages * 2, "latency_us": c.latency_us / 2}
     for field, value in whatif.items():
-        t = token_us(sched, dataclasses.replace(c, **{field: value}))
+        t = token_us(sched, dataclasses.replace(c, **{field: value}), fma)
         print(f"  {field} {getattr(c, field)} -> {value}: {t:.0f} us ({base / t:.2f}x)")
 
 

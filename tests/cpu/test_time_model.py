@@ -82,3 +82,23 @@ def test_phase_spans_add_up_to_the_steady_token(sched):
     assert sum(n for n, _ in spans.values()) == len(sched.phases)
     assert sum(n * us for n, us in spans.values()) == pytest.approx(time_model.token_us(sched, c), rel=1e-9)
     assert {"gemv:qkv", "attention", "gemv:x_attn", "gemv:act", "gemv:x_mlp", "gemv:logits"} <= set(spans)
+
+
+def test_fma_gemvs_take_their_own_rate(sched):
+    # the GEMVs named in `fma` compute at fma_gbps: at compute_gbps' rate nothing changes, slower they take longer
+    gemvs = frozenset(i for i, k in enumerate(sched.program.kernels) if isinstance(k, GemvKernel))
+    c = dataclasses.replace(time_model.Costs(), fma_gbps=time_model.Costs().compute_gbps)
+    assert time_model.token_us(sched, c, gemvs) == pytest.approx(time_model.token_us(sched, c), rel=1e-12)
+    slow = dataclasses.replace(c, fma_gbps=c.compute_gbps / 4)
+    assert time_model.token_us(sched, slow, gemvs) > time_model.token_us(sched, slow) * 1.01
+
+
+def test_main_takes_costs_and_table_fields(capsys):
+    # a registry model's schedule under the sm_90 table with a field replaced (no GEMV on the tensor cores), the
+    # costs with one replaced; a name that is neither is an error naming it
+    time_model.main("llama-3.2-1b", ["persist_mma_rows=", "hop_us=0.5"])
+    out = capsys.readouterr().out
+    assert "on the FMA tile: gemv:act, gemv:logits, gemv:qkv, gemv:x_attn, gemv:x_mlp" in out
+    assert "hop_us 0.5 -> 0.25" in out
+    with pytest.raises(ValueError, match=r"'hop_uss' is no field of Costs nor of the sm_90 table \(did you mean"):
+        time_model.main("llama-3.2-1b", ["hop_uss=0.5"])
