@@ -16,16 +16,13 @@ from tests.tiny_hf import make_tiny_hf
 
 pytestmark = pytest.mark.gpu
 
-MAX_POS = 512
-
-
-def onnx_tiny(tmp_path, family, rotary, interleaved, **overrides):
+def onnx_tiny(tmp_path, family, rotary, interleaved, max_pos=512, **overrides):
     """A tiny HF model of `family` as an opset-23 ONNX decoder rotating `rotary` features a head (0: all), its pairs
-    interleaved or halves, loaded in bf16."""
-    make_tiny_hf(tmp_path / "hf", family, max_position_embeddings=MAX_POS, **overrides)
+    interleaved or halves, loaded in bf16 for max_pos positions."""
+    make_tiny_hf(tmp_path / "hf", family, max_position_embeddings=max_pos, **overrides)
     path = str(tmp_path / "m.onnx")
-    build_opset23(str(tmp_path / "hf"), path, max_pos=MAX_POS, rotary_dim=rotary, interleaved=interleaved)
-    model = kiec.load(path, dtype="bf16", max_seq_len=MAX_POS)
+    build_opset23(str(tmp_path / "hf"), path, max_pos=max_pos, rotary_dim=rotary, interleaved=interleaved)
+    model = kiec.load(path, dtype="bf16", max_seq_len=max_pos)
     ropes = {(op.rotary_dim, op.interleaved) for op in model.graph.ops if type(op).__name__ == "Rope"}
     assert ropes == {(rotary or model.config.head_dim, interleaved)}, ropes
     return model
@@ -67,7 +64,8 @@ def test_interleaved_q_pairs_compute_the_same_bits(tmp_path, monkeypatch, mma, p
     # head on (QkvPairs' INTERLEAVED). 8 keys a split at least, 600 positions: many splits a head rotate q, the one
     # holding the new row rotates and writes it; the tensor cores' passes and the FMA passes; every logit the same
     # bits as the shared-memory rotation's (q_pairs 0), step by step and in one launch
-    model = onnx_tiny(tmp_path, "llama", 0, True, hidden_size=256, intermediate_size=384)
+    model = onnx_tiny(tmp_path, "llama", 0, True, max_pos=1024, hidden_size=256, intermediate_size=384)
+    assert model.max_seq_len >= 600
     fields = dict(WIDE_FIELDS, attn_min_keys=8, persist_attn_mma=mma, persist_attn_mma_wide=mma,
                   persist_attn_q_pairs=0)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
