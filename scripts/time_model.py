@@ -46,8 +46,9 @@ class Costs:
     page_bytes: int = 16384
     compute_gbps: float = 90.0  # an SM's dot products over pages already in shared memory, on the tensor cores
     fma_gbps: float = 48.0  # the same on the FMA tile (the GEMVs persist_mma_rows does not take)
-    # a GEMV tile after its pages: the epilogue, then the release (the barrier and the signal; tagged outputs'
-    # relaxed counters, persist_tagged, took the 1.2-1.4 us of the 3d07718 trace's red.release down to this)
+    # a GEMV tile after its pages: the epilogue, then the release (the barrier and the signal: 1.2-1.4 us in the
+    # 3d07718 trace, thread 0's red.release waiting for the stores; 0.09 in the sixtieth session's, with the relaxed
+    # counters of tagged outputs, persist_tagged, among the changes since)
     epilogue_us: float = 0.22
     release_us: float = 0.09
     hop_us: float = 0.36  # a phase's last signal to a waiting tile's start
