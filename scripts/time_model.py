@@ -169,9 +169,9 @@ def main(name: str, changes: list[str]) -> None:
     """changes: `field=value`, a field of Costs or else of the sm_90 table (a schedule's: persist_mma_rows, ...)."""
     from kiec.codegen.targets import TargetParams
     pairs = dict(x.split("=", 1) for x in changes)
-    costs = {f.name for f in dataclasses.fields(Costs)}
-    for k in set(pairs) - costs - {f.name for f in dataclasses.fields(TargetParams)}:
-        close = difflib.get_close_matches(k, costs | {f.name for f in dataclasses.fields(TargetParams)}, n=3)
+    costs, table = ({f.name for f in dataclasses.fields(c)} for c in (Costs, TargetParams))
+    for k in set(pairs) - costs - table:
+        close = difflib.get_close_matches(k, costs | table, n=3)
         raise ValueError(f"{k!r} is no field of Costs nor of the sm_90 table"
                          + (f" (did you mean {', '.join(close)}?)" if close else ""))
     sched, fma = model_schedule(name, {k: v for k, v in pairs.items() if k not in costs})

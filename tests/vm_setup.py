@@ -18,8 +18,7 @@ def setup(tmp_path, family="qwen3", sms=7, min_keys=2, previous_first=False, own
     m = kiec.load(str(tmp_path), max_seq_len=16)
     prog = pipeline.run(m.graph)
     offsets, floats = plan_buffers(prog, {})
-    slots = {v: o for v, o in offsets.items()}
-    sched = schedule(prog, sms, tile_rows=32, slot_of=slots, min_keys=min_keys, previous_first=previous_first,
+    sched = schedule(prog, sms, tile_rows=32, slot_of=offsets, min_keys=min_keys, previous_first=previous_first,
                      owner_merges=owner_merges, spare_splits=spare_splits, newest_first=newest_first,
                      early_pass=early_pass)
     weights = {n: m.weights[n].float() for n in m.graph.params}

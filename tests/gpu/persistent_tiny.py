@@ -76,17 +76,6 @@ def assert_same_bits(model, eng, base, seed, positions, prompt, n=40):
     assert eng.generate(tokens[:prompt], n) == base.generate(tokens[:prompt], n)
 
 
-def trace_summary():
-    """scripts/trace_summary.py as a module (its views read a recording)."""
-    import importlib.util
-    import os
-    spec = importlib.util.spec_from_file_location("trace_summary", os.path.join(os.path.dirname(__file__), "..", "..",
-                                                                                "scripts", "trace_summary.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def traced_variant(tmp_path, monkeypatch, **change):
     """A tiny llama's persistent engine with those table fields, its 12 greedy tokens checked against the default's,
     and its recording of the step at position 20: (engine, recording, slots, schedule)."""

@@ -7,10 +7,13 @@ import numpy as np
 import pytest
 
 import kiec
-from tests.gpu.persistent_tiny import compile_tiny, compile_variant, load_tiny, trace_summary, traced_variant
+from tests.gpu.persistent_tiny import compile_tiny, compile_variant, load_tiny, traced_variant
 from tests.gpu.test_engine import budget_check, check_against_interpreter, stepped_logits
+from tests.scripts import load_script
 
 pytestmark = pytest.mark.gpu
+
+trace_summary = load_script("trace_summary")  # (its views read a recording)
 
 
 def test_a_kernel_without_the_trace_code_computes_the_same_bits(tmp_path, monkeypatch):
@@ -81,8 +84,8 @@ def test_trace_stamps_attentions_parts_when_asked(tmp_path, monkeypatch, owner):
     stamped = attn & (sums > 0)
     assert stamped.sum() >= 2 * 2 * 2  # 2 layers, 2 KV heads, at least 2 splits with rows each
     assert ((ready <= sums) & (sums <= stored) & (stored <= x) & (x <= done))[stamped].all()
-    summary = trace_summary()
-    assert summary.attention_parts(ts, slots, sched)[0].startswith(f"attention splits with rows ({stamped.sum()})")
+    lines = trace_summary.attention_parts(ts, slots, sched)
+    assert lines[0].startswith(f"attention splits with rows ({stamped.sum()})")
 
 
 def test_trace_stamps_the_dot_products_parts_when_asked(tmp_path, monkeypatch):
@@ -100,8 +103,7 @@ def test_trace_stamps_the_dot_products_parts_when_asked(tmp_path, monkeypatch):
     assert ((moments[0] <= moments[5]) & (moments[5] <= moments[3]))[gemv].all()
     first_min, late = ts[:, slots.index("first_item_min")], ts[:, slots.index("first_item_warp")]
     assert ((moments[0] <= first_min) & (first_min <= moments[2]) & (late >= 0) & (late < 8))[gemv].all()
-    summary = trace_summary()
-    lines = summary.dot_parts(ts, slots, sched, eng.manifest["kernels"])
+    lines = trace_summary.dot_parts(ts, slots, sched, eng.manifest["kernels"])
     assert lines[0].startswith("a GEMV tile's dot products") and len(lines) > 2
 
 
@@ -116,6 +118,6 @@ def test_trace_stamps_the_weight_streams_pages_when_asked(tmp_path, monkeypatch)
     gemv = np.array([op == "gemv" for _, op, *_ in sched])
     assert (first[gemv] > 0).all() and (np.stack([first, last, full, paced])[:, ~gemv] == 0).all()
     assert ((first <= last) & (last <= sums) & (full >= 0) & (paced >= 0) & (full + paced <= last - first))[gemv].all()
-    lines = trace_summary().stream_parts(ts, slots, sched, eng.manifest["kernels"], eng.manifest["sms"])
+    lines = trace_summary.stream_parts(ts, slots, sched, eng.manifest["kernels"], eng.manifest["sms"])
     assert lines[0].startswith("the weight stream in the traced step") and lines[-2].startswith("the ring full")
     assert lines[-1].startswith("rings full at once")
