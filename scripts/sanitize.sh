@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# compute-sanitizer (memcheck, racecheck, synccheck) over the persistent kernel of a 2-layer tiny llama: one
+# compute-sanitizer (memcheck, racecheck, synccheck) over the persistent kernel of a 2-layer tiny model: one
 # generation of 24 tokens through kiec-run, each tool in its own process. One log, $OUT/sanitize_MODE.log.
 # Usage: scripts/sanitize.sh [MODE [field=value ...]]   (MODE persistent by default; graph works too; fields as
-# scripts/tiny_model.py takes them). Without fields, two tiny models in turn: the default one, and `mma=1`, whose
+# scripts/tiny_model.py takes them). Without fields, three tiny models in turn: the default one; `mma=1`, whose
 # GEMVs run the tensor-core tile (persist_mma_rows) that the wide models' default kernels run and the default tiny
-# model's widths keep off.
+# model's widths keep off; and `qwen3=1`, whose attention norms q and k a head a warp (persist_attn_q_pairs_normed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}; mkdir -p "$OUT"
 mode=${1:-persistent}
 cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2> /dev/null | head -1)
 [ -n "$cs" ] || { echo "sanitize: compute-sanitizer not found"; exit 1; }
-if [ $# -gt 1 ]; then runs=("${*:2}"); else runs=("" "mma=1"); fi
+if [ $# -gt 1 ]; then runs=("${*:2}"); else runs=("" "mma=1" "qwen3=1"); fi
 status=0; log="$OUT/sanitize_$mode.log"; : > "$log"  # one file: the device tool fetches only so many
 for i in "${!runs[@]}"; do
   fields=${runs[$i]}; art=/tmp/kiec_sanitize/$mode-$i

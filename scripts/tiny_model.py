@@ -8,7 +8,9 @@ llama-3.1-8b's group, which by default run the tensor-core attention passes' one
 256 and intermediate 4352, so that the down projection's rows are cut into a segment a warp, 68 chunks each, as
 persist_x_warp_copy_min_k's copy takes them; mma=1: hidden 512 and intermediate 1024, 8 heads over 2 KV heads and a
 vocabulary of 2048, so that every kind of GEMV has whole blocks for persist_mma_rows, and persist_mma_share_excess
-10000 unless given, so that the share rule deals a tiny model's few blocks to the tensor cores too)"""
+10000 unless given, so that the share rule deals a tiny model's few blocks to the tensor cores too; qwen3=1: a
+qwen3 (head norms on q and k) of hidden 256, 4 heads 128 wide over 2 KV heads, qwen3-1.7b's group and head width,
+whose attention takes a head a warp, normed and rotated in registers (persist_attn_q_pairs_normed), on FMA passes)"""
 import os
 import sys
 
@@ -33,11 +35,13 @@ if __name__ == "__main__":
               "longk": dict(hidden_size=256, intermediate_size=4352, num_attention_heads=4, num_key_value_heads=2,
                             vocab_size=300),
               "mma": dict(hidden_size=512, intermediate_size=1024, num_attention_heads=8, num_key_value_heads=2,
-                          vocab_size=2048)}
+                          vocab_size=2048),
+              "qwen3": dict(hidden_size=256, intermediate_size=384, num_attention_heads=4, num_key_value_heads=2,
+                            head_dim=128, vocab_size=300)}
     named = {name for name in shapes if fields.pop(name, "0") == "1"}
     shape = {k: v for name in named for k, v in shapes[name].items()}
     if "mma" in named:  # (a tiny model's 2-4 blocks a GEMV deal unevenly over the SMs: the rule would keep them off)
         fields.setdefault("persist_mma_share_excess", "10000")
     targets.TARGETS["sm_90"] = targets.with_fields(targets.TARGETS["sm_90"], fields)
-    make_tiny_hf(art + "-hf", "llama", **shape)
+    make_tiny_hf(art + "-hf", "qwen3" if "qwen3" in named else "llama", **shape)
     kiec.compile(kiec.load(art + "-hf", dtype="bf16", max_seq_len=64), art, mode=mode)
