@@ -383,6 +383,7 @@ class _PersistentEmitter(PersistentRules, _Emitter):
             l2_ahead_paced=int(bool(self.t.persist_l2_ahead_paced and pace)),
             l2_ahead_burst=int(bool(self.t.persist_l2_ahead_burst and pace)),
             pace_ref_gbps=self.t.persist_pace_ref_gbps if pace else 0,
+            pace_ref_power_pct=self.pace_ref_power(),
             attn_l2_hint=self.t.attn_l2_prefetch, combine_batch=self.t.persist_combine_batch,
             scratch=self.smem, rope_table=self.rope_table,
             counter_stride=self.t.persist_counter_stride, instr_off=instr_off, starts_off=starts_off,

@@ -387,3 +387,12 @@ class PersistentRules:
         pace = self.t.persist_page_pace_ns
         fma = pace > 0 and self.t.persist_page_pace_fma_ns > 0 and any(self.mma_keys(k) == 0 for k in self.attn)
         return self.t.persist_page_pace_fma_ns if fma else pace
+
+    def pace_ref_power(self) -> int:
+        """persist_pace_ref_power_pct, checked: the paces scale by the peaks' ratio to its power over 100 (ring.cuh's
+        page_pace), 1 to 200."""
+        pct = self.t.persist_pace_ref_power_pct
+        if not 1 <= pct <= 200:
+            raise ValueError(f"persist_pace_ref_power_pct {pct}: the power of the peaks' ratio the paces scale by, in "
+                             "hundredths, 1 to 200 (100: in proportion)")
+        return pct

@@ -70,7 +70,8 @@ def test_narrow_models_stream_unpaced_with_the_walk_read_each_page(tmp_path):
     make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=384)
     program = pipeline.run(kiec.load(str(tmp_path / "hf"), dtype="bf16").graph)
     paced = ["#define KIEC_WALK_KEPT 1", "#define KIEC_PAGE_PACE_NS 460", "#define KIEC_PAGE_PACE_AHEAD_NS 900",
-             "#define KIEC_L2_AHEAD_PACED 1", "#define KIEC_L2_AHEAD_BURST 1", "#define KIEC_PACE_REF_GBPS 4814"]
+             "#define KIEC_L2_AHEAD_PACED 1", "#define KIEC_L2_AHEAD_BURST 1", "#define KIEC_PACE_REF_GBPS 4814",
+             "#define KIEC_PACE_REF_POWER_PCT 87"]
     for width, want in [(257, False), (256, True), (0, True)]:
         t = dataclasses.replace(target("sm_90"), persist_walk_kept=1, persist_page_pace_ns=460,
                                 persist_page_pace_ahead_ns=900, persist_l2_ahead_paced=1, persist_l2_ahead_burst=1,
@@ -81,6 +82,12 @@ def test_narrow_models_stream_unpaced_with_the_walk_read_each_page(tmp_path):
     unpaced = emit_persistent(program, "bf16", 64, dataclasses.replace(t, persist_walk_kept=0, persist_page_pace_ns=0,
                                                                        persist_paced_min_width=0), "x")
     assert narrow.files["model.cu"] == unpaced.files["model.cu"]  # (the measured variant's kernel, exactly)
+    # persist_pace_ref_power_pct: 100 (in proportion) emits no power, the ring's own default; outside 1-200 refused
+    proportional = emit_persistent(program, "bf16", 64, dataclasses.replace(t, persist_pace_ref_power_pct=100), "x")
+    assert "KIEC_PACE_REF_POWER_PCT" not in proportional.files["model.cu"]
+    for bad in (0, 201):
+        with pytest.raises(ValueError, match=rf"persist_pace_ref_power_pct {bad}: .* 1 to 200 \(100: in proportion\)"):
+            emit_persistent(program, "bf16", 64, dataclasses.replace(t, persist_pace_ref_power_pct=bad), "x")
 
 
 @pytest.mark.parametrize("name, tensor_cores", [("llama-3.2-1b", True), ("llama-3.1-8b", True), ("qwen3-1.7b", False)])

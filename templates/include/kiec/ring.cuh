@@ -16,6 +16,9 @@
 #ifndef KIEC_PACE_REF_GBPS
 #define KIEC_PACE_REF_GBPS 0  // > 0: the peak bandwidth the paces were tuned at (persist_pace_ref_gbps)
 #endif
+#ifndef KIEC_PACE_REF_POWER_PCT
+#define KIEC_PACE_REF_POWER_PCT 100  // the peaks' ratio to this power / 100 (persist_pace_ref_power_pct)
+#endif
 #ifndef KIEC_L2_AHEAD_PACED
 #define KIEC_L2_AHEAD_PACED 0  // 1: pages asked of L2 past a full ring take the pace too (persist_l2_ahead_paced)
 #endif
@@ -208,13 +211,18 @@ struct PageWalk {
 
 // A pace of `ns` ns a full page on this GPU (the stream's paces, and a GEMV's own with KIEC_PAGE_PACE_KINDS): with
 // KIEC_PACE_REF_GBPS (the peak bandwidth where the pace was measured best, persist_pace_ref_gbps) scaled by that over
-// this GPU's peak (a.mem_gbps; unknown: unscaled), so that each SM still takes its share of the memory's rate;
-// without, `ns` as given.
+// this GPU's peak (a.mem_gbps; unknown: unscaled), so that each SM still takes its share of the memory's rate, or with
+// KIEC_PACE_REF_POWER_PCT (persist_pace_ref_power_pct) by that ratio to the power of it over 100 (the reference GPU's
+// pace exact: 1 to any power is 1); without, `ns` as given.
 __host__ __device__ __forceinline__ unsigned page_pace(const PersistentArgs& a, unsigned ns) {
-  if constexpr (KIEC_PACE_REF_GBPS > 0)
+  if constexpr (KIEC_PACE_REF_GBPS > 0 && KIEC_PACE_REF_POWER_PCT != 100) {
+    if (a.mem_gbps == 0) return ns;
+    return (unsigned)(ns * powf((float)KIEC_PACE_REF_GBPS / (float)a.mem_gbps, KIEC_PACE_REF_POWER_PCT / 100.f));
+  } else if constexpr (KIEC_PACE_REF_GBPS > 0) {
     return a.mem_gbps > 0 ? (unsigned)((unsigned long long)ns * KIEC_PACE_REF_GBPS / a.mem_gbps) : ns;
-  else
+  } else {
     return ns;
+  }
 }
 
 // When the next copy may go out after one of `bytes` at `now`: a full page waits the whole pace, a shorter one its
