@@ -4,10 +4,16 @@ import kiec
 from tests.tiny_hf import make_tiny_hf
 
 
+def load_tiny(tmp_path, family, **overrides):
+    """A tiny model of `family` (tests/tiny_hf.py, with those config overrides) saved in tmp_path / "hf" and loaded in
+    bf16, its KV cache as long as its max_position_embeddings (256 unless overridden)."""
+    make_tiny_hf(tmp_path / "hf", family, **overrides)
+    return kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=overrides.get("max_position_embeddings", 256))
+
+
 def tiny_llama(tmp_path):
-    """A tiny llama (tests/tiny_hf.py) loaded in bf16."""
-    make_tiny_hf(tmp_path / "hf", "llama")
-    return kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    """A tiny llama loaded in bf16 (load_tiny's)."""
+    return load_tiny(tmp_path, "llama")
 
 
 def persistent_cu(model, **fields) -> str:

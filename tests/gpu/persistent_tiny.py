@@ -9,8 +9,7 @@ import pytest
 import kiec
 from kiec.codegen import targets
 from tests.gpu.test_engine import stepped_logits
-from tests.persistent_build import compile_persistent
-from tests.tiny_hf import make_tiny_hf
+from tests.persistent_build import compile_persistent, load_tiny
 
 
 FAMILIES = ["llama", "qwen2", "qwen3", "mistral"]
@@ -50,11 +49,6 @@ def gemv_tiles(art) -> list[list[str]]:
     WARPS, NORM, EPI, BIAS, SEGS, DIRECT, TX, TY, TWICE, WNORM, BATCH, HALF, ...; those left out are their defaults)."""
     src = open(os.path.join(art, "src", "model.cu")).read()
     return [m.split(", ") for m in re.findall(r"kiec::gemv_tile<([^>]*)>", src)]
-
-
-def load_tiny(tmp_path, family, **overrides):
-    make_tiny_hf(tmp_path / "hf", family, **overrides)
-    return kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=overrides.get("max_position_embeddings", 256))
 
 
 def compile_tiny(tmp_path, family, mode="persistent", **overrides):
