@@ -209,20 +209,30 @@ struct PageWalk {
   }
 };
 
+// With KIEC_PACE_REF_POWER_PCT (persist_pace_ref_power_pct) other than 100, the factor page_pace scales the paces
+// by: KIEC_PACE_REF_GBPS over this GPU's peak to the power of it over 100 (the reference GPU's exactly 1: 1 to any
+// power is 1); 1 elsewhere. Once a stream (a powf), not a page.
+__host__ __device__ __forceinline__ float pace_power_scale(const PersistentArgs& a) {
+  if constexpr (KIEC_PACE_REF_GBPS > 0 && KIEC_PACE_REF_POWER_PCT != 100)
+    return a.mem_gbps > 0 ? powf((float)KIEC_PACE_REF_GBPS / (float)a.mem_gbps, KIEC_PACE_REF_POWER_PCT / 100.f) : 1.f;
+  else
+    return 1.f;
+}
+
 // A pace of `ns` ns a full page on this GPU (the stream's paces, and a GEMV's own with KIEC_PAGE_PACE_KINDS): with
 // KIEC_PACE_REF_GBPS (the peak bandwidth where the pace was measured best, persist_pace_ref_gbps) scaled by that over
 // this GPU's peak (a.mem_gbps; unknown: unscaled), so that each SM still takes its share of the memory's rate, or with
-// KIEC_PACE_REF_POWER_PCT (persist_pace_ref_power_pct) by that ratio to the power of it over 100 (the reference GPU's
-// pace exact: 1 to any power is 1); without, `ns` as given.
-__host__ __device__ __forceinline__ unsigned page_pace(const PersistentArgs& a, unsigned ns) {
-  if constexpr (KIEC_PACE_REF_GBPS > 0 && KIEC_PACE_REF_POWER_PCT != 100) {
-    if (a.mem_gbps == 0) return ns;
-    return (unsigned)(ns * powf((float)KIEC_PACE_REF_GBPS / (float)a.mem_gbps, KIEC_PACE_REF_POWER_PCT / 100.f));
-  } else if constexpr (KIEC_PACE_REF_GBPS > 0) {
+// KIEC_PACE_REF_POWER_PCT by `power_scale` (pace_power_scale's); without, `ns` as given.
+__host__ __device__ __forceinline__ unsigned page_pace(const PersistentArgs& a, unsigned ns, float power_scale) {
+  if constexpr (KIEC_PACE_REF_GBPS > 0 && KIEC_PACE_REF_POWER_PCT != 100)
+    return (unsigned)(ns * power_scale);
+  else if constexpr (KIEC_PACE_REF_GBPS > 0)
     return a.mem_gbps > 0 ? (unsigned)((unsigned long long)ns * KIEC_PACE_REF_GBPS / a.mem_gbps) : ns;
-  } else {
+  else
     return ns;
-  }
+}
+__host__ __device__ __forceinline__ unsigned page_pace(const PersistentArgs& a, unsigned ns) {
+  return page_pace(a, ns, pace_power_scale(a));
 }
 
 // When the next copy may go out after one of `bytes` at `now`: a full page waits the whole pace, a shorter one its
@@ -270,7 +280,9 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
   PageWalk<R::PAGE> copy(&a, begin, end), ahead(&a, begin, end);
   unsigned seq = 0, asked = 0;  // pages copied into the ring; pages asked of L2 (the walk `ahead` is past them)
   unsigned long long next_at = 0;  // (KIEC_PAGE_PACE_NS: the next page's copy not before, %globaltimer ns)
-  const unsigned pace = page_pace(a, KIEC_PAGE_PACE_NS), pace_ahead = page_pace(a, KIEC_PAGE_PACE_AHEAD_NS);
+  const float power_scale = pace_power_scale(a);  // (persist_pace_ref_power_pct's factor: 1 unless it scales)
+  const unsigned pace = page_pace(a, KIEC_PAGE_PACE_NS, power_scale);
+  const unsigned pace_ahead = page_pace(a, KIEC_PAGE_PACE_AHEAD_NS, power_scale);
   for (; copy.next(KIEC_ATTN_L2_HINT == 2); ++seq) {
     const unsigned stage = seq % R::STAGES, use = seq / R::STAGES;
 #if KIEC_TRACE_STREAM
@@ -314,7 +326,7 @@ __device__ void stream_weights(const PersistentArgs& a, R ring, int begin, int e
 #elif KIEC_PAGE_PACE_KINDS
       // (persist_page_pace_kinds: the call 7 trace of the thirty-sixth session, 460 -> 430 ns for every page, made the
       // LM head and gate/up faster and the down projection 0.3 us a layer slower on both models traced)
-      next_at = paced_after<R::PAGE>(now, copy.pace > 0 ? page_pace(a, copy.pace) : pace, bytes);
+      next_at = paced_after<R::PAGE>(now, copy.pace > 0 ? page_pace(a, copy.pace, power_scale) : pace, bytes);
 #else
       next_at = paced_after<R::PAGE>(now, pace, bytes);
 #endif
