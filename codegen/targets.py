@@ -382,8 +382,8 @@ TARGETS: dict[str, TargetParams] = {
                           persist_l2_ahead_burst=0,
                           # the H200's peak: its paces as measured, and each SM's share of the rate on another GPU
                           persist_pace_ref_gbps=4814,
-                          # an H100's paces 0.87 powers of the peaks' ratio slower, not 1: 1.3% faster there on
-                          # llama-3.2-1b and qwen3-1.7b, the same on llama-3.1-8b
+                          # an H100's paces scaled by the peaks' ratio to the power 0.87, not 1: 1.1% / 1.5% faster
+                          # there on llama-3.2-1b / qwen3-1.7b (llama-3.1-8b's 420 in proportion +0.1-0.2%)
                           persist_pace_ref_power_pct=87,
                           # x loaded straight from memory was slower (twice the L2 traffic, a guess)
                           persist_x_direct=0,
