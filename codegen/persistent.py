@@ -51,7 +51,7 @@ ATTENTION_TILE_HEAD = ("T", "HEAD_DIM", "GROUP", "ROTARY", "INTERLEAVED", "QK_NO
 ATTENTION_TILE_TAIL = (("TAGGED", False), ("PIPE", False), ("SOFTCAP", True), ("U_SHORT", 0), ("EARLY_ROPE", False),
                        ("KV_FIRST", False), ("OWNER_MAX", 0), ("NEWEST_FIRST", False), ("IDLE", False),
                        ("STAGED", False), ("EARLY_PASS", False), ("LEAN", False), ("MMA_KEYS", 0), ("MMA_AHEAD", 1),
-                       ("MMA_FIRST", 0), ("PAIRED", False), ("CONSUMER", 0), ("Q_PAIRS", 0))
+                       ("MMA_FIRST", 0), ("PAIRED", False), ("CONSUMER", 0), ("Q_PAIRS", 0), ("SOLO", 0))
 
 
 def template_value(v) -> str:
@@ -119,7 +119,7 @@ class _PersistentEmitter(PersistentRules, _Emitter):
                                         previous_first=bool(t.persist_waits_previous_first), tags=self.tags,
                                         tag_waits=self.tag_waits, tag_lead=t.persist_tag_lead,
                                         owner_merges=t.persist_attn_owner_merges,
-                                        consumer_merges=self.consumer_merges,
+                                        consumer_merges=self.consumer_merges, solo_keys=self.solo_keys(),
                                         spare_splits=0 if self.parity_tags() else t.persist_attn_spare_splits,
                                         newest_first=bool(t.persist_attn_newest_first),
                                         mlp_local=bool(t.persist_probe_mlp_local),
@@ -279,7 +279,8 @@ class _PersistentEmitter(PersistentRules, _Emitter):
                     LEAN=bool(t.persist_attn_lean), MMA_KEYS=mma,
                     MMA_AHEAD=t.persist_attn_mma_ahead if mma and k.head_dim == 64 else 1,
                     MMA_FIRST=t.persist_attn_mma_first if mma and k.head_dim == 64 else 0,
-                    PAIRED=a.out in self.paired, CONSUMER=self.consumer_merges, Q_PAIRS=q_pairs)
+                    PAIRED=a.out in self.paired, CONSUMER=self.consumer_merges, Q_PAIRS=q_pairs,
+                    SOLO=self.sched.solo_keys)
         assert list(tail) == [n for n, _ in ATTENTION_TILE_TAIL], "attention_tile's tail: every parameter, in order"
         tmpl += template_tail(list(tail.values()), [d for _, d in ATTENTION_TILE_TAIL])
         self._case(f"kiec::attention_tile<{tmpl}>(u, A(d.a[0]), (T*)KV(d.w[0]), d.n, d.m, F(d.w[1]), "

@@ -124,6 +124,8 @@ class PersistentRules:
                else "persist_attn_newest_first (persist_attn_newest_first_narrow on a narrow model) is on"
                if t.persist_attn_newest_first
                else "persist_probe_attention_idle is on" if t.persist_probe_attention_idle
+               else "persist_attn_solo_keys is on (the output projection's count of splits in use does not take it)"
+               if t.persist_attn_solo_keys
                else "a head is not a multiple of 64 wide (a warp's lanes take a head's elements, an even count a lane)"
                if any(isinstance(k, AttentionKernel) and k.head_dim % 64 for k in program.kernels)
                else "attention's output is read other than as a GEMV's x (at the merged positions nothing writes it)"
@@ -387,6 +389,18 @@ class PersistentRules:
         pace = self.t.persist_page_pace_ns
         fma = pace > 0 and self.t.persist_page_pace_fma_ns > 0 and any(self.mma_keys(k) == 0 for k in self.attn)
         return self.t.persist_page_pace_fma_ns if fma else pace
+
+    def solo_keys(self) -> int:
+        """persist_attn_solo_keys, checked: 0 (off) or the most rows a context has in one split, not with
+        attn_l2_prefetch 2, whose weight stream splits the context by the descriptor's min_keys alone (ring.cuh:
+        PageWalk's kv_rows; consumer merges refuse it in consumer_merge_count)."""
+        n = self.t.persist_attn_solo_keys
+        if n < 0:
+            raise ValueError(f"persist_attn_solo_keys {n}: 0 (off) or the most rows a context has in one split")
+        if n and self.t.attn_l2_prefetch == 2:
+            raise ValueError(f"persist_attn_solo_keys {n} with attn_l2_prefetch 2: the weight stream's asks for a "
+                             "split's rows do not take it")
+        return n
 
     def pace_ref_power(self) -> int:
         """persist_pace_ref_power_pct, checked: the paces scale by the peaks' ratio to its power over 100 (ring.cuh's

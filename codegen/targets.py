@@ -107,6 +107,10 @@ class TargetParams:
     # as tagged words and the output projection's tiles merge them as they make their x (attention_merge.cuh:
     # merge_partials; the same bits); the owner signals and arrives for all. 0: off. Tagged words, no owner merges
     persist_attn_consumer_merges: int
+    # persistent: > 0: a context of at most this many rows in one split a KV head (no merge; with owner merges at 1 or
+    # more, no arrival on the chain either), a longer one split as attn_min_keys says (common.cuh: split_range_of's
+    # solo). 0: off. Not with consumer merges or attn_l2_prefetch 2 (their split counts do not take it)
+    persist_attn_solo_keys: int
     # persistent: > 0: the output projection gives no rows to the SMs of each KV head's first N attention splits (the
     # ones in use at short context), the others sharing their rows (ir/passes/persistent.py: schedule's spare_splits)
     persist_attn_spare_splits: int
@@ -414,6 +418,9 @@ TARGETS: dict[str, TargetParams] = {
                           persist_attn_owner_merges=0,
                           # the output projection merging: slower on every wide model on an H100
                           persist_attn_consumer_merges=0,
+                          # built, not yet timed: 256 splits of 256 keys won at short context on an H100 but lost at
+                          # 1024 keys, which this would not split so
+                          persist_attn_solo_keys=0,
                           # 8: no spills at 2 merged splits
                           persist_merge_loads=8,
                           # the first split's SM out of the output projection: 0-1.0% faster

@@ -29,7 +29,7 @@ def split_roles(em, sched: list, pos: int) -> list[tuple[int, bool] | None]:
             out.append(None)
             continue
         splits = em.sched.splits[ins.kernel]
-        ranges = split_rows(em.p.kernels[ins.kernel], pos, splits, em.sched.min_keys)
+        ranges = split_rows(em.p.kernels[ins.kernel], pos, splits, em.sched.min_keys, em.sched.solo_keys)
         s = ins.tile % splits
         out.append((ranges[s][1] - ranges[s][0], s == len(ranges) - 1) if s < len(ranges) else None)
     return out

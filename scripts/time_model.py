@@ -117,7 +117,7 @@ def simulate(sched: Schedule, c: Costs, tokens: int = 3, pos0: int = 64, done: d
                     end = now + c.epilogue_us + c.release_us
                 elif isinstance(k, AttentionKernel):
                     splits = sched.splits[ins.kernel]
-                    active = len(split_rows(k, pos0 + t, splits, sched.min_keys))
+                    active = len(split_rows(k, pos0 + t, splits, sched.min_keys, sched.solo_keys))
                     end = ready + (c.attention_us if ins.tile % splits < active else 0.0)
                 else:
                     end = ready + c.other_us

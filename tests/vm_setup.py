@@ -12,7 +12,7 @@ from tests.tiny_hf import make_tiny_hf
 
 
 def setup(tmp_path, family="qwen3", sms=7, min_keys=2, previous_first=False, owner_merges=0, spare_splits=0,
-          newest_first=False, early_pass=False):
+          newest_first=False, early_pass=False, solo_keys=0):
     # min_keys 2: from the 4th token on, attention spreads over 2-3 splits per KV head, merged by the last
     make_tiny_hf(tmp_path, family)
     m = kiec.load(str(tmp_path), max_seq_len=16)
@@ -20,7 +20,7 @@ def setup(tmp_path, family="qwen3", sms=7, min_keys=2, previous_first=False, own
     offsets, floats = plan_buffers(prog, {})
     sched = schedule(prog, sms, tile_rows=32, slot_of=offsets, min_keys=min_keys, previous_first=previous_first,
                      owner_merges=owner_merges, spare_splits=spare_splits, newest_first=newest_first,
-                     early_pass=early_pass)
+                     early_pass=early_pass, solo_keys=solo_keys)
     weights = {n: m.weights[n].float() for n in m.graph.params}
     return m, prog, sched, weights, offsets, floats
 

@@ -176,7 +176,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
              owner_merges: int = 0, spare_splits: int = 0, newest_first: bool = False,
              mlp_local: bool = False, early_pass: bool = False, o_local: bool = False,
              pair_rows: frozenset[int] = frozenset(), item_segs: dict[int, int] | None = None,
-             consumer_merges: int = 0, block_rows: frozenset[int] = frozenset()) -> Schedule:
+             consumer_merges: int = 0, block_rows: frozenset[int] = frozenset(), solo_keys: int = 0) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
@@ -202,13 +202,13 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     shares are whole pairs (or, dealt to the item too, completed a pair at a time). item_segs (persist_item_shares):
     GEMV kernels (by index) dealt to the row segment, with their segments a row (gemv_item_shares).
     consumer_merges: see Schedule. block_rows (persist_mma_rows): the GEMV kernels (by index) whose shares are whole
-    blocks of 16 rows (their dot products on the tensor cores, 16 rows an mma)."""
+    blocks of 16 rows (their dot products on the tensor cores, 16 rows an mma). solo_keys: see Schedule."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
     item_segs = dict(item_segs or {})
     sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys, spin, owner_merges,
-                     newest_first, early_pass, item_segs, frozenset(pair_rows), consumer_merges)
+                     newest_first, early_pass, item_segs, frozenset(pair_rows), consumer_merges, solo_keys)
     deps = dependencies(program, slot_of)
     # the probes' readers: before the reductions, and again after direct_waits (which would wait on an untagged x's
     # writer once more)

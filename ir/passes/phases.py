@@ -77,6 +77,9 @@ class Schedule:
     # reading attention's output (the output projections) merge the partials as their x, loading them until they
     # are the token's (their tags); otherwise as without. 0: off
     consumer_merges: int = 0
+    # persist_attn_solo_keys: a context of at most this many rows in one split a KV head (simulate.split_rows'
+    # solo), a longer one split as min_keys says; 0: off
+    solo_keys: int = 0
 
 
 def unit_rows(sched: Schedule, kernel: int) -> int:

@@ -78,12 +78,13 @@ def attention_heads(k: AttentionKernel, qkv: torch.Tensor, weights, cache: torch
     return interp.IMPLS[Attention](att, {att.q: q, att.cache: part, att.pos: torch.tensor(pos)}.__getitem__)
 
 
-def split_rows(k: AttentionKernel, pos: int, splits: int, min_keys: int) -> list[tuple[int, int]]:
+def split_rows(k: AttentionKernel, pos: int, splits: int, min_keys: int, solo: int = 0) -> list[tuple[int, int]]:
     """The cache rows [lo, hi) each split in use takes at `pos` (flash-decoding): at least min_keys rows a
-    split, so a short context uses fewer splits. The last one holds row pos."""
+    split, so a short context uses fewer splits; a context of at most `solo` rows (persist_attn_solo_keys) one
+    split. The last one holds row pos (common.cuh: split_range_of)."""
     start = max(0, pos + 1 - k.attention.window) if k.attention.window else 0
     n = pos + 1 - start
-    chunk = max(min_keys, -(-n // splits))
+    chunk = n if n <= solo else max(min_keys, -(-n // splits))
     return [(lo, min(lo + chunk, pos + 1)) for lo in range(start, pos + 1, chunk)]
 
 

@@ -257,7 +257,7 @@ class VM:
         newest_first the splits' in use counted from the last (split 0 holds the token's row); its partial's slot."""
         splits = self.s.splits[ins.kernel]
         s = ins.tile % splits
-        rows = split_rows(self.p.kernels[ins.kernel], token, splits, self.s.min_keys)
+        rows = split_rows(self.p.kernels[ins.kernel], token, splits, self.s.min_keys, self.s.solo_keys)
         if s >= len(rows):
             return None
         c = len(rows) - 1 - s if self.s.newest_first else s
@@ -286,7 +286,8 @@ class VM:
 
     def _in_use(self, kernel: int, token: int) -> int:
         """The splits of attention kernel `kernel`'s KV heads in use at `token`."""
-        return len(split_rows(self.p.kernels[kernel], token, self.s.splits[kernel], self.s.min_keys))
+        return len(split_rows(self.p.kernels[kernel], token, self.s.splits[kernel], self.s.min_keys,
+                              self.s.solo_keys))
 
     def _consumer_merged(self, kernel: int, token: int) -> bool:
         """Whether attention kernel `kernel` leaves its merge to its output's readers at `token` (consumer_merges: 2

@@ -341,3 +341,30 @@ def test_attention_on_the_tensor_cores_takes_the_models_its_passes_can(tmp_path,
     monkeypatch.setitem(targets.TARGETS, "sm_90", dataclasses.replace(targets.TARGETS["sm_90"],
                                                                       persist_attn_mma_first=2))
     kiec.compile(model, str(tmp_path / "art2"), mode="persistent")  # (2 passes in flight, loaded before the wait)
+
+
+def test_solo_keys_reach_the_attention_tile_and_the_schedule_or_are_refused_by_name(tmp_path):
+    # persist_attn_solo_keys: the attention case takes it (SOLO, attention_tile's last argument, left out at 0) and
+    # the schedule too (the VM's split count); refused below 0, with attn_l2_prefetch 2 (the weight stream's asks for
+    # a split's rows split by the descriptor's min_keys alone) and with consumer merges (their count of splits in use)
+    import dataclasses
+
+    from kiec.codegen.persistent import _PersistentEmitter, emit_persistent
+    model, program, wide = tiny_tagged_llama(tmp_path)
+
+    def args(**change):
+        t = dataclasses.replace(wide, **change)
+        return attention_tile_args(emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"])
+
+    assert {a["SOLO"] for a in args()} == {"0"}
+    assert {a["SOLO"] for a in args(persist_attn_solo_keys=256)} == {"256"}
+    assert {a["SOLO"] for a in args(persist_attn_solo_keys=256, persist_attn_owner_merges=1)} == {"256"}
+    e = _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(wide, persist_attn_solo_keys=96))
+    assert (e.sched.solo_keys, e.sched.min_keys) == (96, wide.attn_min_keys)
+    for change, why in ((dict(persist_attn_solo_keys=-1), r"persist_attn_solo_keys -1: 0 \(off\) or the most rows"),
+                        (dict(persist_attn_solo_keys=256, attn_l2_prefetch=2),
+                         r"persist_attn_solo_keys 256 with attn_l2_prefetch 2: the weight stream's asks"),
+                        (dict(persist_attn_solo_keys=256, persist_attn_consumer_merges=2),
+                         r"persist_attn_consumer_merges 2: persist_attn_solo_keys is on")):
+        with pytest.raises(ValueError, match=why):
+            _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(wide, **change))

@@ -104,7 +104,8 @@ def test_newest_first_with_the_chunks_of_the_default_double_counts_a_chunk(tmp_p
         got = real(self, ins, token)
         if got is None or ins.tile % self.s.splits[ins.kernel] == 0:
             return got
-        rows = split_rows(self.p.kernels[ins.kernel], token, self.s.splits[ins.kernel], self.s.min_keys)
+        rows = split_rows(self.p.kernels[ins.kernel], token, self.s.splits[ins.kernel], self.s.min_keys,
+                          self.s.solo_keys)
         s = ins.tile % self.s.splits[ins.kernel]
         return ins.lo, s, *rows[s]
     monkeypatch.setattr(VM, "_split", split)

@@ -115,7 +115,7 @@ def test_the_streaming_thread_asks_l2_for_the_rows_each_split_reads(tmp_path, fa
                 if ins.opcode != "attention":
                     continue
                 k, splits = e.p.kernels[ins.kernel], e.sched.splits[ins.kernel]
-                rows = split_rows(k, pos, splits, e.sched.min_keys)
+                rows = split_rows(k, pos, splits, e.sched.min_keys, e.sched.solo_keys)
                 s = ins.tile % splits
                 lo, hi = rows[s] if s < len(rows) else (0, 0)
                 n = max(0, min(hi, pos) - lo)

@@ -84,6 +84,26 @@ def test_owner_merges_computes_the_graph_on_any_interleaving(tmp_path, policy, s
     assert splits == {3} and all(n == 3 * steps for n in vm.arrived.values())  # the owners' counts: 3 a token
 
 
+@pytest.mark.parametrize("policy,seed,tags,most", [("eager", 0, False, 0), ("random", 1, False, 0),
+                                                   ("random", 2, False, 1), ("random", 3, True, 1),
+                                                   ("eager", 0, True, 3), ("random", 4, True, 0)])
+def test_solo_contexts_compute_the_graph_on_any_interleaving(tmp_path, policy, seed, tags, most):
+    # persist_attn_solo_keys 6: up to 6 rows of context one split a KV head, then 3 splits of at least 2 rows (7 rows:
+    # chunks of 3); with owner merges at 1 the solo positions take the owner's path (it signals, then arrives for
+    # all), with 3 every position; without, the last to arrive merges past them
+    m, prog, sched, weights, offsets, floats = setup(tmp_path, owner_merges=most, solo_keys=6)
+    if tags:  # attention's input and output tagged (persist_tagged 2), its counter then relaxed
+        offsets, floats, sched = tagged_schedule(prog, owner_merges=most, solo_keys=6)
+    vm = VM(sched, weights, offsets, floats)
+    prompt, steps = [5, 17, 99, 4, 8, 1], 10
+    got = vm.run(prompt, steps, policy, seed)
+    for t, (a, b) in enumerate(zip(got, reference_logits(m, prompt, steps))):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
+    attn = first_attention(prog)
+    assert [vm._in_use(attn, t) for t in range(9)] == [1] * 6 + [3] * 3  # (without solo: 1, 1, 2, 2, 3, ...)
+    assert [len(split_rows(prog.kernels[attn], t, 3, 2)) for t in range(6)] == [1, 1, 2, 2, 3, 3]
+
+
 def test_an_owner_merge_before_the_partials_came_is_caught(tmp_path, monkeypatch):
     m, prog, sched, weights, offsets, floats = setup(tmp_path, owner_merges=3)
     # the owner merges as soon as its own waits are met, without the other splits' partials

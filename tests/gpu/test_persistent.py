@@ -208,6 +208,8 @@ TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
     pytest.param(dict(persist_pace_ref_gbps=0), id="pace-unscaled"),
     pytest.param(dict(persist_pace_ref_power_pct=100), id="pace-in-proportion"),
     pytest.param(dict(persist_pace_ref_gbps=4916, persist_pace_ref_power_pct=50), id="pace-scaled-power50"),
+    pytest.param(dict(persist_attn_solo_keys=16, attn_min_keys=8), id="solo16"),
+    pytest.param(dict(persist_attn_solo_keys=16, attn_min_keys=8, persist_attn_owner_merges=1), id="solo16-owner1"),
     pytest.param(dict(persist_attn_spare_splits=0, attn_min_keys=8),
                  id="spare-none"),
     pytest.param(dict(persist_attn_spare_splits=2, attn_min_keys=8),
@@ -283,7 +285,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
     # page (the default before 2026-12-01's fifteenth session), the kept walk unpaced, paced 200 ns a page with the two
     # 1 KB pages, paced 900 ns while 2+ instructions past the compute warps, with the 8 pages asked of L2 past the two 1
     # KB pages paced too (and also their copies into the ring off the pace), and the paces scaled to the GPU's peak
-    # bandwidth; the output projection's rows kept off the
+    # bandwidth; up to 16 rows of context in one split, later 8 keys a split (also with owner merges at 1, which the
+    # one split then takes); the output projection's rows kept off the
     # SMs of each KV head's first split (with 8 keys a split, so that more than one is in use); a vocabulary of 16384
     # gives each SM's LM-head share about 124 rows; attention's rows asked of L2 by the split before its wait or by the
     # weight stream, with 8 keys a split (the base too) so that several splits ask; x slices loaded straight from memory

@@ -189,10 +189,10 @@ __device__ __forceinline__ void head_rmsnorm(float* v, const T* w, float eps, fl
   __syncwarp();
 }
 
-// split_range_of (common.cuh) with the split count and minimum known at compile time.
-template <int SPLITS, int MIN_KEYS>
+// split_range_of (common.cuh) with the split count, minimum and solo context known at compile time.
+template <int SPLITS, int MIN_KEYS, int SOLO = 0>
 __device__ __forceinline__ void split_range(int pos, int window, int split, int& lo, int& hi, int& active) {
-  split_range_of(pos, window, split, SPLITS, MIN_KEYS, lo, hi, active);
+  split_range_of(pos, window, split, SPLITS, MIN_KEYS, lo, hi, active, SOLO);
 }
 
 // One pass of the key loop's K and V loads: lane (sub, part) of warp w takes rows j0 + u * WARPS * KPW + sub (j0 =

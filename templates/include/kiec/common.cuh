@@ -43,12 +43,13 @@ __device__ __forceinline__ void prefetch_bulk_l2(const void* p, unsigned bytes) 
 
 // The cache rows [lo, hi) split `split` of `splits` takes at `pos`, and how many splits are in use
 // (simulate.split_rows): each takes at least min_keys rows, so a short context is one split per KV head and a long
-// one spreads over all of them. Attention's split_range (compile-time counts) and the persistent weight stream's
-// walk (the kernel descriptor's) both use it.
+// one spreads over all of them; a context of at most `solo` rows (persist_attn_solo_keys; 0: off) is one split.
+// Attention's split_range (compile-time counts) and the persistent weight stream's walk (the kernel descriptor's)
+// both use it.
 __host__ __device__ __forceinline__ void split_range_of(int pos, int window, int split, int splits, int min_keys,
-                                                        int& lo, int& hi, int& active) {
+                                                        int& lo, int& hi, int& active, int solo = 0) {
   const int start = window > 0 ? max(0, pos + 1 - window) : 0, n = pos + 1 - start;
-  const int chunk = max(min_keys, (n + splits - 1) / splits);
+  const int chunk = solo > 0 && n <= solo ? n : max(min_keys, (n + splits - 1) / splits);
   active = (n + chunk - 1) / chunk;
   lo = start + split * chunk;
   hi = min(lo + chunk, pos + 1);

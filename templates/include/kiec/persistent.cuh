@@ -90,12 +90,13 @@ __device__ __forceinline__ bool embed_tile(Turn u, const T* table, int dim, int 
 // 3: the coefficients read after the wait from the table its SM made at the step's start (RopeTable).
 // With QK_NORM (persist_attn_q_pairs_normed) a warp takes a whole head (attention_slice), and the coefficients are
 // those of the dims a lane holds (HeadPairsRope); no words are loaded before the wait (no tag waits).
+// SOLO (persist_attn_solo_keys): a context of at most SOLO rows in one split (split_range_of's solo).
 template <typename T, int HEAD_DIM, int GROUP, int ROTARY, bool INTERLEAVED, bool QK_NORM, int WARPS, int SPLITS, int U,
           int MIN_KEYS, bool TAGGED = false, bool PIPE = false, bool SOFTCAP = true, int U_SHORT = 0,
           bool EARLY_ROPE = false, bool KV_FIRST = false, int OWNER_MAX = 0, bool NEWEST_FIRST = false,
           bool IDLE = false, bool STAGED = false, bool EARLY_PASS = false, bool LEAN = false,
           int MMA_KEYS = 0, int MMA_AHEAD = 1, int MMA_FIRST = 0, bool PAIRED = false, int CONSUMER = 0,
-          int Q_PAIRS = 0>
+          int Q_PAIRS = 0, int SOLO = 0>
 __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cache, int kv_heads, int max_seq,
                                             const float* inv_freq, const T* q_norm_w, const T* k_norm_w, float norm_eps,
                                             float scale, float softcap, int window, float* part_o, float* part_ml,
@@ -110,11 +111,11 @@ __device__ __forceinline__ bool attention_tile(Turn u, const float* qkv, T* cach
   constexpr int OWNS = OWNER_MAX > 0 ? OWNER_MAX : CONSUMER;
   constexpr bool MIXES = OWNS > 0 && OWNS < SPLITS, OWNER_ARRIVES = OWNS > 0 && (TAGGED || MIXES);
   int lo, hi, active;
-  split_range<SPLITS, MIN_KEYS>(u.pos, window, tile_split, lo, hi, active);  // the position's alone
+  split_range<SPLITS, MIN_KEYS, SOLO>(u.pos, window, tile_split, lo, hi, active);  // the position's alone
   // `split` from here on: the chunk of the context this tile takes and its partial's slot. NEWEST_FIRST
   // (persist_attn_newest_first): the splits in use take the chunks from the last, so tile split 0 holds row pos
   const int split = NEWEST_FIRST && tile_split < active ? active - 1 - tile_split : tile_split;
-  if (NEWEST_FIRST && split != tile_split) split_range<SPLITS, MIN_KEYS>(u.pos, window, split, lo, hi, active);
+  if (NEWEST_FIRST && split != tile_split) split_range<SPLITS, MIN_KEYS, SOLO>(u.pos, window, split, lo, hi, active);
   if (KIEC_ATTN_L2_HINT == 1 && split < active)  // its rows of earlier steps, asked of L2 before the wait
     prefetch_split_l2<T, HEAD_DIM>(cache, kv_heads, max_seq, g, lo, hi, u.pos);
   using Pass = KvPass<T, HEAD_DIM, WARPS, U>;
