@@ -40,6 +40,29 @@ def test_attention_short_pass_computes_the_same_bits(tmp_path, monkeypatch):
     assert_same_bits(model, eng, base, 5, 300, 100)
 
 
+@pytest.mark.parametrize("hidden,owner", [(256, 1), (256, 0), (64, 0)])
+def test_solo_contexts_compute_their_splits_bits(tmp_path, monkeypatch, hidden, owner):
+    # persist_attn_solo_keys 48 over splits of at least 8 keys: up to 48 rows of context one split a KV head, the same
+    # bits there as attn_min_keys 48 (one split too), and past them the same bits as attn_min_keys 8 alone (the same
+    # splits). One layer, so that the cache's rows are the same in the three builds (a second layer's would carry the
+    # first's attention). Heads 64 wide (hidden 256: the tensor-core passes), with owner merges at 1 (the one split's
+    # owner path) and without, and 16 wide (hidden 64: the FMA passes); 160 positions stepped, and one launch's greedy
+    # tokens across the bound against its own stepped ones
+    model = load_tiny(tmp_path, "llama", num_hidden_layers=1, hidden_size=hidden, intermediate_size=384)
+    many = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "many", attn_min_keys=8,
+                                       persist_attn_owner_merges=owner, **WIDE_FIELDS))
+    one = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "one", attn_min_keys=48))
+    solo = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "solo", attn_min_keys=8,
+                                       persist_attn_solo_keys=48))
+    assert {a["SOLO"] for a in attention_tile_args(open(tmp_path / "solo" / "src" / "model.cu").read())} == {"48"}
+    tokens = np.random.default_rng(13).integers(0, model.config.vocab_size, size=160).tolist()
+    got = stepped_logits(solo, tokens)
+    assert np.array_equal(got[:48], stepped_logits(one, tokens[:48]))
+    assert np.array_equal(got[48:], stepped_logits(many, tokens)[48:])
+    assert not np.array_equal(got[48:], stepped_logits(one, tokens)[48:])  # (one split past 48 rows sums otherwise)
+    assert solo.generate(tokens[:20], 60) == stepped_greedy(solo, tokens[:20], 60)
+
+
 @pytest.mark.parametrize("tags,most,heads,kv_heads,newest", [(0, 64, 4, 2, 0), (2, 64, 4, 2, 0), (2, 8, 4, 2, 0),
                                                               (0, 8, 4, 2, 0), (0, 64, 8, 1, 0), (0, 8, 4, 2, 1),
                                                               (2, 64, 4, 2, 1), (0, 0, 4, 2, 1), (2, 1, 4, 2, 0)])
