@@ -418,8 +418,8 @@ TARGETS: dict[str, TargetParams] = {
                           persist_attn_owner_merges=0,
                           # the output projection merging: slower on every wide model on an H100
                           persist_attn_consumer_merges=0,
-                          # built, not yet timed: 256 splits of 256 keys won at short context on an H100 but lost at
-                          # 1024 keys, which this would not split so
+                          # built, not yet timed: attn_min_keys 256 with owner merges at 1 won at short context on an
+                          # H100 but lost at 1024 keys, which solo 256 would split as 64 does
                           persist_attn_solo_keys=0,
                           # 8: no spills at 2 merged splits
                           persist_merge_loads=8,
