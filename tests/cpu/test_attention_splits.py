@@ -17,7 +17,7 @@ def fake_emitter(phases: int = 2):
     attn = SimpleNamespace(attention=SimpleNamespace(window=0))
     lists = [[SimpleNamespace(opcode="attention", kernel=2 * p, counter=2 * p, tile=sm) for p in range(phases)]
              + [SimpleNamespace(opcode="gemv", kernel=2 * phases, counter=2 * phases, tile=sm)] for sm in range(4)]
-    sched = SimpleNamespace(lists=lists, splits={2 * p: 2 for p in range(phases)}, min_keys=64)
+    sched = SimpleNamespace(lists=lists, splits={2 * p: 2 for p in range(phases)}, min_keys=64, solo_keys=0)
     return SimpleNamespace(sched=sched, p=SimpleNamespace(kernels={2 * p: attn for p in range(phases)}))
 
 
