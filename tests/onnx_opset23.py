@@ -9,6 +9,18 @@ import numpy as np
 
 
 
+def tiny_opset23(tmp_path, family: str, max_pos: int = 64, style: str = "opset23", rotary_dim: int = 0,
+                 interleaved: bool = False, **overrides) -> str:
+    """A tiny random HF model of `family` (tests/tiny_hf.py, with those config overrides) saved in tmp_path / "hf" and
+    its decoder built by build_opset23 (the other arguments its) at tmp_path / "m.onnx"; returns that path."""
+    from tests.tiny_hf import make_tiny_hf
+    make_tiny_hf(tmp_path / "hf", family, **overrides)
+    path = str(tmp_path / "m.onnx")
+    build_opset23(str(tmp_path / "hf"), path, max_pos=max_pos, style=style, rotary_dim=rotary_dim,
+                  interleaved=interleaved)
+    return path
+
+
 def build_opset23(hf_dir: str, path: str, max_pos: int = 64, style: str = "opset23", rotary_dim: int = 0,
                   interleaved: bool = False) -> None:
     """The decoder of the HF model in hf_dir as ONNX at `path`. rotary_dim: the features each head rotates (0: all);

@@ -192,10 +192,8 @@ def test_inspect_and_compile_accept_onnx_paths(tmp_path):
 def test_hand_built_decoders_match_onnxruntime(tmp_path, family, style, rotary, interleaved):
     # rotary 8: partial rotary (rotary_embedding_dim in the opset-23 op); interleaved: RotaryEmbedding's interleaved=1
     # (GPT-J's pairs), whose rotation kiec's interpreter must compute as onnxruntime does
-    from tests.onnx_opset23 import build_opset23
-    make_tiny_hf(tmp_path / "hf", family)
-    path = str(tmp_path / "m.onnx")
-    build_opset23(str(tmp_path / "hf"), path, style=style, rotary_dim=rotary, interleaved=interleaved)
+    from tests.onnx_opset23 import tiny_opset23
+    path = tiny_opset23(tmp_path, family, style=style, rotary_dim=rotary, interleaved=interleaved)
     m = kiec.load(path)
     assert m.graph.op_counts() == kiec.load(str(tmp_path / "hf")).graph.op_counts()
     norms = 9 if family == "qwen3" else 5
@@ -259,10 +257,8 @@ def test_kv_inputs_named_as_torch_export_flattens_a_dynamic_cache_load_the_same(
 
 def test_inconsistent_kv_shapes_and_unknown_rotary_modes_are_named(tmp_path):
     import onnx
-    from tests.onnx_opset23 import build_opset23
-    make_tiny_hf(tmp_path / "hf", "llama")
-    path = str(tmp_path / "m.onnx")
-    build_opset23(str(tmp_path / "hf"), path)
+    from tests.onnx_opset23 import tiny_opset23
+    path = tiny_opset23(tmp_path, "llama")
     model = onnx.load(path)
     key = next(i for i in model.graph.input if i.name == "past_key_values.1.key")
     key.type.tensor_type.shape.dim[1].dim_value = 3  # the graph's attention has 2 KV heads
@@ -281,10 +277,8 @@ def test_inconsistent_kv_shapes_and_unknown_rotary_modes_are_named(tmp_path):
 def test_a_decomposition_that_does_not_match_is_named_not_folded(tmp_path):
     import onnx
     from onnx import numpy_helper
-    from tests.onnx_opset23 import build_opset23
-    make_tiny_hf(tmp_path / "hf", "llama")
-    path = str(tmp_path / "m.onnx")
-    build_opset23(str(tmp_path / "hf"), path, style="decomposed")
+    from tests.onnx_opset23 import tiny_opset23
+    path = tiny_opset23(tmp_path, "llama", style="decomposed")
     model = onnx.load(path)
     mean = next(n for n in model.graph.node if n.op_type == "ReduceMean")
     axes = next(i for i in model.graph.initializer if i.name == mean.input[1])

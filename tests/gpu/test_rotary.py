@@ -10,18 +10,17 @@ import pytest
 import kiec
 from tests.gpu.persistent_tiny import WIDE_FIELDS, assert_same_bits, compile_variant
 from tests.gpu.test_engine import budget_check, check_against_interpreter, stepped_greedy
-from tests.onnx_opset23 import build_opset23
+from tests.onnx_opset23 import tiny_opset23
 from tests.tiles import attention_tile_args
-from tests.tiny_hf import make_tiny_hf
 
 pytestmark = pytest.mark.gpu
+
 
 def onnx_tiny(tmp_path, family, rotary, interleaved, max_pos=512, **overrides):
     """A tiny HF model of `family` as an opset-23 ONNX decoder rotating `rotary` features a head (0: all), its pairs
     interleaved or halves, loaded in bf16 for max_pos positions."""
-    make_tiny_hf(tmp_path / "hf", family, max_position_embeddings=max_pos, **overrides)
-    path = str(tmp_path / "m.onnx")
-    build_opset23(str(tmp_path / "hf"), path, max_pos=max_pos, rotary_dim=rotary, interleaved=interleaved)
+    path = tiny_opset23(tmp_path, family, max_pos=max_pos, rotary_dim=rotary, interleaved=interleaved,
+                        max_position_embeddings=max_pos, **overrides)
     model = kiec.load(path, dtype="bf16", max_seq_len=max_pos)
     ropes = {(op.rotary_dim, op.interleaved) for op in model.graph.ops if type(op).__name__ == "Rope"}
     assert ropes == {(rotary or model.config.head_dim, interleaved)}, ropes
