@@ -78,16 +78,15 @@ def simulate(sched: Schedule, c: Costs, tokens: int = 3, pos0: int = 64, done: d
     released: list[list[float]] = [[] for _ in range(sms)]  # per SM: when its compute warps let each page go
     done = {} if done is None else done  # (token, phase) -> when its last tile signalled
 
-    issued: list[list[float]] = [[] for _ in range(sms)]  # per SM: when its stream asked for each page
+    asked = [0.0] * sms  # per SM: when its stream asked for its latest page
     page_us = c.page_bytes / c.stream_gbps / 1e3
 
     def page_lands(s: int, n: int) -> float:
         while len(arrived[s]) <= n:  # the stream runs ahead of the compute warps, a ring's length at most
             j = len(arrived[s])
-            ask = max(issued[s][-1] + page_us if j else 0.0,
-                      released[s][j - c.ring_pages] if j >= c.ring_pages else 0.0)
-            issued[s].append(ask)
-            arrived[s].append(ask + page_us + c.latency_us)
+            asked[s] = max(asked[s] + page_us if j else 0.0,
+                           released[s][j - c.ring_pages] if j >= c.ring_pages else 0.0)
+            arrived[s].append(asked[s] + page_us + c.latency_us)
         return arrived[s][n]
 
     by_phase: dict[int, list[tuple[int, object]]] = {}

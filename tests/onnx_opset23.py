@@ -21,6 +21,11 @@ def tiny_opset23(tmp_path, family: str, max_pos: int = 64, style: str = "opset23
     return path
 
 
+def rope_forms(model) -> set[tuple[int, bool]]:
+    """The (rotary features, interleaved) of a loaded model's Rope ops: what its RotaryEmbedding nodes became."""
+    return {(op.rotary_dim, op.interleaved) for op in model.graph.ops if type(op).__name__ == "Rope"}
+
+
 def build_opset23(hf_dir: str, path: str, max_pos: int = 64, style: str = "opset23", rotary_dim: int = 0,
                   interleaved: bool = False) -> None:
     """The decoder of the HF model in hf_dir as ONNX at `path`. rotary_dim: the features each head rotates (0: all);

@@ -84,7 +84,7 @@ def split_rows(k: AttentionKernel, pos: int, splits: int, min_keys: int, solo: i
     split. The last one holds row pos (common.cuh: split_range_of)."""
     start = max(0, pos + 1 - k.attention.window) if k.attention.window else 0
     n = pos + 1 - start
-    chunk = n if n <= solo else max(min_keys, -(-n // splits))
+    chunk = n if 0 < solo and n <= solo else max(min_keys, -(-n // splits))
     return [(lo, min(lo + chunk, pos + 1)) for lo in range(start, pos + 1, chunk)]
 
 

@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
     const long long khz = atoll(argv[i]);
     const int bits = atoi(argv[i + 1]);
     a.mem_gbps = kiec::memory_peak_gbps(khz, bits);
-    printf("%lld %d %u %u\n", khz, bits, a.mem_gbps, kiec::page_pace(a, KIEC_PAGE_PACE_NS));
+    printf("%lld %d %u %u\n", khz, bits, a.mem_gbps, kiec::page_pace(a, KIEC_PAGE_PACE_NS, kiec::pace_power_scale(a)));
   }
   return 0;
 }

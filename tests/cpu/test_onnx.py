@@ -192,15 +192,14 @@ def test_inspect_and_compile_accept_onnx_paths(tmp_path):
 def test_hand_built_decoders_match_onnxruntime(tmp_path, family, style, rotary, interleaved):
     # rotary 8: partial rotary (rotary_embedding_dim in the opset-23 op); interleaved: RotaryEmbedding's interleaved=1
     # (GPT-J's pairs), whose rotation kiec's interpreter must compute as onnxruntime does
-    from tests.onnx_opset23 import tiny_opset23
+    from tests.onnx_opset23 import rope_forms, tiny_opset23
     path = tiny_opset23(tmp_path, family, style=style, rotary_dim=rotary, interleaved=interleaved)
     m = kiec.load(path)
     assert m.graph.op_counts() == kiec.load(str(tmp_path / "hf")).graph.op_counts()
     norms = 9 if family == "qwen3" else 5
     assert (f"folded from primitive ops: {norms} RMSNormalization, 4 RotaryEmbedding, 2 Attention" in m.notes) == \
         (style == "decomposed")
-    ropes = [op for op in m.graph.ops if type(op).__name__ == "Rope"]
-    assert {(op.rotary_dim, op.interleaved) for op in ropes} == {(rotary or m.config.head_dim, interleaved)}
+    assert rope_forms(m) == {(rotary or m.config.head_dim, interleaved)}
     check_against_onnxruntime(path, f"hand-built {style} {family}" + " interleaved" * interleaved)
 
 

@@ -150,8 +150,8 @@ def test_the_default_reference_leaves_h200s_pace_alone(tmp_path, pace):
     # persist_pace_ref_gbps's default (4814: H200's driver peak as kiec bench printed it) gives H200 the compiled paces
     # (440 ns, 460 with FMA attention) whether its attributes make 4814 or, a clock a few MHz lower, 4804-4813 (the
     # integer division's floor), and an H100 SXM's 3352 the scaled 631 / 660 ns that the forty-fourth session timed;
-    # at the default power (persist_pace_ref_power_pct 87) the same on H200 and the 602 / 630 ns that the sixty-third
-    # session timed best on an H100 (1.4362 ** 0.87 = 1.3701)
+    # at the default power (persist_pace_ref_power_pct 87) the same on H200 and 602 / 630 ns on an H100 (1.4362 ** 0.87
+    # = 1.3701), about the 603 / 632 that the sixty-third session timed faster there than 631 / 660
     from kiec.codegen.targets import TARGETS
     ref, power = TARGETS["sm_90"].persist_pace_ref_gbps, TARGETS["sm_90"].persist_pace_ref_power_pct
     assert (ref, power) == (4814, 87)

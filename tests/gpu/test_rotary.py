@@ -10,7 +10,7 @@ import pytest
 import kiec
 from tests.gpu.persistent_tiny import WIDE_FIELDS, assert_same_bits, compile_variant
 from tests.gpu.test_engine import budget_check, check_against_interpreter, stepped_greedy
-from tests.onnx_opset23 import tiny_opset23
+from tests.onnx_opset23 import rope_forms, tiny_opset23
 from tests.tiles import attention_tile_args
 
 pytestmark = pytest.mark.gpu
@@ -22,8 +22,7 @@ def onnx_tiny(tmp_path, family, rotary, interleaved, max_pos=512, **overrides):
     path = tiny_opset23(tmp_path, family, max_pos=max_pos, rotary_dim=rotary, interleaved=interleaved,
                         max_position_embeddings=max_pos, **overrides)
     model = kiec.load(path, dtype="bf16", max_seq_len=max_pos)
-    ropes = {(op.rotary_dim, op.interleaved) for op in model.graph.ops if type(op).__name__ == "Rope"}
-    assert ropes == {(rotary or model.config.head_dim, interleaved)}, ropes
+    assert rope_forms(model) == {(rotary or model.config.head_dim, interleaved)}, rope_forms(model)
     return model
 
 

@@ -231,9 +231,6 @@ __host__ __device__ __forceinline__ unsigned page_pace(const PersistentArgs& a, 
   else
     return ns;
 }
-__host__ __device__ __forceinline__ unsigned page_pace(const PersistentArgs& a, unsigned ns) {
-  return page_pace(a, ns, pace_power_scale(a));
-}
 
 // When the next copy may go out after one of `bytes` at `now`: a full page waits the whole pace, a shorter one its
 // bytes' part of it.
