@@ -98,6 +98,6 @@ def test_consumer_merges_spill_nothing(model, changes):
     # a head's o words and one lane's m and l a (head, split)) fit beside the kernel's other live registers; at 8 with
     # 4 splits llama-3.2-1b spilled 72 B (spread over the kernel, not in the merge), at 6 none; llama-3.1-8b's 4 heads
     # a warp of 2 splits in one round trip at 16 (17 loads a lane); scripts/ptxas.py
-    ptxas = load_script("ptxas")
-    lines = ptxas.usage(model, "persistent", *changes)
+    ptxas = load_script("ptxas")  # (owner merges and solo off: consumer merges refuse them)
+    lines = ptxas.usage(model, "persistent", "persist_attn_owner_merges=0", "persist_attn_solo_keys=0", *changes)
     assert any("spill" in line for _, line in lines) and ptxas.spill_bytes(lines) == 0, lines

@@ -226,6 +226,7 @@ def test_consumer_merges_reach_both_cases_or_are_refused_by_name(tmp_path, monke
     from kiec.ir.passes import pipeline
     from kiec.ir.passes.phases import partials
     model, program, wide = tiny_tagged_llama(tmp_path)
+    wide = dataclasses.replace(wide, persist_attn_owner_merges=0, persist_attn_solo_keys=0)  # (refused: below)
     on = dataclasses.replace(wide, persist_attn_consumer_merges=2)
     e = _PersistentEmitter(program, "bf16", model.max_seq_len, on)
     assert e.consumer_merges == 2 and e.sched.consumer_merges == 2
@@ -356,15 +357,16 @@ def test_solo_keys_reach_the_attention_tile_and_the_schedule_or_are_refused_by_n
         t = dataclasses.replace(wide, **change)
         return attention_tile_args(emit_persistent(program, "bf16", model.max_seq_len, t, "x").files["model.cu"])
 
-    assert {a["SOLO"] for a in args()} == {"0"}
-    assert {a["SOLO"] for a in args(persist_attn_solo_keys=256)} == {"256"}
+    assert {a["SOLO"] for a in args(persist_attn_solo_keys=0)} == {"0"}
+    assert {a["SOLO"] for a in args()} == {str(wide.persist_attn_solo_keys)} == {"256"}  # (the table's)
+    assert {a["SOLO"] for a in args(persist_attn_solo_keys=96)} == {"96"}
     assert {a["SOLO"] for a in args(persist_attn_solo_keys=256, persist_attn_owner_merges=1)} == {"256"}
     e = _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(wide, persist_attn_solo_keys=96))
     assert (e.sched.solo_keys, e.sched.min_keys) == (96, wide.attn_min_keys)
     for change, why in ((dict(persist_attn_solo_keys=-1), r"persist_attn_solo_keys -1: 0 \(off\) or the most rows"),
                         (dict(persist_attn_solo_keys=256, attn_l2_prefetch=2),
                          r"persist_attn_solo_keys 256 with attn_l2_prefetch 2: the weight stream's asks"),
-                        (dict(persist_attn_solo_keys=256, persist_attn_consumer_merges=2),
+                        (dict(persist_attn_solo_keys=256, persist_attn_consumer_merges=2, persist_attn_owner_merges=0),
                          r"persist_attn_consumer_merges 2: persist_attn_solo_keys is on")):
         with pytest.raises(ValueError, match=why):
             _PersistentEmitter(program, "bf16", model.max_seq_len, dataclasses.replace(wide, **change))

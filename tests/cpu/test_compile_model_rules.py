@@ -265,6 +265,7 @@ def test_tagged_pairs_take_the_silu_outputs_whose_readers_copy_them(tmp_path, mo
     from kiec.codegen.persistent import _PersistentEmitter
     from kiec.ir.passes import pipeline
     model, program, wide = tiny_tagged_llama(tmp_path)
+    wide = dataclasses.replace(wide, persist_attn_owner_merges=0)  # (attention's pairs: not with owner merges)
     silu = {k.out for k in program.kernels if getattr(k, "epilogue", None) == "silu_mul"}
 
     def paired(**change):

@@ -106,7 +106,8 @@ def test_the_streaming_thread_asks_l2_for_the_rows_each_split_reads(tmp_path, fa
     # attn_l2_prefetch 2: as it walks past an attention split the stream asks L2 for the split's cache rows of
     # earlier steps; the walk's rows (the descriptor's splits, min_keys and window) against simulate.split_rows,
     # with 2 keys a split so that 1 to all splits are in use over positions 1-40 (mistral: a window of 5)
-    e, _, kv = run_walk(tmp_path, family, 1024, sms, 1, 40, attn_l2_prefetch=2, attn_min_keys=2)
+    e, _, kv = run_walk(tmp_path, family, 1024, sms, 1, 40, attn_l2_prefetch=2, attn_min_keys=2,
+                       persist_attn_solo_keys=0)
     want = []
     for sm, lst in enumerate(e.sched.lists):
         first = sum(len(x) for x in e.sched.lists[:sm])

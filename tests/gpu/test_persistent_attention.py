@@ -93,10 +93,10 @@ def test_consumer_merges_compute_the_same_bits(tmp_path, monkeypatch, most, head
     # with 8 keys a split at least, one launch over 300 positions runs 1 to 38 splits in use, so the consumer merges
     # from position 8 on and the last to arrive again past `most` splits; every logit the same bits as without it.
     # 64- and 128-wide heads (a lane's 2 or 4 elements a head), 4 query heads (warps 4-7 with none) or 16, 1 to 4 a
-    # KV head (attention's output tagged: the wide fields)
+    # KV head (attention's output tagged: the wide fields; owner merges off, which consumer merges refuse)
     model, _ = compile_tiny(tmp_path, "llama", max_position_embeddings=512, hidden_size=head_dim * heads,
                             intermediate_size=384, num_attention_heads=heads, num_key_value_heads=kv_heads)
-    fields = dict(WIDE_FIELDS, attn_min_keys=8, persist_tagged=2)
+    fields = dict(WIDE_FIELDS, attn_min_keys=8, persist_tagged=2, persist_attn_owner_merges=0)
     base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", **fields))
     art = compile_variant(model, tmp_path, monkeypatch, persist_attn_consumer_merges=most)
     assert "kiec::ConsumerMerge<" in open(os.path.join(art, "src", "model.cu")).read()
