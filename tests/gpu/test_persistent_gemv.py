@@ -236,10 +236,12 @@ def test_tagged_pairs_within_budget_and_greedy_alike(tmp_path, monkeypatch, fami
     # split, so that attention's output comes from one split's store and from the last arrival's merge; K 6144 also
     # copied by each warp for itself (3 rounds of its segment, loaded at once), llama-3.1-8b's way: logits within
     # the interpreter's budget over 24 positions, greedy tokens those of floats and of graph mode up to a near-tie, a
-    # 200-token launch (tags turning over) made again the same
+    # 200-token launch (tags turning over) made again the same. Owner merges off (attention's pairs are not taken
+    # with them)
     model = load_tiny(tmp_path, family, hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
                       num_key_value_heads=kv_heads, vocab_size=1024)
-    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=8, **change))
+    base = kiec.Engine(compile_variant(model, tmp_path, monkeypatch, "base", attn_min_keys=8,
+                                       persist_attn_owner_merges=0, **change))
     variant = compile_variant(model, tmp_path, monkeypatch, persist_tagged_pairs=level)
     with open(os.path.join(variant, "src", "model.cu")) as fh:  # gate/up's PY (argument 18), the down's PX (17)
         text = fh.read()
