@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
+from kiec import unit_cache
 from kiec.codegen.emit import INCLUDE_DIR, TEMPLATES, Sources, emit, mma_blocked
 from kiec.codegen.persistent import emit_persistent
 from kiec.codegen.targets import TARGETS, TargetParams, target as target_params
@@ -147,22 +148,41 @@ def nvcc_flags(gencode: str) -> list[str]:
 
 
 def nvcc_build(nvcc: str, src_dir: str, out_dir: str, gencode: str) -> None:
+    """libkiec_model.so and kiec-run from src_dir's units, each unit's object from kiec/unit_cache.py where it holds
+    one (units it gave are compiled again if the link fails)."""
     flags = nvcc_flags(gencode)
     units = sorted(f for f in os.listdir(src_dir) if f.endswith(".cu"))
-    obj_dir = os.path.join(out_dir, "obj")
+    keys = unit_cache.unit_keys(nvcc, flags, src_dir, units, INCLUDE_DIR)
+    obj_dir = os.path.abspath(os.path.join(out_dir, "obj"))
     os.makedirs(obj_dir, exist_ok=True)
 
-    def compile_one(name):
+    def compile_one(name, cached=True):
         obj = os.path.join(obj_dir, name[:-3] + ".o")
-        r = subprocess.run([nvcc, *flags, "-c", os.path.join(src_dir, name), "-o", obj], capture_output=True, text=True)
+        if cached and unit_cache.fetch(keys[name], obj):
+            return obj, True
+        # (in its directory by a relative name: the object holds no path of this build, so the cache can share it)
+        r = subprocess.run([nvcc, *flags, "-c", name, "-o", obj], cwd=src_dir, capture_output=True, text=True)
         if r.returncode:
             raise KiecError(f"nvcc failed on {name}:\n{r.stderr[-4000:]}")
-        return obj
+        unit_cache.store(keys[name], obj)
+        return obj, False
+
+    so = os.path.join(out_dir, "libkiec_model.so")
+
+    def link(objs):
+        return subprocess.run([nvcc, "-shared", "-o", so, *objs, "-lcudart"], capture_output=True, text=True)
 
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-        objs = list(pool.map(compile_one, units))
-    so = os.path.join(out_dir, "libkiec_model.so")
-    r = subprocess.run([nvcc, "-shared", "-o", so, *objs, "-lcudart"], capture_output=True, text=True)
+        built = list(pool.map(compile_one, units))
+    hits = [name for name, (_, hit) in zip(units, built) if hit]
+    if hits:
+        _progress(f"{len(hits)} of {len(units)} units' objects from the cache ({unit_cache.cache_dir()})")
+    r = link([obj for obj, _ in built])
+    if r.returncode and hits:  # (an entry gone bad: the units compiled afresh, and their entries replaced)
+        _progress("linking the cached objects failed; compiling those units again")
+        with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+            list(pool.map(lambda name: compile_one(name, cached=False), hits))
+        r = link([obj for obj, _ in built])
     if r.returncode:
         raise KiecError(f"linking libkiec_model.so failed:\n{r.stderr[-4000:]}")
     shutil.rmtree(obj_dir)

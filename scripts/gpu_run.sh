@@ -32,7 +32,10 @@ stamp() {
 if ls .whl/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
-[ -d .carry/kiec_cache ] && export KIEC_CACHE_DIR=$PWD/.carry/kiec_cache  # TVM's kernels, generated here
+# TVM's kernels, generated here (.carry/kiec_cache/tvm), into a cache outside the tree, where nvcc's objects
+# (kiec/unit_cache.py) outlast the call: a later call on the same warm machine reuses the builds of the earlier ones
+export KIEC_CACHE_DIR=/tmp/kiec_cache
+mkdir -p "$KIEC_CACHE_DIR" && [ -d .carry/kiec_cache ] && cp -r .carry/kiec_cache/. "$KIEC_CACHE_DIR/"
 mkdir -p /tmp/smol && cp .carry/smol.part* .carry/smol.manifest /tmp/smol/ 2> /dev/null
 mode=${1:-tests}; shift || true
 [ "$mode" = stage ] && { ls -la /tmp/smol; exit 0; }
