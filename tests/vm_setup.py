@@ -49,9 +49,16 @@ def reference_logits(m, prompt, steps):
 
 
 def assert_vm_computes_the_model(m, sched, offsets, floats, seed, prompt=(5, 17, 99), steps=6, policy="random"):
-    """The VM's logits over `steps` tokens on a random interleaving (seed; or the eager one) are the reference's."""
+    """The VM's logits over `steps` tokens on a random interleaving (seed; or the eager one) are the reference's;
+    the VM, run, for what a test asks of it after."""
     weights = {n: m.weights[n].float() for n in m.graph.params}
-    got = VM(sched, weights, offsets, floats).run(list(prompt), steps, policy, seed)
+    vm = VM(sched, weights, offsets, floats)
+    assert_reference_logits(m, vm.run(list(prompt), steps, policy, seed), prompt, steps)
+    return vm
+
+
+def assert_reference_logits(m, got, prompt, steps):
+    """A run's logits, one a token over `steps` tokens after `prompt`, are the reference's, token by token."""
     assert len(got) == steps
     for t, (a, b) in enumerate(zip(got, reference_logits(m, list(prompt), steps))):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")

@@ -13,7 +13,8 @@ from kiec.ir.passes.simulate import split_rows
 from kiec.ir.passes.tags import tag_plan
 from kiec.ir.passes.vm import VM, ScheduleError
 from tests.tiny_hf import make_tiny_hf
-from tests.vm_setup import assert_vm_computes_the_model, first_attention, reference_logits, residual_gemvs, setup
+from tests.vm_setup import (assert_reference_logits, assert_vm_computes_the_model, first_attention, reference_logits,
+                             residual_gemvs, setup)
 
 
 def test_gemv_shares_are_equal_per_sm_and_cover_every_row():
@@ -60,8 +61,7 @@ def test_spared_splits_sms_get_no_output_projection_and_the_vm_agrees(tmp_path, 
     assert checked == sum(1 for _, op in sched.phases if op == "attention") > 0
     prompt, steps = [5, 17, 99, 4], 8  # (splits in use per KV head: 1, then 2, then 3)
     got = VM(sched, weights, offsets, floats).run(prompt, steps, policy, seed)
-    for t, (a, b) in enumerate(zip(got, reference_logits(m, prompt, steps))):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
+    assert_reference_logits(m, got, prompt, steps)
 
 
 @pytest.mark.parametrize("policy,seed,most", [("eager", 0, 3), ("random", 1, 3), ("random", 2, 2), ("random", 3, 0)])
@@ -90,8 +90,7 @@ def test_newest_first_puts_the_owner_on_the_spared_sm_and_computes_the_graph(tmp
     assert len(owners) == 2 and not owners & projection
     prompt, steps = [5, 17, 99, 4, 8, 1], 12
     got = vm.run(prompt, steps, policy, seed)
-    for t, (a, b) in enumerate(zip(got, reference_logits(m, prompt, steps))):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
+    assert_reference_logits(m, got, prompt, steps)
 
 
 def test_newest_first_with_the_chunks_of_the_default_double_counts_a_chunk(tmp_path, monkeypatch):

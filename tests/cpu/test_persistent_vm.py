@@ -2,7 +2,6 @@
 import dataclasses
 
 import pytest
-import torch
 
 import kiec
 from kiec.ir.passes import phases as phases_module
@@ -10,8 +9,8 @@ from kiec.ir.passes.persistent import schedule
 from kiec.ir.passes.phases import Wait
 from kiec.ir.passes.simulate import split_rows
 from kiec.ir.passes.vm import VM, ScheduleError
-from tests.vm_setup import (assert_vm_computes_the_model, first_attention, reference_logits, residual_gemvs, setup,
-                            tagged_schedule)
+from tests.vm_setup import (assert_reference_logits, assert_vm_computes_the_model, first_attention, residual_gemvs,
+                            setup, tagged_schedule)
 
 
 @pytest.mark.parametrize("policy,seed,min_keys", [("eager", 0, 2), ("random", 1, 2), ("random", 2, 2),
@@ -21,10 +20,7 @@ def test_schedule_computes_the_graph_on_any_interleaving(tmp_path, policy, seed,
     assert set(sched.splits.values()) == {3}  # 7 SMs / 2 KV heads
     prompt, steps = [5, 17, 99], 6
     got = VM(sched, weights, offsets, floats).run(prompt, steps, policy, seed)
-    want = reference_logits(m, prompt, steps)
-    assert len(got) == steps
-    for t, (a, b) in enumerate(zip(got, want)):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
+    assert_reference_logits(m, got, prompt, steps)
 
 
 def test_previous_first_polls_the_same_waits_previous_token_first(tmp_path):
@@ -78,8 +74,7 @@ def test_owner_merges_computes_the_graph_on_any_interleaving(tmp_path, policy, s
     vm = VM(sched, weights, offsets, floats)
     prompt, steps = [5, 17, 99, 4, 8, 1], 12
     got = vm.run(prompt, steps, policy, seed)
-    for t, (a, b) in enumerate(zip(got, reference_logits(m, prompt, steps))):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
+    assert_reference_logits(m, got, prompt, steps)
     splits = set(sched.splits.values())
     assert splits == {3} and all(n == 3 * steps for n in vm.arrived.values())  # the owners' counts: 3 a token
 
@@ -97,8 +92,7 @@ def test_solo_contexts_compute_the_graph_on_any_interleaving(tmp_path, policy, s
     vm = VM(sched, weights, offsets, floats)
     prompt, steps = [5, 17, 99, 4, 8, 1], 10
     got = vm.run(prompt, steps, policy, seed)
-    for t, (a, b) in enumerate(zip(got, reference_logits(m, prompt, steps))):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
+    assert_reference_logits(m, got, prompt, steps)
     attn = first_attention(prog)
     assert [vm._in_use(attn, t) for t in range(9)] == [1] * 6 + [3] * 3  # (without solo: 1, 1, 2, 2, 3, ...)
     assert [len(split_rows(prog.kernels[attn], t, 3, 2)) for t in range(6)] == [1, 1, 2, 2, 3, 3]
@@ -131,8 +125,7 @@ def test_consumer_merges_compute_the_graph_on_any_interleaving(tmp_path, policy,
     vm._merged_x = counted.__get__(vm)
     prompt, steps = [5, 17, 99, 4, 8, 1], 12
     got = vm.run(prompt, steps, policy, seed)
-    for t, (a, b) in enumerate(zip(got, reference_logits(m, prompt, steps))):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
+    assert_reference_logits(m, got, prompt, steps)
     assert set(sched.splits.values()) == {3} and all(n == 3 * steps for n in vm.arrived.values())
     # the output projections' tiles merged at the tokens with 2 (to `most`) splits in use, and only there
     used = {t: len(split_rows(prog.kernels[first_attention(prog)], t, 3, 2)) for t in range(steps)}
@@ -168,8 +161,7 @@ def test_early_pass_rows_are_there_when_the_sm_reaches_attention(tmp_path, monke
     monkeypatch.setattr(VM, "_check_rows", counted)
     prompt, steps = [5, 17, 99, 4, 8, 1], 12
     got = VM(sched, weights, offsets, floats).run(prompt, steps, policy, seed)
-    for t, (a, b) in enumerate(zip(got, reference_logits(m, prompt, steps))):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"token {t}")
+    assert_reference_logits(m, got, prompt, steps)
     assert sum(n > 0 for n in early) > 20  # (rows were checked early, not only empty ranges)
 
 
