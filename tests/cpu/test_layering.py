@@ -5,10 +5,10 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # stage folder -> kiec modules it must not import
 FORBIDDEN = {
-    "ir": ("kiec.frontend", "kiec.models", "kiec.codegen", "kiec.build", "kiec.runtime", "kiec.reference",
-           "kiec.model", "kiec.cli"),
-    "models": ("kiec.frontend", "kiec.codegen", "kiec.build", "kiec.runtime", "kiec.cli"),
-    "codegen": ("kiec.frontend", "kiec.build", "kiec.runtime", "kiec.cli"),
+    "ir": ("kiec.frontend", "kiec.models", "kiec.codegen", "kiec.build", "kiec.unit_cache", "kiec.runtime",
+           "kiec.reference", "kiec.model", "kiec.cli"),
+    "models": ("kiec.frontend", "kiec.codegen", "kiec.build", "kiec.unit_cache", "kiec.runtime", "kiec.cli"),
+    "codegen": ("kiec.frontend", "kiec.build", "kiec.unit_cache", "kiec.runtime", "kiec.cli"),
 }
 
 
