@@ -117,6 +117,10 @@ if [ "$mode" = tests ]; then
   fi
   bash scripts/test_jobs.sh /tmp/gpu_ids.txt "${TEST_JOBS:-8}" "${TEST_TIMEOUT:-480}" "$OUT" \
     -q -x -s -m gpu -p no:cacheprovider
+  # how many of the tests' builds took their objects from the cache (kiec/unit_cache.py; this machine's earlier
+  # calls' too)
+  echo "gpu tests: $(grep -c "compiling with nvcc" "$OUT/gpu_tests.log") builds, $(grep -c "units' objects from the" \
+    "$OUT/gpu_tests.log") of them with objects from the cache, $(ls "$KIEC_CACHE_DIR/nvcc" 2> /dev/null | wc -l) kept"
 fi
 # SANITIZE=1: compute-sanitizer over a 2-layer tiny model's persistent kernel (scripts/sanitize.sh)
 [ -n "${SANITIZE:-}" ] && bash scripts/sanitize.sh persistent ${SANITIZE_FIELDS:-}  # SANITIZE_FIELDS: field=value ...
