@@ -414,13 +414,13 @@ TARGETS: dict[str, TargetParams] = {
                           persist_attn_q_pairs=3,
                           # qwen3-1.7b's heads a warp each: 0.5-0.9% faster on H100s, the same bits
                           persist_attn_q_pairs_normed=1,
-                          # the owner merging where it is the only split in use (solo contexts below): 0.7-1.1%
+                          # the owner merging where it is the only split in use (solo contexts below): 0.7-1.2%
                           # faster at short context on H100s, the same at 1024 and 8192 keys; at 64 it lost at 8192
                           persist_attn_owner_merges=1,
                           # the output projection merging: slower on every wide model on an H100
                           persist_attn_consumer_merges=0,
                           # a context of up to 256 rows one split a KV head (its owner signals before it arrives):
-                          # with owner merges at 1 0.7-1.1% faster at short context on an H100, attn_min_keys 256's
+                          # with owner merges at 1 0.7-1.2% faster at short context on H100s, attn_min_keys 256's
                           # gain without its loss at 1024 keys
                           persist_attn_solo_keys=256,
                           # 8: no spills at 2 merged splits

@@ -156,33 +156,34 @@ def nvcc_build(nvcc: str, src_dir: str, out_dir: str, gencode: str) -> None:
     obj_dir = os.path.abspath(os.path.join(out_dir, "obj"))
     os.makedirs(obj_dir, exist_ok=True)
 
-    def compile_one(name, cached=True):
-        obj = os.path.join(obj_dir, name[:-3] + ".o")
+    def obj_of(name):
+        return os.path.join(obj_dir, name[:-3] + ".o")
+
+    def compile_one(name, cached) -> bool:
+        """Whether its object came from the cache."""
+        obj = obj_of(name)
         if cached and unit_cache.fetch(keys[name], obj):
-            return obj, True
+            return True
         # (in its directory by a relative name: the object holds no path of this build, so the cache can share it)
         r = subprocess.run([nvcc, *flags, "-c", name, "-o", obj], cwd=src_dir, capture_output=True, text=True)
         if r.returncode:
             raise KiecError(f"nvcc failed on {name}:\n{r.stderr[-4000:]}")
         unit_cache.store(keys[name], obj)
-        return obj, False
+        return False
 
-    so = os.path.join(out_dir, "libkiec_model.so")
+    def compile_all(names, cached):
+        with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+            return list(pool.map(lambda name: compile_one(name, cached), names))
 
-    def link(objs):
-        return subprocess.run([nvcc, "-shared", "-o", so, *objs, "-lcudart"], capture_output=True, text=True)
-
-    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-        built = list(pool.map(compile_one, units))
-    hits = [name for name, (_, hit) in zip(units, built) if hit]
+    hits = [name for name, hit in zip(units, compile_all(units, True)) if hit]
     if hits:
         _progress(f"{len(hits)} of {len(units)} units' objects from the cache ({unit_cache.cache_dir()})")
-    r = link([obj for obj, _ in built])
+    link = [nvcc, "-shared", "-o", os.path.join(out_dir, "libkiec_model.so"), *map(obj_of, units), "-lcudart"]
+    r = subprocess.run(link, capture_output=True, text=True)
     if r.returncode and hits:  # (an entry gone bad: the units compiled afresh, and their entries replaced)
         _progress("linking the cached objects failed; compiling those units again")
-        with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-            list(pool.map(lambda name: compile_one(name, cached=False), hits))
-        r = link([obj for obj, _ in built])
+        compile_all(hits, False)
+        r = subprocess.run(link, capture_output=True, text=True)
     if r.returncode:
         raise KiecError(f"linking libkiec_model.so failed:\n{r.stderr[-4000:]}")
     shutil.rmtree(obj_dir)
