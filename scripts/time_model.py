@@ -13,18 +13,18 @@ length before it was released; a page lands latency_us after its turn (it holds 
 split in use takes attention_us, one the context is too short for none; a phase completes when its last tile does.
 
 The costs are fitted to the H200 recording of llama-3.2-1b at position 64 of the sixtieth session (3f1766d,
-bench/results/2026-12-06/s60_call2_variants_traces.tar, trace_summary.py): the ceiling 4.51 TB/s over 132 SMs; the
-dots 101 GB/s an SM on the tensor cores (the GEMVs but QKV: 22,416 SM-us for 2.27 GB) and 48 on the FMA tile (QKV,
-whose shares persist_mma_share_excess keeps off them: 4,174 SM-us for 0.20 GB); epilogue 0.22 us and release 0.09
-a tile; the prologue 0.12 us + 0.28 a 1024 floats of x (qkv's K 2048 0.68 us, the down projection's K 8192 2.36);
-the hop 0.36 us; attention_us 4.77 makes its phase 5.39 us against the recording's 5.43; latency_us 1.5 makes
-gate/up's 12.8 us against the recording's 12.81. The counter read of 0.7 us is still an assumed L2 round trip, not
-measured. Against the recording's phases the model is short on QKV (3.72 us against 4.02) and the output projection
-(2.65 against 3.17). Against `kiec bench` on that H200 (sixtieth session, 3f1766d): llama-3.2-1b 635 vs 640 us,
-qwen3-1.7b 885 vs 967 (8% short), llama-3.1-8b 3619 vs 3650, smollm2-135m 323 vs 322: read its what-ifs as
-directions. (The fit before, 2026-11-30 on an earlier kernel: 65 GB/s, 2.2 us after the pages, a hop 0.6 us,
-attention 6.5 us, no latency, one dot rate.) Fields of the sm_90 table among the arguments change the schedule
-modelled (its deal, which GEMVs take the tensor cores)."""
+bench/results/2026-12-06/s60_call2_variants_traces.tar, in git at b295c94; trace_summary.py): the ceiling 4.51 TB/s over
+132 SMs; the dots 101 GB/s an SM on the tensor cores (the GEMVs but QKV: 22,416 SM-us for 2.27 GB) and 48 on the FMA
+tile (QKV, whose shares persist_mma_share_excess keeps off them: 4,174 SM-us for 0.20 GB); epilogue 0.22 us and release
+0.09 a tile; the prologue 0.12 us + 0.28 a 1024 floats of x (qkv's K 2048 0.68 us, the down projection's K 8192 2.36);
+the hop 0.36 us; attention_us 4.77 makes its phase 5.39 us against the recording's 5.43; latency_us 1.5 makes gate/up's
+12.8 us against the recording's 12.81. The counter read of 0.7 us is still an assumed L2 round trip, not measured.
+Against the recording's phases the model is short on QKV (3.72 us against 4.02) and the output projection (2.65 against
+3.17). Against `kiec bench` on that H200 (sixtieth session, 3f1766d): llama-3.2-1b 635 vs 640 us, qwen3-1.7b 885 vs 967
+(8% short), llama-3.1-8b 3619 vs 3650, smollm2-135m 323 vs 322: read its what-ifs as directions. (The fit before,
+2026-11-30 on an earlier kernel: 65 GB/s, 2.2 us after the pages, a hop 0.6 us, attention 6.5 us, no latency, one dot
+rate.) Fields of the sm_90 table among the arguments change the schedule modelled (its deal, which GEMVs take the tensor
+cores)."""
 from __future__ import annotations
 
 import dataclasses
