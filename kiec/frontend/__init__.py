@@ -17,6 +17,8 @@ def load(path: str, dtype: str | None = None, max_seq_len: int | None = None, se
     """Load a model. dtype: the parameters' dtype (default: the checkpoint's; bf16 for registry names)."""
     if dtype is not None and dtype not in ("f32", "bf16", "f16"):
         raise KiecError(f"dtype {dtype!r} is not one of f32, bf16, f16")
+    if max_seq_len is not None and max_seq_len <= 0:  # (0 too: it is not "the default")
+        raise KiecError(f"max_seq_len must be positive, got {max_seq_len}")
     path = os.fspath(path)
     if path in REGISTRY:
         cfg = REGISTRY[path]
@@ -48,7 +50,7 @@ def assemble(name: str, source: str, cfg: LlamaConfig, loaders: dict[str, tuple[
                             f"expected {list(shape)} from the config")
     if dtype not in DTYPES:
         raise KiecError(f"{source}: dtype {dtype} is not supported")
-    seq = max_seq_len or min(cfg.max_position_embeddings, DEFAULT_MAX_SEQ_LEN)
+    seq = max_seq_len if max_seq_len is not None else min(cfg.max_position_embeddings, DEFAULT_MAX_SEQ_LEN)
     if seq <= 0:
         raise KiecError(f"max_seq_len must be positive, got {seq}")
     graph = build_graph(cfg, name, dtype, seq)

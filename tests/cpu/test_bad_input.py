@@ -154,3 +154,19 @@ def test_token_and_position_out_of_range(tmp_path):
         ref.step(1, 8)
     with pytest.raises(KiecError, match="exceeds max_seq_len 8"):
         ref.generate([1, 2, 3], max_new_tokens=6)
+
+
+@pytest.mark.parametrize("seq", [0, -5])
+def test_a_max_seq_len_below_one_is_refused_by_every_frontend_and_the_cli(tmp_path, seq):
+    # 0 once fell through `max_seq_len or default` and built the default's 4096-row cache
+    make_tiny_hf(tmp_path / "hf", "llama")
+    for path in ("smollm2-135m", str(tmp_path / "hf"), write_gguf(tmp_path / "m.gguf")):
+        with pytest.raises(KiecError) as e:
+            kiec.load(path, max_seq_len=seq)
+        assert one_line(e) == f"max_seq_len must be positive, got {seq}"
+    from click.testing import CliRunner
+    from kiec.cli import main
+    out = tmp_path / "art"
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "hf"), "-o", str(out), "--max-seq-len", str(seq)])
+    assert r.exit_code != 0 and f"max_seq_len must be positive, got {seq}" in r.output, r.output
+    assert not out.exists()
