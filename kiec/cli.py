@@ -113,6 +113,14 @@ def run(artifact, prompt, prompt_ids, max_new_tokens, device, temperature, top_p
 
     if (prompt is None) == (prompt_ids is None):
         raise click.UsageError("give exactly one of --prompt and --prompt-ids")
+    if max_new_tokens < 1:
+        raise click.UsageError(f"--max-new-tokens {max_new_tokens}: at least 1")
+    ids = None
+    if prompt_ids is not None:  # (checked before any GPU work, as the sampling below)
+        try:
+            ids = [int(t) for t in prompt_ids.split(",")]
+        except ValueError:
+            raise click.UsageError(f"--prompt-ids {prompt_ids!r}: comma-separated token ids") from None
     try:
         sampling = SamplingParams(temperature, top_p, seed)  # checked before any GPU work
         eng = Engine(artifact, device)
@@ -124,8 +132,6 @@ def run(artifact, prompt, prompt_ids, max_new_tokens, device, temperature, top_p
                                                    tokenize=True, return_dict=True)["input_ids"])
             else:
                 ids = tok.encode(prompt)
-        else:
-            ids = [int(t) for t in prompt_ids.split(",")]
         if len(ids) + max_new_tokens > eng.max_seq_len:
             raise KiecError(f"prompt ({len(ids)} tokens) + --max-new-tokens {max_new_tokens} exceeds the artifact's "
                             f"max_seq_len {eng.max_seq_len}")

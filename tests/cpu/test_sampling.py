@@ -98,6 +98,11 @@ def test_reference_sampling_is_reproducible_and_follows_the_seed(tmp_path):
     assert seq[len(prompt):] == a
 
 
-def test_run_refuses_bad_sampling_before_loading_anything(tmp_path):
-    r = CliRunner().invoke(main, ["run", str(tmp_path / "missing"), "--prompt-ids", "1,2", "--temperature", "-1"])
-    assert r.exit_code != 0 and "temperature -1.0 must be a finite number >= 0" in r.output
+@pytest.mark.parametrize("args, message", [
+    (["--prompt-ids", "1,2", "--temperature", "-1"], "temperature -1.0 must be a finite number >= 0"),
+    (["--prompt-ids", "1,x"], "--prompt-ids '1,x': comma-separated token ids"),
+    (["--prompt-ids", "1,2", "--max-new-tokens", "0"], "--max-new-tokens 0: at least 1")])
+def test_run_refuses_bad_requests_before_loading_anything(tmp_path, args, message):
+    # (the artifact does not exist: each error must come before the engine looks for it)
+    r = CliRunner().invoke(main, ["run", str(tmp_path / "missing"), *args])
+    assert r.exit_code != 0 and message in r.output and "Traceback" not in r.output, r.output
