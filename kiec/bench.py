@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from kiec.errors import ModeUnsupported
+from kiec.errors import KiecError, ModeUnsupported
 from kiec.modes import DEFAULT_MODE
 
 
@@ -161,7 +161,7 @@ def ceiling_library(work_dir: str):
         r = subprocess.run([check_toolchain("cuda", "sm_90"), "-O3", "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90",
                             "-I", INCLUDE_DIR, src, "-o", so + ".tmp"], capture_output=True, text=True)
         if r.returncode:
-            raise RuntimeError(f"building the read-ceiling kernel failed: {r.stderr[-2000:]}")
+            raise KiecError(f"building the read-ceiling kernel failed: {r.stderr[-2000:]}")
         os.replace(so + ".tmp", so)  # (no half-written library under the name a later run trusts)
     lib = ctypes.CDLL(so)
     lib.kiec_read_tbps.restype = ctypes.c_double
@@ -177,7 +177,7 @@ def measure_ceilings(work_dir: str, gb: float = 4.0) -> dict:
     lib = ceiling_library(work_dir)
     read = lib.kiec_read_tbps(int(gb * 1e9) // 16 * 16, 20)  # (the median rate of a streaming read over gb GB)
     if read <= 0:
-        raise RuntimeError("the read-ceiling kernel failed")
+        raise KiecError("the read-ceiling kernel failed (is the GPU usable? nvidia-smi)")
     n = int(gb * 1e9) // 4
     x = torch.rand(n, device="cuda")
     y = torch.empty_like(x)
@@ -227,6 +227,23 @@ def release() -> None:
         torch.cuda.empty_cache()
     except Exception:  # no torch or no GPU: nothing to free
         pass
+
+
+def check_request(prompt_len: int, new_tokens: int, contexts: list[int]) -> None:
+    """A bench's numbers, before any work (a compile takes minutes)."""
+    if prompt_len < 1:
+        raise KiecError(f"prompt length {prompt_len}: at least 1 token")
+    if new_tokens < 1:
+        raise KiecError(f"new tokens {new_tokens}: at least 1")
+    if not contexts or min(contexts) < 0:
+        raise KiecError(f"contexts {list(contexts)}: at least one, each 0 or more tokens")
+
+
+def require_gpu() -> None:
+    """A bench times on a CUDA GPU: without one it stops before compiling anything."""
+    import torch
+    if not torch.cuda.is_available():
+        raise KiecError("kiec bench times on a CUDA GPU, and torch sees none here (`kiec compile` runs without one)")
 
 
 def positions_needed(context: int, prompt_len: int, new_tokens: int) -> int:
@@ -329,6 +346,8 @@ def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, cont
     the model (as kiec.compile without a mode); modes named are built or refused."""
     import kiec
 
+    check_request(prompt_len, new_tokens, contexts)
+    require_gpu()
     need = positions_needed(max(contexts), prompt_len, new_tokens)
     if os.path.isdir(target):
         with open(os.path.join(target, "manifest.json")) as fh:

@@ -68,6 +68,7 @@ def test_run_bench_times_each_context_and_peer(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(kiec, "compile", lambda model, out, mode, weights_like=None: calls.append(
         ("compile", mode, model.max_seq_len, weights_like and os.path.basename(weights_like))) or out)
+    monkeypatch.setattr(kb, "require_gpu", lambda: None)
     monkeypatch.setattr(kb, "measure_ceilings", lambda work_dir: dict(read_tbps=4.5, copy_tbps=4.2, read_gb=4.0))
     monkeypatch.setattr(kb, "header", lambda *a: dict(model="smollm2-135m", dtype="bf16", prompt_len=32,
                                                        new_tokens=64, gpu="-", driver="-", torch="-", commit="-"))
@@ -176,6 +177,7 @@ def test_run_bench_without_modes_times_graph_mode_where_persistent_cannot_build(
             raise ModeUnsupported("x: L0.act (Activation, Mul): persistent mode has no device code")
         return out
     monkeypatch.setattr(kiec, "compile", fake_compile)
+    monkeypatch.setattr(kb, "require_gpu", lambda: None)
     monkeypatch.setattr(kb, "measure_ceilings", lambda work_dir: dict(read_tbps=4.5, copy_tbps=4.2, read_gb=4.0))
     monkeypatch.setattr(kb, "header", lambda *a: dict(model="smollm2-135m", dtype="bf16", prompt_len=32,
                                                        new_tokens=64, gpu="-", driver="-", torch="-", commit="-"))
@@ -228,3 +230,21 @@ def test_modes_are_timed_interleaved_each_round_in_turned_order(monkeypatch):
     one = kb.time_kiec("p", 32, 64, 0, chunk=16)  # one artifact: the same path, its chunks back to back
     assert one == out[1]
     assert [e[1:] for e in log if e[1] != "stream" and e[3] != 8] == [(32, 16, 0), (48, 16, 0), (64, 16, 0), (80, 16, 0)]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--context", "-5"], "contexts [-5]: at least one, each 0 or more tokens"),
+    (["--new-tokens", "0"], "new tokens 0: at least 1"),
+    (["--prompt-len", "0"], "prompt length 0: at least 1 token"),
+    ([], "kiec bench times on a CUDA GPU, and torch sees none here")])
+def test_bench_refuses_bad_numbers_and_a_machine_without_a_gpu_before_compiling(tmp_path, monkeypatch, args,
+                                                                                 message):
+    # each once reached the read-ceiling kernel after a whole compile, and ended there in a RuntimeError's traceback
+    from click.testing import CliRunner
+
+    from kiec.cli import main
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: bool(args))  # (no GPU for the last case)
+    monkeypatch.setattr(kiec, "compile", lambda *a, **k: pytest.fail("compiled before refusing"))
+    r = CliRunner().invoke(main, ["bench", "smollm2-135m", "--work-dir", str(tmp_path), *args])
+    assert r.exit_code != 0 and message in r.output and "Traceback" not in r.output, r.output
+    assert not list(tmp_path.iterdir())
