@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from kiec.errors import KiecError
 from kiec.ir.graph import Graph
 from kiec.ir.ops import Attention, Embedding, KVAppend
 from kiec.ir.types import DTYPES
@@ -105,6 +106,11 @@ def fused_programs(graph: Graph, context: int) -> tuple[dict[str, dict], str, di
 
 
 def summarize(model: Model, context: int = 0, bandwidth_tbps: float = H200_TBPS) -> Summary:
+    if not 0 <= context < model.max_seq_len:  # (past it the cache's rows were counted up to max_seq_len, silently)
+        raise KiecError(f"context {context}: 0 to max_seq_len - 1 ({model.max_seq_len - 1}) tokens; a longer one "
+                        f"needs a larger --max-seq-len")
+    if not bandwidth_tbps > 0:
+        raise KiecError(f"bandwidth {bandwidth_tbps} TB/s: must be positive")
     cfg, g = model.config, model.graph
     programs, unscheduled, persistent = fused_programs(g, context)
     counted = bytes_per_token(g, context)

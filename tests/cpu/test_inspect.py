@@ -58,3 +58,14 @@ def test_cli_inspect_bad_path_exits_nonzero(tmp_path):
     r = CliRunner().invoke(main, ["inspect", str(tmp_path / "nope")])
     assert r.exit_code != 0
     assert "no such file or directory, and not a registry name" in r.output
+
+
+def test_cli_inspect_refuses_a_context_past_max_seq_len_or_negative_and_a_bandwidth_of_zero():
+    # a negative context once counted negative KV bytes, one past max_seq_len the cache only up to max_seq_len
+    for args, message in ((["--context", "-3"], "context -3: 0 to max_seq_len - 1 (4095) tokens"),
+                          (["--context", "4096"], "context 4096: 0 to max_seq_len - 1 (4095) tokens"),
+                          (["--bandwidth", "0"], "bandwidth 0.0 TB/s: must be positive")):
+        r = CliRunner().invoke(main, ["inspect", "smollm2-135m", *args])
+        assert r.exit_code != 0 and message in r.output and "Traceback" not in r.output, r.output
+    r = CliRunner().invoke(main, ["inspect", "smollm2-135m", "--context", "8192", "--max-seq-len", "8193"])
+    assert r.exit_code == 0 and "at context 8192" in r.output, r.output
