@@ -236,6 +236,29 @@ def _header(model: Model, dtype: str, arch: str, mode: str, tp: int) -> str:
     return f"kiec {model.name} {dtype} {arch} max_seq_len={model.max_seq_len} mode={mode} tp={tp}"
 
 
+def check_replaceable(out_dir: str) -> None:
+    """compile replaces out_dir whole: only where it is missing, an empty directory or an artifact (a directory whose
+    manifest.json names its ABI). Anything else is the user's, and stays (it once went: `-o .` removed the directory's
+    files, `-o FILE` moved the file aside)."""
+    if not os.path.lexists(out_dir):
+        return
+    if os.path.islink(out_dir):
+        raise KiecError(f"{out_dir}: a symbolic link (kiec compile would replace the link, not what it points to)")
+    if not os.path.isdir(out_dir):
+        raise KiecError(f"{out_dir}: exists and is not a directory (kiec compile writes an artifact directory there)")
+    if not os.listdir(out_dir):
+        return
+    try:
+        with open(os.path.join(out_dir, "manifest.json")) as fh:
+            manifest = json.load(fh)
+        if isinstance(manifest, dict) and "abi" in manifest:
+            return
+    except (OSError, ValueError):
+        pass
+    raise KiecError(f"{out_dir}: a directory that is not a kiec artifact (no manifest.json of one): kiec compile "
+                    "replaces only an artifact or an empty directory")
+
+
 def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90", tp: int = 1, mode: str | None = None,
             dtype: str = "bf16", dump_ir: bool = False, weights_like: str | None = None) -> str:
     """Build the artifact directory for `model`; returns its path. mode None: DEFAULT_MODE, or graph mode where
@@ -251,9 +274,10 @@ def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90
         raise KiecError(f"tp={tp}: tensor parallel is not built yet (kiec builds tp=1)")
     if dtype not in ("bf16", "f16"):
         raise KiecError(f"dtype {dtype!r}: kiec builds bf16 or f16 weights")
+    out_dir = os.path.abspath(out_dir)
+    check_replaceable(out_dir)
     nvcc = check_toolchain(target, arch)
     tp_ = target_params(arch)
-    out_dir = os.path.abspath(out_dir)
     tmp = f"{out_dir}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(os.path.join(tmp, "src"))

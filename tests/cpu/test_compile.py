@@ -350,3 +350,27 @@ def test_tensor_core_gemvs_weights_are_their_blocks_and_like_reuse_keeps_layouts
     with open(os.path.join(tmp_path / "like", "weights.bin"), "rb") as a, open(os.path.join(art, "weights.bin"),
                                                                                 "rb") as b:
         assert a.read() == b.read()  # (the blocks converted, not copied from plain's rows)
+
+
+def test_compile_replaces_only_an_artifact_or_an_empty_directory(tiny, tmp_path):
+    # `-o .` once removed the directory's files, and `-o FILE` moved the file aside, after a whole build
+    d, model, art = tiny
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "todo.txt").write_text("keep me")
+    (tmp_path / "file").write_text("keep me too")
+    (tmp_path / "link").symlink_to(art)
+    (tmp_path / "bad_manifest").mkdir()
+    (tmp_path / "bad_manifest" / "manifest.json").write_text("[1, 2]")
+    for out, message in ((mine, "a directory that is not a kiec artifact"),
+                         (tmp_path / "file", "exists and is not a directory"), (tmp_path / "link", "a symbolic link"),
+                         (tmp_path / "bad_manifest", "a directory that is not a kiec artifact")):
+        r = CliRunner().invoke(main, ["compile", str(d / "hf"), "-o", str(out), "--mode", "graph"])
+        assert r.exit_code != 0 and f"{out}: {message}" in r.output, r.output
+    assert (mine / "todo.txt").read_text() == "keep me" and os.listdir(mine) == ["todo.txt"]
+    assert (tmp_path / "file").read_text() == "keep me too"
+    assert sorted(os.listdir(tmp_path)) == ["bad_manifest", "file", "link", "notes"]  # nothing left aside either
+    (tmp_path / "empty").mkdir()
+    assert kiec.compile(model, str(tmp_path / "empty"), mode="graph") == str(tmp_path / "empty")
+    assert kiec.compile(model, str(tmp_path / "empty"), mode="graph")  # an artifact now: replaced
+    assert (tmp_path / "empty" / "manifest.json").exists()
