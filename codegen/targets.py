@@ -313,6 +313,11 @@ class TargetParams:
     # percent above their largest share dealt by the row (llama-3.2-1b's QKV: 32 rows against 24, +33%, slower on
     # the tensor cores; codegen/TUNING.md)
     persist_mma_share_excess: int = 5
+    # persistent: 1: persist_attn_spare_splits spares only as many SMs as leave the output projection's busiest share
+    # no larger than with every SM (in its units: rows, or blocks of 16 rows on the tensor cores). Without it
+    # llama-3.2-1b's and qwen3-1.7b's projections (128 blocks) go to 124 SMs, 4 of them taking 2 blocks: 32 rows where
+    # every other SM takes 16 (ir/passes/persistent.py: even_spares). 0: every split spare_splits names
+    persist_attn_spare_even: int = 0
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads

@@ -127,6 +127,14 @@ def gemv_shares(n: int, sms: int, first_sm: int = 0, skip: frozenset[int] = froz
     return tiles
 
 
+def even_spares(units: int, sms: int, spared: list[int]) -> frozenset[int]:
+    """persist_attn_spare_even: the first of `spared` (attention's order) that a GEMV of `units` rows (or blocks) can
+    leave out so that its busiest SM takes no more units than with every SM: 128 blocks over 132 SMs spare 4 at most
+    (each of 128 SMs a block), where sparing 8 gave 4 SMs two."""
+    busiest = -(-units // sms)
+    return frozenset(spared[:max(0, sms - -(-units // busiest))])
+
+
 def gemv_item_shares(n: int, segs: int, sms: int, first_sm: int = 0, skip: frozenset[int] = frozenset(),
                      unit: int = 1) -> list[tuple[int, int, int, int, int]]:
     """(sm, lo, hi, head, tail): a GEMV's n rows of `segs` segments each (its items, row-major) in equal shares to the
@@ -176,7 +184,8 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
              owner_merges: int = 0, spare_splits: int = 0, newest_first: bool = False,
              mlp_local: bool = False, early_pass: bool = False, o_local: bool = False,
              pair_rows: frozenset[int] = frozenset(), item_segs: dict[int, int] | None = None,
-             consumer_merges: int = 0, block_rows: frozenset[int] = frozenset(), solo_keys: int = 0) -> Schedule:
+             consumer_merges: int = 0, block_rows: frozenset[int] = frozenset(), solo_keys: int = 0,
+             spare_even: bool = False) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
@@ -202,7 +211,9 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     shares are whole pairs (or, dealt to the item too, completed a pair at a time). item_segs (persist_item_shares):
     GEMV kernels (by index) dealt to the row segment, with their segments a row (gemv_item_shares).
     consumer_merges: see Schedule. block_rows (persist_mma_rows): the GEMV kernels (by index) whose shares are whole
-    blocks of 16 rows (their dot products on the tensor cores, 16 rows an mma). solo_keys: see Schedule."""
+    blocks of 16 rows (their dot products on the tensor cores, 16 rows an mma). solo_keys: see Schedule. spare_even
+    (persist_attn_spare_even): of spare_splits' SMs, only as many as leave the GEMV's busiest share no larger
+    (even_spares)."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
@@ -232,7 +243,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
         deps = late_waits(program, deps, tags, slot_of)
     if previous_first:
         deps = [sorted(waits, key=lambda w: not w.previous) for waits in deps]  # stable: each group keeps its order
-    sm, spared = 0, frozenset()
+    sm, spared = 0, []  # (the SMs the next GEMV leaves out, in attention's order)
     for c, (i, opcode) in enumerate(sched.phases):
         k = program.kernels[i]
         n = output_size(k, program)
@@ -243,19 +254,20 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
                 raise ValueError(f"{k.name}: {n} rows dealt in blocks of 16" + (" and to the item" if n % 16 == 0
                                                                                  else ""))
             if i in item_segs:
-                placed = gemv_item_shares(n, item_segs[i], sms, sm, spared, unit_rows(sched, i))
+                placed = gemv_item_shares(n, item_segs[i], sms, sm, frozenset(spared), unit_rows(sched, i))
             else:
                 step = 16 if i in block_rows else 2 if i in pair_rows else 1
-                placed = [(*x, 0, 0) for x in gemv_shares(n, sms, sm, spared, step)]
-            spared = frozenset()
+                skip = even_spares(n // step, sms, spared) if spare_even else frozenset(spared)
+                placed = [(*x, 0, 0) for x in gemv_shares(n, sms, sm, skip, step)]
+            spared = []
         elif opcode == "select":
             placed = [(sm, 0, 1, 0, 0)]
         elif opcode == "attention":
             splits = sched.splits.setdefault(i, attention_splits(k, sms, max_splits))
             placed = [((sm + t) % sms, g, g + 1, 0, 0)
                       for t, g in enumerate(g for g in range(n) for _ in range(splits))]
-            spared = frozenset(where for t, (where, *_) in enumerate(placed) if t % splits < spare_splits)
-            spared = spared if 2 * len(spared) <= sms else frozenset()  # (the others would take twice the rows)
+            spared = list(dict.fromkeys(where for t, (where, *_) in enumerate(placed) if t % splits < spare_splits))
+            spared = spared if 2 * len(spared) <= sms else []  # (the others would take twice the rows)
         else:
             placed = [((sm + t) % sms, lo, min(lo + tile_rows, n), 0, 0)
                       for t, lo in enumerate(range(0, n, tile_rows))]

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import kiec
+from kiec.codegen.buffers import plan_buffers
 from kiec.ir.passes import pipeline
 from kiec.ir.passes.persistent import schedule
 from kiec.ir.passes.simulate import split_rows
@@ -60,6 +61,41 @@ def test_spared_splits_sms_get_no_output_projection_and_the_vm_agrees(tmp_path, 
         checked += 1
     assert checked == sum(1 for _, op in sched.phases if op == "attention") > 0
     prompt, steps = [5, 17, 99, 4], 8  # (splits in use per KV head: 1, then 2, then 3)
+    got = VM(sched, weights, offsets, floats).run(prompt, steps, policy, seed)
+    assert_reference_logits(m, got, prompt, steps)
+
+
+def test_even_spares_leave_the_busiest_share_as_with_every_sm():
+    from kiec.ir.passes.persistent import even_spares
+    heads8 = [16 * h for h in range(8)]  # (the first split of each of 8 KV heads, 16 splits a head)
+    assert even_spares(128, 132, heads8) == frozenset(heads8[:4])  # 128 blocks: 128 SMs a block each
+    assert even_spares(256, 132, heads8) == frozenset(heads8[:4])  # 256 blocks: 2 each on 128 SMs
+    assert even_spares(2048, 132, heads8) == frozenset(heads8[:4])  # rows: 16 each on 128 SMs
+    assert even_spares(576, 132, [0, 44, 88]) == frozenset({0, 44, 88})  # 5 rows at most either way
+    assert even_spares(7, 7, [0, 3]) == frozenset()
+
+
+@pytest.mark.parametrize("policy,seed", [("eager", 0), ("random", 1)])
+def test_spare_even_keeps_the_output_projections_blocks_one_an_sm_and_the_vm_agrees(tmp_path, policy, seed):
+    # persist_attn_spare_even: 7 SMs, 2 KV heads, the output projection's 112 rows in 7 blocks of 16 (as on the
+    # tensor cores). Sparing both first splits' SMs leaves 5 SMs for 7 blocks, two of them taking 32 rows; even
+    # spares none, and each SM takes one block. The schedule still computes the model
+    make_tiny_hf(tmp_path, "llama", hidden_size=112)
+    m = kiec.load(str(tmp_path), max_seq_len=16)
+    prog = pipeline.run(m.graph)
+    offsets, floats = plan_buffers(prog, {})
+    phases = [i for i, _ in schedule(prog, 7).phases]
+    ops = [op for _, op in schedule(prog, 7).phases]
+    o = frozenset(phases[c + 1] for c, op in enumerate(ops) if op == "attention")
+    busiest = {}
+    for even in (False, True):
+        sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, spare_splits=1, block_rows=o,
+                         spare_even=even)
+        busiest[even] = max(sum(ins.hi - ins.lo for ins in lst if ins.kernel == k) for lst in sched.lists for k in o)
+        assert all((ins.hi - ins.lo) % 16 == 0 for lst in sched.lists for ins in lst if ins.kernel in o)
+    assert busiest == {False: 32, True: 16}
+    weights = {n: m.weights[n].float() for n in m.graph.params}
+    prompt, steps = [5, 17, 99, 4], 8
     got = VM(sched, weights, offsets, floats).run(prompt, steps, policy, seed)
     assert_reference_logits(m, got, prompt, steps)
 
