@@ -213,7 +213,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     consumer_merges: see Schedule. block_rows (persist_mma_rows): the GEMV kernels (by index) whose shares are whole
     blocks of 16 rows (their dot products on the tensor cores, 16 rows an mma). solo_keys: see Schedule. spare_even
     (persist_attn_spare_even): of spare_splits' SMs, only as many as leave the GEMV's busiest share no larger
-    (even_spares)."""
+    (even_spares; a GEMV dealt to the item, item_segs, leaves out all of them still)."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
