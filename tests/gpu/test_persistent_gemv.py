@@ -259,3 +259,17 @@ def test_tagged_pairs_within_budget_and_greedy_alike(tmp_path, monkeypatch, fami
     greedy_alike(eng, kiec.Engine(kiec.compile(model, str(tmp_path / "graph"), mode="graph")), prompt, 40)
     long = eng.generate(prompt, 200)
     assert eng.generate(prompt, 200) == long
+
+
+def test_spare_even_deals_the_output_projection_a_block_an_sm_with_the_same_bits(tmp_path, monkeypatch):
+    # persist_attn_spare_even: hidden 2048 (the output projection's 128 blocks of 16 rows on the tensor cores) and 8 KV
+    # heads, whose first splits' SMs spare splits leave out of the projection: by default 124 SMs take its blocks, 4
+    # of them two; with it 4 SMs are spared and 128 take one each. Only which SM computes which rows changes: the
+    # same bits
+    import json
+    model, art = compile_tiny(tmp_path, "llama", hidden_size=2048, intermediate_size=1024, num_attention_heads=32,
+                              num_key_value_heads=8, vocab_size=1024)
+    even = compile_variant(model, tmp_path, monkeypatch, "even", persist_attn_spare_even=1)
+    schedules = [json.load(open(os.path.join(a, "manifest.json")))["schedule"] for a in (art, even)]
+    assert schedules[0] != schedules[1]  # (the deal the field changes is this model's)
+    assert_same_bits(model, kiec.Engine(even), kiec.Engine(art), seed=3, positions=24, prompt=5)
