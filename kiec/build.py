@@ -47,15 +47,21 @@ def check_toolchain(target: str, arch: str) -> str:
     return nvcc
 
 
+def _manifest(artifact: str) -> dict | None:
+    """An artifact directory's manifest.json, or None where there is none that reads as one."""
+    try:
+        with open(os.path.join(artifact, "manifest.json")) as fh:
+            man = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return man if isinstance(man, dict) else None
+
+
 def _reusable(like: str | None, model: Model, dtype: str) -> tuple[str | None, dict]:
     """An earlier artifact's weights.bin and its packed model tensors by (sources, shape, dtype) -> offset, when it
     was built from the same model (name and source) in the same dtype; else (None, {})."""
-    if not like:
-        return None, {}
-    try:
-        with open(os.path.join(like, "manifest.json")) as fh:
-            man = json.load(fh)
-    except (OSError, ValueError):
+    man = _manifest(like) if like else None
+    if man is None:
         return None, {}
     path = os.path.join(like, "weights.bin")
     if (man.get("model"), man.get("source"), man.get("dtype")) != (model.name, model.source, dtype) \
@@ -246,17 +252,9 @@ def check_replaceable(out_dir: str) -> None:
         raise KiecError(f"{out_dir}: a symbolic link (kiec compile would replace the link, not what it points to)")
     if not os.path.isdir(out_dir):
         raise KiecError(f"{out_dir}: exists and is not a directory (kiec compile writes an artifact directory there)")
-    if not os.listdir(out_dir):
-        return
-    try:
-        with open(os.path.join(out_dir, "manifest.json")) as fh:
-            manifest = json.load(fh)
-        if isinstance(manifest, dict) and "abi" in manifest:
-            return
-    except (OSError, ValueError):
-        pass
-    raise KiecError(f"{out_dir}: a directory that is not a kiec artifact (no manifest.json of one): kiec compile "
-                    "replaces only an artifact or an empty directory")
+    if os.listdir(out_dir) and "abi" not in (_manifest(out_dir) or {}):
+        raise KiecError(f"{out_dir}: a directory that is not a kiec artifact (no manifest.json of one): kiec compile "
+                        "replaces only an artifact or an empty directory")
 
 
 def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90", tp: int = 1, mode: str | None = None,

@@ -115,7 +115,6 @@ def run(artifact, prompt, prompt_ids, max_new_tokens, device, temperature, top_p
         raise click.UsageError("give exactly one of --prompt and --prompt-ids")
     if max_new_tokens < 1:
         raise click.UsageError(f"--max-new-tokens {max_new_tokens}: at least 1")
-    ids = None
     if prompt_ids is not None:  # (checked before any GPU work, as the sampling below)
         try:
             ids = [int(t) for t in prompt_ids.split(",")]

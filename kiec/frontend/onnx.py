@@ -436,8 +436,6 @@ def load_onnx(path: str, dtype: str | None, max_seq_len: int | None):
     caches = [c for c in caches if c in inits]
     positions = inits.shape(caches[0])[0] if caches else 0
     seq = max_seq_len if max_seq_len is not None else min(positions or 4096, 4096)
-    if seq <= 0:
-        raise KiecError(f"{path}: max_seq_len must be positive, got {seq}")
     if positions and seq > positions:
         raise KiecError(f"{path}: max_seq_len {seq} is past the {positions} positions of its RoPE caches")
     embed = next((i for i in g.initializer if i.name in {n.input[0] for n in g.node if n.op_type in ("Gather", "Transpose")}), None)

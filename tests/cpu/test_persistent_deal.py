@@ -10,6 +10,7 @@ import kiec
 from kiec.codegen.buffers import plan_buffers
 from kiec.ir.passes import pipeline
 from kiec.ir.passes.persistent import schedule
+from kiec.ir.passes.phases import phases
 from kiec.ir.passes.simulate import split_rows
 from kiec.ir.passes.tags import tag_plan
 from kiec.ir.passes.vm import VM, ScheduleError
@@ -84,9 +85,8 @@ def test_spare_even_keeps_the_output_projections_blocks_one_an_sm_and_the_vm_agr
     m = kiec.load(str(tmp_path), max_seq_len=16)
     prog = pipeline.run(m.graph)
     offsets, floats = plan_buffers(prog, {})
-    phases = [i for i, _ in schedule(prog, 7).phases]
-    ops = [op for _, op in schedule(prog, 7).phases]
-    o = frozenset(phases[c + 1] for c, op in enumerate(ops) if op == "attention")
+    order = phases(prog)
+    o = frozenset(order[c + 1][0] for c, (_, op) in enumerate(order) if op == "attention")
     busiest = {}
     for even in (False, True):
         sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, spare_splits=1, block_rows=o,
