@@ -47,14 +47,28 @@ def check_toolchain(target: str, arch: str) -> str:
     return nvcc
 
 
+def read_manifest(artifact: str) -> dict:
+    """An artifact directory's manifest.json; KiecError naming the directory or the file where there is none that
+    reads as a JSON object."""
+    path = os.path.join(artifact, "manifest.json")
+    if not os.path.isfile(path):
+        raise KiecError(f"{artifact}: no manifest.json (not a kiec artifact, or an unfinished compile)")
+    try:
+        with open(path) as fh:
+            man = json.load(fh)
+    except (OSError, ValueError) as e:
+        raise KiecError(f"{path}: unreadable ({e}): a damaged artifact, compile it again") from None
+    if not isinstance(man, dict):
+        raise KiecError(f"{path}: not a JSON object: a damaged artifact, compile it again")
+    return man
+
+
 def _manifest(artifact: str) -> dict | None:
     """An artifact directory's manifest.json, or None where there is none that reads as one."""
     try:
-        with open(os.path.join(artifact, "manifest.json")) as fh:
-            man = json.load(fh)
-    except (OSError, ValueError):
+        return read_manifest(artifact)
+    except KiecError:
         return None
-    return man if isinstance(man, dict) else None
 
 
 def _reusable(like: str | None, model: Model, dtype: str) -> tuple[str | None, dict]:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import json
 import os
 import shutil
 import tempfile
@@ -12,7 +11,7 @@ from typing import Iterator
 
 import numpy as np
 
-from kiec.build import ABI_VERSION
+from kiec.build import ABI_VERSION, read_manifest
 from kiec.errors import KiecError
 from kiec.sampling import SamplingParams, check_request, sample
 
@@ -57,11 +56,7 @@ class Engine:
     def __init__(self, artifact_dir: str, device: int = 0, stall_timeout_s: float = 60.0):
         """stall_timeout_s: the longest a token (after the prompt's allowance for the first), a step or a timed run
         may take before it counts as hung: the kernel is then asked to stop and the call raises KiecError."""
-        manifest_path = os.path.join(artifact_dir, "manifest.json")
-        if not os.path.isfile(manifest_path):
-            raise KiecError(f"{artifact_dir}: no manifest.json (not a kiec artifact, or an unfinished compile)")
-        with open(manifest_path) as fh:
-            self.manifest = json.load(fh)
+        self.manifest = read_manifest(artifact_dir)
         self.artifact_dir = artifact_dir
         if self.manifest.get("abi") != ABI_VERSION:
             raise KiecError(f"{artifact_dir}: artifact ABI {self.manifest.get('abi')}, this kiec reads {ABI_VERSION}")

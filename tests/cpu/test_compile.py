@@ -374,3 +374,27 @@ def test_compile_replaces_only_an_artifact_or_an_empty_directory(tiny, tmp_path)
     assert kiec.compile(model, str(tmp_path / "empty"), mode="graph") == str(tmp_path / "empty")
     assert kiec.compile(model, str(tmp_path / "empty"), mode="graph")  # an artifact now: replaced
     assert (tmp_path / "empty" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("content, message", [(None, "no manifest.json (not a kiec artifact"),
+                                              ("{", "manifest.json: unreadable (Expecting"),
+                                              ("[1, 2]", "manifest.json: not a JSON object"),
+                                              ('{"abi": 1, "source": "smollm2-135m"}', "artifact ABI 1, this kiec")])
+def test_run_and_bench_name_a_damaged_or_foreign_artifact(tmp_path, monkeypatch, content, message):
+    # a directory without an artifact's manifest, or a damaged one, is named before any library or model is loaded:
+    # no traceback from json or a missing key
+    import kiec.bench as kb
+    from kiec.runtime import Engine
+    art = tmp_path / "art"
+    art.mkdir()
+    if content is not None:
+        (art / "manifest.json").write_text(content)
+    with pytest.raises(kiec.KiecError, match=re.escape(message)):
+        Engine(str(art))
+    r = CliRunner().invoke(main, ["run", str(art), "--prompt-ids", "1,2"])
+    assert r.exit_code != 0 and message in r.output and "Traceback" not in r.output, r.output
+    monkeypatch.setattr(kb, "require_gpu", lambda: None)
+    monkeypatch.setattr(kiec, "load", lambda *a, **k: pytest.fail("a model was loaded"))
+    with pytest.raises(kiec.KiecError, match=re.escape(message)):
+        kb.run_bench(str(art), [], 32, 64, [0], str(tmp_path / "work"), log=lambda m: None)
+    assert sorted(os.listdir(art)) == ([] if content is None else ["manifest.json"])
