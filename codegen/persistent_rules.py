@@ -12,7 +12,7 @@ import dataclasses
 import functools
 
 from kiec.errors import ModeUnsupported
-from kiec.ir.passes.persistent import down_projections, gemv_shares
+from kiec.ir.passes.persistent import down_projections, gemv_shares, output_projections
 from kiec.ir.passes.program import AttentionKernel, EmbedKernel, GemvKernel, Program, kernel_io
 
 from .targets import TargetParams
@@ -389,6 +389,20 @@ class PersistentRules:
         pace = self.t.persist_page_pace_ns
         fma = pace > 0 and self.t.persist_page_pace_fma_ns > 0 and any(self.mma_keys(k) == 0 for k in self.attn)
         return self.t.persist_page_pace_fma_ns if fma else pace
+
+    def spare_even(self, program: Program) -> bool:
+        """persist_attn_spare_even (1: on), or on where every output projection is at least
+        persist_attn_spare_even_min_k wide (its K, the attention's output; 0: never so). An SM of a split in use that
+        takes a block of the projection starts it last (its split's work first); an SM with one block more than the
+        others ends last by that block's stream: at K 4096 (llama-3.1-8b) the block's 128 KB weigh more than the
+        split, at 2048 (llama-3.2-1b, qwen3-1.7b) less (codegen/TUNING.md)."""
+        t = self.t
+        if t.persist_attn_spare_even not in (0, 1) or t.persist_attn_spare_even_min_k < 0:
+            raise ValueError(f"persist_attn_spare_even {t.persist_attn_spare_even}: 0 or 1; "
+                             f"persist_attn_spare_even_min_k {t.persist_attn_spare_even_min_k}: 0 (never) or a K")
+        ks = [program.kernels[i].k for i in output_projections(program)]
+        return bool(t.persist_attn_spare_even) or bool(t.persist_attn_spare_even_min_k and ks
+                                                       and min(ks) >= t.persist_attn_spare_even_min_k)
 
     def solo_keys(self) -> int:
         """persist_attn_solo_keys, checked: 0 (off) or the most rows a context has in one split, not with

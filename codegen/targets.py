@@ -316,8 +316,14 @@ class TargetParams:
     # persistent: 1: persist_attn_spare_splits spares only as many SMs as leave the output projection's busiest share
     # no larger than with every SM (in its units: rows, or blocks of 16 rows on the tensor cores). Without it
     # llama-3.2-1b's and qwen3-1.7b's projections (128 blocks) go to 124 SMs, 4 of them taking 2 blocks: 32 rows where
-    # every other SM takes 16 (ir/passes/persistent.py: even_spares). 0: every split spare_splits names
+    # every other SM takes 16 (ir/passes/persistent.py: even_spares). 0: every split spare_splits names. 1 was slower
+    # at short context on an H100 (llama-3.2-1b +0.3%, qwen3-1.7b +0.8-1.0%: the unspared SMs' attention splits make
+    # their blocks last), faster at long context and on llama-3.1-8b (-0.5-0.6%; codegen/TUNING.md)
     persist_attn_spare_even: int = 0
+    # persistent: persist_attn_spare_even where every output projection is at least this wide (its K; 0: only where
+    # persist_attn_spare_even is 1): an extra block of 16 x 4096 weights (llama-3.1-8b) outlasts an attention split's
+    # SM, one of 16 x 2048 does not (H100: -0.5% on llama-3.1-8b, +0.3% / +0.8-1.0% on llama-3.2-1b / qwen3-1.7b)
+    persist_attn_spare_even_min_k: int = 4096
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads

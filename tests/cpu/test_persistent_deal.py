@@ -100,6 +100,34 @@ def test_spare_even_keeps_the_output_projections_blocks_one_an_sm_and_the_vm_agr
     assert_reference_logits(m, got, prompt, steps)
 
 
+def test_spare_even_min_k_deals_evenly_where_the_output_projection_is_that_wide(tmp_path):
+    # persist_attn_spare_even_min_k: the emitter takes spare_even's deal where every output projection's K is at least
+    # the field (llama-3.1-8b's 4096 by default), spare splits' below it; 1 in persist_attn_spare_even takes it at any
+    # K. Hidden 2048 and 8 KV heads on 132 SMs: the projection's 128 blocks (on the tensor cores, as the table has it)
+    # go to 124 SMs (4 with two) or one an SM
+    from kiec.codegen.persistent import _PersistentEmitter
+    from kiec.codegen.targets import target, with_fields
+    from kiec.ir.passes.persistent import output_projections
+    make_tiny_hf(tmp_path, "llama", hidden_size=2048, intermediate_size=1024, num_attention_heads=32,
+                 num_key_value_heads=8, vocab_size=1024)
+    prog = pipeline.run(kiec.load(str(tmp_path), dtype="bf16", max_seq_len=64).graph)
+    o = output_projections(prog)
+    assert {prog.kernels[i].k for i in o} == {2048}
+
+    def busiest(**fields) -> int:
+        fields = dict(persist_mma_rows="qkv+o+gate_up+down+head", **fields)  # (conftest.py takes them off)
+        sched = _PersistentEmitter(prog, "bf16", 64, with_fields(target("sm_90"), fields)).sched
+        return max(sum(ins.hi - ins.lo for ins in lst if ins.kernel == k) for lst in sched.lists for k in o)
+    assert busiest() == 32  # (the default: 4096, wider than this model's)
+    assert busiest(persist_attn_spare_even_min_k=2048) == 16
+    assert busiest(persist_attn_spare_even_min_k=2049) == 32
+    assert busiest(persist_attn_spare_even=1, persist_attn_spare_even_min_k=0) == 16
+    assert busiest(persist_attn_spare_even_min_k=0) == 32
+    for bad in (dict(persist_attn_spare_even=2), dict(persist_attn_spare_even_min_k=-1)):
+        with pytest.raises(ValueError, match="persist_attn_spare_even"):
+            busiest(**bad)
+
+
 @pytest.mark.parametrize("policy,seed,most", [("eager", 0, 3), ("random", 1, 3), ("random", 2, 2), ("random", 3, 0)])
 def test_newest_first_puts_the_owner_on_the_spared_sm_and_computes_the_graph(tmp_path, policy, seed, most):
     # persist_attn_newest_first: split 0 takes the newest chunk of the context (row `token`) at every token, so with
