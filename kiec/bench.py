@@ -350,10 +350,8 @@ def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, cont
     require_gpu()
     need = positions_needed(max(contexts), prompt_len, new_tokens)
     if os.path.isdir(target):
-        from kiec.build import ABI_VERSION, read_manifest
-        man = read_manifest(target)
-        if man.get("abi") != ABI_VERSION:
-            raise KiecError(f"{target}: artifact ABI {man.get('abi')}, this kiec reads {ABI_VERSION}")
+        from kiec.build import read_manifest
+        man = read_manifest(target, current=True)
         artifacts = {man.get("mode", "graph"): target}
         model = kiec.load(man["source"], dtype="bf16", max_seq_len=man["max_seq_len"])
         if man["max_seq_len"] < need:

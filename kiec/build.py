@@ -47,9 +47,9 @@ def check_toolchain(target: str, arch: str) -> str:
     return nvcc
 
 
-def read_manifest(artifact: str) -> dict:
+def read_manifest(artifact: str, current: bool = False) -> dict:
     """An artifact directory's manifest.json; KiecError naming the directory or the file where there is none that
-    reads as a JSON object."""
+    reads as a JSON object, or (current) where the artifact is not of this kiec's ABI."""
     path = os.path.join(artifact, "manifest.json")
     if not os.path.isfile(path):
         raise KiecError(f"{artifact}: no manifest.json (not a kiec artifact, or an unfinished compile)")
@@ -60,6 +60,8 @@ def read_manifest(artifact: str) -> dict:
         raise KiecError(f"{path}: unreadable ({e}): a damaged artifact, compile it again") from None
     if not isinstance(man, dict):
         raise KiecError(f"{path}: not a JSON object: a damaged artifact, compile it again")
+    if current and man.get("abi") != ABI_VERSION:
+        raise KiecError(f"{artifact}: artifact ABI {man.get('abi')}, this kiec reads {ABI_VERSION}")
     return man
 
 

@@ -11,7 +11,7 @@ from typing import Iterator
 
 import numpy as np
 
-from kiec.build import ABI_VERSION, read_manifest
+from kiec.build import read_manifest
 from kiec.errors import KiecError
 from kiec.sampling import SamplingParams, check_request, sample
 
@@ -56,10 +56,8 @@ class Engine:
     def __init__(self, artifact_dir: str, device: int = 0, stall_timeout_s: float = 60.0):
         """stall_timeout_s: the longest a token (after the prompt's allowance for the first), a step or a timed run
         may take before it counts as hung: the kernel is then asked to stop and the call raises KiecError."""
-        self.manifest = read_manifest(artifact_dir)
+        self.manifest = read_manifest(artifact_dir, current=True)
         self.artifact_dir = artifact_dir
-        if self.manifest.get("abi") != ABI_VERSION:
-            raise KiecError(f"{artifact_dir}: artifact ABI {self.manifest.get('abi')}, this kiec reads {ABI_VERSION}")
         lib = load_library(os.path.join(artifact_dir, "libkiec_model.so"))
         lib.kiec_create.restype = ctypes.c_void_p
         lib.kiec_create.argtypes = [ctypes.c_char_p, ctypes.c_int]
