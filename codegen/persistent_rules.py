@@ -394,8 +394,8 @@ class PersistentRules:
         """persist_attn_spare_even (1: on), or on where every output projection is at least
         persist_attn_spare_even_min_k wide (its K, the attention's output; 0: never so). An SM of a split in use that
         takes a block of the projection starts it last (its split's work first); an SM with one block more than the
-        others ends last by that block's stream: at K 4096 (llama-3.1-8b) the block's 128 KB weigh more than the
-        split, at 2048 (llama-3.2-1b, qwen3-1.7b) less (codegen/TUNING.md)."""
+        others ends last by that block's stream. Timed, the even deal won at K 4096 (llama-3.1-8b) and lost at 2048
+        (llama-3.2-1b, qwen3-1.7b): codegen/TUNING.md."""
         t = self.t
         if t.persist_attn_spare_even not in (0, 1) or t.persist_attn_spare_even_min_k < 0:
             raise ValueError(f"persist_attn_spare_even {t.persist_attn_spare_even}: 0 or 1; "

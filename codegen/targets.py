@@ -321,8 +321,9 @@ class TargetParams:
     # their blocks last), faster at long context and on llama-3.1-8b (-0.5-0.6%; codegen/TUNING.md)
     persist_attn_spare_even: int = 0
     # persistent: persist_attn_spare_even where every output projection is at least this wide (its K; 0: only where
-    # persist_attn_spare_even is 1): an extra block of 16 x 4096 weights (llama-3.1-8b) outlasts an attention split's
-    # SM, one of 16 x 2048 does not (H100: -0.5% on llama-3.1-8b, +0.3% / +0.8-1.0% on llama-3.2-1b / qwen3-1.7b)
+    # persist_attn_spare_even is 1). Timed on H100s: -0.4% / -0.5% on llama-3.1-8b (K 4096), +0.3% / +0.8-1.0% on
+    # llama-3.2-1b / qwen3-1.7b (K 2048). The reading (traced on the K 2048 models only): an extra block of 16 x 2048
+    # ends 0.69-0.78 us late, an attention SM's block 1.35-1.71 us; one of 16 x 4096 streams twice the bytes
     persist_attn_spare_even_min_k: int = 4096
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:

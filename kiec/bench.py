@@ -229,7 +229,7 @@ def release() -> None:
         pass
 
 
-def check_request(prompt_len: int, new_tokens: int, contexts: list[int]) -> None:
+def check_numbers(prompt_len: int, new_tokens: int, contexts: list[int]) -> None:
     """A bench's numbers, before any work (a compile takes minutes)."""
     if prompt_len < 1:
         raise KiecError(f"prompt length {prompt_len}: at least 1 token")
@@ -346,7 +346,7 @@ def run_bench(target: str, vs: list[str], prompt_len: int, new_tokens: int, cont
     the model (as kiec.compile without a mode); modes named are built or refused."""
     import kiec
 
-    check_request(prompt_len, new_tokens, contexts)
+    check_numbers(prompt_len, new_tokens, contexts)
     require_gpu()
     need = positions_needed(max(contexts), prompt_len, new_tokens)
     if os.path.isdir(target):
