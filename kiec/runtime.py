@@ -139,6 +139,7 @@ class Engine:
         kernel. Graph mode queues every greedy step at once; with sampling (temperature > 0) each step's logits
         come back and the host draws, one synchronization per token."""
         self._usable()
+        check_request(prompt_ids, max_new_tokens, self.max_seq_len)  # the runtime checks again, in C
         eos = list(self.manifest.get("eos_token_ids") or []) if stop_at_eos else []
         if self.mode != "persistent" and sampling is not None and not sampling.greedy:
             yield from self._sampled(prompt_ids, max_new_tokens, sampling, set(eos))

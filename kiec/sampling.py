@@ -49,6 +49,8 @@ def check_request(prompt_ids: list[int], max_new_tokens: int, max_seq_len: int) 
     """A generation request fits before any work: a prompt, and room for it and the new tokens."""
     if not prompt_ids:
         raise KiecError("the prompt is empty")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+        raise KiecError(f"max_new_tokens must be an integer of at least 1, got {max_new_tokens!r}")
     if len(prompt_ids) + max_new_tokens > max_seq_len:
         raise KiecError(f"prompt ({len(prompt_ids)}) + max_new_tokens ({max_new_tokens}) exceeds max_seq_len "
                         f"{max_seq_len}")

@@ -156,6 +156,18 @@ def test_token_and_position_out_of_range(tmp_path):
         ref.generate([1, 2, 3], max_new_tokens=6)
 
 
+@pytest.mark.parametrize("n", [0, -3, 2.5, True])
+def test_max_new_tokens_below_one_or_not_an_integer_is_refused(tmp_path, n):
+    # 0 and negatives once returned [] from Reference.generate (and the graph-mode host draws) while the runtime
+    # refused them: kiec.sampling.check_request is the one check every generate path makes first
+    make_tiny_hf(tmp_path, "llama")
+    ref = kiec.Reference(kiec.load(str(tmp_path), max_seq_len=8))
+    with pytest.raises(KiecError) as e:
+        ref.generate([1, 2, 3], max_new_tokens=n)
+    assert one_line(e) == f"max_new_tokens must be an integer of at least 1, got {n!r}"
+    assert ref.generate([1, 2, 3], max_new_tokens=1) == ref.generate([1, 2, 3], max_new_tokens=2)[:1]
+
+
 @pytest.mark.parametrize("seq", [0, -5])
 def test_a_max_seq_len_below_one_is_refused_by_every_frontend_and_the_cli(tmp_path, seq):
     # 0 once fell through `max_seq_len or default` and built the default's 4096-row cache

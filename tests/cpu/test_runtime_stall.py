@@ -47,7 +47,7 @@ class HungLib:
 def engine(lib: HungLib, stall_s: float) -> Engine:
     eng = Engine.__new__(Engine)  # (no artifact: the library is the fake)
     eng._lib, eng._h, eng.mode, eng.manifest, eng._hung = lib, 1, "graph", {}, None
-    eng.stall_timeout_s = stall_s
+    eng.stall_timeout_s, eng.max_seq_len = stall_s, 63  # (host_tokens holds max_seq_len + 1)
     eng.PROMPT_ALLOWANCE_S = 0.01
     return eng
 

@@ -142,6 +142,10 @@ def test_prompt_longer_than_max_seq_len_is_refused_before_gpu_work(tmp_path):
     eng = kiec.Engine(art)
     with pytest.raises(kiec.KiecError, match=r"prompt \(10\) \+ max_new_tokens \(8\) exceeds max_seq_len 16"):
         eng.generate(list(range(10)), max_new_tokens=8)
+    for n in (0, -1):  # refused on the host too (kiec.sampling.check_request), with or without host draws
+        for params in (None, kiec.SamplingParams(1.0, 0.9, seed=1)):
+            with pytest.raises(kiec.KiecError, match=f"max_new_tokens must be an integer of at least 1, got {n}"):
+                eng.generate([1, 2], max_new_tokens=n, sampling=params)
     with pytest.raises(kiec.KiecError, match=r"token id 256 is out of range"):
         eng.step(256, 0)
 
