@@ -294,7 +294,10 @@ def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90
     tp_ = target_params(arch)
     tmp = f"{out_dir}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(os.path.join(tmp, "src"))
+    try:
+        os.makedirs(os.path.join(tmp, "src"))
+    except OSError as e:
+        raise KiecError(f"{out_dir}: cannot make the artifact's directory there ({e.filename}: {e.strerror})") from None
     try:
         ir_dir = os.path.join(tmp, "ir") if dump_ir else None
         try:
@@ -324,11 +327,20 @@ def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90
         with open(os.path.join(tmp, "manifest.json"), "w") as fh:
             json.dump(manifest, fh, indent=1)
         old = f"{out_dir}.old-{os.getpid()}"
-        if os.path.exists(out_dir):
+        moved = os.path.exists(out_dir)
+        if moved:
             os.rename(out_dir, old)
-        os.rename(tmp, out_dir)
+        try:
+            os.rename(tmp, out_dir)
+        except BaseException:
+            if moved:  # the artifact that was there goes back
+                os.rename(old, out_dir)
+            raise
         shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and not isinstance(e, KiecError):  # (a full disk, a path gone): named, not a traceback
+            raise KiecError(f"{out_dir}: the artifact could not be written ({e.filename or 'a file'}: "
+                            f"{e.strerror or e}); nothing was replaced") from e
         raise
     return out_dir

@@ -75,6 +75,44 @@ def test_a_failed_compile_keeps_the_previous_artifact(tiny, monkeypatch):
     assert not [f for f in os.listdir(d) if ".tmp-" in f or ".old-" in f]
 
 
+def test_a_compile_that_cannot_write_names_the_path_and_keeps_the_previous_artifact(tiny, tmp_path, monkeypatch):
+    # these were OSError tracebacks: an output under a file, a full disk while weights.bin was written
+    import errno
+    d, model, art = tiny
+    (tmp_path / "file").write_text("keep me")
+    r = CliRunner().invoke(main, ["compile", str(d / "hf"), "-o", str(tmp_path / "file" / "art"), "--mode", "graph"])
+    assert r.exit_code == 1 and not isinstance(r.exception, OSError), r.output
+    assert f"Error: {tmp_path / 'file' / 'art'}: cannot make the artifact's directory there (" in r.output, r.output
+    assert "Not a directory" in r.output and (tmp_path / "file").read_text() == "keep me"
+    before = {f: os.path.getmtime(os.path.join(art, f)) for f in os.listdir(art)}
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(build, "write_weights", full)
+        with pytest.raises(kiec.KiecError) as e:
+            kiec.compile(model, art, mode="graph")
+    assert str(e.value) == f"{art}: the artifact could not be written (a file: No space left on device); nothing " \
+                           "was replaced"
+    assert {f: os.path.getmtime(os.path.join(art, f)) for f in os.listdir(art)} == before
+    assert not [f for f in os.listdir(d) if ".tmp-" in f or ".old-" in f]
+    # the new artifact's move into place fails after the old one was moved aside: the old one goes back
+    real = os.rename
+
+    def rename(src, dst):
+        if ".tmp-" in str(src):
+            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), src)
+        real(src, dst)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "rename", rename)
+        with pytest.raises(kiec.KiecError, match=r"the artifact could not be written \(.*\.tmp-\d+: Invalid cross"):
+            kiec.compile(model, art, mode="graph")
+    assert {f: os.path.getmtime(os.path.join(art, f)) for f in os.listdir(art)} == before
+    assert not [f for f in os.listdir(d) if ".tmp-" in f or ".old-" in f]
+
+
 def test_weights_like_copies_the_model_tensors_and_writes_the_schedule(tiny, tmp_path, monkeypatch, capsys):
     # weights_like (variants.py, kiec bench): the packed model tensors come from an earlier artifact of the same
     # model, byte for byte what converting them again writes; the persistent schedule and descriptors are this
