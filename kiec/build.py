@@ -339,8 +339,8 @@ def compile(model: Model, out_dir: str, target: str = "cuda", arch: str = "sm_90
         shutil.rmtree(old, ignore_errors=True)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, OSError) and not isinstance(e, KiecError):  # (a full disk, a path gone): named, not a traceback
-            raise KiecError(f"{out_dir}: the artifact could not be written ({e.filename or 'a file'}: "
-                            f"{e.strerror or e}); nothing was replaced") from e
+        if isinstance(e, OSError):  # (a full disk, a path gone): named, not a traceback
+            raise KiecError(f"{out_dir}: the compile failed on a file ({e.filename or 'unnamed'}: {e.strerror or e}); "
+                            "nothing was replaced") from e
         raise
     return out_dir

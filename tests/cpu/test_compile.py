@@ -93,8 +93,8 @@ def test_a_compile_that_cannot_write_names_the_path_and_keeps_the_previous_artif
         mp.setattr(build, "write_weights", full)
         with pytest.raises(kiec.KiecError) as e:
             kiec.compile(model, art, mode="graph")
-    assert str(e.value) == f"{art}: the artifact could not be written (a file: No space left on device); nothing " \
-                           "was replaced"
+    assert str(e.value) == f"{art}: the compile failed on a file (unnamed: No space left on device); nothing was " \
+                           "replaced"
     assert {f: os.path.getmtime(os.path.join(art, f)) for f in os.listdir(art)} == before
     assert not [f for f in os.listdir(d) if ".tmp-" in f or ".old-" in f]
     # the new artifact's move into place fails after the old one was moved aside: the old one goes back
@@ -107,7 +107,7 @@ def test_a_compile_that_cannot_write_names_the_path_and_keeps_the_previous_artif
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(os, "rename", rename)
-        with pytest.raises(kiec.KiecError, match=r"the artifact could not be written \(.*\.tmp-\d+: Invalid cross"):
+        with pytest.raises(kiec.KiecError, match=r"the compile failed on a file \(.*\.tmp-\d+: Invalid cross"):
             kiec.compile(model, art, mode="graph")
     assert {f: os.path.getmtime(os.path.join(art, f)) for f in os.listdir(art)} == before
     assert not [f for f in os.listdir(d) if ".tmp-" in f or ".old-" in f]
