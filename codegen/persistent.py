@@ -122,7 +122,7 @@ class _PersistentEmitter(PersistentRules, _Emitter):
                                         consumer_merges=self.consumer_merges, solo_keys=self.solo_keys(),
                                         spare_splits=0 if self.parity_tags() else t.persist_attn_spare_splits,
                                         newest_first=bool(t.persist_attn_newest_first),
-                                        spare_even=self.spare_even(program),
+                                        spare_even=self.spare_even(),
                                         mlp_local=bool(t.persist_probe_mlp_local),
                                         o_local=bool(t.persist_probe_o_local),
                                         early_pass=bool(t.persist_attn_early_pass),

@@ -390,7 +390,7 @@ class PersistentRules:
         fma = pace > 0 and self.t.persist_page_pace_fma_ns > 0 and any(self.mma_keys(k) == 0 for k in self.attn)
         return self.t.persist_page_pace_fma_ns if fma else pace
 
-    def spare_even(self, program: Program) -> bool:
+    def spare_even(self) -> bool:
         """persist_attn_spare_even (1: on), or on where every output projection is at least
         persist_attn_spare_even_min_k wide (its K, the attention's output; 0: never so). An SM of a split in use that
         takes a block of the projection starts it last (its split's work first); an SM with one block more than the
@@ -400,7 +400,7 @@ class PersistentRules:
         if t.persist_attn_spare_even not in (0, 1) or t.persist_attn_spare_even_min_k < 0:
             raise ValueError(f"persist_attn_spare_even {t.persist_attn_spare_even}: 0 or 1; "
                              f"persist_attn_spare_even_min_k {t.persist_attn_spare_even_min_k}: 0 (never) or a K")
-        ks = [program.kernels[i].k for i in output_projections(program)]
+        ks = [self.p.kernels[i].k for i in output_projections(self.p)]
         return bool(t.persist_attn_spare_even) or bool(t.persist_attn_spare_even_min_k and ks
                                                        and min(ks) >= t.persist_attn_spare_even_min_k)
 

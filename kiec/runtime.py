@@ -180,8 +180,7 @@ class Engine:
                 self._check(self._lib.kiec_wait(self._h, self.stall_timeout_s))
 
     def _sampled(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams,
-                 eos: set[int]) -> Iterator[int]:
-        check_request(prompt_ids, max_new_tokens, self.max_seq_len)
+                 eos: set[int]) -> Iterator[int]:  # (stream checked the request)
         t0 = time.perf_counter()
         for pos, tok in enumerate(prompt_ids):
             logits = self.step(tok, pos)

@@ -1,5 +1,6 @@
 """kiec compile on the CPU machine (nvcc, no GPU): the artifact's contents, its weight layout, and that a
 failed or refused compile leaves nothing that looks complete."""
+import errno
 import json
 import os
 import re
@@ -75,9 +76,8 @@ def test_a_failed_compile_keeps_the_previous_artifact(tiny, monkeypatch):
     assert not [f for f in os.listdir(d) if ".tmp-" in f or ".old-" in f]
 
 
-def test_a_compile_that_cannot_write_names_the_path_and_keeps_the_previous_artifact(tiny, tmp_path, monkeypatch):
+def test_a_compile_that_cannot_write_names_the_path_and_keeps_the_previous_artifact(tiny, tmp_path):
     # these were OSError tracebacks: an output under a file, a full disk while weights.bin was written
-    import errno
     d, model, art = tiny
     (tmp_path / "file").write_text("keep me")
     r = CliRunner().invoke(main, ["compile", str(d / "hf"), "-o", str(tmp_path / "file" / "art"), "--mode", "graph"])
