@@ -16,3 +16,17 @@ def test_item_shares_bound_at_least_the_rows_bound(tmp_path):
     b_rows, b_items, us_rows, us_items = share_bound.bound(str(tmp_path / "hf"))
     assert 0 < b_rows < b_items <= 1
     assert 0 <= us_items < us_rows
+
+
+def test_kinds_split_the_whole_token_excess(tmp_path):
+    # the per-kind view deals the same shares: its excesses add up to the whole-token excess with rows, each kind
+    # comes once a layer (the LM head once, select's instruction not counted as a share of it), and a kind's busiest
+    # share is at least its mean
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=1536, intermediate_size=6144, num_attention_heads=12,
+                 num_key_value_heads=4, vocab_size=1024, num_hidden_layers=2)
+    rows = share_bound.by_kind(str(tmp_path / "hf"))
+    assert [(kind, n) for kind, n, *_ in rows] == [("qkv", 2), ("o", 2), ("gate_up", 2), ("down", 2), ("head", 1)]
+    for kind, n, mean, top, at_top, part, us in rows:
+        assert 0 < mean <= top and 1 <= at_top <= part <= 132 and us >= 0, kind
+    us_rows = share_bound.bound(str(tmp_path / "hf"))[2]
+    assert abs(sum(r[-1] for r in rows) - us_rows) < 1e-6
