@@ -86,7 +86,7 @@ class _PersistentEmitter(PersistentRules, _Emitter):
             raise ValueError("persist_tag_waits with persist_tag_parity (on a narrow model, persist_tag_waits_narrow): "
                              "a parity tells a word's last write from the one before only, so its reader must wait for "
                              "the writer's counter first")
-        self.consumer_merges = self.consumer_merge_count(program, t)
+        self.consumer_merges = self.consumer_merge_count()
         if t.persist_x_direct not in (0, 1, 2):
             raise ValueError(f"persist_x_direct {t.persist_x_direct}: 0, 1 (every GEMV without a norm) or 2 (those "
                              f"whose warps hold a segment of x each)")

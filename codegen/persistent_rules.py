@@ -98,7 +98,7 @@ class PersistentRules:
     compute warps (warps), element type (ctype), attention kernels (attn) and persist_attn_consumer_merges as the
     model takes it (consumer_merges)."""
 
-    def consumer_merge_count(self, program: Program, t: TargetParams) -> int:
+    def consumer_merge_count(self) -> int:
         """persist_attn_consumer_merges as this model's kernel takes it (0: off): attention's output must be tagged
         words whose every reader is a GEMV that copies them into the scratch as its x (no norm, not direct, not a
         warp's own copy, not pairs: gemv() checks those), heads a multiple of 64 wide, without owner merges (a narrow
@@ -106,6 +106,7 @@ class PersistentRules:
         the full tag; at the positions the consumer merges, nothing writes the output, which parity tags count on),
         newest first or the idle probe, which the device code does not take with it (attention_tile's static_assert
         says so too, but only at nvcc)."""
+        t, program = self.t, self.p
         n = t.persist_attn_consumer_merges
         if not n:
             return 0
