@@ -33,7 +33,7 @@ import math
 import sys
 
 from kiec.codegen.targets import with_fields
-from kiec.ir.passes.persistent import share_weights
+from kiec.ir.passes.persistent import share_items, share_weights
 from kiec.ir.passes.phases import Schedule
 from kiec.ir.passes.program import AttentionKernel, GemvKernel
 from kiec.ir.passes.simulate import split_rows
@@ -63,8 +63,16 @@ class Costs:
     element_bytes: int = 2  # bf16 weights
 
 
-def gemv_bytes(k: GemvKernel, rows: int, c: Costs) -> int:
-    return share_weights(k, rows) * c.element_bytes
+def gemv_bytes(k: GemvKernel, rows: int, c: Costs, segs: int = 1) -> int:
+    """A share's weight bytes: `rows` whole rows, or with `segs` (a GEMV dealt to the item, persist_item_shares) that
+    many items of its rows' `segs` segments each (share_items)."""
+    return share_weights(k, rows, segs) * c.element_bytes
+
+
+def share_bytes(sched: Schedule, ins, c: Costs) -> int:
+    """A GEMV instruction's weight bytes as dealt: its rows, or its items where the schedule deals it to the item."""
+    segs = sched.item_segs.get(ins.kernel, 1)
+    return gemv_bytes(sched.program.kernels[ins.kernel], share_items(ins, segs), c, segs)
 
 
 def simulate(sched: Schedule, c: Costs, tokens: int = 3, pos0: int = 64, done: dict | None = None,
@@ -106,7 +114,7 @@ def simulate(sched: Schedule, c: Costs, tokens: int = 3, pos0: int = 64, done: d
                 k = kernels[ins.kernel]
                 if isinstance(k, GemvKernel) and ins.opcode == "gemv":
                     now = ready + c.prologue_us + c.prologue_us_per_kfloat * k.k / 1024
-                    size = gemv_bytes(k, ins.hi - ins.lo, c)
+                    size = share_bytes(sched, ins, c)
                     gbps = c.fma_gbps if ins.kernel in fma else c.compute_gbps
                     for p in range(math.ceil(size / c.page_bytes)):
                         n = len(released[s])

@@ -33,7 +33,7 @@ def stream_pages(sched, c) -> list[int]:
         for ins in lst:
             k = sched.program.kernels[ins.kernel]
             if isinstance(k, GemvKernel) and ins.opcode == "gemv":
-                pages[s] += math.ceil(time_model.gemv_bytes(k, ins.hi - ins.lo, c) / c.page_bytes)
+                pages[s] += math.ceil(time_model.share_bytes(sched, ins, c) / c.page_bytes)
     return pages
 
 
@@ -102,3 +102,21 @@ def test_main_takes_costs_and_table_fields(capsys):
     assert "hop_us 0.5 -> 0.25" in out
     with pytest.raises(ValueError, match=r"'hop_uss' is no field of Costs nor of the sm_90 table \(did you mean"):
         time_model.main("llama-3.2-1b", ["hop_uss=0.5"])
+
+
+def test_a_share_dealt_to_the_item_counts_its_items(tmp_path):
+    # dealt to the item (persist_item_shares), a GEMV's shares start and end mid-row: the model streams each share's
+    # items, not its rows' whole bytes, so the SMs' bytes add up to the GEMV's weights exactly and no share is more
+    # than an item over the mean
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=640)
+    prog = pipeline.run(kiec.load(str(tmp_path / "hf"), max_seq_len=128).graph)
+    down = next(i for i, k in enumerate(prog.kernels) if isinstance(k, GemvKernel) and k.k == 640)
+    sched = schedule(prog, 7, item_segs={down: 5})
+    c = time_model.Costs()
+    shares = [time_model.share_bytes(sched, ins, c) for lst in sched.lists for ins in lst
+              if ins.kernel == down and ins.opcode == "gemv"]
+    k = prog.kernels[down]
+    assert sum(shares) == k.n_out * k.k * c.element_bytes
+    item = k.k // 5 * c.element_bytes
+    assert max(shares) - min(shares) <= item
+    assert any(ins.head or ins.tail for lst in sched.lists for ins in lst if ins.kernel == down)
