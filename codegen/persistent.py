@@ -113,6 +113,7 @@ class _PersistentEmitter(PersistentRules, _Emitter):
         self.warps = t.persist_warps
         self.paired = self.paired_values()  # (persist_tagged_pairs)
         self.mma = self.mma_gemvs()  # (persist_mma_rows)
+        self.mma_items = self.mma_item_shares()  # (persist_mma_item_shares: of self.mma, dealt by the page)
         # parity tags need every SM to read each write of the residual stream (tag_parity), which a spared SM
         # skips at the output projection: they take no spared splits
         self.sched: Schedule = schedule(program, t.sms, slot_of=dict(self.arena), min_keys=t.attn_min_keys,
@@ -128,7 +129,8 @@ class _PersistentEmitter(PersistentRules, _Emitter):
                                         early_pass=bool(t.persist_attn_early_pass),
                                         pair_rows=frozenset(i for i, k in enumerate(program.kernels)
                                                             if isinstance(k, GemvKernel) and k.out in self.paired),
-                                        item_segs=self.item_shares, block_rows=self.mma)
+                                        item_segs={**self.item_shares, **self.mma_items}, block_rows=self.mma,
+                                        block_items=frozenset(self.mma_items))
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):
             self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)
@@ -153,13 +155,21 @@ class _PersistentEmitter(PersistentRules, _Emitter):
         for i, segs in self.item_shares.items():  # a lead unit's sums: a tagged word each (a pair's: gate and up of
             silu = self.p.kernels[i].epilogue == "silu_mul"  # two rows), a slot a tile
             out[carry(self.p.kernels[i])] = 2 * self.t.sms * segs * (4 if silu else 1)
+        kinds = self.mma_item_kinds()  # (persist_mma_item_shares: a lead block's 16 rows' sums, gate and up, a slot a
+        for i, k in enumerate(self.p.kernels):  # tile; by kind, before the tensor-core GEMVs are chosen: those that
+            if isinstance(k, GemvKernel) and i not in self.item_shares and self.gemv_kind(k) in kinds:  # are not
+                out[carry(k)] = 2 * self.t.sms * 16 * (2 if k.epilogue == "silu_mul" else 1)  # leave theirs unused
         return out
 
     def tile_items(self, ins) -> int:
         """A GEMV instruction's items (row segments: what its share streams, a unit of the weights), 0 elsewhere: the
         manifest's schedule carries them for the trace's views (scripts/trace_summary.py: long_last)."""
         k = self.p.kernels[ins.kernel]
-        return share_items(ins, self.segments(k)) if ins.opcode == "gemv" and isinstance(k, GemvKernel) else 0
+        if ins.opcode != "gemv" or not isinstance(k, GemvKernel):
+            return 0
+        if ins.kernel in self.mma_items:  # (a block's pages)
+            return share_items(ins, self.mma_items[ins.kernel], 16)
+        return share_items(ins, self.segments(k))
 
     def partial_slots(self, k: AttentionKernel) -> int:
         """An attention kernel's partials: one (o, m, l) per query head and split."""
@@ -209,7 +219,8 @@ class _PersistentEmitter(PersistentRules, _Emitter):
         rows = self.rows[i]  # the most outputs one of its tiles computes
         items = rows * segs
         half_rounds = -(-(k.k // 8 // segs) // 16)
-        sk = i in self.item_shares  # (dealt to the item: one item at a time, a warp each)
+        # (dealt to the item: one item at a time, a warp each; or a tensor-core GEMV dealt by the page, MmaShare)
+        sk = i in self.item_shares or i in self.mma_items
         half = bool(self.t.persist_dot_half_warps and not tx and items > self.warps and half_rounds <= 6
                     and not self.twice(k) and not warp_copy and not sk and not mma)
         # the LM head's warp sums in their own batch (persist_reduce_batch_head; 0: the table's persist_reduce_batch)
@@ -253,7 +264,7 @@ class _PersistentEmitter(PersistentRules, _Emitter):
                    + ((self.arena[partials(merge) + ".o"], self.arena[partials(merge) + ".ml"]) if merge else ()))
         staged = not direct and not wnorm  # x in the scratch: all of it, or a round of its segment a warp (warp_copy)
         x_floats = (self.warps * WARP_COPY_FLOATS if warp_copy else k.k) if staged else 0
-        rows += 1 if sk and k.out in self.paired else 0  # (a trailing pair's row past the share's: ItemShare)
+        rows += 1 if sk and not mma and k.out in self.paired else 0  # (a trailing pair's row past the share's: ItemShare)
         # acc (a sum a segment of each row, or a row's with mma), the warps' words and mma's two slots of block sums
         # (gemv_mma.cuh: gemv_pages_mma's stage, a slot for each of a share's first two blocks)
         staging = min(2, rows // 16) * self.warps * 16 * (2 if silu else 1) if mma else 0
@@ -375,7 +386,7 @@ class _PersistentEmitter(PersistentRules, _Emitter):
             merge_loads=self.t.persist_merge_loads,
             dot_item_chunks=self.t.persist_dot_item_chunks, stage_instrs=self.t.persist_stage_instrs,
             norm_w_raw=int(bool(self.t.persist_norm_w_raw)),
-            norm_late_scale=int(bool(self.t.persist_norm_late_scale)), item_shares=int(bool(self.item_shares)),
+            norm_late_scale=int(bool(self.t.persist_norm_late_scale)), item_shares=int(bool(self.item_shares or self.mma_items)),
             select_host_late=int(bool(self.t.persist_select_host_late)),
             evict_first=int(bool(self.t.persist_evict_first)),
             walk_kept=int(bool(self.t.persist_walk_kept and paced)), page_pace_ns=pace,

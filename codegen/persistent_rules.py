@@ -250,7 +250,7 @@ class PersistentRules:
                              f"GEMV ({', '.join(GEMV_KINDS)}, joined by +)")
         if not named:
             return frozenset()
-        t = self.t
+        t, paged = self.t, self.mma_item_kinds()
         if t.persist_page_bytes != 16 << 10 or 16 % self.warps:  # (a block fills a page; its steps go to the warps)
             return frozenset()
         if self.ctype != "__nv_bfloat16":  # (x's pieces take the weights' type: bf16 has fp32's range)
@@ -264,7 +264,30 @@ class PersistentRules:
             if isinstance(k, GemvKernel) and self.gemv_kind(k) in named and k.n_out % 16 == 0
             and k.k % self.mma_width(k) == 0 and not self.x_direct(k) and not self.x_warp_copy(k)
             and not self.norm_in_warps(k) and i not in self.item_shares and self.merge_of(k) is None and not probes
-            and 100 * largest(k.n_out, 16) <= (100 + t.persist_mma_share_excess) * largest(k.n_out, 1))
+            and (self.gemv_kind(k) in paged
+                 or 100 * largest(k.n_out, 16) <= (100 + t.persist_mma_share_excess) * largest(k.n_out, 1)))
+
+    def mma_item_kinds(self) -> frozenset[str]:
+        """persist_mma_item_shares' kinds, checked: kinds of GEMV (GEMV_KINDS), not with parity tags or the probes
+        whose second pass a published partial does not take."""
+        text = self.t.persist_mma_item_shares.strip()
+        named = frozenset(plus_items(text))
+        if named - set(GEMV_KINDS):
+            raise ValueError(f"persist_mma_item_shares {text!r}: {', '.join(sorted(named - set(GEMV_KINDS)))} is no "
+                             f"kind of GEMV ({', '.join(GEMV_KINDS)}, joined by +)")
+        if named:
+            for name in ("persist_tag_parity", "persist_probe_warm_code", "persist_probe_twice"):
+                if getattr(self.t, name):
+                    raise ValueError(f"persist_mma_item_shares with {name}: a block's partial is an 8-byte tagged word "
+                                     f"published once (not a parity, nor by a probe's second pass)")
+        return named
+
+    def mma_item_shares(self) -> dict[int, int]:
+        """The tensor-core GEMVs (self.mma, by index) dealt by the page of a block (persist_mma_item_shares), and their
+        K blocks a block (pages: the schedule's item segments, Schedule.block_items)."""
+        kinds = self.mma_item_kinds()
+        return {i: self.p.kernels[i].k // self.mma_width(self.p.kernels[i]) for i in sorted(self.mma)
+                if self.gemv_kind(self.p.kernels[i]) in kinds}
 
     def paired_values(self) -> frozenset[str]:
         """persist_tagged_pairs: the tagged values handed over as tagged pairs (common.cuh: st_tagged_pair, two

@@ -313,6 +313,15 @@ class TargetParams:
     # percent above their largest share dealt by the row (llama-3.2-1b's QKV: 32 rows against 24, +33%, slower on
     # the tensor cores; codegen/TUNING.md)
     persist_mma_share_excess: int = 5
+    # persistent: the kinds of tensor-core GEMV (of persist_mma_rows', joined by +) dealt by the page of a block
+    # instead of by the whole block: an item is one of a 16-row block's K blocks (a ring page), the items dealt evenly
+    # over the SMs in block order (gemv_item_shares), so a share may start and end inside a block. A share that starts
+    # inside one publishes its 16 rows' sums over its pages of it as tagged words (gemv_mma.cuh: MmaShare); the tile
+    # before, whose share ends inside that block, completes those rows with them: its pages' sums first, then the next
+    # tile's (other bits than whole blocks: a block's sum split in two). The share rule (persist_mma_share_excess) does
+    # not apply to them. Not with parity tags. "": none. llama-3.1-8b's gate/up (896 blocks over 132 SMs: 104 take 7,
+    # 28 take 6) ends 2.1 us after its median tile on an H100 (sixty-eighth session's trace); not timed yet
+    persist_mma_item_shares: str = ""
     # persistent: 1: persist_attn_spare_splits spares only as many SMs as leave the output projection's busiest share
     # no larger than with every SM (in its units: rows, or blocks of 16 rows on the tensor cores). Without it
     # llama-3.2-1b's and qwen3-1.7b's projections (128 blocks) go to 124 SMs, 4 of them taking 2 blocks: 32 rows where

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .phases import Instr, Schedule, Wait, output_size, phase_io, phases, slot_key, unit_rows
+from .phases import BLOCK_ROWS, Instr, Schedule, Wait, item_rows, output_size, phase_io, phases, slot_key, unit_rows
 from .program import AttentionKernel, GemvKernel, Program, kernel_io
 from .tags import TagPlan, direct_waits, late_waits, tag_covered
 
@@ -148,9 +148,10 @@ def gemv_item_shares(n: int, segs: int, sms: int, first_sm: int = 0, skip: froze
             for sm, a, b in gemv_shares(n * segs, sms, first_sm, skip)]
 
 
-def share_items(ins: Instr, segs: int) -> int:
-    """The items (row segments) of a GEMV instruction whose rows are cut into `segs`."""
-    return (ins.hi - ins.lo) * segs - ins.head - ((segs - ins.tail) if ins.tail else 0)
+def share_items(ins: Instr, segs: int, rows: int = 1) -> int:
+    """The items of a GEMV instruction whose rows are cut into `segs`: row segments, or with `rows` 16 (item_rows) a
+    16-row block's K blocks."""
+    return (ins.hi - ins.lo) // rows * segs - ins.head - ((segs - ins.tail) if ins.tail else 0)
 
 
 def check_item_shares(sched: Schedule) -> None:
@@ -160,7 +161,7 @@ def check_item_shares(sched: Schedule) -> None:
     partials: on one SM, the next would never run first). A ValueError names the first tile where that does not
     hold."""
     for i, segs in sched.item_segs.items():
-        k, unit = sched.program.kernels[i], unit_rows(sched, i)
+        k, unit, rows = sched.program.kernels[i], unit_rows(sched, i), item_rows(sched, i)
         tiles = sorted(((ins, sm) for sm, lst in enumerate(sched.lists) for ins in lst
                         if ins.kernel == i and ins.opcode == "gemv"),  # (not select's: the LM head's kernel holds it)
                        key=lambda x: x[0].tile)
@@ -168,14 +169,16 @@ def check_item_shares(sched: Schedule) -> None:
             raise ValueError(f"{k.name}: two of its tiles on one SM")
         at = 0  # the next item
         for ins, _ in tiles:
-            start, items = ins.lo * segs + ins.head, share_items(ins, segs)
-            if not (0 <= ins.head < segs and 0 <= ins.tail < segs) or start != at or items < segs * unit:
+            start, items = ins.lo // rows * segs + ins.head, share_items(ins, segs, rows)
+            if (not (0 <= ins.head < segs and 0 <= ins.tail < segs) or start != at or items < segs * unit // rows
+                    or ins.lo % rows or ins.hi % rows):
                 raise ValueError(f"{k.name} tile {ins.tile}: rows [{ins.lo}, {ins.hi}) from segment {ins.head} to "
                                  f"{ins.tail or segs} of {segs} take items from {start} ({items}); the tile before "
-                                 f"ends at item {at}, and a share is at least a unit's {segs * unit}")
+                                 f"ends at item {at}, and a share is at least a unit's {segs * unit // rows}"
+                                 + (f" in whole {rows}-row blocks" if rows > 1 else ""))
             at = start + items
-        if at != k.n_out * segs:
-            raise ValueError(f"{k.name}: its tiles take {at} of its {k.n_out * segs} items")
+        if at != k.n_out // rows * segs:
+            raise ValueError(f"{k.name}: its tiles take {at} of its {k.n_out // rows * segs} items")
 
 
 def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str, int] | None = None,
@@ -185,7 +188,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
              mlp_local: bool = False, early_pass: bool = False, o_local: bool = False,
              pair_rows: frozenset[int] = frozenset(), item_segs: dict[int, int] | None = None,
              consumer_merges: int = 0, block_rows: frozenset[int] = frozenset(), solo_keys: int = 0,
-             spare_even: bool = False) -> Schedule:
+             spare_even: bool = False, block_items: frozenset[int] = frozenset()) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
@@ -213,13 +216,19 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     consumer_merges: see Schedule. block_rows (persist_mma_rows): the GEMV kernels (by index) whose shares are whole
     blocks of 16 rows (their dot products on the tensor cores, 16 rows an mma). solo_keys: see Schedule. spare_even
     (persist_attn_spare_even): of spare_splits' SMs, only as many as leave the GEMV's busiest share no larger
-    (even_spares; a GEMV dealt to the item, item_segs, leaves out all of them still)."""
+    (even_spares; a GEMV dealt to the item, item_segs, leaves out all of them still). block_items
+    (persist_mma_item_shares): GEMVs of both block_rows and item_segs, dealt to the item where an item is one of a
+    16-row block's item_segs K blocks (a tensor-core page), in block order (gemv_item_shares over the blocks)."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
     item_segs = dict(item_segs or {})
+    if not block_items <= (block_rows & set(item_segs)):
+        raise ValueError(f"GEMV kernels {sorted(block_items - (block_rows & set(item_segs)))}: block items need 16-row "
+                         f"blocks (block_rows) and item segments (item_segs)")
     sched = Schedule(program, sms, [], [[] for _ in range(sms)], phases(program), {}, min_keys, spin, owner_merges,
-                     newest_first, early_pass, item_segs, frozenset(pair_rows), consumer_merges, solo_keys)
+                     newest_first, early_pass, item_segs, frozenset(pair_rows), consumer_merges, solo_keys,
+                     frozenset(block_items))
     deps = dependencies(program, slot_of)
     # the probes' readers: before the reductions, and again after direct_waits (which would wait on an untagged x's
     # writer once more)
@@ -250,10 +259,13 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
         if opcode == "gemv":
             if i in pair_rows and n % 2:  # (a word two rows: no SM writes half of one)
                 raise ValueError(f"{k.name}: {n} rows dealt in pairs")
-            if i in block_rows and (n % 16 or i in item_segs):
+            if i in block_rows and (n % BLOCK_ROWS or (i in item_segs and i not in block_items)):
                 raise ValueError(f"{k.name}: {n} rows dealt in blocks of 16" + (" and to the item" if n % 16 == 0
                                                                                  else ""))
-            if i in item_segs:
+            if i in block_items:  # (items: a block's K blocks; the rows of whole blocks)
+                placed = [(where, lo * BLOCK_ROWS, hi * BLOCK_ROWS, head, tail) for where, lo, hi, head, tail
+                          in gemv_item_shares(n // BLOCK_ROWS, item_segs[i], sms, sm, frozenset(spared))]
+            elif i in item_segs:
                 placed = gemv_item_shares(n, item_segs[i], sms, sm, frozenset(spared), unit_rows(sched, i))
             else:
                 step = 16 if i in block_rows else 2 if i in pair_rows else 1
@@ -278,7 +290,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
             sched.lists[where].append(ins)
         advance = len({where for where, *_ in placed})
         if opcode == "gemv":  # the SMs with a row (item) more come first: the next kernel starts after them (or all)
-            size = [share_items(ins, item_segs.get(i, 1)) for ins in made]
+            size = [share_items(ins, item_segs.get(i, 1), item_rows(sched, i)) for ins in made]
             past = next((placed[j][0] for j in reversed(range(len(placed))) if size[j] > min(size)), placed[-1][0])
             advance = (past - sm) % sms + 1  # (without skipped SMs: the longer shares' count, or all placed)
         sm = (sm + advance) % sms
@@ -291,10 +303,10 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     return sched
 
 
-def share_weights(k: GemvKernel, items: int, segs: int = 1) -> int:
+def share_weights(k: GemvKernel, items: int, segs: int = 1, rows: int = 1) -> int:
     """Weight elements a share of `items` items of a GEMV's rows cut into `segs` reads (whole rows with 1; SiLU-mul:
-    a gate row's and an up row's segment each)."""
-    return items * (2 if k.epilogue == "silu_mul" else 1) * (k.k // segs)
+    a gate row's and an up row's segment each; `rows`: an item spans that many rows, item_rows)."""
+    return items * rows * (2 if k.epilogue == "silu_mul" else 1) * (k.k // segs)
 
 
 def balance(sched: Schedule) -> dict:
@@ -306,8 +318,8 @@ def balance(sched: Schedule) -> dict:
         for ins in lst:
             k = sched.program.kernels[ins.kernel]
             if isinstance(k, GemvKernel):
-                segs = sched.item_segs.get(ins.kernel, 1)
-                per[ins.kernel][where] += share_weights(k, share_items(ins, segs), segs)
+                segs, rows = sched.item_segs.get(ins.kernel, 1), item_rows(sched, ins.kernel)
+                per[ins.kernel][where] += share_weights(k, share_items(ins, segs, rows), segs, rows)
     busy = [row for row in per if any(row)]
     total = [sum(row[j] for row in busy) for j in range(sched.sms)]
     return dict(phase_bound=sum(sum(r) / sched.sms for r in busy) / sum(max(r) for r in busy),

@@ -80,11 +80,25 @@ class Schedule:
     # persist_attn_solo_keys: a context of at most this many rows in one split a KV head (simulate.split_rows'
     # solo), a longer one split as min_keys says; 0: off
     solo_keys: int = 0
+    # persist_mma_item_shares: the GEMV kernels of item_segs whose items are a 16-row block's K blocks (tensor-core
+    # tiles' pages), not a row's segments: Instr.lo and hi are whole blocks' rows, head and tail count K blocks of the
+    # first and last block (item_rows), and a block's 16 rows are completed together (unit_rows)
+    block_items: frozenset[int] = frozenset()
+
+
+BLOCK_ROWS = 16  # a tensor-core GEMV's block: 16 weight rows an mma
+
+
+def item_rows(sched: Schedule, kernel: int) -> int:
+    """The rows one item of a GEMV dealt to the item spans: a block's 16 where its items are block pages
+    (Schedule.block_items), else 1 (a row's segment)."""
+    return BLOCK_ROWS if kernel in sched.block_items else 1
 
 
 def unit_rows(sched: Schedule, kernel: int) -> int:
-    """The rows a GEMV's outputs are completed together: 2 where they are handed over as tagged pairs, else 1."""
-    return 2 if kernel in sched.pair_rows else 1
+    """The rows a GEMV's outputs are completed together: a block's 16 where its items are block pages, 2 where they
+    are handed over as tagged pairs, else 1."""
+    return BLOCK_ROWS if kernel in sched.block_items else 2 if kernel in sched.pair_rows else 1
 
 
 def lead_rows(ins: Instr, unit: int) -> int:

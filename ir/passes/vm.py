@@ -15,7 +15,7 @@ from kiec.sampling import SamplingParams, sample
 
 from .. import interp
 from . import phases
-from .phases import TOKEN, Instr, Schedule, lead_rows, partials, reads_writes, share_end_rows, unit_rows
+from .phases import TOKEN, Instr, Schedule, item_rows, lead_rows, partials, reads_writes, share_end_rows, unit_rows
 from .program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel
 from .simulate import attention_split, gemv_dots, gemv_finish, gemv_rows, merge_splits, split_rows
 
@@ -97,10 +97,11 @@ class VM:
 
     def trailing_rows(self, ins: Instr) -> range:
         """The rows a GEMV tile dealt to the item completes with the next tile's partials: its last row where it ends
-        mid-row, and the rest of its last unit (none where it ends with a whole unit)."""
-        if ins.kernel not in self.carry:
+        mid-row (its last block's 16 where its items are block pages), and the rest of its last unit (none where it
+        ends with a whole unit)."""
+        if ins.kernel not in self.carry or ins.opcode != "gemv":  # (not select's instruction: the LM head holds it)
             return range(0)
-        return range(ins.hi - (1 if ins.tail else 0), self.end_row(ins))
+        return range(ins.hi - (item_rows(self.s, ins.kernel) if ins.tail else 0), self.end_row(ins))
 
     def gemv_inputs(self, ins: Instr) -> list[tuple[str, int, int, int]]:
         """What a GEMV tile reads, (value, its length, lo, hi): all of x, and its own rows of the residual stream it
@@ -129,10 +130,11 @@ class VM:
             raise ScheduleError(f"gemv kernel {ins.kernel}: dealt to the item with a {k.epilogue} epilogue")
         width, stamp, carry = k.k // segs, ins.counter * 1_000_000 + token, self.carry[ins.kernel]
         first, end, trailing = self.first_row(ins), self.end_row(ins), self.trailing_rows(ins)
+        rows = item_rows(self.s, ins.kernel)  # (an item's rows: its first and last rows start and end alike)
         sums = []  # per row of [first, end): its dot products (gate and up for a SiLU-mul)
         for row in range(ins.lo, end):
-            lo = ins.head if row == ins.lo else 0
-            hi = ins.tail if row == ins.hi - 1 and ins.tail else segs if row < ins.hi else 0
+            lo = ins.head if row < ins.lo + rows else 0
+            hi = ins.tail if ins.hi - rows <= row < ins.hi and ins.tail else segs if row < ins.hi else 0
             own = gemv_dots(k, env, row, row + 1, slice(lo * width, hi * width))  # (none past the share: zeros)
             if row < first:  # the lead unit's: published for the tile before
                 carry["value"][row, :len(own)], carry["stamp"][row] = own, stamp

@@ -306,3 +306,18 @@ def test_item_shares_compile_where_asked(tmp_path, monkeypatch):
         assert not os.path.exists(tmp_path / "bad")
     monkeypatch.setitem(targets.TARGETS, "sm_90", table)
     compile_persistent(model, tmp_path / "art", monkeypatch, persist_item_shares=3)
+
+
+def test_tensor_core_shares_dealt_by_the_page_compile(tmp_path, monkeypatch):
+    # persist_mma_item_shares: every tensor-core GEMV's tile takes MmaShare (SK with MMA) and the kernel defines
+    # KIEC_ITEM_SHARES; nvcc builds it (hidden 1024: the output projection's and gate/up's blocks of 2 and 4 pages)
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=1024, intermediate_size=1024, num_attention_heads=8,
+                 num_key_value_heads=2, vocab_size=1024, num_hidden_layers=1)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16")
+    fields = dict(persist_mma_rows="qkv+o+gate_up+down+head", persist_mma_share_excess=10000,
+                  persist_mma_item_shares="qkv+o+gate_up+down+head")
+    text = persistent_cu(model, **fields)
+    assert "#define KIEC_ITEM_SHARES 1" in text
+    cases = re.findall(r"gemv_tile<T, \d+, 8, \w+, kiec::(\w+), [^>]*, true, kiec::NoConsumerMerge, true>", text)
+    assert set(cases) == {"EPI_STORE", "EPI_RESIDUAL", "EPI_SILU_MUL", "EPI_ARGMAX"}
+    compile_persistent(model, tmp_path / "art", monkeypatch, **fields)

@@ -244,3 +244,42 @@ def test_each_warp_makes_the_x_pieces_it_reads(K, silu, warps=8):
     for warp in range(warps):
         read = {p * steps + warp * run + j for p in range(K // (steps * 16)) for j in range(run)}
         assert read == {s for (s, _), w in made.items() if w == warp}
+
+
+ALL = "qkv+o+gate_up+down+head"  # (persist_mma_rows' default, which the tests' conftest sets to "")
+
+
+def test_kinds_dealt_by_the_page_take_block_items():
+    # persist_mma_item_shares: the tensor-core GEMVs of the kinds named are dealt by the page of a block (the
+    # schedule's block_items, a block's K blocks as item segments): llama-3.1-8b's gate/up (896 blocks of 16 pages
+    # over 132 SMs) takes 108 or 109 pages a share where whole blocks give 104 SMs 112 and 28 SMs 96; its tile
+    # function takes the share (SK) on the tensor cores (MMA), and the others keep whole blocks
+    from kiec.ir.passes.persistent import share_items
+    prog, e, src = emitter("llama-3.1-8b", persist_mma_rows=ALL, persist_mma_item_shares="gate_up")
+    gate_up = {i for i, k in enumerate(prog.kernels) if getattr(k, "epilogue", None) == "silu_mul"}
+    assert set(e.mma_items) == gate_up and set(e.mma_items.values()) == {16} and gate_up <= set(e.mma)
+    assert e.sched.block_items == frozenset(gate_up)
+    for i in gate_up:
+        pages = [share_items(ins, 16, 16) for lst in e.sched.lists for ins in lst if ins.kernel == i]
+        assert sorted(set(pages)) == [108, 109] and sum(pages) == 896 * 16
+    cases = re.findall(r"gemv_tile<T, 4096, 8, true, kiec::EPI_SILU_MUL, [^>]*>", src.files["model.cu"])
+    assert len(cases) == 1 and cases[0].endswith(", true, kiec::NoConsumerMerge, true>")  # (SK, MG, MMA)
+    assert "#define KIEC_ITEM_SHARES 1" in src.files["model.cu"]
+    assert not any(ins.head or ins.tail for lst in e.sched.lists for ins in lst if ins.kernel not in gate_up)
+
+
+def test_a_kind_dealt_by_the_page_leaves_the_share_rule_aside():
+    # llama-3.2-1b's QKV (192 blocks: whole blocks would give 32 rows where rows give 24) stays off the tensor cores by
+    # the share rule, but dealt by the page (4 a block: 5 or 6 pages a share) it takes them
+    prog, e, _ = emitter("llama-3.2-1b", persist_mma_rows=ALL)
+    assert not any(e.gemv_kind(prog.kernels[i]) == "qkv" for i in e.mma)
+    prog, e, _ = emitter("llama-3.2-1b", persist_mma_rows=ALL, persist_mma_item_shares="qkv")
+    assert {e.gemv_kind(prog.kernels[i]) for i in e.mma_items} == {"qkv"} and set(e.mma_items) <= set(e.mma)
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(persist_mma_item_shares="gate"), "persist_mma_item_shares 'gate': gate is no kind of GEMV"),
+    (dict(persist_mma_item_shares="down", persist_tag_parity=1), "persist_mma_item_shares with persist_tag_parity")])
+def test_a_wrong_mma_item_share_field_is_refused_by_name(fields, message):
+    with pytest.raises(ValueError, match=message):
+        emitter("llama-3.2-1b", persist_mma_rows=ALL, **fields)

@@ -402,3 +402,64 @@ def test_item_shares_balance_counts_items(tmp_path):
     head = next(i for i, k in enumerate(prog.kernels) if getattr(k, "epilogue", None) == "argmax")
     sched = schedule(prog, 7, tile_rows=32, min_keys=2, item_segs={head: 4})  # (select's instruction is no share)
     assert any(ins.head for lst in sched.lists for ins in lst if ins.kernel == head)
+
+
+def block_item_schedule(tmp_path, sms=5, tags=0, **fields):
+    """persist_mma_item_shares on a tiny qwen3 whose GEMVs are 16-row blocks (hidden 128: 8 blocks; gate/up 192 rows:
+    12): every GEMV of whole blocks dealt by the page of a block (4 K blocks a block). (m, prog, offsets, floats,
+    schedule)."""
+    make_tiny_hf(tmp_path, "qwen3", hidden_size=128, intermediate_size=192)
+    m = kiec.load(str(tmp_path), max_seq_len=16)
+    prog = pipeline.run(m.graph)
+    blocks = {i: 4 for i, k in enumerate(prog.kernels) if hasattr(k, "epilogue") and k.n_out % 16 == 0}
+    plan = tag_plan(prog) if tags else None
+    offsets, floats = plan_buffers(prog, {}, frozenset(plan.writer) if plan else frozenset())
+    sched = schedule(prog, sms, tile_rows=32, slot_of=offsets, min_keys=2, tags=plan, tag_waits=tags,
+                     item_segs=blocks, block_rows=frozenset(blocks), block_items=frozenset(blocks),
+                     pair_rows=frozenset(i for i in blocks if prog.kernels[i].epilogue == "silu_mul"), **fields)
+    return m, prog, offsets, floats, sched
+
+
+@pytest.mark.parametrize("policy,seed,tags", [("eager", 0, 0), ("random", 1, 0), ("random", 2, 1), ("random", 3, 2)])
+def test_block_items_compute_the_graph_on_any_interleaving(tmp_path, policy, seed, tags):
+    # persist_mma_item_shares: a tensor-core GEMV dealt by the page of a block. A share that starts inside a block
+    # publishes the block's 16 rows' sums over its pages; the tile before, ending inside it, completes those rows
+    # with them. Shares are whole blocks' rows, a block's pages in order, each tile writes whole blocks, all of them
+    # once; the VM runs each tile's pages as dealt and holds a trailing block back until the next tile's sums are
+    # this token's (with tags and tag waits too)
+    from kiec.ir.passes.persistent import share_items
+    from kiec.ir.passes.phases import lead_rows, share_end_rows
+    m, prog, offsets, floats, sched = block_item_schedule(tmp_path, tags=tags)
+    for i, segs in sched.item_segs.items():
+        tiles = sorted((ins for lst in sched.lists for ins in lst if ins.kernel == i and ins.opcode == "gemv"),
+                       key=lambda x: x.tile)
+        assert all(ins.lo % 16 == 0 and ins.hi % 16 == 0 for ins in tiles)
+        written = [(ins.lo + lead_rows(ins, 16), share_end_rows(ins, 16)) for ins in tiles]
+        assert [a for a, _ in written] == [0] + [b for _, b in written[:-1]]
+        assert written[-1][1] == prog.kernels[i].n_out
+        sizes = [share_items(ins, segs, 16) for ins in tiles]
+        assert sum(sizes) == prog.kernels[i].n_out // 16 * segs and max(sizes) - min(sizes) <= 1
+    split = [ins for lst in sched.lists for ins in lst if ins.kernel in sched.item_segs and ins.head]
+    assert len(split) >= 8  # (8 blocks of 4 pages over 5 SMs: 7 or 6 pages a share, most starting inside a block)
+    assert_vm_computes_the_model(m, sched, offsets, floats, seed=seed, steps=5, policy=policy)
+
+
+def test_a_wrong_block_item_pairing_is_caught(tmp_path):
+    # the next tile's head moved by a page: the schedule check names the tile, and the VM (which does not check it)
+    # adds a page twice, so the logits are not the model's; a share that is not whole blocks' rows is refused by name
+    from kiec.ir.passes.persistent import check_item_shares
+    m, prog, offsets, floats, sched = block_item_schedule(tmp_path)
+    trailing = next(ins for lst in sched.lists for ins in lst if ins.kernel in sched.item_segs and ins.tail > 1)
+    bad = dataclasses.replace(sched, lists=[[dataclasses.replace(ins, head=ins.head - 1)
+                                             if ins.kernel == trailing.kernel and ins.tile == trailing.tile + 1 else ins
+                                             for ins in lst] for lst in sched.lists])
+    with pytest.raises(ValueError, match=rf"{prog.kernels[trailing.kernel].name} tile {trailing.tile + 1}: rows"):
+        check_item_shares(bad)
+    with pytest.raises(AssertionError):
+        assert_vm_computes_the_model(m, bad, offsets, floats, seed=0, steps=2)
+    odd = dataclasses.replace(sched, lists=[[dataclasses.replace(ins, hi=ins.hi - 1) if ins == trailing else ins
+                                             for ins in lst] for lst in sched.lists])
+    with pytest.raises(ValueError, match=r"in whole 16-row blocks"):
+        check_item_shares(odd)
+    with pytest.raises(ValueError, match=r"block items need 16-row blocks"):
+        schedule(prog, 5, block_items=frozenset({trailing.kernel}))

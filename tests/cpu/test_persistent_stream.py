@@ -38,9 +38,9 @@ def expected_pages(e: _PersistentEmitter, p0: int, p_end: int, page: int) -> lis
                 item, row = k.k // 8 // segs * 16, 2 * k.k
                 per_page, items = page // (item * (2 if silu else 1)), share_items(ins, segs)
                 packed = "+".join(k.weights)
-                if ins.kernel in e.mma:  # (persist_mma_rows: 16-row blocks of a K block each, a copy of their own)
-                    width = e.mma_width(k)
-                    item, items, packed = 16 * width * 2, (ins.hi - ins.lo) // 16 * (k.k // width), \
+                if ins.kernel in e.mma:  # (persist_mma_rows: 16-row blocks of a K block each, a copy of their own;
+                    width = e.mma_width(k)  # persist_mma_item_shares: from page head of the first to tail of the last)
+                    item, items, packed = 16 * width * 2, share_items(ins, k.k // width, 16), \
                         f"{packed}@blocks16x{width}"
                     per_page = page // (item * (2 if silu else 1))
                 base = e.lay.entries[packed].offset + ins.lo * row + ins.head * item
@@ -51,11 +51,11 @@ def expected_pages(e: _PersistentEmitter, p0: int, p_end: int, page: int) -> lis
     return out
 
 
-def run_walk(tmp_path, family, page, sms, p0, p_end, kept=False, **target_fields):
-    """The emitter for a tiny model of `family`, and the host page walk's lines: its pages, and its "kv" lines
-    (kept: the walk that keeps a share's walk, persist_walk_kept)."""
+def run_walk(tmp_path, family, page, sms, p0, p_end, kept=False, hidden=256, inter=640, **target_fields):
+    """The emitter for a tiny model of `family` (hidden, intermediate sizes), and the host page walk's lines: its pages,
+    and its "kv" lines (kept: the walk that keeps a share's walk, persist_walk_kept)."""
     import dataclasses
-    make_tiny_hf(tmp_path / "hf", family, hidden_size=256, intermediate_size=640)
+    make_tiny_hf(tmp_path / "hf", family, hidden_size=hidden, intermediate_size=inter)
     prog = pipeline.run(kiec.load(str(tmp_path / "hf"), max_seq_len=64).graph)
     t = dataclasses.replace(target("sm_90"), sms=sms, persist_page_bytes=page, **target_fields)
     e = _PersistentEmitter(prog, "bf16", 64, t)
@@ -65,7 +65,7 @@ def run_walk(tmp_path, family, page, sms, p0, p_end, kept=False, **target_fields
     (tmp_path / "starts.bin").write_bytes(struct.pack(f"<{len(starts) + 1}i", *starts, sum(map(len, e.sched.lists))))
     (tmp_path / "kernels.bin").write_bytes(b"".join(e.descs))
     exe = nvcc_build(tmp_path, os.path.join(HERE, "page_walk.cu"), "-std=c++17",
-                     f"-DKIEC_ITEM_SHARES={int(bool(e.item_shares))}")
+                     f"-DKIEC_ITEM_SHARES={int(bool(e.item_shares or e.mma_items))}")
     r = subprocess.run([exe, str(tmp_path), str(p0), str(p_end), str(page), str(int(kept))], capture_output=True,
                        text=True, check=True)
     lines = r.stdout.splitlines()
@@ -184,3 +184,18 @@ def test_the_staged_instructions_place_wraps_as_the_division_would(tmp_path):
     exe = nvcc_build(tmp_path, os.path.join(HERE, "instr_ahead.cu"), "-std=c++17")
     r = subprocess.run([exe], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "1440 cases, 0 wrong", r.stdout[-2000:]
+
+
+@pytest.mark.parametrize("kept", [False, True])
+def test_the_stream_copies_a_block_shares_pages_from_its_head_to_its_tail(tmp_path, kept):
+    # persist_mma_item_shares: tensor-core GEMVs dealt by the page of a block (hidden 1024: the output projection's 64
+    # blocks of 2 pages, gate/up's 64 of 4, over 13 SMs), so shares start and end inside blocks: the walk copies
+    # each share's pages from its head page on, contiguous across its blocks, to its tail
+    mma = dict(persist_mma_rows="qkv+o+gate_up+down+head", persist_mma_share_excess=10000,
+               persist_mma_item_shares="qkv+o+gate_up+down+head")
+    e, got, _ = run_walk(tmp_path, "llama", 16384, 13, 3, 5, kept, hidden=1024, inter=1024, **mma)
+    assert e.mma_items and set(e.mma_items) <= set(e.mma)
+    want = expected_pages(e, 3, 5, 16384)
+    assert len(got) == len(want) and got == want
+    heads = [ins for lst in e.sched.lists for ins in lst if ins.kernel in e.mma_items and ins.head]
+    assert len(heads) > 13 and any(ins.tail for ins in heads)

@@ -153,6 +153,36 @@ def test_tensor_core_rows_within_budget(tmp_path, monkeypatch, family, hidden, i
     greedy_alike(eng, graph, tokens[:5], 40)
 
 
+def test_tensor_core_shares_dealt_by_the_page_within_budget(tmp_path, monkeypatch):
+    # persist_mma_item_shares (gemv_mma.cuh: MmaShare) on every tensor-core GEMV: gate/up's 272 blocks of 4 pages and
+    # the LM head's 2048 of 2 over 132 SMs start inside blocks in 24 and 64 of their shares, a lead block's
+    # sums handed to the tile before as tagged words; QKV's and the output projection's blocks (96, 64) stay whole.
+    # Other bits than whole blocks (a block's sum split in two): the logits over 24 steps within the budget, against
+    # the whole blocks' too, the same bits in a second run (the order of a block's two halves is fixed), and graph
+    # mode's greedy tokens
+    from kiec.ir.passes.persistent import share_items
+    make_tiny_hf(tmp_path / "hf", "llama-tied", hidden_size=1024, intermediate_size=4352, num_attention_heads=16,
+                 num_key_value_heads=4, vocab_size=32768)
+    model = kiec.load(str(tmp_path / "hf"), dtype="bf16", max_seq_len=256)
+    whole = dict(WIDE_FIELDS, persist_mma_rows="qkv+o+gate_up+down+head", persist_mma_share_excess=10000)
+    base = compile_variant(model, tmp_path, monkeypatch, "base", **whole)
+    art = compile_variant(model, tmp_path, monkeypatch, persist_mma_item_shares="qkv+o+gate_up+down+head")
+    assert sum(a[-3:] == ["true", "kiec::NoConsumerMerge", "true"] for a in gemv_tiles(art)) >= 4  # (SK, MMA)
+    eng, ours, r32, r16, tokens = check_against_interpreter(model, art, positions=24)
+    budget_check(ours, r32, r16, "tensor-core shares by the page: logits over 24 positions")
+    blocks = stepped_logits(kiec.Engine(base), tokens)
+    budget_check(ours, r32, blocks, "tensor-core shares by the page against whole blocks' logits")
+    assert np.array_equal(stepped_logits(eng, tokens), ours)
+    graph = kiec.Engine(kiec.compile(model, str(tmp_path / "graph"), mode="graph"))
+    greedy_alike(eng, graph, tokens[:5], 40)
+    from kiec.codegen.persistent import _PersistentEmitter  # (the deal the artifact was built with: heads and tails)
+    from kiec.codegen.targets import target
+    from kiec.ir.passes import pipeline
+    e = _PersistentEmitter(pipeline.run(model.graph), "bf16", 256, target("sm_90"))
+    led = [ins for lst in e.sched.lists for ins in lst if ins.kernel in e.mma_items and ins.head]
+    assert len(led) == 2 * 24 + 64 and all(share_items(ins, e.mma_items[ins.kernel], 16) >= 4 for ins in led)
+
+
 def test_the_default_table_puts_evenly_dealt_gemvs_on_the_tensor_cores(tmp_path, monkeypatch):
     # the table's own persist_mma_rows and share rule (the fixture pins "" for the other tests): gate/up (4224 rows,
     # 264 blocks: 2 a SM) and the LM head (16384 rows: 128 a tile against 125 by the row, +2.4%) take the tensor cores,

@@ -71,13 +71,66 @@ __device__ __forceinline__ void mma_x_pieces(float* xs) {
   __syncwarp();
 }
 
+// persist_mma_item_shares: a tensor-core share dealt by the page of a block (ir/passes/persistent.py: block_items),
+// from K block `head` of its first block to K block `tail` - 1 of its last (0: the whole block at either end). A
+// share that starts inside a block leads it: its sums of the block's 16 rows (gate and up: RPO) over its pages go to
+// its slot of `carry` as tagged words (8 bytes, the phase's word tag), none into acc; the tile before, whose share
+// ends inside that block, trails it: the block's summing warp asks for the next tile's words (the slot after its own)
+// before the block's pages, and after them adds them to its own sums (its pages' first, then the next tile's: other
+// bits than a whole block's, the same bits every run). The tile writes rows [lo + lead_rows(), hi). A generation that
+// ended may never publish them: settle looks at its stop every 1024 loads and then leaves a NaN (the stopped position
+// is not used). Off: whole blocks, nothing published or asked.
+template <bool ON, int RPO>
+struct MmaShare {
+  static constexpr bool DEALT = ON;
+  static constexpr int SLOT = 16 * RPO;  // words a tile's slot (the next tile's follows)
+  int head = 0, tail = 0;
+  unsigned tag = 0u;
+  float* carry = nullptr;  // this tile's slot
+  unsigned long long word = 0ull;  // (the trailing block's summing warp, lane < SLOT: the next tile's word `lane`)
+  MmaShare() = default;  // (a defaulted constructor takes no __device__: nvcc warns it ignores one)
+  template <typename I>  // (persistent_abi.h's Instr)
+  __device__ __forceinline__ MmaShare(const I& ins, unsigned tag_, float* carry_)
+      : head(ins.head), tail(ins.tail), tag(tag_), carry(carry_ + 2 * (size_t)ins.tile * SLOT) {}
+  __device__ __forceinline__ int lead_rows() const { return ON && head ? 16 : 0; }
+  __device__ __forceinline__ bool leads(int b) const { return ON && b == 0 && head; }
+  __device__ __forceinline__ bool trails(int b, int blocks) const { return ON && b == blocks - 1 && tail; }
+  // block b's first page and the page past its last (of PPB)
+  __device__ __forceinline__ int first_page(int b) const { return ON && b == 0 ? head : 0; }
+  template <int PPB>
+  __device__ __forceinline__ int end_page(int b, int blocks) const { return trails(b, blocks) ? tail : PPB; }
+  // the pages of a share of `outs` rows (KIEC_ITEM_SHARES: persistent_args.cuh's block_pages)
+  template <int PPB>
+  __device__ __forceinline__ int pages(int outs) const {
+    return outs / 16 * PPB - (ON ? head + (tail ? PPB - tail : 0) : 0);
+  }
+  __device__ __forceinline__ void publish(int lane, float v) const {
+    if (ON) st_tagged(carry, lane, v, tag);
+  }
+  __device__ __forceinline__ void ask(int i) {
+    if (ON) word = ld_tagged(carry, SLOT + i);
+  }
+  // the trailing block's row sum `mine` (its slot word i) completed with the next tile's word i
+  template <typename Stop>
+  __device__ __forceinline__ float settle(int i, float mine, Stop stopped) {
+    for (unsigned spins = 1; !carries(word, tag); ++spins) {
+      if (spins % 1024 == 0 && stopped()) break;
+      word = ld_tagged(carry, SLOT + i);
+    }
+    return mine + settled_value(word, tag);
+  }
+};
+
 // Every page of a share of `outs` rows (whole 16-row blocks) of a tensor-core GEMV: row j's sum (RPO: gate, up) into
 // acc[j * RPO + r]. xq: mma_x_pieces' fragments; stage: WARPS x 16 x RPO floats (a slot) for each of the share's first
 // two blocks (codegen/persistent.py sizes it). `timed`: the SM cycles this thread waited for pages (else 0). Every
-// compute thread calls it with the same `outs` (a barrier a block).
-template <typename T, int K, int WARPS, bool SILU, typename R>
+// compute thread calls it with the same `outs` (a barrier a block). `share` (persist_mma_item_shares, an MmaShare that
+// is ON): the first block from its head page, the last to its tail; a lead block's sums published, a trailing
+// block's completed with the next tile's (`stopped`: whether the generation ended, for that wait).
+template <typename T, int K, int WARPS, bool SILU, typename R, typename S = MmaShare<false, 1>,
+          typename Stop = bool (*)()>
 __device__ __forceinline__ long long gemv_pages_mma(R& ring, int outs, const float* xq, float* acc, float* stage,
-                                                    bool timed) {
+                                                    bool timed, S share = S(), Stop stopped = nullptr) {
   using M = MmaShape<true, K, SILU, WARPS>;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const uint2* xf = reinterpret_cast<const uint2*>(xq);
@@ -86,7 +139,10 @@ __device__ __forceinline__ long long gemv_pages_mma(R& ring, int outs, const flo
   const int row = (lane & 7) + (lane & 8), khalf = lane >> 4;
   const unsigned row_at = (unsigned)row * M::BW * 2;
   long long waited = 0;
-  for (int b = 0; b < outs / 16; ++b) {
+  const int blocks = outs / 16;
+  for (int b = 0; b < blocks; ++b) {
+    if (share.trails(b, blocks) && warp == b % WARPS && lane < 16 * M::RPO)
+      share.ask((lane & 15) * M::RPO + (lane >> 4));  // (the word its block sum below needs; settle waits for it)
     float d[M::RPO][2][4];  // two chains of mmas a row set
 #pragma unroll
     for (int r = 0; r < M::RPO; ++r)
@@ -94,7 +150,7 @@ __device__ __forceinline__ long long gemv_pages_mma(R& ring, int outs, const flo
       for (int c = 0; c < 2; ++c)
 #pragma unroll
         for (int e = 0; e < 4; ++e) d[r][c][e] = 0.f;
-    for (int p = 0; p < M::PPB; ++p) {
+    for (int p = share.first_page(b); p < share.template end_page<M::PPB>(b, blocks); ++p) {
       const long long c0 = timed ? clock64() : 0;
       const unsigned page = smem_addr(ring.next_page());
       if (timed) waited += clock64() - c0;
@@ -130,6 +186,13 @@ __device__ __forceinline__ long long gemv_pages_mma(R& ring, int outs, const flo
       float v = 0.f;
 #pragma unroll
       for (int w = 0; w < WARPS; ++w) v += st[(w * M::RPO + r) * 16 + g];
+      if constexpr (S::DEALT) {
+        if (share.leads(b)) {
+          share.publish(g * M::RPO + r, v);  // (the slot's word of row g: gate, up)
+          continue;
+        }
+        if (share.trails(b, blocks)) v = share.settle(g * M::RPO + r, v, stopped);
+      }
       acc[(b * 16 + g) * M::RPO + r] = v;
     }
   }

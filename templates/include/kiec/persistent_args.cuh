@@ -82,6 +82,11 @@ __host__ __device__ __forceinline__ int instr_ahead(int begin, int end, int i, i
 __host__ __device__ __forceinline__ int share_items(const Instr& ins, int segs) {
   return KIEC_ITEM_SHARES ? item_count(ins.lo, ins.hi, ins.head, ins.tail, segs) : (ins.hi - ins.lo) * segs;
 }
+// The pages of a tensor-core GEMV instruction (whole 16-row blocks of `ppb` pages; persist_mma_item_shares: from page
+// ins.head of its first block to page ins.tail - 1 of its last, 0 whole).
+__host__ __device__ __forceinline__ int block_pages(const Instr& ins, int ppb) {
+  return (ins.hi - ins.lo) / 16 * ppb - (KIEC_ITEM_SHARES ? ins.head + (ins.tail ? ppb - ins.tail : 0) : 0);
+}
 
 // Whether the generation has passed this turn's position: the host's stop, or the end the select tile set, at or
 // before it (a volatile load: the host writes it through mapped memory, the select tile from another SM).

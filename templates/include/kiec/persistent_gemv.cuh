@@ -99,6 +99,8 @@ __device__ __forceinline__ void gemv_epilogue(const Turn& u, const float* acc, c
 // MMA (persist_mma_rows; x staged in the scratch, one item at a time, no probe): the dot products on the tensor cores
 // over the weights' 16-row blocks (gemv_mma.cuh), the share whole blocks; x's pieces made in the scratch after the
 // prologue, one sum a row in acc (other bits than the FMA tile's: x to 16 significant bits, the tensor cores' order).
+// With SK (persist_mma_item_shares) the share is dealt by the page of a block instead (MmaShare: a lead block's sums
+// published at `carry`, a trailing block completed with the next tile's).
 template <typename T, int K, int WARPS, bool NORM, int EPI, bool BIAS, int SEGS, bool DIRECT = false, bool TX = false,
           bool TY = false, int TWICE = 0, bool WNORM = false, int BATCH = 0, bool HALF = false, bool SUMS = false,
           int ITEMS = 1, bool WCOPY = false, bool PX = false, bool PY = false, bool SK = false,
@@ -122,22 +124,24 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
   static_assert(!MG::ON || (TX && STAGED && !NORM && !PX && !SK && !SUMS && TWICE == 0 && !KIEC_TAG_WAITS),
                 "x merged from attention's partials: tagged, copied into the scratch, no norm, pairs, share, probe "
                 "or tag waits");
-  static_assert(!MMA || (STAGED && !HALF && !SK && !MG::ON && TWICE == 0 && ITEMS == 1 && !SUMS
-                         && !KIEC_PROBE_WARM_CODE),
-                "tensor-core dots: x staged in the scratch, one item at a time, no consumer merge, share or probe");
+  static_assert(!MMA || (STAGED && !HALF && !MG::ON && TWICE == 0 && ITEMS == 1 && !SUMS && !KIEC_PROBE_WARM_CODE),
+                "tensor-core dots: x staged in the scratch, one item at a time, no consumer merge or probe");
   using M = MmaShape<MMA, K, G::SILU, WARPS>;
   constexpr int PARTS = MMA ? 1 : SEGS;  // sums a row in acc: a segment's, or the row's
   const int merge_active = MG::in_use(u.pos, u.desc->window);  // (MG::ON: the attention's splits in use)
   constexpr int UNIT = PY ? 2 : 1;  // (SK: the rows completed together)
   const int lo = u.ins->lo, outs = u.ins->hi - lo;  // the rows the share touches
-  ItemShare<SK, SEGS, UNIT, G::ROWS_PER_OUT> share;
-  if constexpr (SK) share = ItemShare<SK, SEGS, UNIT, G::ROWS_PER_OUT>(*u.ins, word_tag(u, u.ins->counter), carry);
+  constexpr bool ISK = SK && !MMA, MSK = SK && MMA;  // (dealt to the row segment: ItemShare; by the page: MmaShare)
+  ItemShare<ISK, SEGS, UNIT, G::ROWS_PER_OUT> share;
+  if constexpr (ISK) share = ItemShare<ISK, SEGS, UNIT, G::ROWS_PER_OUT>(*u.ins, word_tag(u, u.ins->counter), carry);
+  MmaShare<MSK, M::RPO> mshare;
+  if constexpr (MSK) mshare = MmaShare<MSK, M::RPO>(*u.ins, word_tag(u, u.ins->counter), carry);
   // it writes rows [lo + lead_rows(), lo + end_rows()) (the end read from the instruction where used: registers)
-  auto lead_rows = [&] { return share.lead_rows(); };
-  auto end_rows = [&] { return share.end_rows(*u.ins, outs); };
+  auto lead_rows = [&] { return MSK ? mshare.lead_rows() : share.lead_rows(); };
+  auto end_rows = [&] { return share.end_rows(*u.ins, outs); };  // (MmaShare: whole blocks, to the share's end)
   float* xs = smem;  // K: the prologue's output (STAGED), or WARP_COPY_FLOATS a warp (WCOPY: a round of its segment)
   float* acc = smem + (STAGED ? K : WCOPY ? WARPS * WARP_COPY_FLOATS : 0);  // [ROWS_PER_OUT * rows][PARTS]: row sums
-  float* red = acc + G::ROWS_PER_OUT * (SK ? outs + UNIT - 1 : outs) * PARTS;  // WARPS (past a trailing unit's rows)
+  float* red = acc + G::ROWS_PER_OUT * (ISK ? outs + UNIT - 1 : outs) * PARTS;  // WARPS (past a trailing unit's rows)
   float* stage = red + WARPS;  // (MMA: the block sums' slots)
 
   Prologue<T, K, NORM && !WNORM, WARPS * 32, PX> prologue;
@@ -202,9 +206,9 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
       // (the traced step's count of the share's pages landed, by warp 0 at once: thread 0 counting alone, a look a
       // page, held its warp's dots back ~0.13 us a page, thirty-second session)
       if (traced_step(u) && threadIdx.x < 32) {
-        const int items = SK ? share_items(*u.ins, SEGS) : outs * SEGS;
-        const int landed = ring.landed_warp(MMA ? outs / 16 * M::PPB : (items + G::PER_PAGE - 1) / G::PER_PAGE,
-                                            threadIdx.x);
+        const int items = ISK ? share_items(*u.ins, SEGS) : outs * SEGS;
+        const int landed = ring.landed_warp(MMA ? mshare.template pages<M::PPB>(outs)
+                                                : (items + G::PER_PAGE - 1) / G::PER_PAGE, threadIdx.x);
         if (threadIdx.x == 0) trace_row(u)[TR_PAGES_READY] = landed;
       }
       if constexpr (TX && DIRECT)
@@ -223,12 +227,13 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
 #if KIEC_TRACE_DOTS
       if (traced_step(u) && (threadIdx.x & 31) == 0) dot_stamps()[0][threadIdx.x >> 5] = global_ns();
 #endif
-      waited = gemv_pages_mma<T, K, WARPS, G::SILU>(ring, outs, xs, acc, stage, traced_step(u));
+      waited = gemv_pages_mma<T, K, WARPS, G::SILU>(ring, outs, xs, acc, stage, traced_step(u), mshare,
+                                                    [&] { return stop_reached(u); });
 #if KIEC_TRACE_DOTS
       if (traced_step(u) && (threadIdx.x & 31) == 0) dot_stamps()[1][threadIdx.x >> 5] = global_ns();
 #endif
     } else if constexpr (HALF) waited = gemv_pages_half<T, G, WARPS, SEGS>(ring, outs * SEGS, xr, acc, traced_step(u));
-    else if constexpr (SK) waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(
+    else if constexpr (ISK) waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(
         ring, share_items(*u.ins, SEGS), xr, acc, traced_step(u), false, &share, u.ins);  // (publishes, asks)
     else waited = gemv_pages<T, G, WARPS, SEGS, TWICE, BATCH, ITEMS>(ring, dry ? min(outs * SEGS, G::PER_PAGE)
                                                                            : outs * SEGS, xr, acc,
@@ -243,7 +248,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
     return false;
   }
   if (tracing(u)) trace_row(u)[TR_PAGE_WAIT_CYCLES] = waited;
-  if constexpr (SK) share.settle(acc, u, threadIdx.x >> 5, threadIdx.x & 31);  // (the trailing unit's rest)
+  if constexpr (ISK) share.settle(acc, u, threadIdx.x >> 5, threadIdx.x & 31);  // (the trailing unit's rest)
   prologue.publish_late(red);
   sync_block();
   trace(u, TR_SUMS_DONE);

@@ -168,7 +168,7 @@ struct PageWalk {
         const KernelDesc& d = a->kernels[ins.kernel];
         if (KEPT && first > 0) continue;  // (its pages are done: the test above walked them)
         per_page = items_per_page(PAGE, d.item_bytes, d.flags & FLAG_SILU);
-        items = d.flags & FLAG_BLOCKS ? (ins.hi - ins.lo) / 16 * (16 * d.row_bytes / d.item_bytes)  // (gemv_mma.cuh)
+        items = d.flags & FLAG_BLOCKS ? block_pages(ins, 16 * d.row_bytes / d.item_bytes)  // (gemv_mma.cuh)
                                       : share_items(ins, d.row_bytes / d.item_bytes);
         if (items <= (KEPT ? 0 : first)) continue;  // (KEPT: first is 0 here)
         item_bytes = d.item_bytes;
