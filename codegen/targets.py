@@ -319,8 +319,9 @@ class TargetParams:
     # inside one publishes its 16 rows' sums over its pages of it as tagged words (gemv_mma.cuh: MmaShare); the tile
     # before, whose share ends inside that block, completes those rows with them: its pages' sums first, then the next
     # tile's (other bits than whole blocks: a block's sum split in two). The share rule (persist_mma_share_excess) does
-    # not apply to them. Not with parity tags. "": none. llama-3.1-8b's gate/up (896 blocks over 132 SMs: 104 take 7,
-    # 28 take 6) ends 2.1 us after its median tile on an H100 (sixty-eighth session's trace); not timed yet
+    # not apply to them. Not with parity tags. "": none. Slower on an H100 (sixty-eighth session, codegen/TUNING.md):
+    # gate/up so dealt +0.2% on llama-3.1-8b (its gate/up 1.1 us a layer shorter, the phases after it as much longer),
+    # +2.2% on llama-3.2-1b, +2.4% on qwen3-1.7b, every kind +1.3% on llama-3.2-1b
     persist_mma_item_shares: str = ""
     # persistent: 1: persist_attn_spare_splits spares only as many SMs as leave the output projection's busiest share
     # no larger than with every SM (in its units: rows, or blocks of 16 rows on the tensor cores). Without it
