@@ -328,6 +328,19 @@ def test_item_shares_compute_the_graph_on_any_interleaving(tmp_path, policy, see
     assert_vm_computes_the_model(m, sched, offsets, floats, seed=seed, steps=5)
 
 
+def assert_a_moved_head_is_caught(m, prog, sched, trailing, offsets, floats):
+    """With the head of the tile after `trailing` moved back by one item, check_item_shares names that tile and the VM
+    (which does not check it) adds an item twice, so its logits are not the model's."""
+    from kiec.ir.passes.persistent import check_item_shares
+    bad = dataclasses.replace(sched, lists=[[dataclasses.replace(ins, head=ins.head - 1)
+                                             if ins.kernel == trailing.kernel and ins.tile == trailing.tile + 1 else ins
+                                             for ins in lst] for lst in sched.lists])
+    with pytest.raises(ValueError, match=rf"{prog.kernels[trailing.kernel].name} tile {trailing.tile + 1}: rows"):
+        check_item_shares(bad)
+    with pytest.raises(AssertionError):
+        assert_vm_computes_the_model(m, bad, offsets, floats, seed=0, steps=2)
+
+
 def test_a_wrong_item_pairing_is_caught(tmp_path):
     # a tile that trails a row must take the segments the next tile does not: with the next tile's head moved by one
     # segment, the schedule check names it, and the VM (which does not check it) adds a segment twice and the logits
@@ -336,13 +349,7 @@ def test_a_wrong_item_pairing_is_caught(tmp_path):
     m, prog, _, weights, offsets, floats = setup(tmp_path)
     sched = schedule(prog, 7, tile_rows=32, slot_of=dict(offsets), min_keys=2, item_segs=residual_gemvs(prog))
     trailing = next(ins for lst in sched.lists for ins in lst if ins.kernel in sched.item_segs and ins.tail > 1)
-    bad = dataclasses.replace(sched, lists=[[dataclasses.replace(ins, head=ins.head - 1)
-                                             if ins.kernel == trailing.kernel and ins.tile == trailing.tile + 1 else ins
-                                             for ins in lst] for lst in sched.lists])
-    with pytest.raises(ValueError, match=rf"{prog.kernels[trailing.kernel].name} tile {trailing.tile + 1}: rows"):
-        check_item_shares(bad)
-    with pytest.raises(AssertionError):
-        assert_vm_computes_the_model(m, bad, offsets, floats, seed=0, steps=2)
+    assert_a_moved_head_is_caught(m, prog, sched, trailing, offsets, floats)
     # the trailing tile moved onto the SM of the tile it waits for (which would then run after it): refused by name
     after = next(sm for sm, lst in enumerate(sched.lists) for ins in lst
                  if ins.kernel == trailing.kernel and ins.tile == trailing.tile + 1)
@@ -450,13 +457,7 @@ def test_a_wrong_block_item_pairing_is_caught(tmp_path):
     from kiec.ir.passes.persistent import check_item_shares
     m, prog, offsets, floats, sched = block_item_schedule(tmp_path)
     trailing = next(ins for lst in sched.lists for ins in lst if ins.kernel in sched.item_segs and ins.tail > 1)
-    bad = dataclasses.replace(sched, lists=[[dataclasses.replace(ins, head=ins.head - 1)
-                                             if ins.kernel == trailing.kernel and ins.tile == trailing.tile + 1 else ins
-                                             for ins in lst] for lst in sched.lists])
-    with pytest.raises(ValueError, match=rf"{prog.kernels[trailing.kernel].name} tile {trailing.tile + 1}: rows"):
-        check_item_shares(bad)
-    with pytest.raises(AssertionError):
-        assert_vm_computes_the_model(m, bad, offsets, floats, seed=0, steps=2)
+    assert_a_moved_head_is_caught(m, prog, sched, trailing, offsets, floats)
     odd = dataclasses.replace(sched, lists=[[dataclasses.replace(ins, hi=ins.hi - 1) if ins == trailing else ins
                                              for ins in lst] for lst in sched.lists])
     with pytest.raises(ValueError, match=r"in whole 16-row blocks"):
