@@ -120,3 +120,18 @@ def test_a_share_dealt_to_the_item_counts_its_items(tmp_path):
     item = k.k // 5 * c.element_bytes
     assert max(shares) - min(shares) <= item
     assert any(ins.head or ins.tail for lst in sched.lists for ins in lst if ins.kernel == down)
+
+
+def test_a_share_of_block_pages_counts_its_pages(tmp_path):
+    # persist_mma_item_shares: a tensor-core GEMV dealt by the page of a 16-row block; a share's bytes are its pages'
+    # (16 rows of a K block each), adding up to the GEMV's weights, none a page over another
+    make_tiny_hf(tmp_path / "hf", "llama", hidden_size=256, intermediate_size=640)
+    prog = pipeline.run(kiec.load(str(tmp_path / "hf"), max_seq_len=128).graph)
+    o = next(i for i, k in enumerate(prog.kernels) if isinstance(k, GemvKernel) and k.epilogue == "residual")
+    sched = schedule(prog, 7, item_segs={o: 4}, block_rows=frozenset({o}), block_items=frozenset({o}))
+    c = time_model.Costs()
+    shares = [time_model.share_bytes(sched, ins, c) for lst in sched.lists for ins in lst if ins.kernel == o]
+    k = prog.kernels[o]
+    page = 16 * (k.k // 4) * c.element_bytes
+    assert sum(shares) == k.n_out * k.k * c.element_bytes and max(shares) - min(shares) == page
+    assert any(ins.head for lst in sched.lists for ins in lst if ins.kernel == o)
