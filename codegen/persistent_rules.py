@@ -240,7 +240,8 @@ class PersistentRules:
         """persist_mma_rows: the GEMVs (by index) whose dot products run on the tensor cores (gemv_mma.cuh), those of
         the kinds it names that can: n a multiple of 16, K of the block width (mma_width), x staged in the scratch
         (not x direct, a warp's own copy or the norm in the warps), no item shares, consumer merge or probe, and
-        dealt in whole blocks about as evenly as by the row (persist_mma_share_excess); none unless the ring's pages
+        dealt in whole blocks about as evenly as by the row (persist_mma_share_excess; not asked of the kinds
+        persist_mma_item_shares deals by the page: mma_item_kinds); none unless the ring's pages
         are 16 KB (a block's) and the warps divide a page's 16 or 32 steps, nor with fp16 weights: x's pieces are
         then fp16 too, which overflows past 65504 (a down projection's input may) where the FMA tile reads x in fp32."""
         text = self.t.persist_mma_rows.strip()
