@@ -11,7 +11,7 @@ import struct
 
 from kiec.errors import ModeUnsupported  # a model this mode cannot build (graph mode may): kiec.compile falls back
 from kiec.ir.passes.persistent import attention_splits, output_projections, schedule, share_items
-from kiec.ir.passes.phases import Schedule, partials
+from kiec.ir.passes.phases import Schedule, item_rows, partials
 from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program
 from kiec.ir.passes.tags import tag_parity, tag_plan
 
@@ -166,10 +166,9 @@ class _PersistentEmitter(PersistentRules, _Emitter):
         manifest's schedule carries them for the trace's views (scripts/trace_summary.py: long_last)."""
         k = self.p.kernels[ins.kernel]
         if ins.opcode != "gemv" or not isinstance(k, GemvKernel):
-            return 0
-        if ins.kernel in self.mma_items:  # (a block's pages)
-            return share_items(ins, self.mma_items[ins.kernel], 16)
-        return share_items(ins, self.segments(k))
+            return 0  # (dealt to the item: the schedule's items, a row's segments or a block's pages)
+        segs = self.sched.item_segs.get(ins.kernel, self.segments(k))
+        return share_items(ins, segs, item_rows(self.sched, ins.kernel))
 
     def partial_slots(self, k: AttentionKernel) -> int:
         """An attention kernel's partials: one (o, m, l) per query head and split."""
@@ -264,7 +263,7 @@ class _PersistentEmitter(PersistentRules, _Emitter):
                    + ((self.arena[partials(merge) + ".o"], self.arena[partials(merge) + ".ml"]) if merge else ()))
         staged = not direct and not wnorm  # x in the scratch: all of it, or a round of its segment a warp (warp_copy)
         x_floats = (self.warps * WARP_COPY_FLOATS if warp_copy else k.k) if staged else 0
-        rows += 1 if sk and not mma and k.out in self.paired else 0  # (a trailing pair's row past the share's: ItemShare)
+        rows += 1 if sk and not mma and k.out in self.paired else 0  # (ItemShare: a trailing pair's row past the share)
         # acc (a sum a segment of each row, or a row's with mma), the warps' words and mma's two slots of block sums
         # (gemv_mma.cuh: gemv_pages_mma's stage, a slot for each of a share's first two blocks)
         staging = min(2, rows // 16) * self.warps * 16 * (2 if silu else 1) if mma else 0
@@ -386,7 +385,8 @@ class _PersistentEmitter(PersistentRules, _Emitter):
             merge_loads=self.t.persist_merge_loads,
             dot_item_chunks=self.t.persist_dot_item_chunks, stage_instrs=self.t.persist_stage_instrs,
             norm_w_raw=int(bool(self.t.persist_norm_w_raw)),
-            norm_late_scale=int(bool(self.t.persist_norm_late_scale)), item_shares=int(bool(self.item_shares or self.mma_items)),
+            norm_late_scale=int(bool(self.t.persist_norm_late_scale)),
+            item_shares=int(bool(self.item_shares or self.mma_items)),
             select_host_late=int(bool(self.t.persist_select_host_late)),
             evict_first=int(bool(self.t.persist_evict_first)),
             walk_kept=int(bool(self.t.persist_walk_kept and paced)), page_pace_ns=pace,

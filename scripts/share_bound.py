@@ -14,8 +14,7 @@ import sys
 
 from kiec.codegen import targets
 from kiec.codegen.persistent import _PersistentEmitter
-from kiec.ir.passes.persistent import share_items, share_weights
-from kiec.ir.passes.phases import item_rows
+from kiec.ir.passes.persistent import dealt_weights, share_weights
 from kiec.ir.passes.program import GemvKernel
 
 import kiec
@@ -39,8 +38,7 @@ def phase_shares(em: _PersistentEmitter) -> dict[int, list[int]]:
         for ins in lst:
             k = em.p.kernels[ins.kernel]
             if isinstance(k, GemvKernel) and ins.opcode == "gemv":
-                segs, rows = em.sched.item_segs.get(ins.kernel, 1), item_rows(em.sched, ins.kernel)
-                shares.setdefault(ins.counter, []).append(share_weights(k, share_items(ins, segs, rows), segs, rows))
+                shares.setdefault(ins.counter, []).append(dealt_weights(em.sched, ins))
     return shares
 
 

@@ -33,8 +33,8 @@ import math
 import sys
 
 from kiec.codegen.targets import with_fields
-from kiec.ir.passes.persistent import share_items, share_weights
-from kiec.ir.passes.phases import Schedule, item_rows
+from kiec.ir.passes.persistent import dealt_weights
+from kiec.ir.passes.phases import Schedule
 from kiec.ir.passes.program import AttentionKernel, GemvKernel
 from kiec.ir.passes.simulate import split_rows
 
@@ -63,17 +63,10 @@ class Costs:
     element_bytes: int = 2  # bf16 weights
 
 
-def gemv_bytes(k: GemvKernel, rows: int, c: Costs, segs: int = 1, item_rows: int = 1) -> int:
-    """A share's weight bytes: `rows` whole rows, or with `segs` (a GEMV dealt to the item, persist_item_shares) that
-    many items of its rows' `segs` segments each (share_items), each `item_rows` rows (a block's page: 16)."""
-    return share_weights(k, rows, segs, item_rows) * c.element_bytes
-
-
 def share_bytes(sched: Schedule, ins, c: Costs) -> int:
     """A GEMV instruction's weight bytes as dealt: its rows, or its items where the schedule deals it to the item (a
     row's segments, or a block's pages: persist_mma_item_shares)."""
-    segs, rows = sched.item_segs.get(ins.kernel, 1), item_rows(sched, ins.kernel)
-    return gemv_bytes(sched.program.kernels[ins.kernel], share_items(ins, segs, rows), c, segs, rows)
+    return dealt_weights(sched, ins) * c.element_bytes
 
 
 def simulate(sched: Schedule, c: Costs, tokens: int = 3, pos0: int = 64, done: dict | None = None,

@@ -309,6 +309,13 @@ def share_weights(k: GemvKernel, items: int, segs: int = 1, rows: int = 1) -> in
     return items * rows * (2 if k.epilogue == "silu_mul" else 1) * (k.k // segs)
 
 
+def dealt_weights(sched: Schedule, ins: Instr) -> int:
+    """Weight elements a GEMV instruction reads as the schedule dealt it: its rows, or its items where it is dealt to
+    the item (a row's segments, or a block's pages: item_rows)."""
+    segs, rows = sched.item_segs.get(ins.kernel, 1), item_rows(sched, ins.kernel)
+    return share_weights(sched.program.kernels[ins.kernel], share_items(ins, segs, rows), segs, rows)
+
+
 def balance(sched: Schedule) -> dict:
     """How evenly the weights are dealt (counted in elements: the bounds are ratios). phase_bound: the share of the memory ceiling the schedule can
     reach if each kernel ends when its busiest SM does (sum of per-kernel means / sum of per-kernel maxima);
@@ -318,8 +325,7 @@ def balance(sched: Schedule) -> dict:
         for ins in lst:
             k = sched.program.kernels[ins.kernel]
             if isinstance(k, GemvKernel):
-                segs, rows = sched.item_segs.get(ins.kernel, 1), item_rows(sched, ins.kernel)
-                per[ins.kernel][where] += share_weights(k, share_items(ins, segs, rows), segs, rows)
+                per[ins.kernel][where] += dealt_weights(sched, ins)
     busy = [row for row in per if any(row)]
     total = [sum(row[j] for row in busy) for j in range(sched.sms)]
     return dict(phase_bound=sum(sum(r) / sched.sms for r in busy) / sum(max(r) for r in busy),

@@ -99,11 +99,6 @@ struct MmaShare {
   __device__ __forceinline__ int first_page(int b) const { return ON && b == 0 ? head : 0; }
   template <int PPB>
   __device__ __forceinline__ int end_page(int b, int blocks) const { return trails(b, blocks) ? tail : PPB; }
-  // the pages of a share of `outs` rows (KIEC_ITEM_SHARES: persistent_args.cuh's block_pages)
-  template <int PPB>
-  __device__ __forceinline__ int pages(int outs) const {
-    return outs / 16 * PPB - (ON ? head + (tail ? PPB - tail : 0) : 0);
-  }
   __device__ __forceinline__ void publish(int lane, float v) const {
     if (ON) st_tagged(carry, lane, v, tag);
   }

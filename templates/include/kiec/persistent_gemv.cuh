@@ -207,8 +207,8 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
       // page, held its warp's dots back ~0.13 us a page, thirty-second session)
       if (traced_step(u) && threadIdx.x < 32) {
         const int items = ISK ? share_items(*u.ins, SEGS) : outs * SEGS;
-        const int landed = ring.landed_warp(MMA ? mshare.template pages<M::PPB>(outs)
-                                                : (items + G::PER_PAGE - 1) / G::PER_PAGE, threadIdx.x);
+        const int landed = ring.landed_warp(MMA ? block_pages(*u.ins, M::PPB) : (items + G::PER_PAGE - 1) / G::PER_PAGE,
+                                            threadIdx.x);
         if (threadIdx.x == 0) trace_row(u)[TR_PAGES_READY] = landed;
       }
       if constexpr (TX && DIRECT)
