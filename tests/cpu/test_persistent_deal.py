@@ -464,3 +464,75 @@ def test_a_wrong_block_item_pairing_is_caught(tmp_path):
         check_item_shares(odd)
     with pytest.raises(ValueError, match=r"block items need 16-row blocks"):
         schedule(prog, 5, block_items=frozenset({trailing.kernel}))
+
+
+def capped_phases(prog, sched) -> list[tuple[str, set[int], list[tuple[int, int]]]]:
+    """(opcode, SMs, sorted row ranges) of each phase in the schedule's order."""
+    out = []
+    for c, (i, opcode) in enumerate(sched.phases):
+        tiles = [(sm, ins) for sm, lst in enumerate(sched.lists) for ins in lst if ins.counter == c]
+        out.append((opcode, {sm for sm, _ in tiles}, sorted((ins.lo, ins.hi) for _, ins in tiles)))
+    return out
+
+
+@pytest.mark.parametrize("policy,seed,tagged", [("eager", 0, False), ("random", 1, False), ("random", 2, True)])
+def test_gemv_sms_deals_a_layers_gemvs_over_that_many_sms_in_turn_and_the_vm_agrees(tmp_path, policy, seed, tagged):
+    # persist_gemv_sms 3 on 7 SMs: each of a layer's GEMVs (not the LM head) takes 3 SMs, the next GEMV the 3 after
+    # its last (past the spared split's), every row still dealt once; with attention's words tagged and read as they
+    # land (tag waits), or not. The schedule computes the model either way
+    make_tiny_hf(tmp_path, "qwen3")
+    m = kiec.load(str(tmp_path), max_seq_len=16)
+    prog = pipeline.run(m.graph)
+    layer = frozenset(i for i, k in enumerate(prog.kernels) if getattr(k, "epilogue", None) not in (None, "argmax")
+                      and type(k).__name__ == "GemvKernel")
+    if tagged:
+        plan = tag_plan(prog, attention=True)
+        offsets, floats = plan_buffers(prog, {}, frozenset(plan.writer))
+        extra = dict(tags=plan, tag_waits=1)
+    else:
+        offsets, floats = plan_buffers(prog, {})
+        extra = {}
+    sched = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, spare_splits=1,
+                     gemv_sms={i: 3 for i in layer}, **extra)
+    everyone = schedule(prog, 7, tile_rows=32, slot_of=offsets, min_keys=2, spare_splits=1, **extra)
+    phases_ = capped_phases(prog, sched)
+    gemvs = [(c, sms, rows) for c, ((i, op), (_, sms, rows)) in enumerate(zip(sched.phases, phases_)) if op == "gemv"]
+    assert len(gemvs) > 4
+    for c, sms, rows in gemvs:
+        i = sched.phases[c][0]
+        assert rows[0][0] == 0 and all(a[1] == b[0] for a, b in zip(rows, rows[1:]))
+        assert rows[-1][1] == prog.kernels[i].n_out
+        assert len(sms) == (3 if i in layer else 7), (c, sms)
+    for (c, sms, _), (d, nxt, _) in zip(gemvs, gemvs[1:]):  # (the GEMVs one after the other take turns)
+        if d == c + 1 and sched.phases[d][0] in layer:
+            assert not sms & nxt, (c, sms, nxt)
+    head = [c for c, _, _ in gemvs if sched.phases[c][0] not in layer]  # (the LM head as with every SM)
+    assert len(head) == 1
+    assert sorted(hi - lo for lo, hi in phases_[head[0]][2]) == sorted(
+        hi - lo for lo, hi in capped_phases(prog, everyone)[head[0]][2])
+    assert_vm_computes_the_model(m, sched, offsets, floats, seed, steps=8, policy=policy)
+
+
+def test_gemv_sms_leaves_the_lm_head_on_every_sm_and_is_checked(tmp_path):
+    # the emitter: persist_gemv_sms N caps every GEMV but the LM head; 0 or at least every SM caps none; below 0 fails
+    from kiec.codegen.persistent import _PersistentEmitter
+    from kiec.codegen.targets import target, with_fields
+    make_tiny_hf(tmp_path, "llama", hidden_size=256, intermediate_size=512, vocab_size=1024)
+    prog = pipeline.run(kiec.load(str(tmp_path), dtype="bf16", max_seq_len=64).graph)
+
+    def sms_a_gemv(**fields) -> dict[str, int]:
+        sched = _PersistentEmitter(prog, "bf16", 64, with_fields(target("sm_90"), fields)).sched
+        out: dict[str, int] = {}
+        for c, (i, opcode) in enumerate(sched.phases):
+            if opcode == "gemv":
+                epilogue = prog.kernels[i].epilogue or "plain"
+                n = sum(1 for lst in sched.lists for ins in lst if ins.counter == c)
+                out[epilogue] = max(out.get(epilogue, 0), n)
+        return out
+    every = sms_a_gemv()
+    assert every["argmax"] == 132 and max(every.values()) == 132
+    capped = sms_a_gemv(persist_gemv_sms=40)
+    assert capped["argmax"] == 132 and all(n <= 40 for e, n in capped.items() if e != "argmax"), capped
+    assert sms_a_gemv(persist_gemv_sms=132) == every
+    with pytest.raises(ValueError, match="persist_gemv_sms -1"):
+        sms_a_gemv(persist_gemv_sms=-1)
