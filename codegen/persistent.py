@@ -130,7 +130,7 @@ class _PersistentEmitter(PersistentRules, _Emitter):
                                         pair_rows=frozenset(i for i, k in enumerate(program.kernels)
                                                             if isinstance(k, GemvKernel) and k.out in self.paired),
                                         item_segs={**self.item_shares, **self.mma_items}, block_rows=self.mma,
-                                        block_items=frozenset(self.mma_items), gemv_sms=self.gemv_sms())
+                                        block_items=frozenset(self.mma_items))
         self.rows: dict[int, int] = {}  # kernel -> the most outputs one of its instructions computes
         for ins in (ins for lst in self.sched.lists for ins in lst):
             self.rows[ins.kernel] = max(self.rows.get(ins.kernel, 0), ins.hi - ins.lo)

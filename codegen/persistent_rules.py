@@ -429,16 +429,6 @@ class PersistentRules:
         return bool(t.persist_attn_spare_even) or bool(t.persist_attn_spare_even_min_k and ks
                                                        and min(ks) >= t.persist_attn_spare_even_min_k)
 
-    def gemv_sms(self) -> dict[int, int]:
-        """persist_gemv_sms, checked: {GEMV kernel: the most SMs its tiles take} for a layer's GEMVs (every kind but
-        the LM head, whose share of the token's bytes wants every SM's stream); none at 0 or at every SM."""
-        most = self.t.persist_gemv_sms
-        if most < 0:
-            raise ValueError(f"persist_gemv_sms {most}: 0 (every SM) or the most SMs a layer's GEMV takes")
-        if not most or most >= self.t.sms:
-            return {}
-        return {i: most for i, k in enumerate(self.p.kernels) if isinstance(k, GemvKernel) and self.gemv_kind(k) != "head"}
-
     def solo_keys(self) -> int:
         """persist_attn_solo_keys, checked: 0 (off) or the most rows a context has in one split, not with
         attn_l2_prefetch 2, whose weight stream splits the context by the descriptor's min_keys alone (ring.cuh:

@@ -335,11 +335,6 @@ class TargetParams:
     # llama-3.2-1b / qwen3-1.7b (K 2048). The reading (traced on the K 2048 models only): an extra block of 16 x 2048
     # ends 0.69-0.78 us late, an attention SM's block 1.35-1.71 us; one of 16 x 4096 streams twice the bytes
     persist_attn_spare_even_min_k: int = 4096
-    # persistent: a layer's GEMV (every kind but the LM head) on at most this many SMs, the SMs after the last phase's
-    # (0: every SM). On a model whose GEMVs stream a few KB an SM (smollm2-135m: 5-27 KB), each phase's time is its
-    # chain of round trips and the slowest of its tiles: fewer tiles with more rows each, the phases taking turns over
-    # the SMs, each SM's stream has the other phases' time to fetch its next share
-    persist_gemv_sms: int = 0
 
     def gemv_prefetch_iters(self, n_out: int, k: int, rows_per_output: int = 1) -> int:
         """16-byte chunks per lane per weight row to pull into L2 before the wait, after the batch each lane loads

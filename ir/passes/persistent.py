@@ -188,8 +188,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
              mlp_local: bool = False, early_pass: bool = False, o_local: bool = False,
              pair_rows: frozenset[int] = frozenset(), item_segs: dict[int, int] | None = None,
              consumer_merges: int = 0, block_rows: frozenset[int] = frozenset(), solo_keys: int = 0,
-             spare_even: bool = False, block_items: frozenset[int] = frozenset(),
-             gemv_sms: dict[int, int] | None = None) -> Schedule:
+             spare_even: bool = False, block_items: frozenset[int] = frozenset()) -> Schedule:
     """Cut each phase into tiles and deal them to the SMs: GEMVs one equal share per SM (gemv_shares),
     attention (KV head, split) pairs over about one SM each (splits = sms / kv_heads), the rest `tile_rows`
     outputs a tile, round-robin. Every SM's list is in phase order (no deadlock). An instruction's waits are
@@ -219,9 +218,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
     (persist_attn_spare_even): of spare_splits' SMs, only as many as leave the GEMV's busiest share no larger
     (even_spares; a GEMV dealt to the item, item_segs, leaves out all of them still). block_items
     (persist_mma_item_shares): GEMVs of both block_rows and item_segs, dealt to the item where an item is one of a
-    16-row block's item_segs K blocks (a tensor-core page), in block order (gemv_item_shares over the blocks).
-    gemv_sms (persist_gemv_sms): {GEMV kernel: the most SMs its tiles take}, the first that many from where the deal
-    stands, after the SMs it leaves out (spare_splits'), so that such phases take turns over the SMs."""
+    16-row block's item_segs K blocks (a tensor-core page), in block order (gemv_item_shares over the blocks)."""
     if tag_waits and tags is None:
         raise ValueError("tag waits need tagged values (persist_tagged)")
     spin = frozenset(tags.writer) if tag_waits else frozenset()
@@ -255,16 +252,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
         deps = late_waits(program, deps, tags, slot_of)
     if previous_first:
         deps = [sorted(waits, key=lambda w: not w.previous) for waits in deps]  # stable: each group keeps its order
-    gemv_sms = gemv_sms or {}
-    if any(not 0 < most for most in gemv_sms.values()):
-        raise ValueError(f"gemv_sms {gemv_sms}: a GEMV's tiles on at least one SM")
     sm, spared = 0, []  # (the SMs the next GEMV leaves out, in attention's order)
-
-    def capped(i: int, skip: frozenset[int]) -> frozenset[int]:  # skip, and the SMs past gemv_sms' first ones
-        if i not in gemv_sms:
-            return skip
-        kept = [s for s in ((sm + j) % sms for j in range(sms)) if s not in skip][:gemv_sms[i]]
-        return frozenset(range(sms)) - frozenset(kept)
     for c, (i, opcode) in enumerate(sched.phases):
         k = program.kernels[i]
         n = output_size(k, program)
@@ -276,13 +264,13 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
                                                                                  else ""))
             if i in block_items:  # (items: a block's K blocks; the rows of whole blocks)
                 placed = [(where, lo * BLOCK_ROWS, hi * BLOCK_ROWS, head, tail) for where, lo, hi, head, tail
-                          in gemv_item_shares(n // BLOCK_ROWS, item_segs[i], sms, sm, capped(i, frozenset(spared)))]
+                          in gemv_item_shares(n // BLOCK_ROWS, item_segs[i], sms, sm, frozenset(spared))]
             elif i in item_segs:
-                placed = gemv_item_shares(n, item_segs[i], sms, sm, capped(i, frozenset(spared)), unit_rows(sched, i))
+                placed = gemv_item_shares(n, item_segs[i], sms, sm, frozenset(spared), unit_rows(sched, i))
             else:
                 step = 16 if i in block_rows else 2 if i in pair_rows else 1
                 skip = even_spares(n // step, sms, spared) if spare_even else frozenset(spared)
-                placed = [(*x, 0, 0) for x in gemv_shares(n, sms, sm, capped(i, skip), step)]
+                placed = [(*x, 0, 0) for x in gemv_shares(n, sms, sm, skip, step)]
             spared = []
         elif opcode == "select":
             placed = [(sm, 0, 1, 0, 0)]
@@ -301,9 +289,7 @@ def schedule(program: Program, sms: int, tile_rows: int = 64, slot_of: dict[str,
         for (where, *_), ins in zip(placed, made):
             sched.lists[where].append(ins)
         advance = len({where for where, *_ in placed})
-        if opcode == "gemv" and i in gemv_sms:  # past its last SM (and the skipped among them): the next takes others
-            advance = (placed[-1][0] - sm) % sms + 1
-        elif opcode == "gemv":  # the SMs with a row (item) more come first: the next kernel starts after them (or all)
+        if opcode == "gemv":  # the SMs with a row (item) more come first: the next kernel starts after them (or all)
             size = [share_items(ins, item_segs.get(i, 1), item_rows(sched, i)) for ins in made]
             past = next((placed[j][0] for j in reversed(range(len(placed))) if size[j] > min(size)), placed[-1][0])
             advance = (past - sm) % sms + 1  # (without skipped SMs: the longer shares' count, or all placed)
