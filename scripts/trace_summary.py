@@ -226,6 +226,33 @@ def long_last_lines(ll: dict[str, tuple[int, int, int, int]], unit: str = "rows"
             f"shares:", *(f"  {name:<22} {a} of {b} ({lo}-{hi} {unit})" for name, (a, b, lo, hi) in ll.items() if b)]
 
 
+def dots_by_share(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> dict[str, dict[int, tuple]]:
+    """Per GEMV kind, per share size (a tile's rows, or items where the schedule carries them: long_last's field):
+    (tiles, median us of its dot products: x ready to the sums, less its page waits; median us of page waits). The
+    slope between two sizes is what a row (item) more costs a tile, where the tile's first item's cost is the rest.
+    Empty for recordings without the field."""
+    if not sched or len(sched[0]) < 5:
+        return {}
+    col = columns(ts, slots)
+    cut: dict[str, dict[int, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    for i, entry in enumerate(sched):
+        if entry[1] != "gemv" or col["start"][i] <= 0 or col["sums_done"][i] < col["x_ready"][i]:
+            continue
+        wait = float(col["page_wait"][i])
+        cut[kind("gemv", kernels[entry[2]])][int(entry[-1])].append(
+            ((col["sums_done"][i] - col["x_ready"][i] - wait) / 1e3, wait / 1e3))
+    return {name: {n: (len(v), float(np.median([d for d, _ in v])), float(np.median([w for _, w in v])))
+                   for n, v in sorted(sizes.items())} for name, sizes in cut.items()}
+
+
+def dots_by_share_lines(ds: dict[str, dict[int, tuple]], unit: str = "rows") -> list[str]:
+    if not ds:
+        return []
+    return [f"a GEMV tile's dots by its {unit} (tiles; median us, x ready to sums less page waits, + page waits):",
+            *(f"  {name:<22} " + "; ".join(f"{n} {unit}: {t} tiles, {d:.2f} + {w:.2f}"
+                                           for n, (t, d, w) in sizes.items()) for name, sizes in ds.items())]
+
+
 def tail_lines(t: dict[str, float], last: collections.Counter) -> list[str]:
     lines = ["the slowest tile of each GEMV phase (last signal after the median SM's, us, mean over the phases):",
              "  " + ", ".join(f"{name} {us:.2f}" for name, us in sorted(t.items(), key=lambda kv: -kv[1]))]
@@ -472,7 +499,10 @@ def summary_of(ts: np.ndarray, m: dict, pos: int) -> str:
     lines += ["", *chain_lines(chain(ts, slots, sched, kernels))]
     lines += ["", *handover_lines(handover(ts, slots, sched, kernels))]
     lines += ["", *tail_lines(*tails(ts, slots, sched, kernels))]
-    lines += long_last_lines(long_last(ts, slots, sched, kernels), "items" if sched and len(sched[0]) > 5 else "rows")
+    unit = "items" if sched and len(sched[0]) > 5 else "rows"
+    lines += long_last_lines(long_last(ts, slots, sched, kernels), unit)
+    by_share = dots_by_share_lines(dots_by_share(ts, slots, sched, kernels), unit)
+    lines += ["", *by_share] if by_share else []
     lines += ["", *slowest_lines(slowest_parts(ts, slots, sched, kernels))]
     for view in (attention_critical(ts, slots, sched), attention_parts(ts, slots, sched),
                  dot_parts(ts, slots, sched, kernels), stream_parts(ts, slots, sched, kernels, sms)):

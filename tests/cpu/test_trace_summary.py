@@ -110,15 +110,20 @@ def test_the_tails_view_names_the_slowest_tiles():
     assert lines[1] == "  gemv:qkv 4.00, gemv:x 0.50" and lines[2].startswith("  the SMs most often last (2 phases): SM 2 1x")
 
 
+# three SMs, each tile with its rows: QKV's shares 16, 15, 16, attention's split, the output projection's 4, 4, 4;
+# the long-share view's recording of them (SM 2's QKV tile last)
+SHARES_SCHED = [[0, "gemv", 0, 0, 16], [1, "gemv", 0, 0, 15], [2, "gemv", 0, 0, 16], [0, "attention", 1, 1, 1],
+                [0, "gemv", 2, 2, 4], [1, "gemv", 2, 2, 4], [2, "gemv", 2, 2, 4]]
+SHARES_ROWS = [(1000, 2000, 2500, 3500, 4000, 0), (1000, 2000, 2500, 3500, 5000, 0), (1000, 2000, 2500, 3500, 9000, 0),
+               (9000, 9500, 10000, 0, 11000, 0), (11000, 12000, 12500, 13500, 14000, 0),
+               (11000, 12000, 12500, 13500, 15500, 0), (11000, 12000, 12500, 13500, 15000, 0)]
+
+
 def test_the_long_share_view_counts_the_phases_a_longer_share_ended():
     # the tails view's recording, each tile with its rows: phase 0's shares 16, 15, 16 (SM 2, last, holds a longest),
     # phase 2's 4, 4, 4 (even: not counted); a recording without the rows gives nothing
-    sched = [[0, "gemv", 0, 0, 16], [1, "gemv", 0, 0, 15], [2, "gemv", 0, 0, 16], [0, "attention", 1, 1, 1],
-             [0, "gemv", 2, 2, 4], [1, "gemv", 2, 2, 4], [2, "gemv", 2, 2, 4]]
-    ts = recording([(1000, 2000, 2500, 3500, 4000, 0), (1000, 2000, 2500, 3500, 5000, 0),
-                    (1000, 2000, 2500, 3500, 9000, 0), (9000, 9500, 10000, 0, 11000, 0),
-                    (11000, 12000, 12500, 13500, 14000, 0), (11000, 12000, 12500, 13500, 15500, 0),
-                    (11000, 12000, 12500, 13500, 15000, 0)])
+    sched = SHARES_SCHED
+    ts = recording(SHARES_ROWS)
     ll = trace_summary.long_last(ts, SLOTS, sched, KERNELS)
     assert ll == {"gemv:qkv": (1, 1, 15, 16), "gemv:x": (0, 0, 4, 4)}
     assert trace_summary.long_last_lines(ll)[1:] == ["  gemv:qkv               1 of 1 (15-16 rows)"]
@@ -398,3 +403,20 @@ def test_the_idle_probes_splits_without_a_done_stamp_end_when_their_inputs_are_r
     assert trace_summary.chain(ts, SLOTS, sched, KERNELS)["attention"] == pytest.approx((1, 2.0, 0.5))
     assert trace_summary.handover(ts, SLOTS, sched, KERNELS)["gemv:x"][:3] == pytest.approx([4.5, 5.0, 5.5])
     assert trace_summary.attention_critical(ts, SLOTS, sched) == []
+
+
+def test_the_dots_by_share_view_gives_each_share_sizes_median_dots():
+    # three QKV tiles of 16, 15 and 16 rows whose dots (x ready to sums, less page waits) take 1.0, 0.5 and 2.0 us,
+    # the 16-row ones waiting 0.5 us on pages each; the output projection's three of 4 rows 1.0 us each; a recording
+    # without the rows gives nothing
+    sched = SHARES_SCHED
+    ts = recording([(1000, 2000, 2500, 4000, 4500, 500), (1000, 2000, 2500, 3000, 5000, 0),
+                    (1000, 2000, 2500, 5000, 9000, 500)] + SHARES_ROWS[3:])
+    ds = trace_summary.dots_by_share(ts, SLOTS, sched, KERNELS)
+    assert ds == {"gemv:qkv": {15: (1, 0.5, 0.0), 16: (2, 1.5, 0.5)}, "gemv:x": {4: (3, 1.0, 0.0)}}
+    assert trace_summary.dots_by_share_lines(ds)[1:] == [
+        "  gemv:qkv               15 rows: 1 tiles, 0.50 + 0.00; 16 rows: 2 tiles, 1.50 + 0.50",
+        "  gemv:x                 4 rows: 3 tiles, 1.00 + 0.00"]
+    assert trace_summary.dots_by_share(ts, SLOTS, [x[:4] for x in sched], KERNELS) == {}
+    assert "a GEMV tile's dots by its rows" in trace_summary.summary_of(
+        ts, {"trace_slots": SLOTS, "schedule": sched, "kernels": KERNELS, "sms": 3}, 64)
