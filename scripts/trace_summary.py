@@ -47,6 +47,13 @@ def token_span(col: dict[str, np.ndarray]) -> float:
 PARTS = ("waiting", "prologue", "pages", "dots", "epilogue", "release")  # kind_sums' parts of an instruction's time
 
 
+def dots_span(col: dict[str, np.ndarray], i: int) -> tuple[int, int]:
+    """(x ready, sums done) of instruction i, ns: each at least the stamp before it (an instruction without x or
+    sums, attention's, has them at its ready)."""
+    x = col["x_ready"][i] if col["x_ready"][i] >= col["ready"][i] else col["ready"][i]
+    return x, col["sums_done"][i] if col["sums_done"][i] >= x else x
+
+
 def kind_sums(col: dict[str, np.ndarray], sched: list, kernels: list) -> dict[str, collections.Counter]:
     """SM-us per kind of instruction (columns' view of a recording): waiting on inputs, then working, which is split
     into the prologue (inputs ready to x ready: a GEMV's norm, an attention split's slice), waiting for weight pages,
@@ -60,8 +67,7 @@ def kind_sums(col: dict[str, np.ndarray], sched: list, kernels: list) -> dict[st
         if not ok[i]:
             continue
         name, ready, done = kind(opcode, kernels[k]), col["ready"][i], col["done"][i]
-        x = col["x_ready"][i] if col["x_ready"][i] >= ready else ready
-        dots_end = col["sums_done"][i] if col["sums_done"][i] >= x else x
+        x, dots_end = dots_span(col, i)
         stored = col["stored"][i] if dots_end <= col["stored"][i] <= done else done
         c = sums[name]
         c["count"] += 1
@@ -228,19 +234,18 @@ def long_last_lines(ll: dict[str, tuple[int, int, int, int]], unit: str = "rows"
 
 def dots_by_share(ts: np.ndarray, slots: list[str], sched: list, kernels: list) -> dict[str, dict[int, tuple]]:
     """Per GEMV kind, per share size (a tile's rows, or items where the schedule carries them: long_last's field):
-    (tiles, median us of its dot products: x ready to the sums, less its page waits; median us of page waits). The
-    slope between two sizes is what a row (item) more costs a tile, where the tile's first item's cost is the rest.
-    Empty for recordings without the field."""
+    (tiles, median us of its dot products as kind_sums counts them: x ready to the sums, less its page waits; median
+    us of page waits). The slope between two sizes is what a row (item) more costs a tile, where the tile's first
+    item's cost is the rest. Empty for recordings without the field."""
     if not sched or len(sched[0]) < 5:
         return {}
     col = columns(ts, slots)
     cut: dict[str, dict[int, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
     for i, entry in enumerate(sched):
-        if entry[1] != "gemv" or col["start"][i] <= 0 or col["sums_done"][i] < col["x_ready"][i]:
+        if entry[1] != "gemv" or col["start"][i] <= 0:
             continue
-        wait = float(col["page_wait"][i])
-        cut[kind("gemv", kernels[entry[2]])][int(entry[-1])].append(
-            ((col["sums_done"][i] - col["x_ready"][i] - wait) / 1e3, wait / 1e3))
+        (x, sums), wait = dots_span(col, i), float(col["page_wait"][i])
+        cut[kind("gemv", kernels[entry[2]])][int(entry[-1])].append((max(0.0, (sums - x - wait) / 1e3), wait / 1e3))
     return {name: {n: (len(v), float(np.median([d for d, _ in v])), float(np.median([w for _, w in v])))
                    for n, v in sorted(sizes.items())} for name, sizes in cut.items()}
 
