@@ -11,7 +11,7 @@ import struct
 
 from kiec.errors import ModeUnsupported  # a model this mode cannot build (graph mode may): kiec.compile falls back
 from kiec.ir.passes.persistent import attention_splits, output_projections, schedule, share_items
-from kiec.ir.passes.phases import Schedule, item_rows, partials
+from kiec.ir.passes.phases import BLOCK_ROWS, Schedule, item_rows, partials
 from kiec.ir.passes.program import AttentionKernel, ElementwiseKernel, EmbedKernel, GemvKernel, Program
 from kiec.ir.passes.tags import tag_parity, tag_plan
 
@@ -155,10 +155,12 @@ class _PersistentEmitter(PersistentRules, _Emitter):
         for i, segs in self.item_shares.items():  # a lead unit's sums: a tagged word each (a pair's: gate and up of
             silu = self.p.kernels[i].epilogue == "silu_mul"  # two rows), a slot a tile
             out[carry(self.p.kernels[i])] = 2 * self.t.sms * segs * (4 if silu else 1)
-        kinds = self.mma_item_kinds()  # (persist_mma_item_shares: a lead block's 16 rows' sums, gate and up, a slot a
-        for i, k in enumerate(self.p.kernels):  # tile; by kind, before the tensor-core GEMVs are chosen: those that
-            if isinstance(k, GemvKernel) and i not in self.item_shares and self.gemv_kind(k) in kinds:  # are not
-                out[carry(k)] = 2 * self.t.sms * 16 * (2 if k.epilogue == "silu_mul" else 1)  # leave theirs unused
+        # persist_mma_item_shares: a lead block's 16 rows' sums, gate and up, a slot a tile; by kind, before the
+        # tensor-core GEMVs are chosen (those that are not leave theirs unused)
+        kinds = self.mma_item_kinds()
+        for i, k in enumerate(self.p.kernels):
+            if isinstance(k, GemvKernel) and i not in self.item_shares and self.gemv_kind(k) in kinds:
+                out[carry(k)] = 2 * self.t.sms * BLOCK_ROWS * (2 if k.epilogue == "silu_mul" else 1)
         return out
 
     def tile_items(self, ins) -> int:
