@@ -21,6 +21,14 @@
 // smallest and the median step between two reads that differ, and SM cycles a read. `barrier looks`: SM cycles an
 // mbarrier look at a completed phase costs one thread (barrier_looks).
 // smollm2-135m's 12-row gate/up tile warm and cold and timed: the share the traces call slowest for its bytes.
+// KIEC_CODE_TABLE=1 (COMPUTE=code): only the code table: short shares (smollm2-135m's, llama-3.2-1b's QKV and output
+// projection tiles) with their code warm and cold, each also while every SM's HBM stream copies meanwhile (`busy`, as
+// `TMA busy` above), cold after 32 to 256 KB of other code. Why: the traces' tiles spend 0.5-0.8 us from x ready to
+// their sums with at most one item a warp (smollm2-135m, sixty-ninth session), where this bench, with L2 idle, puts
+// a cold share ~0.1 us behind a warm one (0.46 vs 0.36 us, smollm2's 8 rows). The kernel fetches each phase's code
+// while its weight stream keeps L2 and HBM busy: if a refetch costs more then, `cold, busy` shows it, and the other
+// code's size at which `cold` starts to cost says how much code an SM keeps (a layer's path is 79 KB on smollm2-135m,
+// scripts/code_size.py).
 // `U n` in a line: the items a warp takes at once there (persist_dot_items, -DKIEC_DOT_ITEMS; gemv_pages_items).
 // Build (on the GPU machine; DIR holds persistent_abi.h, B the warp-sum batch, U the items at once):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates/include -I DIR -DKIEC_COMPUTE_THREADS=256
@@ -43,23 +51,41 @@ using T = __nv_bfloat16;
 // What a page costs without parts of the tile's work, for comparison (the same pages, barriers and item deal as
 // gemv_pages): LOADS reads each item's 16-byte chunks and folds the bits (no math), DOTS also widens and multiplies
 // (dot_lanes) but keeps a running sum per lane instead of summing each item over the warp.
-enum Variant { TILE = 0, LOADS = 1, DOTS = 2, TILE_BUSY = 3, TILE_WARM = 4, TILE_COLD = 5, TILE_TIMED = 6 };
+enum Variant { TILE = 0, LOADS = 1, DOTS = 2, TILE_BUSY = 3, TILE_WARM = 4, TILE_COLD = 5, TILE_TIMED = 6,
+               TILE_WARM_BUSY = 7, TILE_COLD_BUSY = 8 };
 // Whether a variant runs the kernel's tile loop (gemv_pages), not pages_without's parts of it.
 __host__ __device__ constexpr bool runs_tile(int variant) {
   return variant == TILE || variant == TILE_BUSY || variant >= TILE_WARM;
 }
+// Whether a variant's SM streams HBM into its ring meanwhile (stream_pages), and whether it runs other code first.
+__host__ __device__ constexpr bool streams(int variant) {
+  return variant == TILE_BUSY || variant == TILE_WARM_BUSY || variant == TILE_COLD_BUSY;
+}
+__host__ __device__ constexpr bool cold(int variant) { return variant == TILE_COLD || variant == TILE_COLD_BUSY; }
 constexpr int BUSY_INFLIGHT = 4;  // the busy copies' pages in flight (stream_pages, bench_common.cuh)
 
-// 16384 dependent FMAs (256 KB of code, more than the SM's instruction caches hold; nvcc inlines it anyway, which
-// changes nothing: the code runs between two shares): run before a `code cold` share.
+// KB x 64 dependent FMAs (KB KB of code: a SASS instruction is 16 bytes; 256, more than the SM's instruction caches
+// hold): run before a `code cold` share, called through a pointer the compiler cannot follow (other_code_at), so that
+// it stays a call. (Up to 7cd6c9b it was inlined, so the share's code came right after it in the instruction
+// stream, where the fetch may run ahead into it while the FMAs run: the kernel's phases start by a jump.)
 #define KIEC_FMA1 "fma.rn.f32 %0, %0, %1, %0;\n"
 #define KIEC_FMA4 KIEC_FMA1 KIEC_FMA1 KIEC_FMA1 KIEC_FMA1
 #define KIEC_FMA16 KIEC_FMA4 KIEC_FMA4 KIEC_FMA4 KIEC_FMA4
 #define KIEC_FMA64 KIEC_FMA16 KIEC_FMA16 KIEC_FMA16 KIEC_FMA16
+template <int KB>
 __device__ __noinline__ float other_code(float a) {
 #pragma unroll
-  for (int i = 0; i < 256; ++i) asm volatile(KIEC_FMA64 : "+f"(a) : "f"(0.999f));
+  for (int i = 0; i < KB; ++i) asm volatile(KIEC_FMA64 : "+f"(a) : "f"(0.999f));
   return a;
+}
+using OtherCode = float (*)(float);
+// other_code<KB>'s address, hidden from the compiler (an asm that may change it), so that calling it is an indirect
+// call it cannot inline
+template <int KB>
+__device__ __forceinline__ OtherCode other_code_at() {
+  OtherCode f = other_code<KB>;
+  asm volatile("" : "+l"(f));
+  return f;
 }
 
 template <typename G, int SEGS, int VARIANT>
@@ -98,7 +124,7 @@ __device__ __forceinline__ float pages_without(R& ring, int items, const float (
   return run + __uint_as_float(bits & 0x007fffffu);
 }
 
-template <typename G, int SEGS, int VARIANT>
+template <typename G, int SEGS, int VARIANT, int CODE_KB>
 __global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1) consume(unsigned long long* ns, float* sink,
                                                                                 int rows, const char* busy,
                                                                                 unsigned long long* moved) {
@@ -118,7 +144,7 @@ __global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1) consume(
     ring.init(WARPS * 32);
   }
   __syncthreads();
-  if (VARIANT == TILE_BUSY && threadIdx.x == WARPS * 32 + 32) {
+  if (streams(VARIANT) && threadIdx.x == WARPS * 32 + 32) {
     stream_pages(busy_ring, busy + (size_t)blockIdx.x * STREAM_REGION_BYTES, &done, moved, BUSY_INFLIGHT);
     return;
   }
@@ -140,7 +166,7 @@ __global__ void __launch_bounds__((WARPS + kiec::STREAM_WARPS) * 32, 1) consume(
   unsigned long long spans = 0;  // TILE_WARM, TILE_COLD: the shares' own time
   for (int r = 0; r < REPS; ++r) {
     unsigned long long s0 = 0;
-    if (VARIANT == TILE_COLD) keep += other_code(keep);
+    if (cold(VARIANT)) keep += other_code_at<CODE_KB>()(keep);
     if (VARIANT >= TILE_WARM) {
       kiec::sync_block();
       s0 = kiec::global_ns();
@@ -257,24 +283,24 @@ static void barrier_look_costs() {
 }
 
 // A share of `rows` outputs (64: a long share's rate; llama-3.2-1b's QKV tile has 24, its output projection's 16)
-template <int K, int EPI, int SEGS, int VARIANT = TILE>
+template <int K, int EPI, int SEGS, int VARIANT = TILE, int CODE_KB = 256>
 static void run(const char* name, int sms, int rows = 64, const char* busy = nullptr,
                 unsigned long long* moved = nullptr) {
   using G = kiec::GemvShape<T, K, WARPS, EPI, SEGS, PAGE>;
   const size_t smem = R::BYTES + (size_t)G::ROWS_PER_OUT * rows * SEGS * 4;
-  CHECK(cudaFuncSetAttribute(consume<G, SEGS, VARIANT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  CHECK(cudaFuncSetAttribute(consume<G, SEGS, VARIANT, CODE_KB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   unsigned long long* ns;
   float* sink;
   CHECK(cudaMalloc(&ns, sms * sizeof *ns));
   CHECK(cudaMalloc(&sink, sms * sizeof *sink));
   constexpr int threads = (WARPS + kiec::STREAM_WARPS) * 32;
-  consume<G, SEGS, VARIANT><<<sms, threads, smem>>>(ns, sink, rows, busy, moved);  // warm-up
+  consume<G, SEGS, VARIANT, CODE_KB><<<sms, threads, smem>>>(ns, sink, rows, busy, moved);  // warm-up
   if (moved) CHECK(cudaMemset(moved, 0, sizeof *moved));
   cudaEvent_t a, e;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&e));
   CHECK(cudaEventRecord(a));
-  consume<G, SEGS, VARIANT><<<sms, threads, smem>>>(ns, sink, rows, busy, moved);
+  consume<G, SEGS, VARIANT, CODE_KB><<<sms, threads, smem>>>(ns, sink, rows, busy, moved);
   CHECK(cudaEventRecord(e));
   CHECK(cudaDeviceSynchronize());
   float ms;
@@ -289,21 +315,53 @@ static void run(const char* name, int sms, int rows = 64, const char* busy = nul
   const double bytes = (double)REPS * rows * G::ROWS_PER_OUT * K * sizeof(T);
   const double med = bytes / h[sms / 2], slow = bytes / h[sms - 1];  // bytes per ns = GB/s
   const char* what[] = {"tile", "loads only", "dots, no sums", "tile, TMA busy", "code warm", "code cold",
-                        "timed (traced)"};
+                        "timed (traced)", "code warm, busy", "code cold, busy"};
   constexpr int U = kiec::items_at_once(KIEC_DOT_ITEMS, G::PER_PAGE, WARPS, STAGES, G::ROUNDS, KIEC_DOT_ITEM_CHUNKS);
   printf("%-26s %-14s K %5d  segs %d  rounds %d  rows %2d  B %2d  U %d  %7.1f GB/s an SM (slowest %6.1f)  %6.2f "
          "TB/s over %d SMs", name, what[VARIANT], K, SEGS, G::ROUNDS, rows, KIEC_REDUCE_BATCH,
          runs_tile(VARIANT) ? U : 1, med, slow, slow * sms / 1e3, sms);
   if (VARIANT >= TILE_WARM) printf("; %.2f us a share (median SM)", h[sms / 2] / 1e3 / REPS);
+  if (cold(VARIANT)) printf(", after %d KB of other code", CODE_KB);
   if (moved) printf("; the copies %.2f TB/s", copied / (ms * 1e-3) / 1e12);  // (over the launch, a bound from below)
   printf("\n");
   CHECK(cudaFree(ns));
   CHECK(cudaFree(sink));
 }
 
+#ifndef KIEC_CODE_TABLE
+#define KIEC_CODE_TABLE 0
+#endif
+// A short share (K, EPI, SEGS, `rows`) warm and cold, alone and with every SM's HBM stream busy (the code table).
+template <int K, int EPI, int SEGS>
+static void code_rows(const char* name, int sms, int rows, const char* busy, unsigned long long* moved) {
+  run<K, EPI, SEGS, TILE_WARM>(name, sms, rows);
+  run<K, EPI, SEGS, TILE_COLD, 256>(name, sms, rows);
+  run<K, EPI, SEGS, TILE_WARM_BUSY>(name, sms, rows, busy, moved);
+  run<K, EPI, SEGS, TILE_COLD_BUSY, 32>(name, sms, rows, busy, moved);
+  run<K, EPI, SEGS, TILE_COLD_BUSY, 64>(name, sms, rows, busy, moved);
+  run<K, EPI, SEGS, TILE_COLD_BUSY, 128>(name, sms, rows, busy, moved);
+  run<K, EPI, SEGS, TILE_COLD_BUSY, 256>(name, sms, rows, busy, moved);
+}
+
 int main() {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+#if KIEC_CODE_TABLE
+  {
+    char* busy;
+    unsigned long long* moved;
+    CHECK(cudaMalloc(&busy, (size_t)sms * STREAM_REGION_BYTES));
+    CHECK(cudaMemset(busy, 0x3c, (size_t)sms * STREAM_REGION_BYTES));
+    CHECK(cudaMalloc(&moved, sizeof *moved));
+    code_rows<576, kiec::EPI_STORE, 1>("smollm2 QKV/O (8 rows)", sms, 8, busy, moved);
+    code_rows<576, kiec::EPI_SILU_MUL, 1>("smollm2 gate/up (12 rows)", sms, 12, busy, moved);
+    code_rows<2048, kiec::EPI_STORE, 2>("llama-1b QKV tile (24 rows)", sms, 24, busy, moved);
+    code_rows<2048, kiec::EPI_STORE, 2>("llama-1b O tile (16 rows)", sms, 16, busy, moved);
+    CHECK(cudaFree(busy));
+    CHECK(cudaFree(moved));
+    return 0;
+  }
+#endif
 #if KIEC_REDUCE_BATCH == 1  // the parts, once
   run<2048, kiec::EPI_STORE, 2, LOADS>("llama-1b QKV/O (K 2048)", sms);
   run<2048, kiec::EPI_STORE, 2, DOTS>("llama-1b QKV/O (K 2048)", sms);

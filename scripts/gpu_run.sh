@@ -172,15 +172,19 @@ fi
 # item at a time and in batches of 8, with TMA copies landing meanwhile, and a share's time with its code fetched
 # again against kept hot, the traced step's page-wait timing against none, and %globaltimer's step (bench/gemv_compute.cu)
 # (COMPUTE=look: warp sums one at a time, each warp looking at its share's first pages at once, persist_page_look,
-# against the same without; COMPUTE=items: a warp's items one at a time against 2 and 4 at once, persist_dot_items)
+# against the same without; COMPUTE=items: a warp's items one at a time against 2 and 4 at once, persist_dot_items;
+# COMPUTE=code: the code table alone, short shares with their code warm and cold, with L2 idle and with every SM's HBM
+# stream busy, cold after 32-256 KB of other code, KIEC_CODE_TABLE)
 if [ -n "${COMPUTE:-}" ]; then
   builds=("1 0 1" "8 0 1"); [ "$COMPUTE" = look ] && builds=("1 0 1" "1 1 1")
   [ "$COMPUTE" = items ] && builds=("1 0 1" "1 0 2" "1 0 4")
+  code=0; [ "$COMPUTE" = code ] && builds=("1 0 1") code=1
   for blu in "${builds[@]}"; do
     read -r b look u <<< "$blu"
-    echo "--- warp sums $b at a time, page look $look, items at once $u"
-    bench_build gemv_compute gemv_compute_${b}_${look}_$u -DKIEC_COMPUTE_THREADS=256 -DKIEC_REDUCE_BATCH=$b \
-      -DKIEC_PAGE_LOOK=$look -DKIEC_DOT_ITEMS=$u && timeout 60 /tmp/gemv_compute_${b}_${look}_$u
+    name=gemv_compute_${b}_${look}_$u; [ "$code" = 1 ] && name=gemv_compute_code
+    echo "--- warp sums $b at a time, page look $look, items at once $u, code table $code"
+    bench_build gemv_compute "$name" -DKIEC_COMPUTE_THREADS=256 -DKIEC_REDUCE_BATCH=$b \
+      -DKIEC_PAGE_LOOK=$look -DKIEC_DOT_ITEMS=$u -DKIEC_CODE_TABLE=$code && timeout 60 "/tmp/$name"
   done 2>&1 | tee "$OUT/gemv_compute.txt"
 fi
 # MMA=1: the GEMV tile's dot products on the tensor cores, 16 rows an mma (ldmatrix from a tile-major layout, and from

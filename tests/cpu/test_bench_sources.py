@@ -12,6 +12,8 @@ BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
 @pytest.mark.parametrize("source,flags", [("hop_latency.cu", []), ("l2_prefetch.cu", []),
                                           ("gemv_compute.cu", ["-DKIEC_COMPUTE_THREADS=256", "-DKIEC_REDUCE_BATCH=8"]),
                                           ("gemv_compute.cu", ["-DKIEC_COMPUTE_THREADS=256", "-DKIEC_REDUCE_BATCH=1"]),
+                                          ("gemv_compute.cu", ["-DKIEC_COMPUTE_THREADS=256", "-DKIEC_REDUCE_BATCH=1",
+                                                               "-DKIEC_CODE_TABLE=1"]),
                                           ("stream_rate.cu", ["-DKIEC_COMPUTE_THREADS=256"]), ("cluster_x.cu", []),
                                           ("acquire_pipeline.cu", []), ("mma_rows.cu", []),
                                           ("kv_slice.cu", [])])
