@@ -66,7 +66,7 @@ constexpr int BUSY_INFLIGHT = 4;  // the busy copies' pages in flight (stream_pa
 
 // KB x 64 dependent FMAs (KB KB of code: a SASS instruction is 16 bytes; 256, more than the SM's instruction caches
 // hold): run before a `code cold` share, called through a pointer the compiler cannot follow (other_code_at), so that
-// it stays a call. (Up to 7cd6c9b it was inlined, so the share's code came right after it in the instruction
+// it stays a call. (Up to 20ec5fe it was inlined, so the share's code came right after it in the instruction
 // stream, where the fetch may run ahead into it while the FMAs run: the kernel's phases start by a jump.)
 #define KIEC_FMA1 "fma.rn.f32 %0, %0, %1, %0;\n"
 #define KIEC_FMA4 KIEC_FMA1 KIEC_FMA1 KIEC_FMA1 KIEC_FMA1
