@@ -388,6 +388,7 @@ class _PersistentEmitter(PersistentRules, _Emitter):
             dot_item_chunks=self.t.persist_dot_item_chunks, stage_instrs=self.t.persist_stage_instrs,
             norm_w_raw=int(bool(self.t.persist_norm_w_raw)),
             norm_late_scale=int(bool(self.t.persist_norm_late_scale)),
+            x_spread=int(bool(self.t.persist_x_spread)),
             item_shares=int(bool(self.item_shares or self.mma_items)),
             select_host_late=int(bool(self.t.persist_select_host_late)),
             evict_first=int(bool(self.t.persist_evict_first)),

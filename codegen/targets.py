@@ -148,6 +148,9 @@ class TargetParams:
     # epilogue (gemv_x.cuh: Prologue::normalize), so that two block barriers and the sum's shuffles leave the
     # chain from x to the dot products (other bits: the scale applied after the sums)
     persist_norm_late_scale: int
+    # persistent: 1: a GEMV lane loads its chunk of x from the scratch half by half in an order that spreads each
+    # quarter-warp's 16-byte loads over all 32 banks (gemv_x.cuh: load_chunk8, chunk_first_half; the same bits)
+    persist_x_spread: int
     # persistent: 1: select reads the host's stop flag before its wait and writes the host's copy of the token after its
     # signal, so that neither round trip over the host's bus (a mapped pinned read, a write and its system fence) is
     # on the chain from the LM head to the next token's embedding (persistent.cuh: select_tile; the same tokens)
@@ -466,6 +469,8 @@ TARGETS: dict[str, TargetParams] = {
                           persist_stage_instrs=1, persist_norm_w_raw=1,
                           # the norm's scale after the dots: 0.1-0.9% faster
                           persist_norm_late_scale=1,
+                          # x's chunks loaded in order, two wavefronts a quarter-warp's load: not yet timed
+                          persist_x_spread=0,
                           # the host's round trips off the chain (its 2 us under the spread)
                           persist_select_host_late=1,
                           # below a width of 1024 the narrow fields (smollm2-135m, tagged like the wide models)

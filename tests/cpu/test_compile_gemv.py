@@ -254,6 +254,15 @@ def test_staged_instructions_and_raw_norm_weights_compile_where_asked(tmp_path, 
     compile_persistent(model, tmp_path / "art", monkeypatch, persist_stage_instrs=1, persist_norm_w_raw=1)
 
 
+def test_spread_x_loads_compile_where_asked(tmp_path, monkeypatch):
+    # persist_x_spread: the kernel defines KIEC_X_SPREAD (0 by default) and builds (nvcc) with it; its loads' floats
+    # and banks are tests/cpu/test_x_spread.py's
+    model = tiny_llama(tmp_path)
+    assert "#define KIEC_X_SPREAD 0" in persistent_cu(model)
+    assert "#define KIEC_X_SPREAD 1" in persistent_cu(model, persist_x_spread=1)
+    compile_persistent(model, tmp_path / "art", monkeypatch, persist_x_spread=1)
+
+
 def test_late_norm_scale_compiles_where_asked(tmp_path, monkeypatch):
     # persist_norm_late_scale: the kernel defines KIEC_NORM_LATE_SCALE (1 by default) and builds (nvcc) without it
     model = tiny_llama(tmp_path)

@@ -270,6 +270,7 @@ TABLE_VARIANTS = [dict(persist_warps=12), dict(persist_counter_stride=32),
     pytest.param(dict(persist_norm_late_scale=0, persist_tagged=0, persist_norm_w_raw=0),
                  id="norm-scale-first-untagged"),
     pytest.param(dict(persist_select_host_late=0), id="select-host-early"),
+    pytest.param(dict(persist_x_spread=1), id="x-spread"),
     pytest.param(dict(persist_page_pace_kinds="down:460+head:300+qkv:500"), id="pace-kinds"),
     pytest.param(dict(persist_stage_instrs=0, persist_norm_w_raw=0, persist_tagged=0), id="unstaged-converted-untagged"),
     pytest.param(dict(attn_min_keys=8, persist_trace_attention=1), id="staged-splits-traced"),
@@ -340,7 +341,8 @@ def test_target_table_variants_compute_the_same(tmp_path, monkeypatch, change):
                          "persist_attn_lean", "persist_probe_warm_code", "persist_page_look",
                          "persist_dot_items", "persist_dot_item_chunks", "persist_dot_items_min_share",
                          "persist_trace_dots", "persist_stage_instrs", "persist_norm_w_raw",
-                         "persist_trace_attention", "persist_select_host_late", "persist_page_pace_kinds"}:
+                         "persist_trace_attention", "persist_select_host_late", "persist_page_pace_kinds",
+                         "persist_x_spread"}:
         assert np.array_equal(ours, stepped_logits(base, tokens))
         assert eng.generate(tokens[:5], 24) == base.generate(tokens[:5], 24)
         assert eng.generate(tokens[:5], 24, sampling=params) == base.generate(tokens[:5], 24, sampling=params)

@@ -24,6 +24,15 @@ namespace kiec {
 #ifndef KIEC_WARP_COPY_ROUNDS
 #define KIEC_WARP_COPY_ROUNDS 4
 #endif
+// KIEC_X_SPREAD (persist_x_spread): a lane loads its chunk of x (8 floats, 32 bytes) from the scratch half by half in
+// an order that spreads each load's quarter-warp over all 32 banks (load_chunk8). In order, the lanes of a
+// quarter-warp (8 consecutive chunks, 256 bytes) that lie 128 bytes apart hit the same banks: two wavefronts a load
+// where one would do. ncu counted the x slices' LDS.128 at twice their ideal wavefronts on every GEMV of
+// smollm2-135m (the fifty-seventh session's profile) and of llama-3.2-1b (the fourteenth's), the kernel's largest
+// excess of shared-memory wavefronts, and QKV's dots stalled on them (bench/RESULTS.md, seventieth session).
+#ifndef KIEC_X_SPREAD
+#define KIEC_X_SPREAD 0
+#endif
 
 // The GEMV prologue (gemv_prologue's math, in its order) with the norm's weights loaded into registers before the
 // tile waits on its inputs: weights never depend on activations, and after the wait only x is left to fetch.
@@ -258,13 +267,21 @@ struct GemvShape {
   static constexpr int ROWS_PER_OUT = SILU ? 2 : 1;  // segment sums kept per output: gate and up rows
 };
 
+// Which half of chunk n (its floats 4 h .. 4 h + 3) load_chunk8 loads first: with KIEC_X_SPREAD the second where
+// n % 8 >= 4, so that a 16-byte load of 8 consecutive chunks' lanes lies on 8 different 16-byte bank groups, (2 n +
+// h) % 8 (a lane's 32 bytes are two groups; in order, chunks n and n + 4 share them). Else the first.
+__host__ __device__ __forceinline__ int chunk_first_half(int n) { return KIEC_X_SPREAD ? (n >> 2) & 1 : 0; }
+
 // This lane's chunks of segment `seg` of the prologue's output: xr[v] = x[(seg * SEGC + v * LANES + lane % LANES) *
 // 8 ..] (LANES 32: lane's own).
-// One chunk's 8 floats of x at `p` (16-byte aligned: the scratch, or x itself with DIRECT), zeros where `in` is false.
-__device__ __forceinline__ void load_chunk8(const float* p, bool in, float (&r)[8]) {
+// One chunk's 8 floats of x at `p` (16-byte aligned: the scratch, or x itself with DIRECT), zeros where `in` is false;
+// n: the chunk's index from where the lanes' chunks start (chunk_first_half: the same floats in r either way).
+__host__ __device__ __forceinline__ void load_chunk8(const float* p, int n, bool in, float (&r)[8]) {
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-  const float4 xa = in ? *reinterpret_cast<const float4*>(p) : zero;
-  const float4 xb = in ? *reinterpret_cast<const float4*>(p + 4) : zero;
+  const int h = chunk_first_half(n);
+  const float4 first = in ? *reinterpret_cast<const float4*>(p + 4 * h) : zero;
+  const float4 second = in ? *reinterpret_cast<const float4*>(p + 4 - 4 * h) : zero;
+  const float4 xa = h ? second : first, xb = h ? first : second;
   r[0] = xa.x; r[1] = xa.y; r[2] = xa.z; r[3] = xa.w;
   r[4] = xb.x; r[5] = xb.y; r[6] = xb.z; r[7] = xb.w;
 }
@@ -273,8 +290,8 @@ template <typename G>
 __device__ __forceinline__ void load_x_slice(const float* xs, int seg, int lane, float (&xr)[G::ROUNDS][8]) {
 #pragma unroll
   for (int v = 0; v < G::ROUNDS; ++v) {
-    const int c = v * G::LANES + lane % G::LANES;
-    load_chunk8(xs + (seg * G::SEGC + c) * 8, G::SEGC % G::LANES == 0 || c < G::SEGC, xr[v]);
+    const int c = v * G::LANES + lane % G::LANES, n = seg * G::SEGC + c;
+    load_chunk8(xs + n * 8, n, G::SEGC % G::LANES == 0 || c < G::SEGC, xr[v]);
   }
 }
 

@@ -183,7 +183,7 @@ __device__ __forceinline__ bool gemv_tile(Turn u, R& ring, const T* bias, float*
                                             (share.first_seg() + (threadIdx.x >> 5)) % SEGS, threadIdx.x & 31,
                                             xs + (threadIdx.x >> 5) * WARP_COPY_FLOATS, [&](int v, const float* w) {
             const int lane = threadIdx.x & 31;
-            load_chunk8(w + lane * 8, G::SEGC % 32 == 0 || v * 32 + lane < G::SEGC, xr[v]);
+            load_chunk8(w + lane * 8, lane, G::SEGC % 32 == 0 || v * 32 + lane < G::SEGC, xr[v]);
           });
         else if constexpr (MG::ON) {  // (TX, STAGED)
           if (consumer_merges<MG::MAX>(merge_active)) {
