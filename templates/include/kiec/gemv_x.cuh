@@ -275,7 +275,7 @@ __host__ __device__ __forceinline__ int chunk_first_half(int n) { return KIEC_X_
 // This lane's chunks of segment `seg` of the prologue's output: xr[v] = x[(seg * SEGC + v * LANES + lane % LANES) *
 // 8 ..] (LANES 32: lane's own).
 // One chunk's 8 floats of x at `p` (16-byte aligned: the scratch, or x itself with DIRECT), zeros where `in` is false;
-// n: the chunk's index from where the lanes' chunks start (chunk_first_half: the same floats in r either way).
+// n: the chunk's index, p being 8 n floats past a start the lanes share (chunk_first_half: the same floats either way).
 __host__ __device__ __forceinline__ void load_chunk8(const float* p, int n, bool in, float (&r)[8]) {
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
   const int h = chunk_first_half(n);
