@@ -3,12 +3,15 @@
     python3 scripts/ncu_source.py FILE[.gz]                  # top instructions, hot windows, the ring's share
     python3 scripts/ncu_source.py FILE[.gz] --range A B      # instructions A..B of the listing, one a line
     python3 scripts/ncu_source.py FILE[.gz] --segments       # the listing cut at barriers, signals and jump tables
+    python3 scripts/ncu_source.py FILE[.gz] --banks          # shared-memory accesses with excess wavefronts
 Each instruction's sampled warps (all of the kernel's warps: compute, streaming, idle) and its top stall reasons;
 windows of --window (48) instructions by samples; and the persistent kernel's landmarks: the samples on the
 compute warps' shared-memory barrier waits (SYNCS.PHASECHK ... TRYWAIT and the branch after it: waiting for a ring
 page), on the instruction after a block barrier (BAR.SYNC: a tile's threads waiting while thread 0 polls its
 inputs, or for the block's slowest warp), and in the streaming thread's page loop (page_loop), its waits for a free
-page among them."""
+page among them. --banks: the shared-memory accesses that took more wavefronts than their ideal (bank conflicts),
+most first, with each one's share of all the excess (the seventieth session found smollm2-135m's x-slice loads there,
+bench/RESULTS.md)."""
 import csv
 import gzip
 import sys
@@ -29,6 +32,9 @@ def load(path: str) -> tuple[list[str], list[dict]]:
         v = r[ix[h]].replace(",", "")
         return int(float(v)) if v not in ("", "-") else 0
 
+    def opt(r: list[str], h: str) -> int:  # (a column some exports lack: 0)
+        return num(r, h) if h in ix else 0
+
     out = []
     for r in rows[start:]:
         if r and r[0] in ("Kernel Name", "Address"):  # the next profiled launch's table: the first launch's alone
@@ -36,8 +42,19 @@ def load(path: str) -> tuple[list[str], list[dict]]:
         if len(r) < len(hdr):
             continue
         out.append(dict(index=len(out), source=r[ix["Source"]].strip(), samples=num(r, "# Samples"),
-                        executed=num(r, "Instructions Executed"), **{h: num(r, h) for h in stalls}))
+                        executed=num(r, "Instructions Executed"), **{h: num(r, h) for h in stalls},
+                        shared_wavefronts=opt(r, WAVEFRONTS), shared_excess=opt(r, EXCESS)))
     return stalls, out
+
+
+# shared-memory wavefronts an instruction took, and those past its ideal (ncu's SourceCounters)
+WAVEFRONTS, EXCESS = "L1 Wavefronts Shared", "L1 Wavefronts Shared Excessive"
+
+
+def bank_conflicts(ins: list[dict]) -> tuple[int, int, list[dict]]:
+    """(all shared wavefronts, all excess ones, the instructions with excess, most first)."""
+    hit = sorted((i for i in ins if i["shared_excess"] > 0), key=lambda i: -i["shared_excess"])
+    return sum(i["shared_wavefronts"] for i in ins), sum(i["shared_excess"] for i in ins), hit
 
 
 def top_stalls(ins: list[dict], stalls: list[str], n: int = 2) -> str:
@@ -128,6 +145,15 @@ def main(argv: list[str]) -> None:
               "% of samples, most executed, top stall, first instruction):")
         for a, b, share, most, top in segments(ins, stalls):
             print(f"{a:6d} {b:6d} {share:5.1f}% {most:>11} {top:24s} {ins[a]['source'][:48]}")
+        return
+    if "--banks" in argv:
+        waves, excess, hit = bank_conflicts(ins)
+        print(f"shared-memory wavefronts {waves}, past their ideal {excess} ({100 * excess / max(waves, 1):.1f}%); "
+              "the accesses with excess (index, % of the excess, wavefronts over ideal, executed, source):")
+        for i in hit[:25]:
+            ideal = i["shared_wavefronts"] - i["shared_excess"]
+            share, ratio = 100 * i["shared_excess"] / excess, i["shared_wavefronts"] / max(ideal, 1)
+            print(f"{i['index']:6d} {share:5.1f}% {ratio:5.2f}x {i['executed']:>11} {i['source'][:64]}")
         return
     w = int(argv[argv.index("--window") + 1]) if "--window" in argv else 48
     print(f"{len(ins)} instructions, {total} samples")

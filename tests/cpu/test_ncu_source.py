@@ -62,3 +62,25 @@ def test_segments_cut_the_listing_at_barriers_signals_and_jump_tables(tmp_path):
     assert segs[2][2:] == (50.0, 8, "barrier:50")
     # at 2% or more only the case's work, the barrier's wait and the signal are left
     assert [(a, b) for a, b, *_ in ncu_source.segments(ins, stalls, at_least=2.0)] == [(1, 3), (3, 5), (5, 6)]
+
+
+def test_banks_lists_the_shared_accesses_past_their_ideal_wavefronts(tmp_path):
+    # an export with the SourceCounters' shared-memory columns: a load at twice its ideal wavefronts, one at its ideal,
+    # a store at 1.5 times; the view's total, its share of the excess and the order (most first); an export without
+    # the columns reads as none
+    header = ["Address", "Source", "# Samples", "Instructions Executed", "L1 Wavefronts Shared",
+              "L1 Wavefronts Shared Excessive", "stall_short_sb"]
+    rows = [("LDS.128 R4, [R105+0x10080]", 9, 100, 800, 400, 9),
+            ("LDS.128 R8, [R105+0x10480]", 1, 100, 400, 0, 1),
+            ("STS [R2], R3", 0, 100, 300, 100, 0),
+            ("FFMA R1, R2, R3, R1", 2, 100, 0, 0, 0)]
+    lines = ['"Kernel Name","k",', ",".join(f'"{h}"' for h in header)]
+    lines += [",".join(f'"{v}"' for v in (hex(0x1000 + 16 * k), *row)) for k, row in enumerate(rows)]
+    path = tmp_path / "banks.csv"
+    path.write_text("\n".join(lines) + "\n")
+    _, ins = ncu_source.load(str(path))
+    waves, excess, hit = ncu_source.bank_conflicts(ins)
+    assert (waves, excess) == (1500, 500) and [i["index"] for i in hit] == [0, 2]
+    plain = tmp_path / "plain.csv"
+    plain.write_text(page(ROWS))
+    assert ncu_source.bank_conflicts(ncu_source.load(str(plain))[1]) == (0, 0, [])
