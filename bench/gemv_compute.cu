@@ -288,7 +288,8 @@ static void run(const char* name, int sms, int rows = 64, const char* busy = nul
                 unsigned long long* moved = nullptr) {
   using G = kiec::GemvShape<T, K, WARPS, EPI, SEGS, PAGE>;
   const size_t smem = R::BYTES + (size_t)G::ROWS_PER_OUT * rows * SEGS * 4;
-  CHECK(cudaFuncSetAttribute(consume<G, SEGS, VARIANT, CODE_KB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  CHECK(cudaFuncSetAttribute(consume<G, SEGS, VARIANT, CODE_KB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem));
   unsigned long long* ns;
   float* sink;
   CHECK(cudaMalloc(&ns, sms * sizeof *ns));
@@ -328,6 +329,22 @@ static void run(const char* name, int sms, int rows = 64, const char* busy = nul
   CHECK(cudaFree(sink));
 }
 
+// The busy variants' HBM: each SM's region that stream_pages goes round (bf16 0x3c3c: 0.0115, finite) and the count
+// of bytes it moved; freed when it goes out of scope.
+struct BusyRegion {
+  char* busy = nullptr;
+  unsigned long long* moved = nullptr;
+  explicit BusyRegion(int sms) {
+    CHECK(cudaMalloc(&busy, (size_t)sms * STREAM_REGION_BYTES));
+    CHECK(cudaMemset(busy, 0x3c, (size_t)sms * STREAM_REGION_BYTES));
+    CHECK(cudaMalloc(&moved, sizeof *moved));
+  }
+  ~BusyRegion() {
+    CHECK(cudaFree(busy));
+    CHECK(cudaFree(moved));
+  }
+};
+
 #ifndef KIEC_CODE_TABLE
 #define KIEC_CODE_TABLE 0
 #endif
@@ -348,19 +365,13 @@ int main() {
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
 #if KIEC_CODE_TABLE
   {
-    char* busy;
-    unsigned long long* moved;
-    CHECK(cudaMalloc(&busy, (size_t)sms * STREAM_REGION_BYTES));
-    CHECK(cudaMemset(busy, 0x3c, (size_t)sms * STREAM_REGION_BYTES));
-    CHECK(cudaMalloc(&moved, sizeof *moved));
-    code_rows<576, kiec::EPI_STORE, 1>("smollm2 QKV/O (8 rows)", sms, 8, busy, moved);
-    code_rows<576, kiec::EPI_SILU_MUL, 1>("smollm2 gate/up (12 rows)", sms, 12, busy, moved);
-    code_rows<2048, kiec::EPI_STORE, 2>("llama-1b QKV tile (24 rows)", sms, 24, busy, moved);
-    code_rows<2048, kiec::EPI_STORE, 2>("llama-1b O tile (16 rows)", sms, 16, busy, moved);
-    CHECK(cudaFree(busy));
-    CHECK(cudaFree(moved));
-    return 0;
+    const BusyRegion b(sms);
+    code_rows<576, kiec::EPI_STORE, 1>("smollm2 QKV/O (8 rows)", sms, 8, b.busy, b.moved);
+    code_rows<576, kiec::EPI_SILU_MUL, 1>("smollm2 gate/up (12 rows)", sms, 12, b.busy, b.moved);
+    code_rows<2048, kiec::EPI_STORE, 2>("llama-1b QKV tile (24 rows)", sms, 24, b.busy, b.moved);
+    code_rows<2048, kiec::EPI_STORE, 2>("llama-1b O tile (16 rows)", sms, 16, b.busy, b.moved);
   }
+  return 0;
 #endif
 #if KIEC_REDUCE_BATCH == 1  // the parts, once
   run<2048, kiec::EPI_STORE, 2, LOADS>("llama-1b QKV/O (K 2048)", sms);
@@ -377,18 +388,14 @@ int main() {
   run<8192, kiec::EPI_STORE, 8>("llama-1b down (K 8192)", sms);
   run<14336, kiec::EPI_STORE, 8>("llama-8b down (K 14336)", sms);
 #if KIEC_REDUCE_BATCH == 1  // the kernel's tiles while its weight stream copies meanwhile
-  char* busy;
-  unsigned long long* moved;
-  CHECK(cudaMalloc(&busy, (size_t)sms * STREAM_REGION_BYTES));
-  CHECK(cudaMemset(busy, 0x3c, (size_t)sms * STREAM_REGION_BYTES));  // bf16 0x3c3c: 0.0115, finite
-  CHECK(cudaMalloc(&moved, sizeof *moved));
-  run<576, kiec::EPI_STORE, 1, TILE_BUSY>("smollm2 QKV/O (K 576)", sms, 64, busy, moved);
-  run<2048, kiec::EPI_STORE, 2, TILE_BUSY>("llama-1b QKV/O (K 2048)", sms, 64, busy, moved);
-  run<2048, kiec::EPI_STORE, 2, TILE_BUSY>("llama-1b QKV tile (24 rows)", sms, 24, busy, moved);
-  run<2048, kiec::EPI_STORE, 2, TILE_BUSY>("llama-1b O tile (16 rows)", sms, 16, busy, moved);
-  run<2048, kiec::EPI_SILU_MUL, 2, TILE_BUSY>("llama-1b gate/up", sms, 64, busy, moved);
-  CHECK(cudaFree(busy));
-  CHECK(cudaFree(moved));
+  {
+    const BusyRegion b(sms);
+    run<576, kiec::EPI_STORE, 1, TILE_BUSY>("smollm2 QKV/O (K 576)", sms, 64, b.busy, b.moved);
+    run<2048, kiec::EPI_STORE, 2, TILE_BUSY>("llama-1b QKV/O (K 2048)", sms, 64, b.busy, b.moved);
+    run<2048, kiec::EPI_STORE, 2, TILE_BUSY>("llama-1b QKV tile (24 rows)", sms, 24, b.busy, b.moved);
+    run<2048, kiec::EPI_STORE, 2, TILE_BUSY>("llama-1b O tile (16 rows)", sms, 16, b.busy, b.moved);
+    run<2048, kiec::EPI_SILU_MUL, 2, TILE_BUSY>("llama-1b gate/up", sms, 64, b.busy, b.moved);
+  }
   // a share's code fetched again before each (the persistent kernel's phases) against kept hot
   run<2048, kiec::EPI_STORE, 2, TILE_WARM>("llama-1b QKV tile (24 rows)", sms, 24);
   run<2048, kiec::EPI_STORE, 2, TILE_COLD>("llama-1b QKV tile (24 rows)", sms, 24);

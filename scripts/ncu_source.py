@@ -18,6 +18,10 @@ import sys
 from collections import Counter
 
 
+# shared-memory wavefronts an instruction took, and those past its ideal (ncu's SourceCounters)
+WAVEFRONTS, EXCESS = "L1 Wavefronts Shared", "L1 Wavefronts Shared Excessive"
+
+
 def load(path: str) -> tuple[list[str], list[dict]]:
     """The stall columns (stall_*, all samples) and one dict a SASS instruction of the first profiled launch (an
     export of several holds a table each): index, source, samples, executed, and each stall column's count."""
@@ -45,10 +49,6 @@ def load(path: str) -> tuple[list[str], list[dict]]:
                         executed=num(r, "Instructions Executed"), **{h: num(r, h) for h in stalls},
                         shared_wavefronts=opt(r, WAVEFRONTS), shared_excess=opt(r, EXCESS)))
     return stalls, out
-
-
-# shared-memory wavefronts an instruction took, and those past its ideal (ncu's SourceCounters)
-WAVEFRONTS, EXCESS = "L1 Wavefronts Shared", "L1 Wavefronts Shared Excessive"
 
 
 def bank_conflicts(ins: list[dict]) -> tuple[int, int, list[dict]]:
